@@ -1,0 +1,165 @@
+"""`AutoContextConfig`: every knob of the context manager, validated and immutable."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from langchain_autocontext.errors import InvalidConfigError
+
+__all__ = ["AutoContextConfig"]
+
+
+class AutoContextConfig(BaseModel):
+    """Configuration of :class:`~langchain_autocontext.AutoContext`.
+
+    Budgets are in tokens as counted by the package's token counter (system
+    prompt, tool schemas and metadata tags included); sizes of single messages
+    are in characters. The object is immutable: use ``config.model_copy(update=…)``
+    to derive a variant. Invalid values raise
+    :class:`~langchain_autocontext.errors.InvalidConfigError`.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+
+    # --- triggers and budget (AgentScope AutoContextMemory's parameters) ---
+    msg_threshold: int = Field(
+        100, ge=1, description="Compress when the working context holds more messages than this."
+    )
+    max_tokens: int = Field(
+        131_072,
+        ge=256,
+        description="Hard budget: what is sent to the model never counts more tokens than this.",
+    )
+    token_ratio: float = Field(
+        0.75,
+        gt=0,
+        le=1,
+        description="Compress when the counted context exceeds max_tokens * token_ratio.",
+    )
+    target_ratio: float = Field(
+        0.5,
+        gt=0,
+        le=1,
+        description=(
+            "Once triggered, compress until the context is under max_tokens * target_ratio "
+            "(hysteresis: compaction stays rare, so the provider's prompt cache survives)."
+        ),
+    )
+    last_keep: int = Field(
+        50,
+        ge=0,
+        description="Strategy 2 leaves the last last_keep messages untouched; "
+        "older ones count as history for strategies 1-3.",
+    )
+    min_consecutive_tool_messages: int = Field(
+        6,
+        ge=2,
+        description="Strategy 1 compresses runs of more than this many tool calls/results.",
+    )
+    large_payload_threshold: int = Field(
+        5120, ge=64, description="A message larger than this many characters may be offloaded."
+    )
+    offload_single_preview: int = Field(
+        200,
+        ge=0,
+        description="Characters of an offloaded message kept in context as a preview.",
+    )
+    current_round_compression_ratio: float = Field(
+        0.3,
+        gt=0,
+        le=1,
+        description="Strategies 5-6 aim to shrink what they summarize to this share of its tokens.",
+    )
+    min_summary_span_tokens: int = Field(
+        200,
+        ge=0,
+        description="A span smaller than this is not worth a summarizer call (it is offloaded "
+        "with a preview instead).",
+    )
+    summary_max_tokens: int = Field(
+        1024, ge=32, description="Cap on the tokens of any one summary."
+    )
+
+    # --- the model managing its own context (Auto + MemGPT) ---
+    warning_ratio: float = Field(
+        0.7,
+        gt=0,
+        le=1,
+        description="Show one memory-pressure notice per crossing of max_tokens * warning_ratio.",
+    )
+    working_context_max_chars: int = Field(
+        5000, ge=0, description="Size limit of the MemGPT working-context block (characters)."
+    )
+    metadata_tags: bool = Field(
+        True,
+        description="Prefix every message of the model's input view with a <metadata …/> tag "
+        "(id and exact token counts) so the model can edit its context by id.",
+    )
+    self_management_tools: bool = Field(
+        True,
+        description="Give the model update_message, delete_message, reload_offloaded, "
+        "search_history and the working-context tools.",
+    )
+    xml_commands: bool = Field(
+        False,
+        description="Parse <update>, <delete> and <user> commands from the model's text output.",
+    )
+    max_autonomous_steps: int = Field(
+        20, ge=1, description="Step limit of the autonomous loop driven by <user> commands."
+    )
+    plan_note_tools: tuple[str, ...] = Field(
+        ("write_todos", "update_plan", "todo_write"),
+        description="Tools whose calls are plan notes: strategy 1 mentions them in one line.",
+    )
+
+    # --- summarizer behaviour ---
+    summarizer_retries: int = Field(2, ge=0, description="Retries of a failed summarizer call.")
+    summarizer_concurrency: int = Field(
+        4, ge=1, description="Independent spans summarized at once."
+    )
+
+    # --- storage ---
+    store_prefix: str = Field(
+        "autocontext",
+        min_length=1,
+        description="First element of every store namespace; lets several apps share one store.",
+    )
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in err['loc']) or 'config'}: {err['msg']}"
+                for err in exc.errors()
+            )
+            raise InvalidConfigError(f"Invalid AutoContextConfig: {problems}") from None
+
+    @model_validator(mode="after")
+    def _check_ratios(self) -> AutoContextConfig:
+        if self.target_ratio > self.token_ratio:
+            raise ValueError(
+                f"target_ratio ({self.target_ratio}) must not exceed token_ratio "
+                f"({self.token_ratio}): compression aims below its own trigger"
+            )
+        if "/" in self.store_prefix or not self.store_prefix.strip():
+            raise ValueError("store_prefix must be a non-blank string without '/'")
+        return self
+
+    # Derived budgets -----------------------------------------------------------
+    @property
+    def trigger_tokens(self) -> int:
+        """Token count above which compression starts."""
+        return int(self.max_tokens * self.token_ratio)
+
+    @property
+    def target_tokens(self) -> int:
+        """Token count the pipeline compresses down to once triggered."""
+        return int(self.max_tokens * self.target_ratio)
+
+    @property
+    def warning_tokens(self) -> int:
+        """Token count at which the memory-pressure notice is shown."""
+        return int(self.max_tokens * self.warning_ratio)

@@ -1,0 +1,86 @@
+"""The error types of langchain-autocontext.
+
+Every error derives from :class:`AutoContextError`, and each message tells the
+user (or the model, when a tool reports it) what to do next.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AutoContextError",
+    "CommandError",
+    "ContextBudgetError",
+    "InvalidConfigError",
+    "InvariantViolationError",
+    "OffloadNotFoundError",
+    "ProtectedMessageError",
+    "UnknownMessageError",
+]
+
+
+class AutoContextError(Exception):
+    """Base class of every error raised by langchain-autocontext."""
+
+
+class InvalidConfigError(AutoContextError, ValueError):
+    """An :class:`~langchain_autocontext.AutoContextConfig` value is out of range."""
+
+
+class ContextBudgetError(AutoContextError):
+    """The budget cannot hold even the system prompt and the latest user message.
+
+    Nothing is sent to the model when this is raised.
+    """
+
+    def __init__(self, message: str, *, required_tokens: int, max_tokens: int) -> None:
+        super().__init__(message)
+        self.required_tokens = required_tokens
+        self.max_tokens = max_tokens
+
+
+class UnknownMessageError(AutoContextError, KeyError):
+    """No working message (or history entry) has the given id."""
+
+    def __init__(self, message_id: str, hint: str = "") -> None:
+        self.message_id = message_id
+        text = f"No message with id {message_id!r} in this thread's context."
+        if hint:
+            text = f"{text} {hint}"
+        super().__init__(text)
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0])
+
+
+class ProtectedMessageError(AutoContextError):
+    """The message may not be edited or deleted (system message, pending call, …)."""
+
+
+class OffloadNotFoundError(AutoContextError, KeyError):
+    """No offload with the given id exists in the calling thread's namespace."""
+
+    def __init__(self, offload_id: str, hint: str = "") -> None:
+        self.offload_id = offload_id
+        text = (
+            f"No offloaded content with id {offload_id!r} in this thread. "
+            "Use an offload id exactly as it appears in the context "
+            "(for example in '[offloaded … id=…]'), or search_history to find the original."
+        )
+        if hint:
+            text = f"{text} {hint}"
+        super().__init__(text)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class CommandError(AutoContextError):
+    """A context-editing command (tool call or XML command) could not be applied."""
+
+
+class InvariantViolationError(AutoContextError):
+    """A message sequence breaks one of the package's invariants.
+
+    Raised by :func:`~langchain_autocontext.messages.assert_valid_sequence`; it
+    signals a bug in a strategy, never expected input.
+    """
