@@ -1,0 +1,789 @@
+"""`OffloadStore`: a LangGraph ``BaseStore`` holding history, offloads and events.
+
+``OffloadStore`` wraps any backend store (``InMemoryStore`` by default,
+``SqliteStore``/``AsyncSqliteStore``, ``PostgresStore``…) and is itself a
+:class:`~langgraph.store.base.BaseStore`: every generic operation is delegated to
+the backend, so it can be passed to ``graph.compile(store=…)`` and read back in a
+node with ``get_store()``. On top it adds typed, thread-scoped helpers, each with
+an ``a``-prefixed async twin of identical semantics.
+
+Layout (``prefix`` defaults to ``"autocontext"``; the thread id is encoded with
+:func:`encode_thread_id` because LangGraph namespace labels may not contain
+``"."``)::
+
+    (prefix, thread, "history")  key = message id   one item per original message
+    (prefix, thread, "offload")  key = uuid4        offloaded originals + preview
+    (prefix, thread, "events")   key = seq-uuid     compression events
+    (prefix, thread, "meta")     key = kind         {"next_seq": n} per kind
+
+Every value is plain JSON. Sequence numbers are allocated from the ``meta``
+counters, so ordering never depends on the backend's result order (SQLite and
+Postgres sort by update time); reads select ``seq`` ranges with the store's
+``$gte``/``$lt`` filters and sort.
+
+Concurrency: the counters are read-modify-write. Writers of one thread inside
+one process are serialized by lock striping (sync and async callers share the
+locks); LangGraph runs one run per thread at a time, so several processes
+writing the same thread at once are not expected. If that happens anyway, the
+worst case is two items with the same ``seq`` (ordered by key then): history
+items are keyed by message id and offloads/events by fresh uuids, so nothing
+is overwritten.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Generator, Iterable, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+from langchain_core.messages import AIMessage, BaseMessage, RemoveMessage
+from langgraph.store.base import (
+    BaseStore,
+    GetOp,
+    Item,
+    Op,
+    PutOp,
+    Result,
+    SearchOp,
+    TTLConfig,
+)
+from langgraph.store.memory import InMemoryStore
+
+from langchain_autocontext.errors import OffloadNotFoundError
+from langchain_autocontext.messages import dump_message, load_message, text_of
+
+__all__ = [
+    "HistoryEntry",
+    "OffloadRecord",
+    "OffloadStore",
+    "decode_thread_id",
+    "encode_thread_id",
+]
+
+Kind = Literal["history", "offload", "events", "meta"]
+HISTORY: Kind = "history"
+OFFLOAD: Kind = "offload"
+EVENTS: Kind = "events"
+META: Kind = "meta"
+
+_T = TypeVar("_T")
+#: A "sans-I/O" plan: yields lists of store ops, receives their results, returns a value.
+#: The same plan runs synchronously (``batch``) or asynchronously (``abatch``), which
+#: is how the ``a``-prefixed twins keep identical semantics.
+_Plan = Generator[list[Op], list[Result], _T]
+
+_RESERVED_EVENT_KEYS = frozenset({"seq", "ts"})
+_LOCK_STRIPES = 64
+
+
+# --- thread ids ---------------------------------------------------------------------
+_ESCAPES = {"%": "%25", ".": "%2E", "\x00": "%00"}
+_UNESCAPES = {v: k for k, v in _ESCAPES.items()}
+_UNESCAPE_RE = re.compile("|".join(re.escape(v) for v in _UNESCAPES))
+
+
+def encode_thread_id(thread_id: str) -> str:
+    """Encode a thread id into a valid LangGraph namespace label (reversibly).
+
+    Labels may not contain ``"."`` or NUL and may not be empty; ``"%"``, ``"."`` and
+    NUL are percent-encoded, everything else (``"/"``, unicode, …) is kept.
+
+    Raises:
+        ValueError: the thread id is empty or not a string.
+    """
+    if not isinstance(thread_id, str):
+        raise ValueError(
+            f"thread_id must be a non-empty string, got {type(thread_id).__name__}: "
+            f"{thread_id!r} (LangGraph's config['configurable']['thread_id'])"
+        )
+    if not thread_id:
+        raise ValueError(
+            "thread_id must be a non-empty string: the history, offloads and events "
+            "of a run are stored per thread (config['configurable']['thread_id'])"
+        )
+    return thread_id.replace("%", "%25").replace(".", "%2E").replace("\x00", "%00")
+
+
+def decode_thread_id(label: str) -> str:
+    """Inverse of :func:`encode_thread_id`."""
+    return _UNESCAPE_RE.sub(lambda m: _UNESCAPES[m.group(0)], label)
+
+
+# --- records ------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class HistoryEntry:
+    """One original message of a thread's append-only history."""
+
+    seq: int
+    """Position in the thread's history (strictly increasing in append order)."""
+    id: str
+    """The message id (the item's key)."""
+    message: BaseMessage
+    """The message exactly as first appended."""
+    ts: float
+    """Unix time of the append."""
+
+
+@dataclass(frozen=True, slots=True)
+class OffloadRecord:
+    """Original messages moved out of the working context, reloadable by ``id``."""
+
+    id: str
+    """The offload id (uuid4) shown in the context."""
+    thread_id: str
+    seq: int
+    """Position among the thread's offloads (creation order)."""
+    strategy: str
+    """Name of the strategy that offloaded the messages."""
+    preview: str
+    """The preview left in the working context."""
+    tokens: int
+    """Tokens of the original messages."""
+    replacement_tokens: int | None
+    """Tokens of what replaced them in the context, when known."""
+    message_ids: tuple[str | None, ...]
+    messages: tuple[BaseMessage, ...]
+    """The original messages, deserialized."""
+    ts: float
+    """Unix time of the offload."""
+    extra: dict[str, Any]
+    """Caller-supplied JSON data."""
+
+
+# --- helpers --------------------------------------------------------------------------
+def _plain(value: Any, what: str) -> Any:
+    """Return ``value`` as plain JSON (lists, dicts, str, numbers) or raise TypeError.
+
+    Normalizing here makes every backend behave alike (``InMemoryStore`` would keep
+    tuples and arbitrary objects that SQLite and Postgres cannot hold).
+    """
+    try:
+        return json.loads(json.dumps(value, ensure_ascii=False))
+    except (TypeError, ValueError) as exc:
+        raise TypeError(
+            f"{what} is not JSON-serializable ({exc}); the store keeps plain JSON only"
+        ) from exc
+
+
+def _check_message(message: Any, where: str) -> BaseMessage:
+    if isinstance(message, RemoveMessage):
+        raise ValueError(
+            f"{where}: RemoveMessage (id={message.id!r}) is an instruction to delete a "
+            "working message, not a message: it is never stored as history or offloaded"
+        )
+    if not isinstance(message, BaseMessage):
+        raise TypeError(f"{where}: expected a LangChain BaseMessage, got {type(message).__name__}")
+    return message
+
+
+def _search_text(message: BaseMessage) -> str:
+    """Flattened text of a message for search: content plus tool-call names and args."""
+    text = text_of(message)
+    if isinstance(message, AIMessage) and message.tool_calls:
+        calls = [
+            f"{tc.get('name', '')}({json.dumps(tc.get('args', {}), ensure_ascii=False, default=str)})"
+            for tc in message.tool_calls
+        ]
+        text = "\n".join([text, *calls]) if text else "\n".join(calls)
+    return text
+
+
+def _chunks(seq: Sequence[_T], size: int) -> Iterator[Sequence[_T]]:
+    for i in range(0, len(seq), size):
+        yield seq[i : i + size]
+
+
+def _next_seq_of(meta: Result) -> int | None:
+    if isinstance(meta, Item):
+        value = meta.value.get("next_seq")
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+    return None
+
+
+def _sorted_items(items: Iterable[Item]) -> list[Item]:
+    return sorted(items, key=lambda it: (int(it.value["seq"]), it.key))
+
+
+# --- the store ------------------------------------------------------------------------
+class OffloadStore(BaseStore):
+    """A ``BaseStore`` wrapping any backend, with typed per-thread helpers.
+
+    Args:
+        backend: the store that holds the data; a new ``InMemoryStore`` when omitted.
+        prefix: first label of every namespace this class writes (lets several apps
+            share one backend). Must be non-empty, without ``"."``, ``"/"`` or NUL,
+            and not ``"langgraph"``.
+
+    Generic ``BaseStore`` operations (``get``/``put``/``search``/``batch``…) go to the
+    backend unchanged, as do ``supports_ttl``, ``ttl_config`` and ``index_config``.
+    Items written by the helpers never expire (``ttl=None``): the package promises
+    that originals stay reachable. When the backend only implements sync
+    ``batch`` (``SqliteStore``), async calls run it in a worker thread.
+    """
+
+    #: Maximum ops per backend ``batch`` call (SQLite caps the parameters of a query).
+    max_batch_ops: int = 500
+
+    def __init__(self, backend: BaseStore | None = None, *, prefix: str = "autocontext") -> None:
+        if backend is None:
+            backend = InMemoryStore()
+        if not isinstance(backend, BaseStore):
+            raise TypeError(f"backend must be a langgraph BaseStore, got {type(backend).__name__}")
+        if (
+            not isinstance(prefix, str)
+            or not prefix.strip()
+            or any(c in prefix for c in "./\x00")
+            or prefix == "langgraph"
+        ):
+            raise ValueError(
+                f"prefix must be a non-blank string without '.', '/' or NUL and not "
+                f"'langgraph', got {prefix!r}"
+            )
+        self._backend = backend
+        self._prefix = prefix
+        self._async_via_thread = False
+        self._locks = [threading.Lock() for _ in range(_LOCK_STRIPES)]
+
+    @classmethod
+    def wrap(cls, store: BaseStore | None = None, *, prefix: str = "autocontext") -> OffloadStore:
+        """Return ``store`` itself if it is an ``OffloadStore`` with ``prefix``, else wrap it.
+
+        An ``OffloadStore`` with another prefix is re-wrapped around its backend (no
+        double delegation); ``None`` gives a new in-memory store.
+        """
+        if isinstance(store, OffloadStore):
+            if store.prefix == prefix:
+                return store
+            return cls(store.backend, prefix=prefix)
+        return cls(store, prefix=prefix)
+
+    # --- properties passed through ------------------------------------------------------
+    @property
+    def backend(self) -> BaseStore:
+        """The wrapped store."""
+        return self._backend
+
+    @property
+    def prefix(self) -> str:
+        """First label of every namespace written by the helpers."""
+        return self._prefix
+
+    @property  # type: ignore[override]
+    def supports_ttl(self) -> bool:
+        """Whether the backend supports TTLs (passed through)."""
+        return bool(getattr(self._backend, "supports_ttl", False))
+
+    @property  # type: ignore[override]
+    def ttl_config(self) -> TTLConfig | None:
+        """The backend's TTL configuration (passed through)."""
+        return getattr(self._backend, "ttl_config", None)
+
+    @ttl_config.setter
+    def ttl_config(self, value: TTLConfig | None) -> None:
+        self._backend.ttl_config = value
+
+    @property
+    def index_config(self) -> Any:
+        """The backend's semantic-index configuration, or ``None``."""
+        return getattr(self._backend, "index_config", None)
+
+    def __repr__(self) -> str:
+        return f"OffloadStore({self._backend!r}, prefix={self._prefix!r})"
+
+    # --- BaseStore ------------------------------------------------------------------------
+    def batch(self, ops: Iterable[Op]) -> list[Result]:
+        """Execute ops on the backend (see :meth:`BaseStore.batch`)."""
+        return self._backend.batch(ops)
+
+    async def abatch(self, ops: Iterable[Op]) -> list[Result]:
+        """Execute ops on the backend asynchronously (see :meth:`BaseStore.abatch`).
+
+        A backend without async support (``SqliteStore.abatch`` raises
+        ``NotImplementedError``) runs its sync ``batch`` in a worker thread.
+        """
+        ops = list(ops)
+        if not self._async_via_thread:
+            try:
+                return await self._backend.abatch(ops)
+            except NotImplementedError:
+                self._async_via_thread = True
+        return await asyncio.to_thread(self._backend.batch, ops)
+
+    # --- namespaces ----------------------------------------------------------------------
+    def namespace(self, thread_id: str, kind: Kind) -> tuple[str, str, str]:
+        """The namespace of one kind of data of a thread, e.g. ``(prefix, tid, "history")``.
+
+        Useful for direct ``search`` (e.g. semantic search of ``"text"``) by other modules.
+        """
+        if kind not in (HISTORY, OFFLOAD, EVENTS, META):
+            raise ValueError(f"unknown namespace kind {kind!r}")
+        return (self._prefix, encode_thread_id(thread_id), kind)
+
+    @property
+    def _text_index(self) -> Literal[False] | list[str]:
+        return ["text"] if self.index_config else False
+
+    # --- drivers: run a plan sync or async ------------------------------------------------
+    def _run(self, plan: _Plan[_T]) -> _T:
+        try:
+            ops = next(plan)
+            while True:
+                ops = plan.send(self.batch(ops))
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        finally:
+            plan.close()
+
+    async def _arun(self, plan: _Plan[_T]) -> _T:
+        try:
+            ops = next(plan)
+            while True:
+                ops = plan.send(await self.abatch(ops))
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        finally:
+            plan.close()
+
+    def _lock(self, thread_id: str, kind: Kind) -> threading.Lock:
+        return self._locks[hash((encode_thread_id(thread_id), kind)) % _LOCK_STRIPES]
+
+    @contextmanager
+    def _locked(self, thread_id: str, kind: Kind) -> Iterator[None]:
+        with self._lock(thread_id, kind):
+            yield
+
+    @asynccontextmanager
+    async def _alocked(self, thread_id: str, kind: Kind) -> AsyncIterator[None]:
+        # A threading lock (shared with sync callers), polled so the loop never blocks
+        # and a cancelled waiter never holds it.
+        lock = self._lock(thread_id, kind)
+        while not lock.acquire(blocking=False):
+            await asyncio.sleep(0.001)
+        try:
+            yield
+        finally:
+            lock.release()
+
+    # --- plans: shared building blocks ------------------------------------------------------
+    def _exists_from(self, ns: tuple[str, ...], seq: int) -> _Plan[bool]:
+        found = yield [SearchOp(ns, {"seq": {"$gte": seq}}, 1, 0, None, False)]
+        return bool(found[0])
+
+    def _recover_next_seq(self, ns: tuple[str, ...]) -> _Plan[int]:
+        """1 + the largest ``seq`` in ``ns`` (0 when empty), by exponential+binary search.
+
+        Only used when the counter item is missing (new thread, or data written
+        without it); a new thread costs one empty search.
+        """
+        if not (yield from self._exists_from(ns, 0)):
+            return 0
+        lo, hi = 0, 1  # invariant: an item with seq >= lo exists, none with seq >= hi
+        while (yield from self._exists_from(ns, hi)):
+            lo, hi = hi, hi * 2
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if (yield from self._exists_from(ns, mid)):
+                lo = mid
+            else:
+                hi = mid
+        return hi
+
+    def _next_seq_plan(self, thread_id: str, kind: Kind, meta: Result) -> _Plan[int]:
+        known = _next_seq_of(meta)
+        if known is not None:
+            return known
+        return (yield from self._recover_next_seq(self.namespace(thread_id, kind)))
+
+    def _end_plan(self, thread_id: str, kind: Kind) -> _Plan[int]:
+        meta = yield [GetOp(self.namespace(thread_id, META), kind, False)]
+        return (yield from self._next_seq_plan(thread_id, kind, meta[0]))
+
+    def _range_plan(self, ns: tuple[str, ...], start: int, end: int) -> _Plan[list[Item]]:
+        """Items with ``start <= seq < end``, sorted by seq (never by backend order)."""
+        if end <= start:
+            return []
+        # seqs are unique, so at most end - start items match; a full page means
+        # duplicated seqs (concurrent writers): ask again for more.
+        limit = end - start + 1
+        while True:
+            found = yield [
+                SearchOp(ns, {"seq": {"$gte": start, "$lt": end}}, limit, 0, None, False)
+            ]
+            items = found[0]
+            if len(items) < limit:
+                return _sorted_items(items)
+            limit *= 2
+
+    def _all_plan(self, thread_id: str, kind: Kind) -> _Plan[list[Item]]:
+        end = yield from self._end_plan(thread_id, kind)
+        return (yield from self._range_plan(self.namespace(thread_id, kind), 0, end))
+
+    def _write_plan(self, ops: list[Op]) -> _Plan[None]:
+        for chunk in _chunks(ops, self.max_batch_ops):
+            yield list(chunk)
+
+    # --- history ----------------------------------------------------------------------------
+    def _append_plan(self, thread_id: str, messages: Sequence[BaseMessage]) -> _Plan[list[str]]:
+        ns = self.namespace(thread_id, HISTORY)
+        meta_ns = self.namespace(thread_id, META)
+        # Validate everything before any I/O: a bad message writes nothing.
+        unique: dict[str, BaseMessage] = {}
+        for i, m in enumerate(messages):
+            m = _check_message(m, f"append_history: message {i}")
+            if not isinstance(m.id, str) or not m.id:
+                raise ValueError(
+                    f"append_history: message {i} ({m.type}) has no id; history items "
+                    "are keyed by message id (LangGraph's add_messages assigns uuid4 ids; "
+                    "or use langchain_autocontext.messages.ensure_ids)"
+                )
+            unique.setdefault(m.id, m)  # first occurrence wins, as across calls
+        if not unique:
+            return []
+        ids = list(unique)
+        existing: set[str] = set()
+        meta: Result = None
+        for n, chunk in enumerate(_chunks(ids, self.max_batch_ops)):
+            ops: list[Op] = [GetOp(ns, key, False) for key in chunk]
+            if n == 0:
+                ops.append(GetOp(meta_ns, HISTORY, False))
+            results = yield ops
+            if n == 0:
+                meta = results.pop()
+            existing.update(key for key, item in zip(chunk, results, strict=True) if item)
+        new_ids = [mid for mid in ids if mid not in existing]
+        if not new_ids:
+            return []
+        values = [
+            {
+                "message": _plain(dump_message(unique[mid]), f"message {mid!r}"),
+                "type": unique[mid].type,
+                "text": _search_text(unique[mid]),
+            }
+            for mid in new_ids
+        ]
+        seq = yield from self._next_seq_plan(thread_id, HISTORY, meta)
+        now = time.time()
+        # The counter goes first: should a multi-chunk write stop half-way, seqs are
+        # skipped (harmless gaps), never handed out twice.
+        writes: list[Op] = [
+            PutOp(meta_ns, HISTORY, {"next_seq": seq + len(new_ids)}, index=False, ttl=None)
+        ]
+        index = self._text_index
+        for i, (mid, value) in enumerate(zip(new_ids, values, strict=True)):
+            writes.append(
+                PutOp(ns, mid, {"seq": seq + i, **value, "ts": now}, index=index, ttl=None)
+            )
+        yield from self._write_plan(writes)
+        return new_ids
+
+    @staticmethod
+    def _entry(item: Item) -> HistoryEntry:
+        value = item.value
+        return HistoryEntry(
+            seq=int(value["seq"]),
+            id=item.key,
+            message=load_message(value["message"]),
+            ts=float(value["ts"]),
+        )
+
+    def _history_plan(
+        self, thread_id: str, start: int, end: int | None
+    ) -> _Plan[list[HistoryEntry]]:
+        if start < 0 or (end is not None and end < 0):
+            raise ValueError(f"history range must be non-negative, got start={start}, end={end}")
+        if end is None:
+            end = yield from self._end_plan(thread_id, HISTORY)
+        items = yield from self._range_plan(self.namespace(thread_id, HISTORY), start, end)
+        return [self._entry(item) for item in items]
+
+    def _history_message_plan(self, thread_id: str, message_id: str) -> _Plan[HistoryEntry | None]:
+        found = yield [GetOp(self.namespace(thread_id, HISTORY), str(message_id), False)]
+        item = found[0]
+        return self._entry(item) if isinstance(item, Item) else None
+
+    def append_history(self, thread_id: str, messages: Sequence[BaseMessage]) -> list[str]:
+        """Append original messages to the thread's history, one item per message.
+
+        Idempotent by message id: an id already in the history (or repeated in
+        ``messages``) is not written again and keeps its first content and seq —
+        later versions with the same id are edits of the working copy, not new
+        originals. New messages get strictly increasing seqs in the given order.
+
+        Cost: one batched read of the candidate keys (+ the counter) and one batched
+        write of the new items (+ the counter); nothing else is read or rewritten
+        (batches are split every :attr:`max_batch_ops` ops).
+
+        Returns:
+            The ids newly written, in order.
+
+        Raises:
+            ValueError: a message has no id, or is a ``RemoveMessage`` (nothing is written).
+            TypeError: a message is not JSON-serializable (e.g. a ToolMessage artifact).
+        """
+        with self._locked(thread_id, HISTORY):
+            return self._run(self._append_plan(thread_id, messages))
+
+    async def aappend_history(self, thread_id: str, messages: Sequence[BaseMessage]) -> list[str]:
+        """Async twin of :meth:`append_history`."""
+        async with self._alocked(thread_id, HISTORY):
+            return await self._arun(self._append_plan(thread_id, messages))
+
+    def get_history(
+        self, thread_id: str, *, start: int = 0, end: int | None = None
+    ) -> list[HistoryEntry]:
+        """History entries with ``start <= seq < end`` (all from ``start`` when ``end`` is None),
+        ordered by seq."""
+        return self._run(self._history_plan(thread_id, start, end))
+
+    async def aget_history(
+        self, thread_id: str, *, start: int = 0, end: int | None = None
+    ) -> list[HistoryEntry]:
+        """Async twin of :meth:`get_history`."""
+        return await self._arun(self._history_plan(thread_id, start, end))
+
+    def get_history_message(self, thread_id: str, message_id: str) -> HistoryEntry | None:
+        """The history entry of one message id, or ``None``."""
+        return self._run(self._history_message_plan(thread_id, message_id))
+
+    async def aget_history_message(self, thread_id: str, message_id: str) -> HistoryEntry | None:
+        """Async twin of :meth:`get_history_message`."""
+        return await self._arun(self._history_message_plan(thread_id, message_id))
+
+    def history_count(self, thread_id: str) -> int:
+        """Number of messages appended to the thread's history (read from the counter)."""
+        return self._run(self._end_plan(thread_id, HISTORY))
+
+    async def ahistory_count(self, thread_id: str) -> int:
+        """Async twin of :meth:`history_count`."""
+        return await self._arun(self._end_plan(thread_id, HISTORY))
+
+    def iter_history(
+        self, thread_id: str, *, start: int = 0, end: int | None = None, batch_size: int = 500
+    ) -> Iterator[HistoryEntry]:
+        """Yield history entries by seq, reading ``batch_size`` at a time.
+
+        The end is fixed when iteration starts (messages appended meanwhile are not
+        yielded).
+        """
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if end is None:
+            end = self.history_count(thread_id)
+        for lo in range(start, end, batch_size):
+            yield from self.get_history(thread_id, start=lo, end=min(lo + batch_size, end))
+
+    async def aiter_history(
+        self, thread_id: str, *, start: int = 0, end: int | None = None, batch_size: int = 500
+    ) -> AsyncIterator[HistoryEntry]:
+        """Async twin of :meth:`iter_history`."""
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if end is None:
+            end = await self.ahistory_count(thread_id)
+        for lo in range(start, end, batch_size):
+            for entry in await self.aget_history(
+                thread_id, start=lo, end=min(lo + batch_size, end)
+            ):
+                yield entry
+
+    # --- offloads ----------------------------------------------------------------------------
+    def _offload_plan(
+        self,
+        thread_id: str,
+        messages: Sequence[BaseMessage],
+        strategy: str,
+        preview: str,
+        tokens: int,
+        replacement_tokens: int | None,
+        extra: Mapping[str, Any] | None,
+    ) -> _Plan[OffloadRecord]:
+        ns = self.namespace(thread_id, OFFLOAD)
+        meta_ns = self.namespace(thread_id, META)
+        if not messages:
+            raise ValueError("offload: nothing to offload (no messages)")
+        if not isinstance(strategy, str) or not strategy:
+            raise ValueError("offload: strategy must be a non-empty string")
+        if not isinstance(preview, str):
+            raise TypeError("offload: preview must be a string")
+        for name, n in (("tokens", tokens), ("replacement_tokens", replacement_tokens)):
+            if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 0):
+                raise ValueError(f"offload: {name} must be a non-negative int, got {n!r}")
+        dumped = [
+            _plain(dump_message(_check_message(m, f"offload: message {i}")), f"message {i}")
+            for i, m in enumerate(messages)
+        ]
+        extra_plain = _plain(dict(extra or {}), "offload extra")
+        meta = yield [GetOp(meta_ns, OFFLOAD, False)]
+        seq = yield from self._next_seq_plan(thread_id, OFFLOAD, meta[0])
+        offload_id = str(uuid.uuid4())
+        value = {
+            "seq": seq,
+            "strategy": strategy,
+            "preview": preview,
+            "tokens": tokens,
+            "replacement_tokens": replacement_tokens,
+            "message_ids": [m.id for m in messages],
+            "messages": dumped,
+            "ts": time.time(),
+            "extra": extra_plain,
+        }
+        yield [
+            PutOp(meta_ns, OFFLOAD, {"next_seq": seq + 1}, index=False, ttl=None),
+            PutOp(ns, offload_id, value, index=False, ttl=None),
+        ]
+        return self._record(thread_id, offload_id, value)
+
+    @staticmethod
+    def _record(thread_id: str, offload_id: str, value: Mapping[str, Any]) -> OffloadRecord:
+        return OffloadRecord(
+            id=offload_id,
+            thread_id=thread_id,
+            seq=int(value["seq"]),
+            strategy=value["strategy"],
+            preview=value["preview"],
+            tokens=value["tokens"],
+            replacement_tokens=value.get("replacement_tokens"),
+            message_ids=tuple(value["message_ids"]),
+            messages=tuple(load_message(d) for d in value["messages"]),
+            ts=float(value["ts"]),
+            extra=dict(value.get("extra") or {}),
+        )
+
+    def _reload_plan(self, thread_id: str, offload_id: str) -> _Plan[OffloadRecord]:
+        ns = self.namespace(thread_id, OFFLOAD)
+        if not isinstance(offload_id, str) or not offload_id.strip():
+            raise OffloadNotFoundError(str(offload_id))
+        found = yield [GetOp(ns, offload_id.strip(), False)]
+        item = found[0]
+        if not isinstance(item, Item):
+            raise OffloadNotFoundError(offload_id)
+        return self._record(thread_id, item.key, item.value)
+
+    def _list_offloads_plan(self, thread_id: str) -> _Plan[list[OffloadRecord]]:
+        items = yield from self._all_plan(thread_id, OFFLOAD)
+        return [self._record(thread_id, item.key, item.value) for item in items]
+
+    def offload(
+        self,
+        thread_id: str,
+        messages: Sequence[BaseMessage],
+        *,
+        strategy: str,
+        preview: str,
+        tokens: int,
+        replacement_tokens: int | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> OffloadRecord:
+        """Store original messages under a new, unguessable offload id (uuid4).
+
+        Cost: one read (the counter) and one batched write (the item + the counter).
+
+        Returns:
+            The stored record (messages as they will be reloaded).
+        """
+        with self._locked(thread_id, OFFLOAD):
+            return self._run(
+                self._offload_plan(
+                    thread_id, messages, strategy, preview, tokens, replacement_tokens, extra
+                )
+            )
+
+    async def aoffload(
+        self,
+        thread_id: str,
+        messages: Sequence[BaseMessage],
+        *,
+        strategy: str,
+        preview: str,
+        tokens: int,
+        replacement_tokens: int | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> OffloadRecord:
+        """Async twin of :meth:`offload`."""
+        async with self._alocked(thread_id, OFFLOAD):
+            return await self._arun(
+                self._offload_plan(
+                    thread_id, messages, strategy, preview, tokens, replacement_tokens, extra
+                )
+            )
+
+    def reload(self, thread_id: str, offload_id: str) -> OffloadRecord:
+        """The offload with this id in this thread.
+
+        Raises:
+            OffloadNotFoundError: no such offload in this thread (ids of other
+                threads are not visible: the namespace is per thread).
+        """
+        return self._run(self._reload_plan(thread_id, offload_id))
+
+    async def areload(self, thread_id: str, offload_id: str) -> OffloadRecord:
+        """Async twin of :meth:`reload`."""
+        return await self._arun(self._reload_plan(thread_id, offload_id))
+
+    def list_offloads(self, thread_id: str) -> list[OffloadRecord]:
+        """All offloads of the thread, in creation order."""
+        return self._run(self._list_offloads_plan(thread_id))
+
+    async def alist_offloads(self, thread_id: str) -> list[OffloadRecord]:
+        """Async twin of :meth:`list_offloads`."""
+        return await self._arun(self._list_offloads_plan(thread_id))
+
+    # --- events ------------------------------------------------------------------------------
+    def _record_event_plan(self, thread_id: str, event: Mapping[str, Any]) -> _Plan[str]:
+        if not isinstance(event, Mapping):
+            raise TypeError(f"record_event: event must be a dict, got {type(event).__name__}")
+        clash = _RESERVED_EVENT_KEYS.intersection(event)
+        if clash:
+            raise ValueError(
+                f"record_event: keys {sorted(clash)} are set by the store (seq, ts); rename them"
+            )
+        plain = _plain(dict(event), "event")
+        meta_ns = self.namespace(thread_id, META)
+        meta = yield [GetOp(meta_ns, EVENTS, False)]
+        seq = yield from self._next_seq_plan(thread_id, EVENTS, meta[0])
+        key = f"{seq:012d}-{uuid.uuid4().hex[:12]}"
+        yield [
+            PutOp(meta_ns, EVENTS, {"next_seq": seq + 1}, index=False, ttl=None),
+            PutOp(
+                self.namespace(thread_id, EVENTS),
+                key,
+                {**plain, "seq": seq, "ts": time.time()},
+                index=False,
+                ttl=None,
+            ),
+        ]
+        return key
+
+    def _list_events_plan(self, thread_id: str) -> _Plan[list[dict[str, Any]]]:
+        items = yield from self._all_plan(thread_id, EVENTS)
+        return [dict(item.value) for item in items]
+
+    def record_event(self, thread_id: str, event: Mapping[str, Any]) -> str:
+        """Record a JSON-serializable event; the store adds ``seq`` and ``ts``.
+
+        Returns:
+            The event's key.
+        """
+        with self._locked(thread_id, EVENTS):
+            return self._run(self._record_event_plan(thread_id, event))
+
+    async def arecord_event(self, thread_id: str, event: Mapping[str, Any]) -> str:
+        """Async twin of :meth:`record_event`."""
+        async with self._alocked(thread_id, EVENTS):
+            return await self._arun(self._record_event_plan(thread_id, event))
+
+    def list_events(self, thread_id: str) -> list[dict[str, Any]]:
+        """The thread's events (each with ``seq`` and ``ts``), ordered by seq."""
+        return self._run(self._list_events_plan(thread_id))
+
+    async def alist_events(self, thread_id: str) -> list[dict[str, Any]]:
+        """Async twin of :meth:`list_events`."""
+        return await self._arun(self._list_events_plan(thread_id))
