@@ -1,0 +1,132 @@
+"""Shared fixtures: the store backends every store test runs on.
+
+To add a backend, add its kind to ``SYNC_BACKENDS``/``ASYNC_BACKENDS`` and a branch
+to :func:`sync_backend`/:func:`async_backend`. PostgreSQL runs when
+``AUTOCONTEXT_TEST_POSTGRES_URI`` is set and ``langgraph-checkpoint-postgres`` is
+installed; otherwise its cases are skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langgraph.store.base import BaseStore
+from langgraph.store.memory import InMemoryStore
+from langgraph.store.sqlite import AsyncSqliteStore, SqliteStore
+
+from langchain_autocontext.store import OffloadStore
+
+POSTGRES_ENV = "AUTOCONTEXT_TEST_POSTGRES_URI"
+
+# "sqlite-thread": a sync SqliteStore driven through the async API (run in a worker thread).
+SYNC_BACKENDS = ["memory", "sqlite", "postgres"]
+ASYNC_BACKENDS = ["memory", "sqlite", "sqlite-thread", "postgres"]
+
+
+def _param(kind: str, mode: str | None = None) -> Any:
+    marks = [pytest.mark.postgres] if kind == "postgres" else []
+    value = kind if mode is None else (mode, kind)
+    return pytest.param(value, marks=marks, id=kind if mode is None else f"{kind}-{mode}")
+
+
+def _postgres_uri() -> str:
+    uri = os.environ.get(POSTGRES_ENV)
+    if not uri:
+        pytest.skip(f"PostgresStore backend: set {POSTGRES_ENV} to a PostgreSQL URI to run it")
+    pytest.importorskip(
+        "langgraph.store.postgres",
+        reason="PostgresStore backend: langgraph-checkpoint-postgres is not installed",
+    )
+    return uri
+
+
+def open_sqlite(path: Path) -> SqliteStore:
+    """A set-up ``SqliteStore`` on a file (close it with ``store.conn.close()``)."""
+    conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+    store = SqliteStore(conn)
+    store.setup()
+    return store
+
+
+@contextmanager
+def sync_backend(kind: str, path: Path) -> Iterator[BaseStore]:
+    """A fresh sync backend of ``kind`` (SQLite on the file ``path``)."""
+    if kind == "memory":
+        yield InMemoryStore()
+    elif kind in ("sqlite", "sqlite-thread"):
+        store = open_sqlite(path)
+        try:
+            yield store
+        finally:
+            store.conn.close()
+    elif kind == "postgres":
+        uri = _postgres_uri()
+        from langgraph.store.postgres import PostgresStore
+
+        with PostgresStore.from_conn_string(uri) as pg:
+            pg.setup()
+            yield pg
+    else:
+        raise ValueError(f"unknown backend kind {kind!r}")
+
+
+@asynccontextmanager
+async def async_backend(kind: str, path: Path) -> AsyncIterator[BaseStore]:
+    """A fresh backend of ``kind`` for async use (SQLite on the file ``path``)."""
+    if kind == "sqlite":
+        async with AsyncSqliteStore.from_conn_string(str(path)) as store:
+            await store.setup()
+            yield store
+    elif kind == "postgres":
+        uri = _postgres_uri()
+        from langgraph.store.postgres import AsyncPostgresStore
+
+        async with AsyncPostgresStore.from_conn_string(uri) as pg:
+            await pg.setup()
+            yield pg
+    else:
+        with sync_backend(kind, path) as store:
+            yield store
+
+
+def unique_prefix() -> str:
+    """A namespace prefix of its own, so tests sharing a database never collide."""
+    return f"ac{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture(params=[_param(k) for k in SYNC_BACKENDS])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BaseStore]:
+    """Each sync backend in turn."""
+    with sync_backend(request.param, tmp_path / "store.db") as store:
+        yield store
+
+
+@pytest.fixture(params=[_param(k) for k in ASYNC_BACKENDS])
+async def abackend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[BaseStore]:
+    """Each backend for async use in turn."""
+    async with async_backend(request.param, tmp_path / "store.db") as store:
+        yield store
+
+
+@pytest.fixture(
+    params=[_param(k, "sync") for k in SYNC_BACKENDS] + [_param(k, "async") for k in ASYNC_BACKENDS]
+)
+async def any_store(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[tuple[OffloadStore, bool]]:
+    """``(OffloadStore, is_async)`` for every backend, driven sync and async."""
+    mode, kind = request.param
+    path = tmp_path / "store.db"
+    if mode == "sync":
+        with sync_backend(kind, path) as store:
+            yield OffloadStore(store, prefix=unique_prefix()), False
+    else:
+        async with async_backend(kind, path) as store:
+            yield OffloadStore(store, prefix=unique_prefix()), True

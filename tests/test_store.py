@@ -1,0 +1,812 @@
+"""Conformance suite of `OffloadStore` over every backend, sync and async.
+
+Most tests take ``api`` (see :class:`StoreAPI`): the same test body runs on each
+backend of ``tests/conftest.py`` through the sync helpers and through their async
+twins, so "the twins behave identically" is checked by every test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import sqlite3
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+import pytest
+from conftest import open_sqlite, unique_prefix
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from langchain_core.embeddings.fake import DeterministicFakeEmbedding
+from langchain_core.messages import (
+    AIMessage,
+    AIMessageChunk,
+    BaseMessage,
+    ChatMessage,
+    FunctionMessage,
+    HumanMessage,
+    RemoveMessage,
+    SystemMessage,
+    ToolMessage,
+)
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.config import get_config, get_store
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.runtime import Runtime
+from langgraph.store.base import BaseStore
+from langgraph.store.memory import InMemoryStore
+from langgraph.store.sqlite import AsyncSqliteStore, SqliteStore
+
+from langchain_autocontext.errors import AutoContextError, OffloadNotFoundError
+from langchain_autocontext.messages import dump_message
+from langchain_autocontext.store import (
+    HistoryEntry,
+    OffloadRecord,
+    OffloadStore,
+    decode_thread_id,
+    encode_thread_id,
+)
+
+
+# --- the harness -------------------------------------------------------------------------
+class StoreAPI:
+    """Calls the sync helpers or their ``a``-twins, behind one awaitable interface."""
+
+    def __init__(self, store: OffloadStore, is_async: bool) -> None:
+        self.store = store
+        self.is_async = is_async
+
+    async def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        if self.is_async:
+            return await getattr(self.store, f"a{name}")(*args, **kwargs)
+        return getattr(self.store, name)(*args, **kwargs)
+
+    async def append_history(self, thread_id: str, messages: Sequence[BaseMessage]) -> list[str]:
+        return await self._call("append_history", thread_id, messages)  # type: ignore[no-any-return]
+
+    async def get_history(
+        self, thread_id: str, *, start: int = 0, end: int | None = None
+    ) -> list[HistoryEntry]:
+        return await self._call("get_history", thread_id, start=start, end=end)  # type: ignore[no-any-return]
+
+    async def get_history_message(self, thread_id: str, message_id: str) -> HistoryEntry | None:
+        return await self._call("get_history_message", thread_id, message_id)  # type: ignore[no-any-return]
+
+    async def history_count(self, thread_id: str) -> int:
+        return await self._call("history_count", thread_id)  # type: ignore[no-any-return]
+
+    async def iter_history(self, thread_id: str, **kwargs: Any) -> list[HistoryEntry]:
+        if self.is_async:
+            return [e async for e in self.store.aiter_history(thread_id, **kwargs)]
+        return list(self.store.iter_history(thread_id, **kwargs))
+
+    async def offload(
+        self, thread_id: str, messages: Sequence[BaseMessage], **kwargs: Any
+    ) -> OffloadRecord:
+        return await self._call("offload", thread_id, messages, **kwargs)  # type: ignore[no-any-return]
+
+    async def reload(self, thread_id: str, offload_id: str) -> OffloadRecord:
+        return await self._call("reload", thread_id, offload_id)  # type: ignore[no-any-return]
+
+    async def list_offloads(self, thread_id: str) -> list[OffloadRecord]:
+        return await self._call("list_offloads", thread_id)  # type: ignore[no-any-return]
+
+    async def record_event(self, thread_id: str, event: dict[str, Any]) -> str:
+        return await self._call("record_event", thread_id, event)  # type: ignore[no-any-return]
+
+    async def list_events(self, thread_id: str) -> list[dict[str, Any]]:
+        return await self._call("list_events", thread_id)  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def api(any_store: tuple[OffloadStore, bool]) -> StoreAPI:
+    """Every backend, through the sync and the async helpers."""
+    return StoreAPI(*any_store)
+
+
+# --- data --------------------------------------------------------------------------------
+def every_message_type() -> list[BaseMessage]:
+    """One of each LangChain message type, with every field that must survive."""
+    return [
+        SystemMessage("You are terse.", id="sys-1"),
+        HumanMessage(
+            content=[
+                {"type": "text", "text": "What is in these images?"},
+                {
+                    "type": "image_url",
+                    "image_url": {"url": "data:image/png;base64,iVBORw0KGgo=", "detail": "low"},
+                },
+                {
+                    "type": "image",
+                    "source_type": "base64",
+                    "data": "iVBORw0KGgo=",
+                    "mime_type": "image/png",
+                },
+                {"type": "image", "url": "https://example.com/cat.png"},
+            ],
+            id="human-1",
+            name="alice",
+        ),
+        AIMessage(
+            content="Let me look.",
+            id="ai-1",
+            name="assistant-bot",
+            tool_calls=[
+                {
+                    "name": "read_file",
+                    "args": {"path": "src/a.py", "lines": [1, 20], "opts": {"raw": True}},
+                    "id": "call_1",
+                    "type": "tool_call",
+                }
+            ],
+            invalid_tool_calls=[
+                {
+                    "name": "grep",
+                    "args": '{"pattern": ',
+                    "id": "call_2",
+                    "error": "JSONDecodeError: Expecting value",
+                    "type": "invalid_tool_call",
+                }
+            ],
+            usage_metadata={
+                "input_tokens": 120,
+                "output_tokens": 30,
+                "total_tokens": 150,
+                "input_token_details": {"cache_read": 100},
+                "output_token_details": {"reasoning": 10},
+            },
+            response_metadata={"model_name": "gpt-x", "finish_reason": "tool_calls", "seed": 7},
+            additional_kwargs={"refusal": None, "custom": {"nested": [1, "two", None, True, 2.5]}},
+        ),
+        ToolMessage(
+            content="Traceback (most recent call last): FileNotFoundError",
+            tool_call_id="call_1",
+            status="error",
+            artifact={"exit_code": 1, "stderr": "boom", "paths": ["a", "b"]},
+            id="tool-1",
+            name="read_file",
+        ),
+        ToolMessage(content=[{"type": "text", "text": "ok"}], tool_call_id="call_3", id="tool-2"),
+        ChatMessage(content="This answer is too long.", role="critic", id="chat-1"),
+        FunctionMessage(content="42", name="compute", id="fn-1"),
+        AIMessageChunk(
+            content="partial",
+            id="chunk-1",
+            tool_call_chunks=[
+                {
+                    "name": "f",
+                    "args": '{"a": 1}',
+                    "id": "call_9",
+                    "index": 0,
+                    "type": "tool_call_chunk",
+                }
+            ],
+        ),
+        AIMessage(
+            content=[
+                {"type": "reasoning", "reasoning": "think"},
+                {"type": "text", "text": "answer ✓"},
+            ],
+            id="ai-2",
+        ),
+        HumanMessage('ünïcødé 𝄞 — "quotes" \\ back\nslash \x01', id="human-2"),
+    ]
+
+
+def convo(n: int, start: int = 0, tag: str = "m") -> list[BaseMessage]:
+    """``n`` alternating human/AI messages with ids ``{tag}{i}``."""
+    out: list[BaseMessage] = []
+    for i in range(start, start + n):
+        cls = HumanMessage if i % 2 == 0 else AIMessage
+        out.append(cls(f"message {i} " + "x" * (i % 50), id=f"{tag}{i}"))
+    return out
+
+
+def ids_of(entries: Sequence[HistoryEntry]) -> list[str]:
+    return [e.id for e in entries]
+
+
+# --- history: round trips ----------------------------------------------------------------
+async def test_every_message_type_round_trips_exactly(api: StoreAPI) -> None:
+    messages = every_message_type()
+    assert await api.append_history("t", messages) == [m.id for m in messages]
+    entries = await api.get_history("t")
+    assert [e.seq for e in entries] == list(range(len(messages)))
+    for original, entry in zip(messages, entries, strict=True):
+        assert type(entry.message) is type(original)
+        assert entry.message == original
+        assert dump_message(entry.message) == dump_message(original)
+        assert entry.id == original.id
+        single = await api.get_history_message("t", original.id or "")
+        assert single == entry
+
+
+async def test_stored_values_are_plain_json_with_search_text(api: StoreAPI) -> None:
+    await api.append_history("t", every_message_type())
+    ns = api.store.namespace("t", "history")
+    item = await api.store.aget(ns, "ai-1") if api.is_async else api.store.get(ns, "ai-1")
+    assert item is not None
+    assert set(item.value) == {"seq", "message", "type", "text", "ts"}
+    assert item.value["type"] == "ai"
+    assert "Let me look." in item.value["text"]
+    assert 'read_file({"path": "src/a.py"' in item.value["text"]  # tool calls are searchable
+
+
+async def test_remove_message_is_rejected_and_nothing_written(api: StoreAPI) -> None:
+    with pytest.raises(ValueError, match="RemoveMessage"):
+        await api.append_history("t", [HumanMessage("a", id="a"), RemoveMessage(id="a")])
+    assert await api.history_count("t") == 0
+    assert await api.get_history("t") == []
+    with pytest.raises(ValueError, match="RemoveMessage"):
+        await api.offload("t", [RemoveMessage(id="a")], strategy="s", preview="", tokens=0)
+
+
+async def test_message_without_id_is_rejected(api: StoreAPI) -> None:
+    with pytest.raises(ValueError, match="no id"):
+        await api.append_history("t", [HumanMessage("a", id="a"), AIMessage("no id")])
+    assert await api.history_count("t") == 0
+    with pytest.raises(TypeError, match="BaseMessage"):
+        await api.append_history("t", ["not a message"])  # type: ignore[list-item]
+
+
+async def test_non_json_content_is_rejected_clearly(api: StoreAPI) -> None:
+    bad = ToolMessage("x", tool_call_id="c", artifact=object(), id="tool-x")
+    with pytest.raises(TypeError, match=r"'tool-x' is not JSON-serializable"):
+        await api.append_history("t", [HumanMessage("a", id="a"), bad])
+    assert await api.history_count("t") == 0
+
+
+async def test_empty_append_is_a_no_op(api: StoreAPI) -> None:
+    assert await api.append_history("t", []) == []
+    assert await api.history_count("t") == 0
+
+
+# --- history: idempotency and order ---------------------------------------------------------
+async def test_append_is_idempotent_by_id(api: StoreAPI) -> None:
+    messages = convo(5)
+    assert await api.append_history("t", messages) == [f"m{i}" for i in range(5)]
+    first = await api.get_history("t")
+    assert await api.append_history("t", messages) == []
+    assert await api.get_history("t") == first
+    assert await api.history_count("t") == 5
+
+
+async def test_edit_with_known_id_keeps_the_original(api: StoreAPI) -> None:
+    await api.append_history("t", convo(3))
+    edited = AIMessage("EDITED by update_message", id="m1")
+    assert await api.append_history("t", [edited, *convo(1, start=3)]) == ["m3"]
+    entry = await api.get_history_message("t", "m1")
+    assert entry is not None
+    assert entry.seq == 1
+    assert entry.message.content == convo(3)[1].content
+    assert ids_of(await api.get_history("t")) == ["m0", "m1", "m2", "m3"]
+
+
+async def test_repeated_id_within_one_call_first_wins(api: StoreAPI) -> None:
+    batch = [HumanMessage("first", id="x"), AIMessage("y", id="y"), HumanMessage("second", id="x")]
+    assert await api.append_history("t", batch) == ["x", "y"]
+    entries = await api.get_history("t")
+    assert [(e.seq, e.id, e.message.content) for e in entries] == [
+        (0, "x", "first"),
+        (1, "y", "y"),
+    ]
+
+
+async def test_seq_orders_history_across_appends(api: StoreAPI) -> None:
+    for n in range(6):
+        await api.append_history("t", convo(n + 1, start=n * (n + 1) // 2))
+    entries = await api.get_history("t")
+    assert [e.seq for e in entries] == list(range(21))
+    assert ids_of(entries) == [f"m{i}" for i in range(21)]
+    assert all(a.ts <= b.ts for a, b in itertools.pairwise(entries))
+    assert await api.history_count("t") == 21
+
+
+async def test_range_reads(api: StoreAPI) -> None:
+    await api.append_history("t", convo(10))
+    assert ids_of(await api.get_history("t", start=3, end=6)) == ["m3", "m4", "m5"]
+    assert ids_of(await api.get_history("t", start=8)) == ["m8", "m9"]
+    assert ids_of(await api.get_history("t", end=2)) == ["m0", "m1"]
+    assert ids_of(await api.get_history("t", start=7, end=100)) == ["m7", "m8", "m9"]
+    assert await api.get_history("t", start=5, end=5) == []
+    assert await api.get_history("t", start=6, end=2) == []
+    assert await api.get_history("t", start=50) == []
+    with pytest.raises(ValueError, match="non-negative"):
+        await api.get_history("t", start=-1)
+    everything = await api.get_history("t")
+    assert await api.iter_history("t", batch_size=3) == everything
+    assert await api.iter_history("t", batch_size=1000) == everything
+    assert await api.iter_history("t", start=4, end=9, batch_size=2) == everything[4:9]
+    with pytest.raises(ValueError, match="batch_size"):
+        await api.iter_history("t", batch_size=0)
+
+
+async def test_get_by_id(api: StoreAPI) -> None:
+    await api.append_history("t", convo(3))
+    entry = await api.get_history_message("t", "m2")
+    assert entry is not None and entry.seq == 2 and entry.message.content == "message 2 xx"
+    assert await api.get_history_message("t", "nope") is None
+    assert await api.get_history_message("other-thread", "m2") is None
+
+
+async def test_unknown_thread_is_empty(api: StoreAPI) -> None:
+    assert await api.get_history("never") == []
+    assert await api.history_count("never") == 0
+    assert await api.iter_history("never") == []
+    assert await api.list_offloads("never") == []
+    assert await api.list_events("never") == []
+
+
+async def test_ten_thousand_messages(api: StoreAPI) -> None:
+    """An agent appending 100 messages at a time; read everything back in order."""
+    total, batch = 10_000, 100
+    t0 = time.perf_counter()
+    for start in range(0, total, batch):
+        await api.append_history("long", convo(batch, start=start))
+    t_write = time.perf_counter() - t0
+    entries = await api.get_history("long")
+    t_read = time.perf_counter() - t0 - t_write
+    assert len(entries) == total
+    assert [e.seq for e in entries] == list(range(total))
+    assert ids_of(entries) == [f"m{i}" for i in range(total)]
+    assert await api.history_count("long") == total
+    streamed = await api.iter_history("long", start=9_000, batch_size=250)
+    assert ids_of(streamed) == [f"m{i}" for i in range(9_000, total)]
+    # Appending again (idempotent) still writes nothing.
+    assert await api.append_history("long", convo(batch, start=5_000)) == []
+    elapsed = time.perf_counter() - t0
+    print(f"10k history: write {t_write:.2f}s, read {t_read:.2f}s, total {elapsed:.2f}s")
+    assert elapsed < 60, "a 10k-message history should take seconds, not minutes"
+
+
+async def test_concurrent_appends_get_unique_seqs(api: StoreAPI) -> None:
+    groups = [convo(25, start=i * 25) for i in range(8)]
+    if api.is_async:
+        await asyncio.gather(*(api.store.aappend_history("t", g) for g in groups))
+    else:
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda g: api.store.append_history("t", g), groups))
+    entries = await api.get_history("t")
+    assert sorted(e.seq for e in entries) == list(range(200))
+    assert sorted(ids_of(entries)) == sorted(f"m{i}" for i in range(200))
+    for g in groups:  # each call's messages keep their relative order
+        seqs = [e.seq for e in entries if e.id in {m.id for m in g}]
+        assert seqs == sorted(seqs) and len(seqs) == 25
+
+
+async def test_lost_counter_is_recovered(api: StoreAPI) -> None:
+    """Without the meta counter (e.g. deleted), seqs continue after the largest one."""
+    await api.append_history("t", convo(37))
+    await api.record_event("t", {"kind": "a"})
+    await api.offload("t", convo(1), strategy="s", preview="p", tokens=1)
+    for kind in ("history", "events", "offload"):
+        ns = api.store.namespace("t", "meta")
+        if api.is_async:
+            await api.store.adelete(ns, kind)
+        else:
+            api.store.delete(ns, kind)
+    assert await api.history_count("t") == 37
+    assert await api.append_history("t", convo(2, start=37)) == ["m37", "m38"]
+    assert [e.seq for e in await api.get_history("t")] == list(range(39))
+    await api.record_event("t", {"kind": "b"})
+    assert [(e["kind"], e["seq"]) for e in await api.list_events("t")] == [("a", 0), ("b", 1)]
+    record = await api.offload("t", convo(1), strategy="s", preview="p", tokens=1)
+    assert record.seq == 1
+
+
+# --- offloads --------------------------------------------------------------------------------
+async def test_offload_reload_round_trip(api: StoreAPI) -> None:
+    originals = every_message_type()[2:5]
+    record = await api.offload(
+        "t",
+        originals,
+        strategy="offload_large",
+        preview="[offloaded 3 messages] Let me look…",
+        tokens=1234,
+        replacement_tokens=40,
+        extra={"reason": "large", "chars": [10, 20]},
+    )
+    assert len(record.id) == 36 and record.id.count("-") == 4  # uuid4
+    assert record.thread_id == "t" and record.seq == 0
+    assert record.messages == tuple(originals)
+    assert record.message_ids == ("ai-1", "tool-1", "tool-2")
+    again = await api.reload("t", record.id)
+    assert again == record
+    assert [dump_message(m) for m in again.messages] == [dump_message(m) for m in originals]
+    assert (again.strategy, again.preview, again.tokens, again.replacement_tokens) == (
+        "offload_large",
+        "[offloaded 3 messages] Let me look…",
+        1234,
+        40,
+    )
+    assert again.extra == {"reason": "large", "chars": [10, 20]}
+    assert await api.reload("t", f"  {record.id}\n") == record  # pasted with whitespace
+
+
+async def test_offload_ids_are_unique_and_listed_in_order(api: StoreAPI) -> None:
+    records = [
+        await api.offload("t", convo(1, start=i), strategy=f"s{i}", preview=f"p{i}", tokens=i)
+        for i in range(5)
+    ]
+    assert len({r.id for r in records}) == 5
+    listed = await api.list_offloads("t")
+    assert listed == records
+    assert [r.seq for r in listed] == list(range(5))
+
+
+async def test_reload_unknown_or_foreign_offload_raises(api: StoreAPI) -> None:
+    record = await api.offload("alice", convo(2), strategy="s", preview="p", tokens=5)
+    for thread, offload_id in [
+        ("alice", "00000000-0000-4000-8000-000000000000"),
+        ("alice", ""),
+        ("bob", record.id),  # another thread's id is not visible
+    ]:
+        with pytest.raises(OffloadNotFoundError) as info:
+            await api.reload(thread, offload_id)
+        assert isinstance(info.value, AutoContextError) and isinstance(info.value, KeyError)
+        assert info.value.offload_id == offload_id
+    assert (await api.reload("alice", record.id)).id == record.id
+
+
+async def test_offload_validates_arguments(api: StoreAPI) -> None:
+    with pytest.raises(ValueError, match="no messages"):
+        await api.offload("t", [], strategy="s", preview="p", tokens=1)
+    with pytest.raises(ValueError, match="strategy"):
+        await api.offload("t", convo(1), strategy="", preview="p", tokens=1)
+    with pytest.raises(ValueError, match="tokens"):
+        await api.offload("t", convo(1), strategy="s", preview="p", tokens=-1)
+    with pytest.raises(TypeError, match="extra"):
+        await api.offload("t", convo(1), strategy="s", preview="p", tokens=1, extra={"x": {1, 2}})
+    assert await api.list_offloads("t") == []
+
+
+# --- events ------------------------------------------------------------------------------------
+async def test_events_are_ordered_by_seq(api: StoreAPI) -> None:
+    keys = []
+    for i in range(12):
+        keys.append(
+            await api.record_event(
+                "t", {"strategy": f"s{i}", "tokens_before": 1000 - i, "info": {"n": [i]}}
+            )
+        )
+    assert len(set(keys)) == 12
+    events = await api.list_events("t")
+    assert [e["seq"] for e in events] == list(range(12))
+    assert [e["strategy"] for e in events] == [f"s{i}" for i in range(12)]
+    assert events[3]["info"] == {"n": [3]} and events[3]["tokens_before"] == 997
+    assert all(isinstance(e["ts"], float) for e in events)
+    assert await api.list_events("other") == []
+
+
+async def test_event_validation(api: StoreAPI) -> None:
+    with pytest.raises(ValueError, match="seq"):
+        await api.record_event("t", {"seq": 3})
+    with pytest.raises(TypeError, match="JSON"):
+        await api.record_event("t", {"when": object()})
+    with pytest.raises(TypeError, match="dict"):
+        await api.record_event("t", ["not", "a", "dict"])  # type: ignore[arg-type]
+    assert await api.list_events("t") == []
+
+
+# --- thread ids ----------------------------------------------------------------------------------
+async def test_thread_ids_with_dots_slashes_and_unicode(api: StoreAPI) -> None:
+    threads = ["a.b", "a%2Eb", "a/b", "a", "線程-🧵", "..", "%", "user@example.com/run.1", " "]
+    for i, thread in enumerate(threads):
+        await api.append_history(thread, convo(i + 1, tag=f"{i}-"))
+        await api.record_event(thread, {"thread": thread})
+        await api.offload(thread, convo(1), strategy="s", preview=thread, tokens=1)
+    for i, thread in enumerate(threads):
+        assert ids_of(await api.get_history(thread)) == [f"{i}-{j}" for j in range(i + 1)]
+        assert [e["thread"] for e in await api.list_events(thread)] == [thread]
+        assert [r.preview for r in await api.list_offloads(thread)] == [thread]
+    for bad in ["", None, 3]:
+        with pytest.raises(ValueError, match="thread_id"):
+            await api.append_history(bad, convo(1))  # type: ignore[arg-type]
+
+
+@given(st.text(min_size=1))
+def test_thread_id_encoding_is_reversible(thread_id: str) -> None:
+    label = encode_thread_id(thread_id)
+    assert label and "." not in label and "\x00" not in label
+    assert decode_thread_id(label) == thread_id
+
+
+# --- persistence (SQLite file) -------------------------------------------------------------------
+def test_sqlite_file_survives_reopen(tmp_path: Path) -> None:
+    path = tmp_path / "ctx.db"
+    backend = open_sqlite(path)
+    store = OffloadStore(backend)
+    store.append_history("t.1", convo(5))
+    record = store.offload("t.1", every_message_type(), strategy="s", preview="p", tokens=9)
+    store.record_event("t.1", {"n": 0})
+    backend.conn.close()
+
+    backend = open_sqlite(path)
+    store = OffloadStore(backend)
+    assert ids_of(store.get_history("t.1")) == [f"m{i}" for i in range(5)]
+    assert store.reload("t.1", record.id) == record
+    assert store.append_history("t.1", convo(3, start=3)) == ["m5"]  # m3, m4 known
+    assert [e.seq for e in store.get_history("t.1")] == list(range(6))
+    store.record_event("t.1", {"n": 1})
+    assert [(e["n"], e["seq"]) for e in store.list_events("t.1")] == [(0, 0), (1, 1)]
+    assert store.offload("t.1", convo(1), strategy="s", preview="p", tokens=1).seq == 1
+    backend.conn.close()
+
+
+async def test_async_sqlite_file_survives_reopen(tmp_path: Path) -> None:
+    path = str(tmp_path / "ctx.db")
+    async with AsyncSqliteStore.from_conn_string(path) as backend:
+        await backend.setup()
+        store = OffloadStore(backend)
+        await store.aappend_history("t", convo(4))
+        record = await store.aoffload("t", convo(2), strategy="s", preview="p", tokens=2)
+        await store.arecord_event("t", {"n": 0})
+    async with aiosqlite.connect(path, isolation_level=None) as conn:
+        backend = AsyncSqliteStore(conn)
+        await backend.setup()
+        store = OffloadStore(backend)
+        assert await store.ahistory_count("t") == 4
+        assert await store.aappend_history("t", convo(2, start=3)) == ["m4"]
+        assert [e.seq for e in await store.aget_history("t")] == list(range(5))
+        assert await store.areload("t", record.id) == record
+        await store.arecord_event("t", {"n": 1})
+        assert [e["seq"] for e in await store.alist_events("t")] == [0, 1]
+
+
+# --- the BaseStore surface ----------------------------------------------------------------------
+def test_wrap_and_constructor() -> None:
+    store = OffloadStore()
+    assert isinstance(store, BaseStore) and isinstance(store.backend, InMemoryStore)
+    assert store.prefix == "autocontext"
+    assert store.namespace("a.b", "history") == ("autocontext", "a%2Eb", "history")
+    assert OffloadStore.wrap(store) is store
+    other = OffloadStore.wrap(store, prefix="app2")
+    assert other is not store and other.backend is store.backend and other.prefix == "app2"
+    backend = InMemoryStore()
+    wrapped = OffloadStore.wrap(backend)
+    assert isinstance(wrapped, OffloadStore) and wrapped.backend is backend
+    assert isinstance(OffloadStore.wrap(None).backend, InMemoryStore)
+    for bad in ["", " ", "a.b", "a/b", "langgraph"]:
+        with pytest.raises(ValueError, match="prefix"):
+            OffloadStore(prefix=bad)
+    with pytest.raises(TypeError, match="BaseStore"):
+        OffloadStore({})  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="kind"):
+        store.namespace("t", "nope")  # type: ignore[arg-type]
+
+
+def test_prefixes_separate_apps_on_one_backend() -> None:
+    backend = InMemoryStore()
+    one, two = OffloadStore(backend, prefix="one"), OffloadStore(backend, prefix="two")
+    one.append_history("t", convo(2))
+    assert two.get_history("t") == [] and len(one.get_history("t")) == 2
+
+
+def test_generic_operations_and_config_pass_through(backend: BaseStore) -> None:
+    store = OffloadStore(backend, prefix=unique_prefix())
+    store.put(("user-data", "x"), "k", {"v": 1})
+    assert store.get(("user-data", "x"), "k").value == {"v": 1}  # type: ignore[union-attr]
+    assert backend.get(("user-data", "x"), "k").value == {"v": 1}  # type: ignore[union-attr]
+    assert [i.key for i in store.search(("user-data",))] == ["k"]
+    store.delete(("user-data", "x"), "k")
+    assert backend.get(("user-data", "x"), "k") is None
+    assert store.supports_ttl == backend.supports_ttl
+    assert store.ttl_config == backend.ttl_config
+    store.append_history("t", convo(1))
+    assert (store.prefix, "t", "history") in store.list_namespaces(prefix=(store.prefix,))
+
+
+def test_sqlite_ttl_config_passes_through(tmp_path: Path) -> None:
+    conn = sqlite3.connect(tmp_path / "ttl.db", check_same_thread=False, isolation_level=None)
+    backend = SqliteStore(conn, ttl={"default_ttl": 5, "refresh_on_read": True})
+    backend.setup()
+    store = OffloadStore(backend)
+    assert store.supports_ttl is True and store.ttl_config == {
+        "default_ttl": 5,
+        "refresh_on_read": True,
+    }
+    store.put(("user",), "k", {"v": 1})  # generic writes follow the backend's TTL config
+    store.append_history("t", convo(1))  # the helpers' items never expire
+    rows = dict(conn.execute("SELECT key, ttl_minutes FROM store").fetchall())
+    assert rows["k"] == 5 and rows["m0"] is None
+    conn.close()
+
+
+async def test_sync_sqlite_store_works_through_async_api(tmp_path: Path) -> None:
+    backend = open_sqlite(tmp_path / "s.db")
+    store = OffloadStore(backend)
+    assert await store.aappend_history("t", convo(3)) == ["m0", "m1", "m2"]
+    await store.aput(("user",), "k", {"v": 1})
+    assert (await store.aget(("user",), "k")).value == {"v": 1}  # type: ignore[union-attr]
+    assert ids_of(await store.aget_history("t")) == ["m0", "m1", "m2"]
+    assert ids_of(store.get_history("t")) == ["m0", "m1", "m2"]
+    backend.conn.close()
+
+
+def test_text_is_indexed_when_the_backend_has_a_semantic_index() -> None:
+    backend = InMemoryStore(index={"dims": 16, "embed": DeterministicFakeEmbedding(size=16)})
+    store = OffloadStore(backend)
+    store.append_history("t", [HumanMessage("the parser crashes on tabs", id="a")])
+    store.record_event("t", {"kind": "x"})
+    hits = store.search(store.namespace("t", "history"), query="parser crashes on tabs")
+    assert [h.key for h in hits] == ["a"] and hits[0].score is not None
+    # Only "text" is embedded (not the serialized message), and events are not embedded.
+    assert list(backend._vectors[store.namespace("t", "history")]["a"]) == ["text"]
+    assert not backend._vectors.get(store.namespace("t", "events"))
+
+
+async def test_sync_and_async_twins_agree() -> None:
+    stores = OffloadStore(InMemoryStore()), OffloadStore(InMemoryStore())
+    batches = [convo(3), [*convo(2, start=2), AIMessage("edit", id="m0")], convo(1, start=9)]
+    sync_new = [stores[0].append_history("t", b) for b in batches]
+    async_new = [await stores[1].aappend_history("t", b) for b in batches]
+    assert sync_new == async_new
+    views = []
+    for s, is_async in zip(stores, (False, True), strict=True):
+        api = StoreAPI(s, is_async)
+        record = await api.offload("t", convo(2), strategy="s", preview="p", tokens=3)
+        await api.record_event("t", {"a": 1})
+        views.append(
+            (
+                [(e.seq, e.id, dump_message(e.message)) for e in await api.get_history("t")],
+                await api.history_count("t"),
+                (await api.reload("t", record.id)).messages,
+                [e["a"] for e in await api.list_events("t")],
+            )
+        )
+    assert views[0] == views[1]
+
+
+# --- inside a LangGraph graph ------------------------------------------------------------------------
+def _thread_id() -> str:
+    return str(get_config()["configurable"]["thread_id"])
+
+
+def test_as_the_store_of_a_compiled_graph(backend: BaseStore) -> None:
+    offload_store = OffloadStore(backend, prefix=unique_prefix())
+    seen: list[bool] = []
+
+    def record(state: MessagesState) -> dict[str, Any]:
+        store = get_store()
+        seen.append(OffloadStore.wrap(store, prefix=offload_store.prefix) is offload_store)
+        assert isinstance(store, OffloadStore)
+        store.append_history(_thread_id(), state["messages"])
+        return {}
+
+    def answer(state: MessagesState, runtime: Runtime[None]) -> dict[str, Any]:
+        store = runtime.store
+        assert isinstance(store, OffloadStore)
+        thread = _thread_id()
+        n = store.history_count(thread)
+        rec = store.offload(thread, state["messages"][-1:], strategy="s", preview="p", tokens=1)
+        store.record_event(thread, {"history": n})
+        return {"messages": [AIMessage(f"history has {n}; offload {rec.id}")]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("record_in", record)
+    graph.add_node("answer", answer)
+    graph.add_node("record_out", record)
+    graph.add_edge(START, "record_in")
+    graph.add_edge("record_in", "answer")
+    graph.add_edge("answer", "record_out")
+    graph.add_edge("record_out", END)
+    app = graph.compile(checkpointer=InMemorySaver(), store=offload_store)
+
+    config: RunnableConfig = {"configurable": {"thread_id": "session.42"}}
+    app.invoke({"messages": [HumanMessage("hi")]}, config)
+    state = app.invoke({"messages": [HumanMessage("again")]}, config)
+
+    assert all(seen) and len(seen) == 4
+    messages = state["messages"]
+    assert [m.content.split(";")[0] for m in messages if isinstance(m, AIMessage)] == [
+        "history has 1",
+        "history has 3",
+    ]
+    history = offload_store.get_history("session.42")
+    assert [e.id for e in history] == [m.id for m in messages]
+    assert [e.message for e in history] == messages
+    offload_id = messages[-1].content.rsplit("offload ", 1)[1]
+    assert offload_store.reload("session.42", offload_id).messages == (messages[2],)
+    assert [e["history"] for e in offload_store.list_events("session.42")] == [1, 3]
+
+
+async def test_as_the_store_of_an_async_graph(abackend: BaseStore) -> None:
+    offload_store = OffloadStore(abackend, prefix=unique_prefix())
+
+    async def record(state: MessagesState) -> dict[str, Any]:
+        store = OffloadStore.wrap(get_store(), prefix=offload_store.prefix)
+        assert store is offload_store
+        await store.aappend_history(_thread_id(), state["messages"])
+        return {}
+
+    async def answer(state: MessagesState, runtime: Runtime[None]) -> dict[str, Any]:
+        store = runtime.store
+        assert isinstance(store, OffloadStore)
+        n = await store.ahistory_count(_thread_id())
+        await store.arecord_event(_thread_id(), {"history": n})
+        return {"messages": [AIMessage(f"history has {n}")]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("record_in", record)
+    graph.add_node("answer", answer)
+    graph.add_node("record_out", record)
+    graph.add_edge(START, "record_in")
+    graph.add_edge("record_in", "answer")
+    graph.add_edge("answer", "record_out")
+    graph.add_edge("record_out", END)
+    app = graph.compile(checkpointer=InMemorySaver(), store=offload_store)
+    config: RunnableConfig = {"configurable": {"thread_id": "a/b"}}
+    await app.ainvoke({"messages": [HumanMessage("hi")]}, config)
+    state = await app.ainvoke({"messages": [HumanMessage("again")]}, config)
+    history = await offload_store.aget_history("a/b")
+    assert [e.message for e in history] == state["messages"]
+    assert [e["history"] for e in await offload_store.alist_events("a/b")] == [1, 3]
+
+
+# --- property: history == first occurrences, in order ---------------------------------------------
+_batches = st.lists(
+    st.lists(st.tuples(st.integers(0, 15), st.text(max_size=8)), max_size=8), max_size=10
+)
+
+
+def _msgs(batch: list[tuple[int, str]]) -> list[BaseMessage]:
+    return [(HumanMessage if i % 2 else AIMessage)(content=text, id=f"id-{i}") for i, text in batch]
+
+
+def _first_occurrences(batches: list[list[tuple[int, str]]]) -> list[tuple[str, str]]:
+    seen: dict[str, str] = {}
+    for batch in batches:
+        for i, text in batch:
+            seen.setdefault(f"id-{i}", text)
+    return list(seen.items())
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(batches=_batches)
+def test_property_history_is_first_occurrences_in_order(
+    kind: str, batches: list[list[tuple[int, str]]]
+) -> None:
+    if kind == "memory":
+        backend: BaseStore = InMemoryStore()
+        conn = None
+    else:
+        conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+        backend = SqliteStore(conn)
+        backend.setup()
+    store = OffloadStore(backend)
+    twin = OffloadStore(InMemoryStore())
+    for batch in batches:
+        new = store.append_history("t", _msgs(batch))
+        assert new == asyncio.run(twin.aappend_history("t", _msgs(batch)))
+    expected = _first_occurrences(batches)
+    for s in (store, twin):
+        entries = s.get_history("t")
+        assert [(e.id, e.message.content) for e in entries] == expected
+        assert [e.seq for e in entries] == list(range(len(expected)))
+        assert s.history_count("t") == len(expected)
+    if conn is not None:
+        conn.close()
+
+
+def test_threads_do_not_share_locks_needlessly() -> None:
+    """A slow writer of one thread does not block another thread's writer."""
+    store = OffloadStore()
+    lock = store._lock("t1", "history")
+    other = next(
+        t for t in (f"t{i}" for i in range(2, 200)) if store._lock(t, "history") is not lock
+    )
+    done = threading.Event()
+    with lock:
+        worker = threading.Thread(
+            target=lambda: (store.append_history(other, convo(1)), done.set())
+        )
+        worker.start()
+        assert done.wait(5)
+    worker.join()
