@@ -19,7 +19,9 @@ Layout (``prefix`` defaults to ``"autocontext"``; the thread id is encoded with
 Every value is plain JSON. Sequence numbers are allocated from the ``meta``
 counters, so ordering never depends on the backend's result order (SQLite and
 Postgres sort by update time); reads select ``seq`` ranges with the store's
-``$gte``/``$lt`` filters and sort.
+``$gte``/``$lt`` filters and sort. The filters run on ``seq_key``, a fixed-width
+digit string copy of ``seq``, because backends compare filter values differently
+(``PostgresStore`` compares them as text, so ``"9" >= "10"``).
 
 Concurrency: the counters are read-modify-write. Writers of one thread inside
 one process are serialized by lock striping (sync and async callers share the
@@ -79,7 +81,13 @@ _T = TypeVar("_T")
 #: is how the ``a``-prefixed twins keep identical semantics.
 _Plan = Generator[list[Op], list[Result], _T]
 
-_RESERVED_EVENT_KEYS = frozenset({"seq", "ts"})
+#: Zero-padded copy of ``seq`` used in range filters. Backends compare filter values
+#: differently (InMemoryStore as floats, SqliteStore as numbers or text, PostgresStore
+#: as *text*: ``value->>'seq' >= '10'``); fixed-width digit strings order the same way
+#: under all three.
+_SEQ_KEY = "seq_key"
+_SEQ_WIDTH = 15
+_RESERVED_EVENT_KEYS = frozenset({"seq", _SEQ_KEY, "ts"})
 _LOCK_STRIPES = 64
 
 
@@ -206,6 +214,21 @@ def _next_seq_of(meta: Result) -> int | None:
         if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
             return value
     return None
+
+
+def _seq_key(seq: int) -> str:
+    return f"{seq:0{_SEQ_WIDTH}d}"
+
+
+def _seq_fields(seq: int) -> dict[str, Any]:
+    return {"seq": seq, _SEQ_KEY: _seq_key(seq)}
+
+
+def _seq_range(start: int, end: int | None = None) -> dict[str, Any]:
+    cond = {"$gte": _seq_key(start)}
+    if end is not None:
+        cond["$lt"] = _seq_key(end)
+    return {_SEQ_KEY: cond}
 
 
 def _sorted_items(items: Iterable[Item]) -> list[Item]:
@@ -374,7 +397,7 @@ class OffloadStore(BaseStore):
 
     # --- plans: shared building blocks ------------------------------------------------------
     def _exists_from(self, ns: tuple[str, ...], seq: int) -> _Plan[bool]:
-        found = yield [SearchOp(ns, {"seq": {"$gte": seq}}, 1, 0, None, False)]
+        found = yield [SearchOp(ns, _seq_range(seq), 1, 0, None, False)]
         return bool(found[0])
 
     def _recover_next_seq(self, ns: tuple[str, ...]) -> _Plan[int]:
@@ -414,9 +437,7 @@ class OffloadStore(BaseStore):
         # duplicated seqs (concurrent writers): ask again for more.
         limit = end - start + 1
         while True:
-            found = yield [
-                SearchOp(ns, {"seq": {"$gte": start, "$lt": end}}, limit, 0, None, False)
-            ]
+            found = yield [SearchOp(ns, _seq_range(start, end), limit, 0, None, False)]
             items = found[0]
             if len(items) < limit:
                 return _sorted_items(items)
@@ -479,7 +500,7 @@ class OffloadStore(BaseStore):
         index = self._text_index
         for i, (mid, value) in enumerate(zip(new_ids, values, strict=True)):
             writes.append(
-                PutOp(ns, mid, {"seq": seq + i, **value, "ts": now}, index=index, ttl=None)
+                PutOp(ns, mid, {**_seq_fields(seq + i), **value, "ts": now}, index=index, ttl=None)
             )
         yield from self._write_plan(writes)
         return new_ids
@@ -625,7 +646,7 @@ class OffloadStore(BaseStore):
         seq = yield from self._next_seq_plan(thread_id, OFFLOAD, meta[0])
         offload_id = str(uuid.uuid4())
         value = {
-            "seq": seq,
+            **_seq_fields(seq),
             "strategy": strategy,
             "preview": preview,
             "tokens": tokens,
@@ -743,7 +764,7 @@ class OffloadStore(BaseStore):
         clash = _RESERVED_EVENT_KEYS.intersection(event)
         if clash:
             raise ValueError(
-                f"record_event: keys {sorted(clash)} are set by the store (seq, ts); rename them"
+                f"record_event: keys {sorted(clash)} are set by the store; rename them"
             )
         plain = _plain(dict(event), "event")
         meta_ns = self.namespace(thread_id, META)
@@ -755,7 +776,7 @@ class OffloadStore(BaseStore):
             PutOp(
                 self.namespace(thread_id, EVENTS),
                 key,
-                {**plain, "seq": seq, "ts": time.time()},
+                {**plain, **_seq_fields(seq), "ts": time.time()},
                 index=False,
                 ttl=None,
             ),
@@ -764,7 +785,7 @@ class OffloadStore(BaseStore):
 
     def _list_events_plan(self, thread_id: str) -> _Plan[list[dict[str, Any]]]:
         items = yield from self._all_plan(thread_id, EVENTS)
-        return [dict(item.value) for item in items]
+        return [{k: v for k, v in item.value.items() if k != _SEQ_KEY} for item in items]
 
     def record_event(self, thread_id: str, event: Mapping[str, Any]) -> str:
         """Record a JSON-serializable event; the store adds ``seq`` and ``ts``.

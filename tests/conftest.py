@@ -8,16 +8,17 @@ installed; otherwise its cases are skipped with the reason.
 
 from __future__ import annotations
 
+import operator
 import os
 import sqlite3
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
-from langgraph.store.base import BaseStore
+from langgraph.store.base import BaseStore, Op, Result, SearchOp
 from langgraph.store.memory import InMemoryStore
 from langgraph.store.sqlite import AsyncSqliteStore, SqliteStore
 
@@ -26,8 +27,54 @@ from langchain_autocontext.store import OffloadStore
 POSTGRES_ENV = "AUTOCONTEXT_TEST_POSTGRES_URI"
 
 # "sqlite-thread": a sync SqliteStore driven through the async API (run in a worker thread).
-SYNC_BACKENDS = ["memory", "sqlite", "postgres"]
-ASYNC_BACKENDS = ["memory", "sqlite", "sqlite-thread", "postgres"]
+# "textcmp": InMemoryStore comparing range filters as text, as PostgresStore does.
+SYNC_BACKENDS = ["memory", "textcmp", "sqlite", "postgres"]
+ASYNC_BACKENDS = ["memory", "textcmp", "sqlite", "sqlite-thread", "postgres"]
+
+
+class TextCompareStore(InMemoryStore):
+    """Range filters ($gt/$gte/$lt/$lte) compare ``str(value)`` like PostgresStore's
+    ``value->>'key' >= 'x'``, so ``9 >= 10`` holds; runs the suite without a server."""
+
+    _ops: ClassVar[dict[str, Callable[[str, str], bool]]] = {
+        "$gt": operator.gt,
+        "$gte": operator.ge,
+        "$lt": operator.lt,
+        "$lte": operator.le,
+    }
+
+    def _split(self, op: Op) -> tuple[Op, dict[str, dict[str, Any]]]:
+        if not isinstance(op, SearchOp) or not op.filter:
+            return op, {}
+        ranges = {
+            k: v for k, v in op.filter.items() if isinstance(v, dict) and set(v) <= set(self._ops)
+        }
+        rest = {k: v for k, v in op.filter.items() if k not in ranges} or None
+        return (op._replace(filter=rest, limit=10**9, offset=0) if ranges else op), ranges
+
+    def _finish(self, ops: list[Op], results: list[Result]) -> list[Result]:
+        for i, op in enumerate(ops):
+            _, ranges = self._split(op)
+            if ranges and isinstance(op, SearchOp):
+                hits = [
+                    item
+                    for item in results[i]  # type: ignore[union-attr]
+                    if all(
+                        k in item.value and self._ops[o](str(item.value[k]), str(v))
+                        for k, conds in ranges.items()
+                        for o, v in conds.items()
+                    )
+                ]
+                results[i] = hits[op.offset : op.offset + op.limit]
+        return results
+
+    def batch(self, ops: Iterable[Op]) -> list[Result]:
+        ops = list(ops)
+        return self._finish(ops, super().batch([self._split(op)[0] for op in ops]))
+
+    async def abatch(self, ops: Iterable[Op]) -> list[Result]:
+        ops = list(ops)
+        return self._finish(ops, await super().abatch([self._split(op)[0] for op in ops]))
 
 
 def _param(kind: str, mode: str | None = None) -> Any:
@@ -60,6 +107,8 @@ def sync_backend(kind: str, path: Path) -> Iterator[BaseStore]:
     """A fresh sync backend of ``kind`` (SQLite on the file ``path``)."""
     if kind == "memory":
         yield InMemoryStore()
+    elif kind == "textcmp":
+        yield TextCompareStore()
     elif kind in ("sqlite", "sqlite-thread"):
         store = open_sqlite(path)
         try:

@@ -232,7 +232,8 @@ async def test_stored_values_are_plain_json_with_search_text(api: StoreAPI) -> N
     ns = api.store.namespace("t", "history")
     item = await api.store.aget(ns, "ai-1") if api.is_async else api.store.get(ns, "ai-1")
     assert item is not None
-    assert set(item.value) == {"seq", "message", "type", "text", "ts"}
+    assert set(item.value) == {"seq", "seq_key", "message", "type", "text", "ts"}
+    assert item.value["seq"] == 2 and item.value["seq_key"] == "000000000000002"
     assert item.value["type"] == "ai"
     assert "Let me look." in item.value["text"]
     assert 'read_file({"path": "src/a.py"' in item.value["text"]  # tool calls are searchable
