@@ -1,0 +1,971 @@
+"""Tests of langchain_autocontext.summarizers (offline: fake chat models only)."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import re
+import threading
+import time
+from typing import Any, TypedDict
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
+from langchain_core.language_models import BaseChatModel
+from langchain_core.language_models.fake_chat_models import (
+    FakeListChatModel,
+    FakeMessagesListChatModel,
+    GenericFakeChatModel,
+)
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langgraph.graph import END, START, StateGraph
+from pydantic import Field
+
+from langchain_autocontext.summarizers import (
+    DEFAULT_PROMPTS,
+    STRATEGIES,
+    SUMMARIZER_TAGS,
+    SYSTEM_PROMPT,
+    ExtractiveSummarizer,
+    LLMSummarizer,
+    Summarizer,
+    SummaryRequest,
+    SummaryResult,
+    render_transcript,
+    resolve_summarizer,
+)
+
+
+# --- helpers ------------------------------------------------------------------------------
+class WordCounter:
+    """A simple counter: one token per whitespace-separated word (plus one per line)."""
+
+    def count_text(self, text: str) -> int:
+        return len(text.split()) + text.count("\n")
+
+
+class CharCounter:
+    """One token per character: the strictest counter."""
+
+    def count_text(self, text: str) -> int:
+        return len(text)
+
+
+def approx(text: str) -> int:
+    return (len(text) + 3) // 4
+
+
+TRACEBACK_OUTPUT = "\n".join(
+    [
+        "============================= test session starts ==============================",
+        *[f"tests/test_mod_{i}.py::test_case PASSED" for i in range(120)],
+        "Traceback (most recent call last):",
+        '  File "/repo/src/app/main.py", line 42, in handler',
+        "    return compute(value)",
+        "ValueError: invalid literal for int() with base 10: 'abc'",
+        *[f"  collecting item {i}" for i in range(120)],
+        "FAILED tests/test_main.py::test_handler - ValueError",
+        "1 failed, 120 passed in 3.21s",
+    ]
+)
+
+
+def sample_messages() -> list[BaseMessage]:
+    return [
+        HumanMessage("Fix the failing test in src/app/main.py please", id="m1"),
+        AIMessage(
+            "I'll run the test suite first.",
+            id="m2",
+            tool_calls=[
+                {"name": "bash", "args": {"cmd": "pytest -q tests/test_main.py"}, "id": "call_1"}
+            ],
+        ),
+        ToolMessage(TRACEBACK_OUTPUT, tool_call_id="call_1", id="m3"),
+        AIMessage(
+            "",
+            id="m4",
+            tool_calls=[
+                {"name": "read_file", "args": {"path": "/repo/src/app/main.py"}, "id": "call_2"},
+                {
+                    "name": "fetch",
+                    "args": {"url": "https://example.com/api/v2/items?id=778899", "retries": 3},
+                    "id": "call_3",
+                },
+            ],
+        ),
+        ToolMessage(
+            "def handler(value):\n    return compute(value)\n",
+            tool_call_id="call_2",
+            name="read_file",
+            id="m5",
+        ),
+        ToolMessage(
+            "HTTP 404: item 778899 not found (request 3f2b9c1e-8a7d-4c1b-9e2f-1a2b3c4d5e6f)",
+            tool_call_id="call_3",
+            status="error",
+            id="m6",
+        ),
+        AIMessage(
+            "Fixed the parser in /repo/src/app/parse.py (commit 9fceb02d0ae598e95dc970b74767f19372d61af8).",
+            id="m7",
+        ),
+    ]
+
+
+def request(
+    messages: list[BaseMessage] | None = None,
+    strategy: str = "tool_run",
+    max_tokens: int = 2000,
+    **kwargs: Any,
+) -> SummaryRequest:
+    return SummaryRequest(
+        messages=sample_messages() if messages is None else messages,
+        strategy=strategy,
+        max_tokens=max_tokens,
+        **kwargs,
+    )
+
+
+class RecordingChatModel(BaseChatModel):
+    """Records the prompts, call kwargs and callback tags it receives."""
+
+    reply: str = "The agent ran bash with pytest and read /repo/src/app/main.py."
+    prompts: list[list[BaseMessage]] = Field(default_factory=list)
+    kwargs_seen: list[dict[str, Any]] = Field(default_factory=list)
+    tags_seen: list[list[str]] = Field(default_factory=list)
+
+    @property
+    def _llm_type(self) -> str:
+        return "recording"
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        self.prompts.append(list(messages))
+        self.kwargs_seen.append(dict(kwargs))
+        self.tags_seen.append(list(run_manager.tags) if run_manager else [])
+        return ChatResult(generations=[ChatGeneration(message=AIMessage(self.reply))])
+
+
+class CappedRecordingChatModel(RecordingChatModel):
+    """A model with a ``max_tokens`` field, like most provider chat models."""
+
+    max_tokens: int | None = None
+
+
+class FlakyChatModel(BaseChatModel):
+    """Raises ``RuntimeError`` on its first ``failures`` calls, then answers."""
+
+    failures: int
+    calls: int = 0
+    reply: str = "The agent listed the directory."
+
+    @property
+    def _llm_type(self) -> str:
+        return "flaky"
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise RuntimeError(f"provider overloaded (call {self.calls})")
+        return ChatResult(generations=[ChatGeneration(message=AIMessage(self.reply))])
+
+
+class SlowEchoChatModel(BaseChatModel):
+    """Sleeps, records how many calls overlap, and echoes the span's ``SPAN-<k>`` tag."""
+
+    delay: float = 0.05
+    active: int = 0
+    max_active: int = 0
+    lock: Any = Field(default_factory=threading.Lock)
+
+    @property
+    def _llm_type(self) -> str:
+        return "slow-echo"
+
+    def _echo(self, messages: list[BaseMessage]) -> ChatResult:
+        tag = re.search(r"SPAN-\d+", str(messages[-1].content))
+        text = f"The agent handled {tag.group() if tag else 'nothing'}."
+        return ChatResult(generations=[ChatGeneration(message=AIMessage(text))])
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        with self.lock:
+            self.active += 1
+            self.max_active = max(self.max_active, self.active)
+        try:
+            time.sleep(self.delay)
+        finally:
+            with self.lock:
+                self.active -= 1
+        return self._echo(messages)
+
+    async def _agenerate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        self.active += 1
+        self.max_active = max(self.max_active, self.active)
+        try:
+            await asyncio.sleep(self.delay)
+        finally:
+            self.active -= 1
+        return self._echo(messages)
+
+
+# --- SummaryRequest -------------------------------------------------------------------------
+def test_request_validates_and_clamps() -> None:
+    with pytest.raises(ValueError, match="Unknown summary strategy"):
+        SummaryRequest(messages=[], strategy="nope", max_tokens=10)
+    with pytest.raises(ValueError, match="max_tokens"):
+        SummaryRequest(messages=[], strategy="round", max_tokens=0)
+    r = SummaryRequest(
+        messages=[HumanMessage("x")], strategy="round", max_tokens=50, target_tokens=80
+    )
+    assert r.target_tokens == 50
+    assert isinstance(r.messages, tuple)
+    assert r.budget == 50
+
+
+# --- ExtractiveSummarizer ------------------------------------------------------------------------
+def test_extractive_is_deterministic() -> None:
+    for strategy in STRATEGIES:
+        for budget in (60, 150, 400, 5000):
+            req = request(strategy=strategy, max_tokens=budget, previous_summary="Earlier: x.")
+            a = ExtractiveSummarizer().summarize(req)
+            b = ExtractiveSummarizer().summarize(
+                request(strategy=strategy, max_tokens=budget, previous_summary="Earlier: x.")
+            )
+            assert a == b
+            assert a.text.encode() == b.text.encode()
+
+
+def test_extractive_result_accounting() -> None:
+    result = ExtractiveSummarizer().summarize(request())
+    assert isinstance(result, SummaryResult)
+    assert (result.calls, result.input_tokens, result.output_tokens) == (0, 0, 0)
+    assert result.fallback is False and result.error is None
+    assert result.summarizer == "extractive"
+
+
+def test_extractive_keeps_tool_names_args_errors_and_references() -> None:
+    text = ExtractiveSummarizer().summarize(request(max_tokens=4000)).text
+    # tool names with their exact JSON arguments and call ids
+    assert 'call bash {"cmd": "pytest -q tests/test_main.py"} [id call_1]' in text
+    assert 'call read_file {"path": "/repo/src/app/main.py"} [id call_2]' in text
+    assert json.dumps({"url": "https://example.com/api/v2/items?id=778899", "retries": 3}) in text
+    # tool results: id, tool name (looked up from the call), status
+    assert "- tool result [call_1] bash — ok, output mentions errors" in text
+    assert "- tool result [call_3] fetch — error:" in text
+    # error lines of a long output
+    assert "Traceback (most recent call last):" in text
+    assert "ValueError: invalid literal for int() with base 10: 'abc'" in text
+    assert "FAILED tests/test_main.py::test_handler - ValueError" in text
+    # first and last lines of the long output
+    assert "test session starts" in text
+    assert "1 failed, 120 passed in 3.21s" in text
+    # identifiers, paths, ids, numbers, urls
+    assert "3f2b9c1e-8a7d-4c1b-9e2f-1a2b3c4d5e6f" in text
+    assert "/repo/src/app/parse.py" in text
+    assert "9fceb02d0ae598e95dc970b74767f19372d61af8" in text
+    assert "778899" in text
+    # the conversation
+    assert "- user: Fix the failing test in src/app/main.py please" in text
+    assert "- assistant: I'll run the test suite first." in text
+    # short outputs are kept whole, indentation included
+    assert "    | def handler(value):" in text
+    assert "    |     return compute(value)" in text
+    # what was cut, on the last line
+    last = text.splitlines()[-1]
+    assert last.startswith("[cut: ") and "characters of content not reproduced" in last
+
+
+def test_extractive_lists_references_of_long_outputs() -> None:
+    lines = [f"row {i}: nothing to see" for i in range(200)]
+    lines[100] = "uploaded to s3://bucket/key via https://cdn.example.org/a/b.tar.gz as job 4411223"
+    lines[101] = "see /var/log/app/worker.log and config/settings.yaml (ticket OPS-1234, PR #57)"
+    msg = ToolMessage("\n".join(lines), tool_call_id="c9", name="deploy")
+    text = ExtractiveSummarizer().summarize(request([msg], "large_message", 3000)).text
+    refs = next(line for line in text.splitlines() if line.strip().startswith("refs:"))
+    for ref in (
+        "https://cdn.example.org/a/b.tar.gz",
+        "4411223",
+        "/var/log/app/worker.log",
+        "config/settings.yaml",
+        "OPS-1234",
+        "#57",
+    ):
+        assert ref in refs
+    assert text.startswith("Summary of one large tool message (")
+
+
+def test_extractive_zero_failures_is_not_an_error() -> None:
+    out = "\n".join(["collected 12 items", *["ok"] * 30, "12 passed, 0 failed, no errors"])
+    msg = ToolMessage(out, tool_call_id="c1", name="pytest")
+    text = ExtractiveSummarizer().summarize(request([msg], "tool_run")).text
+    assert "pytest — ok (" in text
+    assert "    !" not in text
+
+
+def test_extractive_nonzero_returncode_is_an_error_line() -> None:
+    out = "\n".join(["building", *["step"] * 30, "process returncode=2", "done"])
+    msg = ToolMessage(out, tool_call_id="c1", name="make")
+    text = ExtractiveSummarizer().summarize(request([msg], "tool_run")).text
+    assert "    ! process returncode=2" in text
+    assert "output mentions errors" in text
+
+
+def test_extractive_says_when_nothing_was_cut() -> None:
+    msgs = [HumanMessage("hello"), AIMessage("hi there")]
+    text = ExtractiveSummarizer().summarize(request(msgs, "round")).text
+    assert text.splitlines()[-1] == "[cut: nothing; the 2 messages above are complete]"
+
+
+def test_extractive_truncates_huge_arguments_saying_so() -> None:
+    content = "x = 1\n" * 5000
+    msgs = [
+        AIMessage(
+            "",
+            tool_calls=[
+                {"name": "write_file", "args": {"path": "/a/b.py", "content": content}, "id": "w1"}
+            ],
+        ),
+        ToolMessage("written", tool_call_id="w1"),
+    ]
+    text = ExtractiveSummarizer().summarize(request(msgs, "tool_run")).text
+    call = next(line for line in text.splitlines() if "call write_file" in line)
+    assert '"path": "/a/b.py"' in call
+    assert "(arguments truncated)" in call
+    assert re.search(r"…\[\+[\d,]+ chars\]", call)
+    assert len(call) < 1000
+
+
+@pytest.mark.parametrize("budget", [40, 80, 120, 200, 300, 500, 1000])
+@pytest.mark.parametrize("counter", [None, WordCounter(), CharCounter()])
+def test_extractive_respects_max_tokens(budget: int, counter: Any) -> None:
+    summarizer = ExtractiveSummarizer(token_counter=counter)
+    count = counter.count_text if counter else approx
+    for strategy in STRATEGIES:
+        req = request(strategy=strategy, max_tokens=budget, previous_summary="Old line.\n" * 50)
+        text = summarizer.summarize(req).text
+        assert count(text) <= budget, (strategy, budget, text)
+        assert text.splitlines()[-1].startswith("[cut:")
+
+
+def test_extractive_drops_details_before_headers_and_marks_gaps() -> None:
+    msgs: list[BaseMessage] = []
+    for i in range(30):
+        msgs.append(
+            AIMessage("", tool_calls=[{"name": "grep", "args": {"q": f"k{i}"}, "id": f"g{i}"}])
+        )
+        msgs.append(ToolMessage(f"match {i}\n" * 20, tool_call_id=f"g{i}"))
+    text = ExtractiveSummarizer().summarize(request(msgs, "tool_run", 300)).text
+    assert approx(text) <= 300
+    # both ends of the run survive, the middle is replaced by a gap line
+    assert '{"q": "k0"}' in text and '{"q": "k29"}' in text
+    gap = next(line for line in text.splitlines() if "left out here" in line)
+    assert "calls: grep ×" in gap
+    assert re.search(r"\[cut: \d+ of 60 messages left out entirely", text)
+
+
+def test_extractive_target_tokens_shrinks_details() -> None:
+    full = ExtractiveSummarizer().summarize(request(max_tokens=3000)).text
+    small = ExtractiveSummarizer().summarize(request(max_tokens=3000, target_tokens=150)).text
+    assert approx(small) < approx(full)
+    # message headers may exceed the target (never max_tokens); details go first
+    assert "call bash" in small and "- tool result [call_3] fetch" in small
+    assert "    |" not in small and "    !" not in small
+    mid = ExtractiveSummarizer().summarize(request(max_tokens=3000, target_tokens=400)).text
+    assert approx(small) < approx(mid) <= 400 < approx(full)
+    assert "    ! ValueError: invalid literal" in mid  # errors before other details
+
+
+def test_extractive_handles_list_content_blocks_and_empty_messages() -> None:
+    msgs = [
+        HumanMessage(
+            content=[
+                {"type": "text", "text": "What is in /data/photo.png?"},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+            ]
+        ),
+        AIMessage(content=[]),
+        AIMessage(""),
+        AIMessage("", tool_calls=[{"name": "noop", "args": {}, "id": "n1"}]),
+        ToolMessage("", tool_call_id="n1"),
+    ]
+    text = ExtractiveSummarizer().summarize(request(msgs, "round")).text
+    assert "What is in /data/photo.png?" in text
+    assert "[image_url]" in text
+    assert "- assistant: (empty)" in text
+    assert "- assistant (tool calls only):" in text
+    assert "call noop {} [id n1]" in text
+    assert "- tool result [n1] noop — ok: (empty)" in text
+
+
+def test_extractive_empty_span() -> None:
+    text = ExtractiveSummarizer().summarize(request([], "current_round", 100)).text
+    assert text.splitlines()[-1].startswith("[cut: nothing")
+
+
+def test_extractive_huge_message_is_fast_and_bounded() -> None:
+    rows = [f"{i:07d},user_{i},/srv/data/part-{i % 97}.csv,ok" for i in range(60_000)]
+    rows[31_337] = "ERROR: checksum mismatch in /srv/data/part-42.csv at row 31337"
+    huge = "id,name,path,status\n" + "\n".join(rows) + "\nTOTAL 60000 rows"
+    msg = ToolMessage(huge, tool_call_id="q1", name="query")
+    assert len(huge) > 2_000_000
+    start = time.perf_counter()
+    text = ExtractiveSummarizer().summarize(request([msg], "large_message", 500)).text
+    assert time.perf_counter() - start < 10
+    assert approx(text) <= 500
+    assert "id,name,path,status" in text
+    assert "TOTAL 60000 rows" in text
+    assert "ERROR: checksum mismatch in /srv/data/part-42.csv at row 31337" in text
+    assert "characters of content not reproduced" in text.splitlines()[-1]
+
+
+def test_extractive_clips_a_single_huge_line() -> None:
+    msg = ToolMessage('{"data": "' + "z" * 400_000 + '"}', tool_call_id="j1", name="api")
+    text = ExtractiveSummarizer().summarize(request([msg], "large_message", 400)).text
+    assert approx(text) <= 400
+    assert "…[+" in text
+
+
+def test_recursive_folds_the_previous_summary() -> None:
+    first = ExtractiveSummarizer().summarize(
+        request([HumanMessage("Deploy build 5521 to staging"), AIMessage("Deployed.")], "recursive")
+    )
+    assert first.text.startswith("Recursive summary of 2 evicted messages")
+    second = ExtractiveSummarizer().summarize(
+        request(sample_messages(), "recursive", 4000, previous_summary=first.text)
+    )
+    text = second.text
+    assert text.startswith("Recursive summary of 9 evicted messages")
+    # the earlier content comes first, then the newly evicted messages
+    assert text.index("Deploy build 5521 to staging") < text.index("Fix the failing test")
+    assert "Evicted (2 messages):" in text and "Evicted (7 messages):" in text
+    assert text.count("Recursive summary of") == 1  # the old title is not repeated
+
+
+def test_recursive_trims_the_oldest_part_of_the_previous_summary() -> None:
+    previous = "\n".join(f"event {i:03d}: the agent did step {i}" for i in range(200))
+    msgs = [HumanMessage("Now rotate the keys"), AIMessage("Rotated keys k-17 and k-18.")]
+    text = (
+        ExtractiveSummarizer()
+        .summarize(request(msgs, "recursive", 300, previous_summary=previous))
+        .text
+    )
+    assert approx(text) <= 300
+    assert text.startswith("Recursive summary of everything evicted so far")
+    assert "Earlier summary:" in text
+    assert "event 199" in text and "event 000" not in text
+    assert "Rotated keys k-17 and k-18." in text
+    assert re.search(r"the [\d,]+ oldest lines of the earlier summary dropped", text)
+    # the kept part of the previous summary is its newest, contiguous suffix
+    kept = [int(n) for n in re.findall(r"event (\d{3})", text)]
+    assert kept == list(range(kept[0], 200))
+
+
+def test_recursive_without_previous_summary() -> None:
+    text = ExtractiveSummarizer().summarize(request(strategy="recursive")).text
+    assert text.startswith("Recursive summary of 7 evicted messages")
+    assert "Earlier summary" not in text
+
+
+def test_marked_package_messages_are_labelled() -> None:
+    summary = HumanMessage(
+        "Summary: the agent fixed the parser.",
+        additional_kwargs={"autocontext": {"kind": "summary"}},
+    )
+    text = ExtractiveSummarizer().summarize(request([summary], "recursive")).text
+    assert "- user [autocontext summary]: Summary: the agent fixed the parser." in text
+
+
+_roles = st.sampled_from(["user", "assistant", "tool_pair"])
+_texts = st.text(
+    alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=400
+) | st.lists(
+    st.sampled_from(["Error: x", "ok", "/a/b.py", "id=42", "", "  indented"]), max_size=60
+).map("\n".join)
+
+
+@st.composite
+def spans(draw: st.DrawFn) -> list[BaseMessage]:
+    out: list[BaseMessage] = []
+    for k, role in enumerate(draw(st.lists(_roles, max_size=12))):
+        text = draw(_texts)
+        if role == "user":
+            out.append(HumanMessage(text))
+        elif role == "assistant":
+            out.append(AIMessage(text))
+        else:
+            out.append(
+                AIMessage("", tool_calls=[{"name": "t", "args": {"a": text}, "id": f"c{k}"}])
+            )
+            out.append(ToolMessage(text, tool_call_id=f"c{k}"))
+    return out
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    msgs=spans(),
+    strategy=st.sampled_from(STRATEGIES),
+    budget=st.integers(min_value=1, max_value=600),
+    target=st.none() | st.integers(min_value=1, max_value=600),
+    previous=st.none() | _texts,
+)
+def test_extractive_property_bounded_and_deterministic(
+    msgs: list[BaseMessage], strategy: str, budget: int, target: int | None, previous: str | None
+) -> None:
+    req = SummaryRequest(msgs, strategy, budget, previous_summary=previous, target_tokens=target)
+    a = ExtractiveSummarizer().summarize(req).text
+    assert approx(a) <= budget
+    assert a == ExtractiveSummarizer().summarize(req).text
+    if budget >= 80:
+        assert a.splitlines()[-1].startswith("[cut:")
+
+
+def test_token_counter_must_have_count_text() -> None:
+    s = ExtractiveSummarizer()
+    with pytest.raises(TypeError, match="count_text"):
+        s.token_counter = object()  # type: ignore[assignment]
+    s.token_counter = WordCounter()
+    assert s.count("a b c") == 3
+
+
+async def test_extractive_async_and_many() -> None:
+    s = ExtractiveSummarizer()
+    reqs = [request(strategy=strategy) for strategy in STRATEGIES]
+    expected = [s.summarize(r) for r in reqs]
+    assert await s.asummarize(reqs[0]) == expected[0]
+    assert s.summarize_many(reqs) == expected
+    assert await s.asummarize_many(reqs) == expected
+
+
+# --- LLMSummarizer: prompts ------------------------------------------------------------------------
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_prompt_per_strategy_has_transcript_and_limit(strategy: str) -> None:
+    model = RecordingChatModel()
+    s = LLMSummarizer(model)
+    result = s.summarize(
+        request(
+            strategy=strategy, max_tokens=321, target_tokens=100, previous_summary="PREV-SUMMARY"
+        )
+    )
+    assert result.text == model.reply and result.summarizer == "llm:recording"
+    (prompt,) = model.prompts
+    system, task = prompt
+    assert system.content == SYSTEM_PROMPT
+    body = str(task.content)
+    assert "at most 321 tokens" in body and "aim for about 100 tokens" in body
+    # the transcript: roles, tool calls with JSON arguments, results with their call id
+    assert "[1] user:\nFix the failing test in src/app/main.py please" in body
+    assert '-> tool call bash (call id call_1): {"cmd": "pytest -q tests/test_main.py"}' in body
+    assert "[3] tool result for call call_1 (bash):" in body
+    assert "[6] tool result for call call_3 (fetch, status: error):" in body
+    assert "ValueError: invalid literal" in body
+    first_words = DEFAULT_PROMPTS[strategy].split("{")[0][:40]
+    assert body.startswith(first_words)
+    if strategy == "recursive":
+        assert "<existing_summary>\nPREV-SUMMARY\n</existing_summary>" in body
+    else:
+        assert "PREV-SUMMARY" not in body
+
+
+def test_prompts_are_distinct_and_ask_for_the_essentials() -> None:
+    assert len({DEFAULT_PROMPTS[s] for s in STRATEGIES}) == len(STRATEGIES)
+    for phrase in ("exact", "third person", "paths", "error", "left out", "plain text"):
+        assert phrase in SYSTEM_PROMPT.lower() or phrase in SYSTEM_PROMPT
+    for strategy in STRATEGIES:
+        assert "{transcript}" in DEFAULT_PROMPTS[strategy]
+        assert "{limit}" in DEFAULT_PROMPTS[strategy]
+
+
+def test_recursive_prompt_without_previous_summary() -> None:
+    model = RecordingChatModel()
+    LLMSummarizer(model).summarize(request(strategy="recursive"))
+    assert "(none: this is the first eviction)" in str(model.prompts[0][1].content)
+
+
+def test_custom_prompts() -> None:
+    model = RecordingChatModel()
+    s = LLMSummarizer(
+        model,
+        prompts={"round": "Squash this {JSON: braces stay}:\n{transcript}", "system": "Be brief."},
+    )
+    s.summarize(request(strategy="round", max_tokens=77))
+    system, task = model.prompts[0]
+    assert system.content == "Be brief."
+    assert str(task.content).startswith("Squash this {JSON: braces stay}:\n[1] user:")
+    assert "at most 77 tokens" in str(task.content)  # the limit is appended
+    with pytest.raises(ValueError, match="transcript"):
+        LLMSummarizer(model, prompts={"round": "no placeholder"})
+    with pytest.raises(ValueError, match="Unknown prompt keys"):
+        LLMSummarizer(model, prompts={"rounds": "{transcript}"})
+
+
+def test_render_transcript_cuts_the_largest_messages_to_fit() -> None:
+    msgs = [HumanMessage("short question"), ToolMessage("A" * 50_000 + "TAIL", tool_call_id="c")]
+    text = render_transcript(msgs, max_chars=5_000)
+    assert len(text) < 6_000
+    assert "short question" in text and text.rstrip().endswith("TAIL")
+    assert "characters omitted from the middle of this message" in text
+    assert "A" * 50_000 + "TAIL" in render_transcript(msgs)
+
+
+# --- LLMSummarizer: calls, usage, output cap --------------------------------------------------------
+def test_fake_list_model_reports_calls_and_input_tokens() -> None:
+    """The benchmark double: a fixed 150-word summary, counting calls and input tokens."""
+    summary = " ".join(f"word{i}" for i in range(150))
+    counter = WordCounter()
+    s = LLMSummarizer(FakeListChatModel(responses=[summary]), token_counter=counter)
+    reqs = [request(strategy=strategy, max_tokens=1000) for strategy in STRATEGIES]
+    results = [s.summarize(r) for r in reqs]
+    for req, result in zip(reqs, results, strict=True):
+        prompt = s.build_prompt(req)
+        assert result.text == summary
+        assert result.calls == 1
+        assert result.input_tokens == sum(counter.count_text(str(m.content)) for m in prompt)
+        assert result.output_tokens == 150
+        assert result.fallback is False and result.error is None
+        assert result.summarizer == "llm:fake-list-chat-model"
+    assert sum(r.calls for r in results) == len(STRATEGIES)
+
+
+def test_usage_metadata_is_preferred() -> None:
+    reply = AIMessage(
+        "The agent ran the tests.",
+        usage_metadata={"input_tokens": 1234, "output_tokens": 56, "total_tokens": 1290},
+    )
+    result = LLMSummarizer(FakeMessagesListChatModel(responses=[reply])).summarize(request())
+    assert (result.calls, result.input_tokens, result.output_tokens) == (1, 1234, 56)
+
+
+def test_reply_content_blocks_keep_text_only() -> None:
+    reply = AIMessage(
+        content=[
+            {"type": "reasoning", "reasoning": "hidden thoughts"},
+            {"type": "text", "text": "The agent fixed the bug."},
+        ]
+    )
+    result = LLMSummarizer(FakeMessagesListChatModel(responses=[reply])).summarize(request())
+    assert result.text == "The agent fixed the bug."
+
+
+def test_reply_is_truncated_to_max_tokens() -> None:
+    long = "\n".join(f"Line {i}: the agent did something notable." for i in range(200))
+    counter = WordCounter()
+    s = LLMSummarizer(FakeListChatModel(responses=[long]), token_counter=counter)
+    result = s.summarize(request(max_tokens=100))
+    assert counter.count_text(result.text) <= 100
+    assert result.text.startswith("Line 0:")
+    assert result.text.endswith("[summary truncated to 100 tokens]")
+    assert result.output_tokens == counter.count_text(long)
+
+
+def test_max_tokens_is_bound_when_the_model_supports_it() -> None:
+    capped = CappedRecordingChatModel()
+    LLMSummarizer(capped).summarize(request(max_tokens=222))
+    assert capped.kwargs_seen[0].get("max_tokens") == 222
+    plain = RecordingChatModel()
+    LLMSummarizer(plain).summarize(request(max_tokens=222))
+    assert "max_tokens" not in plain.kwargs_seen[0]
+    unbound = CappedRecordingChatModel()
+    LLMSummarizer(unbound, bind_max_tokens=False).summarize(request(max_tokens=222))
+    assert "max_tokens" not in unbound.kwargs_seen[0]
+
+
+def test_calls_carry_the_summarizer_tags() -> None:
+    model = RecordingChatModel()
+    LLMSummarizer(model).summarize(request())
+    assert set(SUMMARIZER_TAGS) <= set(model.tags_seen[0])
+    assert {"autocontext:summarizer", "langsmith:nostream"} <= set(SUMMARIZER_TAGS)
+    config = LLMSummarizer(model).call_config()
+    assert config["callbacks"] == [] and config["run_name"] == "autocontext_summarizer"
+    assert "callbacks" not in LLMSummarizer(model, hide_from_stream=False).call_config()
+
+
+def test_token_counter_reaches_the_default_fallback() -> None:
+    s = LLMSummarizer(RecordingChatModel())
+    counter = WordCounter()
+    s.token_counter = counter
+    assert s.fallback is not None and s.fallback.token_counter is counter
+    mine = ExtractiveSummarizer()
+    s2 = LLMSummarizer(RecordingChatModel(), fallback=mine)
+    s2.token_counter = counter
+    assert mine.token_counter is None  # a fallback the user passed is left alone
+
+
+# --- LLMSummarizer: retries and fallback ----------------------------------------------------------
+def test_retries_then_succeeds() -> None:
+    model = FlakyChatModel(failures=2)
+    result = LLMSummarizer(model, retries=2, backoff=0).summarize(request())
+    assert result.text == model.reply
+    assert result.calls == 3 and model.calls == 3
+    assert result.fallback is False and result.error is None
+    assert result.input_tokens > 0
+
+
+def test_retries_exhausted_falls_back_to_extractive() -> None:
+    model = FlakyChatModel(failures=10)
+    s = LLMSummarizer(model, retries=2, backoff=0)
+    result = s.summarize(request())
+    assert model.calls == 3 and result.calls == 3
+    assert result.fallback is True
+    assert result.summarizer == "extractive"
+    assert result.error is not None
+    assert "llm:flaky failed after 3 attempts" in result.error
+    assert "RuntimeError: provider overloaded (call 3)" in result.error
+    assert result.text == ExtractiveSummarizer().summarize(request()).text
+    # prompt tokens of the failed attempts are counted
+    assert result.input_tokens == 3 * sum(approx(str(m.content)) for m in s.build_prompt(request()))
+
+
+def test_no_fallback_reraises() -> None:
+    with pytest.raises(RuntimeError, match="provider overloaded"):
+        LLMSummarizer(FlakyChatModel(failures=10), retries=1, backoff=0, fallback=None).summarize(
+            request()
+        )
+
+
+def test_empty_reply_is_retried_then_falls_back() -> None:
+    model = FakeListChatModel(responses=["", "  "])
+    result = LLMSummarizer(model, retries=1, backoff=0).summarize(request())
+    assert result.fallback is True and result.calls == 2
+    assert "empty summary" in (result.error or "")
+
+
+def test_backoff_is_small_and_doubles(monkeypatch: pytest.MonkeyPatch) -> None:
+    waits: list[float] = []
+    monkeypatch.setattr(time, "sleep", waits.append)
+    LLMSummarizer(FlakyChatModel(failures=10), retries=4, backoff=0.01, max_backoff=0.03).summarize(
+        request()
+    )
+    assert waits == [0.01, 0.02, 0.03, 0.03]
+
+
+async def test_async_retries_and_fallback() -> None:
+    model = FlakyChatModel(failures=1)
+    ok = await LLMSummarizer(model, retries=1, backoff=0.001).asummarize(request())
+    assert ok.calls == 2 and ok.fallback is False and ok.text == model.reply
+    failing = FlakyChatModel(failures=10)
+    fb = await LLMSummarizer(failing, retries=1, backoff=0).asummarize(request())
+    assert fb.fallback is True and fb.calls == 2 and failing.calls == 2
+    assert fb.text == ExtractiveSummarizer().summarize(request()).text
+    with pytest.raises(RuntimeError):
+        await LLMSummarizer(FlakyChatModel(failures=10), retries=0, fallback=None).asummarize(
+            request()
+        )
+
+
+async def test_sync_async_parity() -> None:
+    summary = "The agent ran pytest, read main.py and fixed the parser."
+    for strategy in STRATEGIES:
+        req = request(strategy=strategy, max_tokens=500, previous_summary="Earlier.")
+        sync = LLMSummarizer(FakeListChatModel(responses=[summary])).summarize(req)
+        asyn = await LLMSummarizer(FakeListChatModel(responses=[summary])).asummarize(req)
+        assert sync == asyn
+
+
+# --- LLMSummarizer: concurrency -----------------------------------------------------------------
+def span(k: int) -> SummaryRequest:
+    return request([HumanMessage(f"Task SPAN-{k}"), AIMessage("done")], "round", 200)
+
+
+def test_summarize_many_runs_concurrently_in_order() -> None:
+    model = SlowEchoChatModel(delay=0.05)
+    s = LLMSummarizer(model, concurrency=4)
+    results = s.summarize_many([span(k) for k in range(8)])
+    assert [r.text for r in results] == [f"The agent handled SPAN-{k}." for k in range(8)]
+    assert 1 < model.max_active <= 4
+
+
+def test_summarize_many_respects_the_bound() -> None:
+    model = SlowEchoChatModel(delay=0.03)
+    LLMSummarizer(model, concurrency=2).summarize_many([span(k) for k in range(6)])
+    assert model.max_active == 2
+    solo = SlowEchoChatModel(delay=0.01)
+    LLMSummarizer(solo, concurrency=1).summarize_many([span(k) for k in range(3)])
+    assert solo.max_active == 1
+    assert LLMSummarizer(solo).summarize_many([]) == []
+
+
+async def test_asummarize_many_runs_concurrently_in_order() -> None:
+    model = SlowEchoChatModel(delay=0.05)
+    s = LLMSummarizer(model, concurrency=3)
+    results = await s.asummarize_many([span(k) for k in range(7)])
+    assert [r.text for r in results] == [f"The agent handled SPAN-{k}." for k in range(7)]
+    assert model.max_active == 3
+
+
+# --- model resolution -------------------------------------------------------------------------------
+@pytest.mark.skipif(
+    importlib.util.find_spec("langchain_openai") is not None, reason="langchain-openai installed"
+)
+def test_missing_provider_package_error_is_clear() -> None:
+    s = LLMSummarizer("openai:gpt-4o-mini")  # lazy: nothing is loaded yet
+    assert s.name == "llm:openai:gpt-4o-mini"
+    with pytest.raises(ImportError) as info:
+        s.summarize(request())  # a configuration error: raised, not hidden by the fallback
+    message = str(info.value)
+    assert "'openai:gpt-4o-mini'" in message
+    assert "langchain-openai" in message
+    assert "summarizer='offline'" in message
+
+
+def test_unknown_provider_error_is_clear() -> None:
+    s = LLMSummarizer("nosuchprovider:some-model")
+    with pytest.raises(ValueError, match="cannot load the model 'nosuchprovider:some-model'"):
+        s.summarize(request())
+
+
+def test_resolve_summarizer() -> None:
+    assert isinstance(resolve_summarizer(), ExtractiveSummarizer)
+    assert isinstance(resolve_summarizer(None), ExtractiveSummarizer)
+    assert isinstance(resolve_summarizer("offline"), ExtractiveSummarizer)
+    assert isinstance(resolve_summarizer(" Extractive "), ExtractiveSummarizer)
+    mine = ExtractiveSummarizer()
+    assert resolve_summarizer(mine) is mine
+    model = FakeListChatModel(responses=["x"])
+    llm = resolve_summarizer(model, retries=5, concurrency=2)
+    assert isinstance(llm, LLMSummarizer) and llm.model is model
+    assert (llm.retries, llm.concurrency) == (5, 2)
+    by_name = resolve_summarizer("anthropic:claude-sonnet-4-5")
+    assert isinstance(by_name, LLMSummarizer) and by_name.name == "llm:anthropic:claude-sonnet-4-5"
+    assert isinstance(by_name, Summarizer)
+    with pytest.raises(TypeError, match="summarizer must be None or 'offline'"):
+        resolve_summarizer(42)
+    with pytest.raises(ValueError):
+        resolve_summarizer("")
+    with pytest.raises(TypeError):
+        LLMSummarizer(object())  # type: ignore[arg-type]
+
+
+# --- hidden from the user's streams ---------------------------------------------------------------
+SECRET = "ZEBRASUMMARY"
+VISIBLE = "visible answer for the user"
+
+
+class GraphState(TypedDict):
+    messages: list[BaseMessage]
+    summary_chars: int
+
+
+def secret_summarizer(hide: bool = True) -> LLMSummarizer:
+    model = GenericFakeChatModel(messages=iter([AIMessage(f"{SECRET} alpha beta gamma")]))
+    return LLMSummarizer(model, hide_from_stream=hide, retries=0, fallback=None)
+
+
+def user_model() -> GenericFakeChatModel:
+    return GenericFakeChatModel(messages=iter([AIMessage(VISIBLE)]))
+
+
+def build_graph(summarizer: LLMSummarizer, *, use_async: bool) -> Any:
+    visible = user_model()
+
+    def node(state: GraphState) -> dict[str, Any]:
+        result = summarizer.summarize(request(strategy="round"))
+        assert SECRET in result.text
+        reply = visible.invoke([HumanMessage(f"summary of {len(result.text)} chars ready")])
+        return {"messages": [reply], "summary_chars": len(result.text)}
+
+    async def anode(state: GraphState) -> dict[str, Any]:
+        result = await summarizer.asummarize(request(strategy="round"))
+        assert SECRET in result.text
+        reply = await visible.ainvoke([HumanMessage(f"summary of {len(result.text)} chars ready")])
+        return {"messages": [reply], "summary_chars": len(result.text)}
+
+    graph = StateGraph(GraphState)
+    graph.add_node("work", anode if use_async else node)
+    graph.add_edge(START, "work")
+    graph.add_edge("work", END)
+    return graph.compile()
+
+
+def streamed_text(chunks: list[Any]) -> str:
+    return "".join(str(getattr(c, "content", c)) for c in chunks)
+
+
+def test_summarizer_hidden_from_messages_stream() -> None:
+    graph = build_graph(secret_summarizer(), use_async=False)
+    items = list(graph.stream({"messages": [HumanMessage("go")]}, stream_mode="messages"))
+    chunks = [chunk for chunk, _meta in items]
+    assert VISIBLE in streamed_text(chunks).replace("  ", " ")
+    assert len(chunks) > 1  # the user model really streamed token by token
+    assert SECRET not in repr(items) and "alpha" not in streamed_text(chunks)
+
+
+async def test_summarizer_hidden_from_async_messages_stream() -> None:
+    graph = build_graph(secret_summarizer(), use_async=True)
+    items = [
+        item
+        async for item in graph.astream({"messages": [HumanMessage("go")]}, stream_mode="messages")
+    ]
+    assert VISIBLE in streamed_text([chunk for chunk, _ in items])
+    assert SECRET not in repr(items)
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+async def test_summarizer_hidden_from_astream_events(use_async: bool) -> None:
+    graph = build_graph(secret_summarizer(), use_async=use_async)
+    events = [
+        e async for e in graph.astream_events({"messages": [HumanMessage("go")]}, version="v2")
+    ]
+    streamed = [e["data"]["chunk"] for e in events if e["event"] == "on_chat_model_stream"]
+    assert VISIBLE in streamed_text(streamed)
+    assert SECRET not in repr(events)
+    assert not any("autocontext:summarizer" in e.get("tags", []) for e in events)
+    assert not any(e.get("name") == "autocontext_summarizer" for e in events)
+
+
+async def test_visible_when_hide_from_stream_is_false() -> None:
+    """The control: the same graph shows the summarizer's run when asked to."""
+    graph = build_graph(secret_summarizer(hide=False), use_async=True)
+    events = [
+        e async for e in graph.astream_events({"messages": [HumanMessage("go")]}, version="v2")
+    ]
+    runs = [e for e in events if "autocontext:summarizer" in e.get("tags", [])]
+    assert runs and runs[0]["name"] == "autocontext_summarizer"
+    assert SECRET in repr(runs)
+    # the nostream tags still keep it out of stream_mode="messages"
+    graph = build_graph(secret_summarizer(hide=False), use_async=False)
+    items = list(graph.stream({"messages": [HumanMessage("go")]}, stream_mode="messages"))
+    assert SECRET not in repr(items)
+    assert VISIBLE in streamed_text([chunk for chunk, _ in items])
+
+
+def test_plain_invoke_would_leak_into_the_stream() -> None:
+    """Sanity check of the stream tests: an unhidden model call does show up."""
+    leaky = GenericFakeChatModel(messages=iter([AIMessage(f"{SECRET} leaked")]))
+
+    def node(state: GraphState) -> dict[str, Any]:
+        leaky.invoke([HumanMessage("summarize")])
+        return {"summary_chars": 0}
+
+    graph = StateGraph(GraphState)
+    graph.add_node("work", node)
+    graph.add_edge(START, "work")
+    graph.add_edge("work", END)
+    items = list(graph.compile().stream({"messages": []}, stream_mode="messages"))
+    assert SECRET in repr(items)
