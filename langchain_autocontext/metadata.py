@@ -1,0 +1,588 @@
+"""The "Auto" metadata tags: render them into the model's input view, strip them from output.
+
+Every non-system message the model sees starts with::
+
+    <metadata id="…" cumulative_message_token_count="…" message_token_count="…"/>
+
+followed by a newline. ``message_token_count`` is the exact token count of the
+message *as rendered* (tag included) and ``cumulative_message_token_count`` the
+running total of the whole request up to and including that message (reply
+priming, tool schemas and the system message included), so the last tag tells the
+model how full its context is. Both are exact: recounting each rendered message
+from scratch with a fresh :class:`~langchain_autocontext.tokens.TokenCounter`
+gives the numbers written in its tag.
+
+Tags live only in the input view: :func:`render_view` returns copies and never
+mutates its input; :func:`strip_tags` / :func:`strip_message_tags` remove tags a
+model copied into its own output before that output is stored.
+
+How counting stays fast: a tag's digits change its own length, so each count is a
+fixed point, solved by iteration. For tiktoken encodings whose pre-tokenizer keeps
+digit runs apart (``cl100k_base``, ``o200k_base``, ``p50k_base``, ``r50k_base``,
+``gpt2``; checked once per encoding by a self-test against real encodes), the
+tokens of a rendered message are computed from cached parts: the message's cached
+count, a per-id tag skeleton, the tokens of the two digit strings, and a per-message
+join term (the tag's last pre-token ``"/>`` absorbs the newline and any leading
+newlines of the content; computed exactly with the encoding's own pre-tokenizer
+pattern). :func:`render_view` then verifies every new tag string with a real
+encode; a mismatch turns the shortcut off for that encoding (with a warning) and
+the view is recounted the slow, exact way: by counting each rendered message.
+Pluggable counters and the character estimate always take the exact slow way.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import warnings
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from langchain_core.messages import BaseMessage, SystemMessage
+
+from langchain_autocontext.tokens import _LRU, TokenCounter, resolve_counter
+
+if TYPE_CHECKING:
+    import tiktoken
+
+__all__ = [
+    "TAG_PATTERN",
+    "ViewCounts",
+    "render_tag",
+    "render_view",
+    "strip_message_tags",
+    "strip_tags",
+    "view_counts",
+]
+
+_ESCAPES = {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&apos;"}
+_ESCAPE_RE = re.compile(r"[&<>\"']")
+
+#: Attribute names a metadata tag may carry.
+_ATTRS = r"(?:id|cumulative_message_token_count|message_token_count)"
+_ATTR = _ATTRS + r"""\s*=\s*(?:"[^"]*"|'[^']*')"""
+#: A metadata tag (attributes in any order, quoted with " or ', self-closing
+#: ``<metadata …/>`` or an opening ``<metadata …>`` with an optional
+#: ``</metadata>`` right after it) plus one following newline. Only tags whose
+#: attributes are all among ``id``, ``cumulative_message_token_count`` and
+#: ``message_token_count`` match, so ordinary XML such as Maven's ``<metadata>``
+#: is left alone.
+TAG_PATTERN = re.compile(
+    rf"<metadata(?:\s+{_ATTR})+\s*(?:/>|>(?:[ \t]*</metadata>)?)(?:\r?\n)?",
+)
+
+
+def _escape(value: str) -> str:
+    return _ESCAPE_RE.sub(lambda m: _ESCAPES[m.group()], value)
+
+
+def render_tag(message_id: str, cumulative: int, count: int) -> str:
+    """The metadata tag of one message; attribute values are XML-escaped.
+
+    >>> render_tag('a"b', 120, 15)
+    '<metadata id="a&quot;b" cumulative_message_token_count="120" message_token_count="15"/>'
+    """
+    return (
+        f'<metadata id="{_escape(str(message_id))}" '
+        f'cumulative_message_token_count="{int(cumulative)}" '
+        f'message_token_count="{int(count)}"/>'
+    )
+
+
+def strip_tags(text: str) -> str:
+    """Remove metadata tags (and the newline after each) from ``text``.
+
+    Meant for what a model wrote: it may imitate the tags it sees. Text that is
+    not a metadata tag is returned unchanged, character for character.
+    """
+    if "<metadata" not in text:
+        return text
+    return TAG_PATTERN.sub("", text)
+
+
+def strip_message_tags(message: BaseMessage) -> BaseMessage:
+    """``message`` without metadata tags in its content (str or list of blocks).
+
+    Returns the same object when nothing was removed, else a copy. A text block
+    that held nothing but tags is dropped; other blocks are kept as they are.
+    """
+    content = message.content
+    if isinstance(content, str):
+        stripped = strip_tags(content)
+        if stripped == content:
+            return message
+        return message.model_copy(update={"content": stripped})
+    changed = False
+    blocks: list[Any] = []
+    for block in content:
+        if isinstance(block, str):
+            new = strip_tags(block)
+            if new != block:
+                changed = True
+                if not new:
+                    continue
+            blocks.append(new)
+        elif isinstance(block, dict) and isinstance(block.get("text"), str):
+            text = block["text"]
+            new = strip_tags(text)
+            if new != text:
+                changed = True
+                if not new:
+                    continue
+                block = {**block, "text": new}
+            blocks.append(block)
+        else:
+            blocks.append(block)
+    if not changed:
+        return message
+    return message.model_copy(update={"content": blocks})
+
+
+# --- rendering --------------------------------------------------------------------------
+def _is_tagged(message: BaseMessage) -> bool:
+    return not isinstance(message, SystemMessage)
+
+
+def _render_content(content: Any, tag: str) -> Any:
+    if isinstance(content, str):
+        return f"{tag}\n{content}" if content else tag
+    return [{"type": "text", "text": tag}, *content]
+
+
+def _render_message(message: BaseMessage, tag: str) -> BaseMessage:
+    return message.model_copy(update={"content": _render_content(message.content, tag)})
+
+
+@dataclass(frozen=True, slots=True)
+class ViewCounts:
+    """Token counts of the rendered input view.
+
+    Attributes:
+        total: tokens of the whole request as rendered (the last tag's cumulative
+            count, or the plain total when no message is tagged).
+        counts: tokens of each message as rendered (tag included when tagged).
+        cumulative: running total after each message (priming and tools included).
+        tagged: whether each message carries a tag.
+        base: the request overhead before the first message (priming + tool schemas).
+    """
+
+    total: int
+    counts: list[int]
+    cumulative: list[int]
+    tagged: list[bool]
+    base: int
+
+
+def view_counts(
+    messages: Sequence[BaseMessage],
+    counter: Any = None,
+    *,
+    tools: Sequence[Any] | None = None,
+) -> ViewCounts:
+    """Exact token counts of the tagged view of ``messages``, without building it.
+
+    ``counter`` is anything :func:`~langchain_autocontext.tokens.resolve_counter`
+    accepts. This is what ``TokenCounter.count(..., tags=True)`` returns (as
+    ``.total``); :func:`render_view` uses the same numbers.
+    """
+    tc = resolve_counter(counter)
+    base = tc.reply_priming + tc.count_tools(tools)
+    state = _state(tc)
+    if state.fast:
+        try:
+            return _fast_counts(messages, tc, state, base)
+        except _FastPathMismatchError as exc:  # pragma: no cover - self-tested arithmetic
+            _disable_fast(state, str(exc))
+    return _slow_counts(messages, tc, base)
+
+
+def render_view(
+    messages: Sequence[BaseMessage],
+    counter: Any = None,
+    *,
+    tools: Sequence[Any] | None = None,
+) -> list[BaseMessage]:
+    """The model's input view: copies of ``messages`` with metadata tags.
+
+    Every non-system message gets its tag and a newline before its content
+    (string content); a leading ``{"type": "text", "text": tag}`` block (list
+    content); or the tag alone (empty content, e.g. an AI message with only tool
+    calls). System messages are returned unchanged and untagged (the same objects;
+    nothing is ever mutated). Messages without an id are tagged with ``id=""``:
+    give messages ids (``messages.ensure_ids``) so the model can address them.
+
+    On the fast path every tag string not seen before is encoded to verify its
+    token count (see the module docstring); a mismatch switches to the exact
+    slow path.
+
+    Args:
+        messages: the working messages (never modified).
+        counter: anything :func:`~langchain_autocontext.tokens.resolve_counter`
+            accepts (default: the shared ``cl100k_base`` counter).
+        tools: the tool schemas sent with the request (counted in the cumulative
+            totals).
+    """
+    tc = resolve_counter(counter)
+    state = _state(tc)
+    fast = state.fast
+    vc = view_counts(messages, tc, tools=tools)
+    tags = _tags(messages, vc)
+    if fast and state.fast:
+        try:
+            _verify_tags(state, messages, vc, tags)
+        except _FastPathMismatchError as exc:
+            _disable_fast(state, str(exc))
+            vc = _slow_counts(messages, tc, vc.base)
+            tags = _tags(messages, vc)
+    return [
+        message if tag is None else _render_message(message, tag)
+        for message, tag in zip(messages, tags, strict=True)
+    ]
+
+
+def _tags(messages: Sequence[BaseMessage], vc: ViewCounts) -> list[str | None]:
+    return [
+        render_tag(message.id or "", cumulative, count) if tagged else None
+        for message, tagged, cumulative, count in zip(
+            messages, vc.tagged, vc.cumulative, vc.counts, strict=True
+        )
+    ]
+
+
+# --- the fixed point ---------------------------------------------------------------------
+def _solve(fn: Callable[[int], int], start: int) -> int:
+    """A fixed point ``n == fn(n)`` near ``start``.
+
+    ``fn`` is the token count of a message whose tag states ``n``; it grows with
+    the number of digits, so plain iteration from below converges in a few steps.
+    Cycles (a non-monotone tokenizer) are resolved by scanning the cycle's range.
+    """
+    n = start
+    seen: set[int] = set()
+    for _ in range(64):
+        value = fn(n)
+        if value == n:
+            return n
+        if value in seen:
+            break
+        seen.add(n)
+        n = value
+    seen.add(n)
+    low, high = min(seen), max(seen)
+    for candidate in range(max(0, low - 16), high + 17):
+        if fn(candidate) == candidate:
+            return candidate
+    warnings.warn(  # pragma: no cover - needs a tokenizer without a self-consistent count
+        "langchain-autocontext: no self-consistent metadata token count exists for a "
+        f"message (tried {low}..{high}); its tag is off by a few tokens.",
+        UserWarning,
+        stacklevel=3,
+    )
+    return n  # pragma: no cover
+
+
+def _slow_counts(messages: Sequence[BaseMessage], tc: TokenCounter, base: int) -> ViewCounts:
+    """Exact by construction: counts each rendered candidate message with ``tc``."""
+    bases = tc.message_counts(messages)
+    running = base
+    counts: list[int] = []
+    cumulative: list[int] = []
+    tagged: list[bool] = []
+    for message, plain in zip(messages, bases, strict=True):
+        if _is_tagged(message):
+            mid = message.id or ""
+            prev = running
+
+            def rendered(
+                n: int, message: BaseMessage = message, prev: int = prev, mid: str = mid
+            ) -> int:
+                tag = render_tag(mid, prev + n, n)
+                return tc.count_message(_render_message(message, tag))
+
+            count = _solve(rendered, plain)
+            tagged.append(True)
+        else:
+            count = plain
+            tagged.append(False)
+        running += count
+        counts.append(count)
+        cumulative.append(running)
+    return ViewCounts(running, counts, cumulative, tagged, base)
+
+
+# --- the fast path (tiktoken encodings that isolate digit runs) ----------------------------------
+class _FastPathMismatchError(Exception):
+    """A verified tag disagreed with the fast-path arithmetic."""
+
+
+_REF_TAG = render_tag("", 0, 0)
+_END = '"/>'
+_SELF_TEST: dict[str, tuple[bool, bool]] = {}
+_SELF_TEST_LOCK = threading.Lock()
+
+
+class _TagState:
+    """Per-counter caches of the fast path."""
+
+    __slots__ = (
+        "digits",
+        "digits_by_length",
+        "enc",
+        "extras",
+        "fast",
+        "maxsize",
+        "pattern",
+        "ref_end",
+        "skeletons",
+        "verified",
+    )
+
+    def __init__(self, enc: tiktoken.Encoding | None, maxsize: int) -> None:
+        self.enc = enc
+        self.maxsize = maxsize
+        self.pattern: Any = _pretokenizer(enc) if enc is not None else None
+        self.ref_end = len(enc.encode_ordinary(_END)) if enc is not None else 0
+        self.fast = False
+        self.digits_by_length = False
+        self.digits: dict[str, int] = {}
+        self.skeletons: dict[str, int] = {}
+        #: message cache key -> skeleton + join terms of its tagged count
+        self.extras: dict[Hashable, int] = {}
+        self.verified = _LRU(maxsize)
+
+    def digit_tokens(self, value: int) -> int:
+        text = str(value)
+        got = self.digits.get(text)
+        if got is None:
+            if len(self.digits) > 200_000:
+                self.digits.clear()
+            got = len(self.enc.encode_ordinary(text))  # type: ignore[union-attr]
+            self.digits[text] = got
+        return got
+
+    def skeleton(self, message_id: str) -> int:
+        """Tokens of the tag of ``message_id`` without its two digit strings."""
+        got = self.skeletons.get(message_id)
+        if got is None:
+            if len(self.skeletons) > 200_000:
+                self.skeletons.clear()
+            tag = render_tag(message_id, 0, 0)
+            got = len(self.enc.encode_ordinary(tag)) - 2 * self.digit_tokens(0)  # type: ignore[union-attr]
+            self.skeletons[message_id] = got
+        return got
+
+    def join(self, content: str, content_tokens: int) -> int:
+        """tokens(tag + "\\n" + content) - tokens(tag) - tokens(content), for any tag.
+
+        The tag's last pre-token starts at its closing ``"/>`` and absorbs the
+        newline and whatever leading characters of the content the pattern joins
+        to it (newlines; also ``/`` in ``o200k_base``); the rest of the content is
+        pre-tokenized exactly as on its own (the patterns have no look-behind).
+        """
+        enc = self.enc
+        assert enc is not None
+        joined = f"{_REF_TAG}\n{content}"
+        start = len(_REF_TAG) - len(_END)
+        match = self.pattern.match(joined, start)
+        if match is not None and match.end() > len(_REF_TAG):
+            end = match.end()
+            piece = joined[start:end]
+            whole = self.pattern.match(piece)
+            if whole is not None and whole.end() == len(piece):
+                absorbed = end - len(_REF_TAG) - 1
+                rest = (
+                    content_tokens
+                    if absorbed == 0
+                    else len(enc.encode_ordinary(content[absorbed:]))
+                )
+                return len(enc.encode_ordinary(piece)) - self.ref_end + rest - content_tokens
+        full = len(enc.encode_ordinary(joined))
+        return full - len(enc.encode_ordinary(_REF_TAG)) - content_tokens
+
+
+def _pretokenizer(enc: tiktoken.Encoding) -> Any:
+    """The encoding's pre-tokenizer pattern, compiled, if it has no look-behind/anchors."""
+    pat = getattr(enc, "_pat_str", None)
+    if not isinstance(pat, str):
+        return None
+    if "(?<" in pat or "\\b" in pat or "\\A" in pat or "\\G" in pat or re.search(r"(?<!\[)\^", pat):
+        return None
+    try:
+        import regex
+
+        return regex.compile(pat)
+    except Exception:
+        return None
+
+
+def _self_test(enc: tiktoken.Encoding, pattern: Any) -> tuple[bool, bool]:
+    """Check the fast-path arithmetic against real encodes, once per encoding.
+
+    Returns ``(fast path exact, digit tokens depend only on the number of digits)``.
+    """
+    with _SELF_TEST_LOCK:
+        known = _SELF_TEST.get(enc.name)
+    if known is not None:
+        return known
+    scratch = _TagState(enc, 1024)
+    encode = enc.encode_ordinary
+    ids = [
+        "",
+        "a",
+        "123",
+        "x-9",
+        "q\"<&>'",
+        "3f1c9a7e-8e0b-4c55-9d5b-0a6b2f9f7c11",
+        "ü é",
+        "run_1/2",
+    ]
+    numbers = [(0, 0), (7, 5), (99, 12), (1000, 999), (123456, 1234), (10**9 + 7, 10**6), (5, 1)]
+    contents = [
+        "hello",
+        "\n\nx",
+        "\r\nx",
+        "\n",
+        " x",
+        "  \n x",
+        "123 abc",
+        "/usr/bin",
+        "//x",
+        '"quoted"',
+        "'s",
+        "é",
+        "\t",
+        ">x",
+        "x\n",
+        "<metadata/>",
+        "\n/\n/x",
+        "!!!",
+    ]
+    ok = True
+    by_length = False
+    try:
+        ok = encode(_REF_TAG)[-scratch.ref_end :] == encode(_END)
+        for mid in ids:
+            for n1, n2 in numbers:
+                tag = render_tag(mid, n1, n2)
+                expected = (
+                    scratch.skeleton(mid) + scratch.digit_tokens(n1) + scratch.digit_tokens(n2)
+                )
+                ok = ok and len(encode(tag)) == expected
+                for text in contents if mid in {"", "a", "q\"<&>'"} else contents[:3]:
+                    ctoks = len(encode(text))
+                    joined = len(encode(f"{tag}\n{text}"))
+                    ok = ok and joined == expected + ctoks + scratch.join(text, ctoks)
+        # every 1-3 digit string (leading zeros too) is one token, and longer numbers
+        # split into runs of 3: then a number costs ceil(digits / 3) tokens
+        by_length = all(
+            len(encode(f"{i:0{width}d}")) == 1 for width in (1, 2, 3) for i in range(10**width)
+        ) and all(
+            len(encode(str(v))) == (len(str(v)) + 2) // 3
+            for v in (*range(0, 2000, 7), *(10**k + k for k in range(3, 19)), 987654321987)
+        )
+    except Exception:
+        ok = False
+    result = (ok, ok and by_length)
+    with _SELF_TEST_LOCK:
+        _SELF_TEST[enc.name] = result
+    return result
+
+
+def _state(tc: TokenCounter) -> _TagState:
+    enc = tc.encoding if tc._fn is None else None
+    state = tc._tag_state
+    if state is None or state.enc is not enc:
+        state = _TagState(enc, tc._cache.maxsize)
+        if enc is not None and state.pattern is not None:
+            state.fast, state.digits_by_length = _self_test(enc, state.pattern)
+        tc._tag_state = state
+    return state
+
+
+def _disable_fast(state: _TagState, detail: str) -> None:
+    state.fast = False
+    if state.enc is not None:
+        with _SELF_TEST_LOCK:
+            _SELF_TEST[state.enc.name] = (False, False)
+    warnings.warn(
+        "langchain-autocontext: the fast metadata-tag count disagreed with a real encode "
+        f"({detail}); counting rendered messages directly from now on (exact, slower).",
+        UserWarning,
+        stacklevel=4,
+    )
+
+
+def _fast_counts(
+    messages: Sequence[BaseMessage],
+    tc: TokenCounter,
+    state: _TagState,
+    base: int,
+) -> ViewCounts:
+    keys, entries = tc._entries(messages)
+    extras = state.extras
+    by_length = state.digits_by_length
+    digit_tokens = state.digit_tokens
+    running = base
+    counts: list[int] = []
+    cumulative: list[int] = []
+    tagged: list[bool] = []
+    for message, key, (plain, content_tokens) in zip(messages, keys, entries, strict=True):
+        if isinstance(message, SystemMessage):
+            running += plain
+            counts.append(plain)
+            cumulative.append(running)
+            tagged.append(False)
+            continue
+        extra = extras.get(key)
+        if extra is None:
+            # the key holds the message id, so the skeleton term may be cached with it
+            extra = state.skeleton(message.id or "")
+            content = message.content
+            if isinstance(content, str) and content:
+                extra += state.join(content, content_tokens)
+            if len(extras) >= state.maxsize:
+                extras.clear()
+            extras[key] = extra
+        fixed = plain + extra
+        prev = running
+        n = fixed + 2  # a lower bound: each number is at least one token
+        for _ in range(64):
+            if by_length:  # each run of up to 3 digits is one token (cl100k, o200k)
+                value = fixed + (len(str(prev + n)) + 2) // 3 + (len(str(n)) + 2) // 3
+            else:
+                value = fixed + digit_tokens(prev + n) + digit_tokens(n)
+            if value == n:
+                break
+            n = value
+        else:  # pragma: no cover - digit tokens never shrink as numbers grow here
+            raise _FastPathMismatchError("no self-consistent count")
+        running += n
+        counts.append(n)
+        cumulative.append(running)
+        tagged.append(True)
+    return ViewCounts(running, counts, cumulative, tagged, base)
+
+
+def _verify_tags(
+    state: _TagState,
+    messages: Sequence[BaseMessage],
+    vc: ViewCounts,
+    tags: Sequence[str | None],
+) -> None:
+    """Encode every tag string not verified before and compare with the arithmetic."""
+    enc = state.enc
+    assert enc is not None
+    verified = state.verified
+    seen = verified.get_many(tags)
+    for i, tag in enumerate(tags):
+        if tag is None or seen[i] is not None:
+            continue
+        n1, n2 = vc.cumulative[i], vc.counts[i]
+        expected = (
+            state.skeleton(messages[i].id or "") + state.digit_tokens(n1) + state.digit_tokens(n2)
+        )
+        actual = len(enc.encode_ordinary(tag))
+        if actual != expected:
+            raise _FastPathMismatchError(f"tag {tag!r}: {actual} tokens, expected {expected}")
+        verified.put(tag, True)

