@@ -164,6 +164,11 @@ class OffloadRecord:
     extra: dict[str, Any]
     """Caller-supplied JSON data."""
 
+    @property
+    def offload_id(self) -> str:
+        """Alias of :attr:`id` (the name the model's ``reload_offloaded`` tool uses)."""
+        return self.id
+
 
 # --- helpers --------------------------------------------------------------------------
 def _plain(value: Any, what: str) -> Any:

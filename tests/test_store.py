@@ -414,6 +414,7 @@ async def test_offload_reload_round_trip(api: StoreAPI) -> None:
         extra={"reason": "large", "chars": [10, 20]},
     )
     assert len(record.id) == 36 and record.id.count("-") == 4  # uuid4
+    assert record.offload_id == record.id
     assert record.thread_id == "t" and record.seq == 0
     assert record.messages == tuple(originals)
     assert record.message_ids == ("ai-1", "tool-1", "tool-2")
