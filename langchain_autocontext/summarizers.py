@@ -302,8 +302,9 @@ def _tool_names(messages: Sequence[BaseMessage]) -> dict[str, str]:
     for m in messages:
         if isinstance(m, AIMessage):
             for tc in m.tool_calls:
-                if tc.get("id"):
-                    names[tc["id"]] = tc.get("name", "?")
+                call_id = tc.get("id")
+                if call_id:
+                    names[call_id] = tc.get("name", "?")
     return names
 
 
@@ -400,7 +401,8 @@ def _references(text: str, limit: int, skip: str) -> list[str]:
             return
         found[ref] = pos
 
-    rest = text
+    if len(text) > 150_000:  # only the first `limit` refs are kept: scan the two ends
+        text = f"{text[:100_000]}\n{text[-50_000:]}"
     for m in _URL_RE.finditer(text):
         add(m.group(), m.start())
     rest = _URL_RE.sub(lambda m: " " * len(m.group()), text)
@@ -433,6 +435,7 @@ class _Item:
     header: bool = False
     chain: str | None = None  # items of one chain are kept as a contiguous prefix
     cost: int = 0
+    alt: _Item | None = None  # a shorter variant, tried when this one does not fit
 
 
 @dataclass
@@ -448,7 +451,10 @@ class _Plan:
     prev_label: str | None = None
 
 
-_RECURSIVE_TITLE_RE = re.compile(r"^Recursive summary of ([\d,]+) evicted messages\b")
+#: Titles of this summarizer's own recursive summaries (stripped when folding).
+_RECURSIVE_TITLE_RE = re.compile(
+    r"^Recursive summary of (?:([\d,]+) evicted messages?|everything evicted so far)\b"
+)
 
 
 class ExtractiveSummarizer(Summarizer):
@@ -516,12 +522,26 @@ class ExtractiveSummarizer(Summarizer):
         count = self.count
         for it in items:
             it.cost = sum(count(line + "\n") for line in it.lines)
+            if it.alt is not None:
+                it.alt.cost = sum(count(line + "\n") for line in it.alt.lines)
         hard = request.max_tokens
         soft = min(request.budget, hard)
         # Reserve the title, a gap line and the worst-case cut line.
         fixed = self._render(plan, [], reserve=True)
         fixed_cost = count(fixed) + 1
+        # The newest lines of a previous summary, up to half the budget, come before
+        # the new messages; its older lines after their headers (FIFO: oldest go first).
+        share = max(0, hard - fixed_cost) // 2
+        for it in items:  # previous-summary items arrive newest first
+            if it.msg == -1:
+                share -= it.cost
+                it.tier = 0 if share >= 0 else 2
         chosen = self._select(items, hard, soft, fixed_cost)
+        # The reservation above assumed the worst; top up with what really fits.
+        text = self._render(plan, chosen)
+        used = count(text)
+        if used < min(soft, hard):
+            chosen = self._select(items, hard, soft, used, chosen)
         while True:
             text = self._render(plan, chosen)
             if count(text) <= hard:
@@ -565,8 +585,8 @@ class ExtractiveSummarizer(Summarizer):
             if prev.strip():
                 prev_lines = [line.rstrip() for line in prev.split("\n") if line.strip()]
                 match = _RECURSIVE_TITLE_RE.match(prev_lines[0])
-                if match:
-                    earlier = int(match.group(1).replace(",", ""))
+                if match:  # our own: its body continues, its count adds up
+                    earlier = int(match.group(1).replace(",", "")) if match.group(1) else None
                     prev_lines = prev_lines[1:]
                 else:
                     earlier = None
@@ -591,7 +611,8 @@ class ExtractiveSummarizer(Summarizer):
         detail_budget = max(1, 12 // max(1, n))  # generous for small spans
         for i, m in enumerate(msgs):
             items.extend(self._message_items(i, m, ranks[i], names, detail_budget))
-        # Previous summary: newest lines first, kept as a contiguous suffix.
+        # Previous summary: newest lines first, kept as a contiguous suffix (the
+        # tier is set in summarize_text, once costs are known).
         for k, line in enumerate(reversed(prev_lines)):
             clipped, kept = _clip(line, self.line_chars * 2)
             items.append(
@@ -630,14 +651,10 @@ class ExtractiveSummarizer(Summarizer):
         # Header: role, status, size, and the text inline when it is one short line.
         label = f"- {role}{_kind_label(m)}"
         is_error = False
+        errors = [k for k, line in enumerate(lines) if _is_error_line(line)]
         if isinstance(m, ToolMessage):
-            error_lines = any(_is_error_line(line) for line in lines[:2000]) or any(
-                _is_error_line(line) for line in lines[-200:]
-            )
             is_error = m.status == "error"
-            status = (
-                "error" if is_error else ("ok, output mentions errors" if error_lines else "ok")
-            )
+            status = "error" if is_error else ("ok, output mentions errors" if errors else "ok")
             label = f"- tool result [{m.tool_call_id}] {_tool_name(m, names)}{_kind_label(m)} — {status}"
         inline = len(lines) == 1 and len(lines[0]) <= 200
         covered = 0
@@ -648,23 +665,12 @@ class ExtractiveSummarizer(Summarizer):
             covered = len(text.strip())
         else:
             head = f"{label} ({len(lines):,} lines, {len(text):,} chars):"
-        header_lines = [head]
-        for tc in tool_calls_of(m):
-            args, kept, truncated = _args_json(tc.get("args", {}), 200, 600)
-            note = " (arguments truncated)" if truncated else ""
-            header_lines.append(f"    call {tc.get('name', '?')} {args} [id {tc.get('id')}]{note}")
-            covered += len(tc.get("name", "")) + kept
-        items.append(
-            _Item(
-                tier=1,
-                rank=(rank,),
-                msg=i,
-                pos=-1,
-                lines=header_lines,
-                covered=covered,
-                header=True,
-            )
-        )
+        header = self._header_item(i, rank, head, covered, m, 200, 600)
+        compact = self._header_item(i, rank, head, covered, m, 48, 160)
+        if compact.lines != header.lines:
+            header.alt = compact  # used when the full arguments do not fit
+        items.append(header)
+        header_lines = header.lines
         if inline or not lines:
             return items
 
@@ -693,7 +699,6 @@ class ExtractiveSummarizer(Summarizer):
         # Long text: errors, first and last lines, references, more edge lines.
         n_lines = len(lines)
         error_cap = max(8, 4 * detail_budget)
-        errors = [k for k, line in enumerate(lines) if _is_error_line(line)]
         if len(errors) > error_cap:  # keep the first and the last ones
             errors = errors[: error_cap // 2] + errors[-(error_cap - error_cap // 2) :]
         for order, k in enumerate(errors):
@@ -720,19 +725,51 @@ class ExtractiveSummarizer(Summarizer):
         return items
 
     @staticmethod
-    def _select(items: list[_Item], hard: int, soft: int, fixed_cost: int) -> list[_Item]:
+    def _header_item(
+        i: int,
+        rank: int,
+        head: str,
+        covered: int,
+        m: BaseMessage,
+        value_chars: int,
+        total_chars: int,
+    ) -> _Item:
+        """The header of message ``i``: its first line plus one line per tool call."""
+        lines = [head]
+        for tc in tool_calls_of(m):
+            args, kept, truncated = _args_json(tc.get("args", {}), value_chars, total_chars)
+            note = " (arguments truncated)" if truncated else ""
+            lines.append(f"    call {tc.get('name', '?')} {args} [id {tc.get('id')}]{note}")
+            covered += len(tc.get("name", "")) + kept
+        return _Item(tier=1, rank=(rank,), msg=i, pos=-1, lines=lines, covered=covered, header=True)
+
+    @staticmethod
+    def _select(
+        items: list[_Item],
+        hard: int,
+        soft: int,
+        used: int,
+        chosen: list[_Item] | None = None,
+    ) -> list[_Item]:
         """Greedy by (tier, rank): headers and the previous summary against the hard cap,
-        details against the soft target. Details need their message's header."""
-        chosen: list[_Item] = []
-        used = fixed_cost
-        headers: set[int] = set()
+        details against the soft target. Details need their message's header.
+
+        With ``chosen`` (a previous pass), only items not chosen yet are considered and
+        ``used`` is the size of that pass's text."""
+        chosen = list(chosen or [])
+        taken = {id(it) for it in chosen} | {id(it.alt) for it in chosen if it.alt}
+        headers = {it.msg for it in chosen if it.header}
         broken: set[str] = set()
         for it in sorted(items, key=lambda it: (it.tier, it.rank, it.pos)):
+            if id(it) in taken or (it.alt is not None and id(it.alt) in taken):
+                continue
             if not it.header and it.msg >= 0 and it.msg not in headers:
                 continue
             if it.chain is not None and it.chain in broken:
                 continue
             limit = hard if it.tier <= 2 else soft
+            if used + it.cost > limit and it.alt is not None:
+                it = it.alt
             if used + it.cost <= limit:
                 chosen.append(it)
                 used += it.cost
@@ -752,7 +789,7 @@ class ExtractiveSummarizer(Summarizer):
         if plan.prev_lines and (prev_shown or reserve):
             if plan.prev_label:
                 out.append(plan.prev_label)
-            if prev_dropped and prev_shown:
+            if prev_dropped and (prev_shown or reserve):
                 out.append(f"[… the {prev_dropped:,} oldest lines of the earlier summary dropped]")
             out.extend(line for it in prev_shown for line in it.lines)
         if plan.section:
@@ -764,7 +801,7 @@ class ExtractiveSummarizer(Summarizer):
         covered = 0
         gap: list[int] = []
         omitted = 0
-        for i in range(n):
+        for i in range(0 if reserve else n):
             group = by_msg.get(i)
             if not group or not any(it.header for it in group):
                 gap.append(i)
@@ -1128,7 +1165,7 @@ class LLMSummarizer(Summarizer):
         return merged
 
     # -- token counter shared with the default fallback --------------------------------
-    @Summarizer.token_counter.setter  # type: ignore[attr-defined,untyped-decorator]
+    @Summarizer.token_counter.setter  # type: ignore[attr-defined]
     def token_counter(self, counter: TextTokenCounter | None) -> None:
         Summarizer.token_counter.fset(self, counter)  # type: ignore[attr-defined]
         if getattr(self, "_owns_fallback", False) and self.fallback is not None:

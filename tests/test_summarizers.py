@@ -487,6 +487,39 @@ def test_recursive_trims_the_oldest_part_of_the_previous_summary() -> None:
     assert kept == list(range(kept[0], 200))
 
 
+def test_recursive_keeps_a_share_for_the_previous_summary() -> None:
+    """Repeated folds keep old history: the newest part of the previous summary
+    survives even when the newly evicted messages alone would fill the budget."""
+    previous = "\n".join(f"event {i:03d}: the agent did step {i}" for i in range(100))
+    msgs = [HumanMessage(f"request number {i} with details") for i in range(80)]
+    text = (
+        ExtractiveSummarizer()
+        .summarize(request(msgs, "recursive", 400, previous_summary=previous))
+        .text
+    )
+    assert approx(text) <= 400
+    assert "event 099" in text
+    assert "request number 0 with details" in text and "request number 79" in text
+    folded = text
+    for _ in range(5):  # fold again and again: the budget holds, the title counts on
+        folded = (
+            ExtractiveSummarizer()
+            .summarize(request(msgs[:10], "recursive", 400, previous_summary=folded))
+            .text
+        )
+        assert approx(folded) <= 400
+    assert folded.startswith("Recursive summary of everything evicted so far")
+    assert folded.count("Recursive summary of") == 1
+    one = ExtractiveSummarizer().summarize(request([HumanMessage("a")], "recursive")).text
+    assert one.startswith("Recursive summary of 1 evicted message (")
+    two = (
+        ExtractiveSummarizer()
+        .summarize(request([HumanMessage("b")], "recursive", previous_summary=one))
+        .text
+    )
+    assert two.startswith("Recursive summary of 2 evicted messages (")
+
+
 def test_recursive_without_previous_summary() -> None:
     text = ExtractiveSummarizer().summarize(request(strategy="recursive")).text
     assert text.startswith("Recursive summary of 7 evicted messages")
@@ -504,7 +537,8 @@ def test_marked_package_messages_are_labelled() -> None:
 
 _roles = st.sampled_from(["user", "assistant", "tool_pair"])
 _texts = st.text(
-    alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=400
+    alphabet=st.characters(codec="utf-8", categories=("L", "M", "N", "P", "S", "Z", "Cc")),
+    max_size=400,
 ) | st.lists(
     st.sampled_from(["Error: x", "ok", "/a/b.py", "id=42", "", "  indented"]), max_size=60
 ).map("\n".join)
@@ -967,5 +1001,7 @@ def test_plain_invoke_would_leak_into_the_stream() -> None:
     graph.add_node("work", node)
     graph.add_edge(START, "work")
     graph.add_edge("work", END)
-    items = list(graph.compile().stream({"messages": []}, stream_mode="messages"))
+    items = list(
+        graph.compile().stream({"messages": [], "summary_chars": 0}, stream_mode="messages")
+    )
     assert SECRET in repr(items)
