@@ -43,7 +43,7 @@ from langchain_core.messages import (
 from langchain_core.runnables import Runnable, RunnableBinding, RunnableConfig
 from langchain_core.runnables.config import run_in_executor
 
-from langchain_autocontext.messages import marker, message_chars, text_of
+from langchain_autocontext.messages import is_real_user, marker, message_chars, text_of
 
 __all__ = [
     "DEFAULT_PROMPTS",
@@ -561,6 +561,8 @@ class ExtractiveSummarizer(Summarizer):
     # -- planning ---------------------------------------------------------------------
     def _plan(self, request: SummaryRequest) -> tuple[_Plan, list[_Item]]:
         msgs = request.messages
+        if request.strategy == "round" and msgs and is_real_user(msgs[0]):
+            msgs = msgs[1:]  # the caller keeps the user's request in the conversation
         n = len(msgs)
         names = _tool_names(msgs)
         total_chars = sum(message_chars(m) for m in msgs)
@@ -862,8 +864,10 @@ class ExtractiveSummarizer(Summarizer):
         if prev_dropped:
             parts.append(f"the {prev_dropped:,} oldest lines of the earlier summary dropped")
         if not parts:
-            s = "" if n == 1 else "s"
-            return f"[cut: nothing; the {n:,} message{s} above are complete]"
+            if n == 0:
+                return "[cut: nothing; there were no messages]"
+            what = "the message above is" if n == 1 else f"the {n:,} messages above are"
+            return f"[cut: nothing; {what} complete]"
         return "[cut: " + "; ".join(parts) + "]"
 
 
@@ -904,12 +908,12 @@ it ties a result to a later step. {limit}
 {transcript}
 </transcript>""",
     "round": """\
-Below is the agent's work on one earlier round of the conversation: everything after \
-the user's request, up to and including the agent's final answer ({message_count} \
-messages). The user's request is kept separately, so do not repeat it. Describe how \
-the agent handled it: tools used with their exact arguments, what they showed, \
-decisions and their reasons, errors met and how they were resolved, what changed, \
-and the substance of the final answer. {limit}
+Below is one earlier round of the conversation ({message_count} messages): the \
+agent's work on a user request, up to and including its final answer. The user's \
+request stays in the conversation, so do not repeat it even if the transcript starts \
+with it. Describe how the agent handled it: tools used with their exact arguments, \
+what they showed, decisions and their reasons, errors met and how they were resolved, \
+what changed, and the substance of the final answer. {limit}
 
 <transcript>
 {transcript}

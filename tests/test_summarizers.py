@@ -339,8 +339,16 @@ def test_extractive_nonzero_returncode_is_an_error_line() -> None:
 
 def test_extractive_says_when_nothing_was_cut() -> None:
     msgs = [HumanMessage("hello"), AIMessage("hi there")]
-    text = ExtractiveSummarizer().summarize(request(msgs, "round")).text
+    text = ExtractiveSummarizer().summarize(request(msgs, "current_round")).text
     assert text.splitlines()[-1] == "[cut: nothing; the 2 messages above are complete]"
+
+
+def test_round_leaves_out_the_user_request_the_caller_keeps() -> None:
+    msgs = [HumanMessage("Please tidy the README"), AIMessage("Tidied README.md.")]
+    text = ExtractiveSummarizer().summarize(request(msgs, "round")).text
+    assert "Please tidy the README" not in text
+    assert "(1 message;" in text and "- assistant: Tidied README.md." in text
+    assert text.splitlines()[-1] == "[cut: nothing; the message above is complete]"
 
 
 def test_extractive_truncates_huge_arguments_saying_so() -> None:
@@ -415,7 +423,7 @@ def test_extractive_handles_list_content_blocks_and_empty_messages() -> None:
         AIMessage("", tool_calls=[{"name": "noop", "args": {}, "id": "n1"}]),
         ToolMessage("", tool_call_id="n1"),
     ]
-    text = ExtractiveSummarizer().summarize(request(msgs, "round")).text
+    text = ExtractiveSummarizer().summarize(request(msgs, "current_round")).text
     assert "What is in /data/photo.png?" in text
     assert "[image_url]" in text
     assert "- assistant: (empty)" in text
