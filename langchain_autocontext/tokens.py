@@ -388,6 +388,7 @@ class TokenCounter:
             self._enc, self._enc_exact = load_encoding(encoding)
         #: private state of :mod:`langchain_autocontext.metadata` (tag caches)
         self._tag_state: Any = None
+        self._role_tokens: dict[str, int] = {}
 
     # --- construction helpers ---------------------------------------------------------
     @classmethod
@@ -463,9 +464,12 @@ class TokenCounter:
             return REPLY_PRIMING
         if self._fn_overhead is None:
             try:
-                self._fn_overhead = max(0, int(self._call_fn([])))
-            except Exception:
-                self._fn_overhead = 0
+                overhead = max(0, int(self._call_fn([])))
+            except _FallbackError:  # the model's counter failed: now counting with tiktoken
+                return self.reply_priming
+            except Exception:  # a counter that cannot count an empty list has no overhead
+                overhead = 0
+            self._fn_overhead = overhead
         return self._fn_overhead
 
     def __repr__(self) -> str:
@@ -577,7 +581,11 @@ class TokenCounter:
         else:
             content_tokens = -1
             total = self._blocks_tokens(content, has_calls)
-        total += TOKENS_PER_MESSAGE + tok(_role(message))
+        role = _role(message)
+        role_tokens = self._role_tokens.get(role)
+        if role_tokens is None:
+            role_tokens = self._role_tokens[role] = tok(role)
+        total += TOKENS_PER_MESSAGE + role_tokens
         if message.name and not isinstance(message, ToolMessage):
             total += tok(message.name) + TOKENS_PER_NAME
         if isinstance(message, AIMessage):
@@ -741,6 +749,7 @@ class TokenCounter:
             if self._enc is None:
                 self._enc, _ = load_encoding(self._requested_encoding or DEFAULT_ENCODING)
             self._enc_exact = False
+            self._role_tokens = {}
         self._cache.clear()
         self._text_cache.clear()
         self._tools_cache.clear()

