@@ -150,7 +150,7 @@ def build_history(n_messages: int, seed: int) -> list[BaseMessage]:
             )
         )
         if tool == "read_file":
-            output = _code(rng, rng.randint(60, 160))
+            output = _code(rng, rng.randint(50, 145))
         elif tool == "run_tests":
             output = _log(rng, rng.randint(20, 60))
         elif tool == "grep":

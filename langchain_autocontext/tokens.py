@@ -65,7 +65,9 @@ __all__ = [
     "TOKENS_PER_NAME",
     "TOKENS_PER_TOOL_CALL",
     "CounterLike",
+    "MessageCounterFn",
     "TokenCounter",
+    "default_counter",
     "estimate_tokens",
     "load_encoding",
     "resolve_counter",
@@ -641,7 +643,12 @@ class TokenCounter:
 
     def count_message(self, message: BaseMessage) -> int:
         """Tokens of one message (overhead, role, name, content, tool calls)."""
-        return self._entries([message])[1][0][0]
+        key = self._key(message)
+        value = self._cache.get(key)
+        if value is None:
+            value = self._measure(message)
+            self._cache.put(key, value)
+        return value[0]
 
     def message_counts(self, messages: Sequence[BaseMessage]) -> list[int]:
         """Tokens of each message, in order (cached)."""
@@ -656,16 +663,18 @@ class TokenCounter:
         """The compact JSON of a tool's OpenAI schema (``convert_to_openai_tool``)."""
         from langchain_core.utils.function_calling import convert_to_openai_tool
 
+        def compact(value: Any) -> str:
+            return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+
         if isinstance(tool, dict):
-            return json.dumps(
-                convert_to_openai_tool(tool), ensure_ascii=False, separators=(",", ":")
-            )
+            try:
+                return compact(convert_to_openai_tool(tool))
+            except Exception:  # not a schema LangChain knows: count the dict as sent
+                return compact(tool)
         cached = self._tool_schemas.get(id(tool))
         if cached is not None and cached[0] is tool:
             return cached[1]
-        schema = json.dumps(
-            convert_to_openai_tool(tool), ensure_ascii=False, separators=(",", ":"), default=str
-        )
+        schema = compact(convert_to_openai_tool(tool))
         with self._lock:
             if len(self._tool_schemas) > 4096:
                 self._tool_schemas.clear()
