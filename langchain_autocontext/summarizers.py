@@ -360,6 +360,28 @@ def _is_error_line(line: str) -> bool:
     return bool(_ERROR_RE.search(_NOT_ERROR_RE.sub(" ", line)))
 
 
+_FRAME_RE = re.compile(r'^\s*File "[^"]+", line \d+')
+
+
+def _error_indices(lines: list[str]) -> list[int]:
+    """Indices of error lines; for a Python traceback also its innermost frame
+    (the ``File "…", line N`` line and the code line under it)."""
+    errors = [k for k, line in enumerate(lines) if _is_error_line(line)]
+    extra: set[int] = set()
+    for k in errors:
+        if not lines[k].lstrip().startswith("Traceback"):
+            continue
+        frame = None
+        for j in range(k + 1, min(len(lines), k + 200)):
+            if _FRAME_RE.match(lines[j]):
+                frame = j
+            elif not lines[j].startswith((" ", "\t")):
+                break  # the exception line ends the traceback
+        if frame is not None:
+            extra.update(j for j in (frame, frame + 1) if j < len(lines))
+    return sorted(set(errors) | extra)
+
+
 _URL_RE = re.compile(r"https?://[^\s<>\"'`)\]}]+")
 _REF_RES = (
     # absolute or ./ ../ ~/ paths
@@ -653,7 +675,7 @@ class ExtractiveSummarizer(Summarizer):
         # Header: role, status, size, and the text inline when it is one short line.
         label = f"- {role}{_kind_label(m)}"
         is_error = False
-        errors = [k for k, line in enumerate(lines) if _is_error_line(line)]
+        errors = _error_indices(lines)
         if isinstance(m, ToolMessage):
             is_error = m.status == "error"
             status = "error" if is_error else ("ok, output mentions errors" if errors else "ok")

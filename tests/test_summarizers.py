@@ -282,6 +282,7 @@ def test_extractive_keeps_tool_names_args_errors_and_references() -> None:
     # error lines of a long output
     assert "Traceback (most recent call last):" in text
     assert "ValueError: invalid literal for int() with base 10: 'abc'" in text
+    assert '    !   File "/repo/src/app/main.py", line 42, in handler' in text  # innermost frame
     assert "FAILED tests/test_main.py::test_handler - ValueError" in text
     # first and last lines of the long output
     assert "test session starts" in text
