@@ -8,6 +8,7 @@ import json
 import re
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any, TypedDict
 
 import pytest
@@ -117,7 +118,7 @@ def sample_messages() -> list[BaseMessage]:
 
 
 def request(
-    messages: list[BaseMessage] | None = None,
+    messages: Sequence[BaseMessage] | None = None,
     strategy: str = "tool_run",
     max_tokens: int = 2000,
     **kwargs: Any,
