@@ -4,6 +4,7 @@ The public API lives here and nowhere else.
 """
 
 from langchain_autocontext.config import AutoContextConfig
+from langchain_autocontext.engine import AutoContext, AutoContextState, CompressionResult
 from langchain_autocontext.errors import (
     AutoContextError,
     CommandError,
@@ -14,17 +15,45 @@ from langchain_autocontext.errors import (
     ProtectedMessageError,
     UnknownMessageError,
 )
+from langchain_autocontext.metadata import render_view, strip_message_tags, strip_tags
+from langchain_autocontext.store import HistoryEntry, OffloadRecord, OffloadStore
+from langchain_autocontext.summarizers import (
+    ExtractiveSummarizer,
+    LLMSummarizer,
+    Summarizer,
+    SummaryRequest,
+    SummaryResult,
+    resolve_summarizer,
+)
+from langchain_autocontext.tokens import TokenCounter, resolve_counter
 
 __all__ = [
+    "AutoContext",
     "AutoContextConfig",
     "AutoContextError",
+    "AutoContextState",
     "CommandError",
+    "CompressionResult",
     "ContextBudgetError",
+    "ExtractiveSummarizer",
+    "HistoryEntry",
     "InvalidConfigError",
     "InvariantViolationError",
+    "LLMSummarizer",
     "OffloadNotFoundError",
+    "OffloadRecord",
+    "OffloadStore",
     "ProtectedMessageError",
+    "Summarizer",
+    "SummaryRequest",
+    "SummaryResult",
+    "TokenCounter",
     "UnknownMessageError",
+    "render_view",
+    "resolve_counter",
+    "resolve_summarizer",
+    "strip_message_tags",
+    "strip_tags",
 ]
 
 __version__ = "0.1.0"

@@ -31,6 +31,7 @@ __all__ = [
     "dump_messages",
     "ensure_ids",
     "find_violations",
+    "group_start",
     "is_real_user",
     "latest_user_index",
     "load_message",
@@ -180,6 +181,17 @@ def atomic_groups(
         groups.append((i, j))
         i = j
     return groups
+
+
+def group_start(messages: Sequence[BaseMessage], index: int) -> int:
+    """Move ``index`` back to the start of the tool-call group it falls inside.
+
+    A cut at the returned index never separates an AI message from its results.
+    """
+    i = min(index, len(messages))
+    while 0 < i < len(messages) and isinstance(messages[i], ToolMessage):
+        i -= 1
+    return i
 
 
 def pending_call_index(messages: Sequence[BaseMessage]) -> int | None:

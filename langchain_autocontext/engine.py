@@ -1,0 +1,432 @@
+"""`AutoContext`: the context manager and its LangGraph surfaces.
+
+Data flows one way: the surfaces (node, pre-model hook, middleware, tools, CLI)
+call the engine; the engine runs the strategies, which use the summarizer, the
+store and the token counter.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Annotated, Any, NotRequired
+
+from langchain_core.messages import AnyMessage, BaseMessage, RemoveMessage, SystemMessage
+from langchain_core.runnables import RunnableConfig, RunnableLambda
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
+from langgraph.store.base import BaseStore
+from langgraph.store.memory import InMemoryStore
+from typing_extensions import TypedDict
+
+from langchain_autocontext.config import AutoContextConfig
+from langchain_autocontext.messages import ensure_ids, marker
+from langchain_autocontext.store import OffloadStore
+from langchain_autocontext.strategies.base import Strategy
+from langchain_autocontext.strategies.pipeline import (
+    PipelineResult,
+    adrive,
+    drive,
+    run_pipeline,
+)
+from langchain_autocontext.summarizers import Summarizer, resolve_summarizer
+from langchain_autocontext.tokens import TokenCounter, resolve_counter
+
+__all__ = ["AutoContext", "AutoContextState", "CompressionResult"]
+
+_SYSTEM_PLACEHOLDER_ID = "autocontext-system-prompt"
+
+
+class AutoContextState(TypedDict):
+    """Graph state with the keys the package reads and writes.
+
+    Inherit from it (or add an ``autocontext: dict`` key to your own state) so the
+    working context, memory-pressure flag and counters persist in checkpoints.
+    Everything under ``autocontext`` is plain JSON.
+    """
+
+    messages: Annotated[list[AnyMessage], add_messages]
+    autocontext: NotRequired[dict[str, Any]]
+
+
+class _NodeState(TypedDict):
+    # No reducer here: the subgraph's final ``messages`` value *is* the update the
+    # parent applies with its own ``add_messages`` reducer ([] when nothing changed).
+    messages: list[AnyMessage]
+    autocontext: NotRequired[dict[str, Any]]
+    ac_work: NotRequired[dict[str, Any]]
+
+
+class _NodeIO(TypedDict):
+    messages: list[AnyMessage]
+    autocontext: NotRequired[dict[str, Any]]
+
+
+@dataclass
+class CompressionResult:
+    """What :meth:`AutoContext.compress` returns."""
+
+    messages: list[BaseMessage]
+    tokens_before: int
+    tokens_after: int
+    triggered: bool
+    events: list[dict[str, Any]] = field(default_factory=list)
+    archived: int = 0
+    ids_assigned: bool = False
+
+    @property
+    def changed(self) -> bool:
+        """True when the working messages differ from the input."""
+        return bool(self.events) or self.ids_assigned
+
+
+class AutoContext:
+    """Keeps an agent's context under budget; see the package README.
+
+    Args:
+        config: budgets and behaviour (defaults: :class:`AutoContextConfig`).
+        summarizer: ``None``/``"offline"`` for the deterministic offline summarizer,
+            any LangChain chat model, a ``"provider:model"`` string, or a
+            :class:`~langchain_autocontext.summarizers.Summarizer`.
+        store: where originals, offloads and events live. Any LangGraph
+            ``BaseStore`` (wrapped in an :class:`OffloadStore`); ``None`` uses the
+            graph's store when run inside a graph compiled with one, else an
+            in-memory store owned by this object.
+        token_counter: an encoding name, a model name, a callable, a chat model or
+            a :class:`TokenCounter` (default: tiktoken ``cl100k_base``).
+        tools: the agent's tools, so their schemas are counted in the budget.
+        system_prompt: a system prompt your agent adds *after* this package runs
+            (``create_react_agent(prompt=…)``), counted in the budget.
+        strategies: replace the default seven strategies (advanced).
+    """
+
+    def __init__(
+        self,
+        config: AutoContextConfig | None = None,
+        summarizer: Summarizer | Any = None,
+        *,
+        store: BaseStore | None = None,
+        token_counter: Any = None,
+        tools: Sequence[Any] | None = None,
+        system_prompt: str | None = None,
+        strategies: Sequence[Strategy] | None = None,
+    ) -> None:
+        self.config = config or AutoContextConfig()
+        if not isinstance(self.config, AutoContextConfig):
+            raise TypeError(
+                f"config must be an AutoContextConfig, not {type(self.config).__name__}"
+            )
+        self.counter: TokenCounter = resolve_counter(token_counter)
+        self.summarizer: Summarizer = resolve_summarizer(summarizer)
+        if getattr(self.summarizer, "token_counter", None) is None:
+            self.summarizer.token_counter = self.counter
+        self.store: OffloadStore | None = (
+            OffloadStore.wrap(store, prefix=self.config.store_prefix) if store is not None else None
+        )
+        self.agent_tools: list[Any] = list(tools or [])
+        self.system_prompt = system_prompt
+        self.strategies = list(strategies) if strategies is not None else None
+        self._lock = threading.Lock()
+        self._wrapped: dict[int, OffloadStore] = {}
+        self._own_store: OffloadStore | None = None
+        self._archived: OrderedDict[tuple[int, str], set[str]] = OrderedDict()
+
+    # --- store and thread resolution ---------------------------------------------------
+    def resolve_store(self, store: BaseStore | None = None) -> OffloadStore:
+        """The OffloadStore to use: explicit, this object's, the graph's, or our own."""
+        if store is not None:
+            return self._wrap(store)
+        if self.store is not None:
+            return self.store
+        graph_store = _graph_store()
+        if graph_store is not None:
+            return self._wrap(graph_store)
+        if self._own_store is None:
+            with self._lock:
+                if self._own_store is None:
+                    warnings.warn(
+                        "langchain-autocontext: no store given and none found on the graph; "
+                        "originals and offloads are kept in memory for this process only. "
+                        "Pass store=… to AutoContext or compile your graph with store=….",
+                        stacklevel=3,
+                    )
+                    self._own_store = OffloadStore(InMemoryStore(), prefix=self.config.store_prefix)
+        return self._own_store
+
+    def _wrap(self, store: BaseStore) -> OffloadStore:
+        if isinstance(store, OffloadStore) and store.prefix == self.config.store_prefix:
+            return store
+        key = id(store)
+        wrapped = self._wrapped.get(key)
+        if wrapped is None or wrapped.backend is not store:
+            wrapped = OffloadStore.wrap(store, prefix=self.config.store_prefix)
+            self._wrapped[key] = wrapped
+        return wrapped
+
+    @property
+    def count_tools(self) -> list[Any]:
+        """Tool schemas counted in the budget: the agent's tools plus the package's."""
+        return list(self.agent_tools)
+
+    # --- the archive: originals go to the history store before anything changes -------
+    def _unarchived(
+        self, store: OffloadStore, thread_id: str, messages: Sequence[BaseMessage]
+    ) -> list[BaseMessage]:
+        key = (id(store.backend), thread_id)
+        seen = self._archived.get(key)
+        if seen is None:
+            seen = set()
+            with self._lock:
+                self._archived[key] = seen
+                while len(self._archived) > 4096:
+                    self._archived.popitem(last=False)
+        return [m for m in messages if m.id not in seen and marker(m) is None]
+
+    def _mark_archived(self, store: OffloadStore, thread_id: str, ids: Sequence[str]) -> None:
+        self._archived.setdefault((id(store.backend), thread_id), set()).update(ids)
+
+    def archive(
+        self, messages: Sequence[BaseMessage], *, thread_id: str, store: OffloadStore
+    ) -> int:
+        """Append originals not yet in the thread's history (idempotent). Returns how many."""
+        new = self._unarchived(store, thread_id, messages)
+        if not new:
+            return 0
+        written = store.append_history(thread_id, new)
+        self._mark_archived(store, thread_id, [m.id for m in new])  # type: ignore[misc]
+        return len(written)
+
+    async def aarchive(
+        self, messages: Sequence[BaseMessage], *, thread_id: str, store: OffloadStore
+    ) -> int:
+        """Async twin of :meth:`archive`."""
+        new = self._unarchived(store, thread_id, messages)
+        if not new:
+            return 0
+        written = await store.aappend_history(thread_id, new)
+        self._mark_archived(store, thread_id, [m.id for m in new])  # type: ignore[misc]
+        return len(written)
+
+    # --- compress: the plain-function form -------------------------------------------
+    def _prepare(self, messages: Sequence[BaseMessage]) -> tuple[list[BaseMessage], bool, bool]:
+        fixed = ensure_ids(messages)
+        ids_assigned = any(a is not b for a, b in zip(fixed, messages, strict=True))
+        virtual_system = False
+        if self.system_prompt and not (fixed and isinstance(fixed[0], SystemMessage)):
+            fixed = [SystemMessage(self.system_prompt, id=_SYSTEM_PLACEHOLDER_ID), *fixed]
+            virtual_system = True
+        return fixed, ids_assigned, virtual_system
+
+    def _pipeline(
+        self,
+        messages: list[BaseMessage],
+        thread_id: str,
+        tools: Sequence[Any] | None,
+        force: bool,
+    ) -> Any:
+        return run_pipeline(
+            messages,
+            config=self.config,
+            counter=self.counter,
+            thread_id=thread_id,
+            tools=self.count_tools if tools is None else list(tools),
+            tags=self.config.metadata_tags,
+            strategies=self.strategies,
+            force=force,
+        )
+
+    def _finish(
+        self,
+        result: PipelineResult,
+        archived: int,
+        ids_assigned: bool,
+        virtual_system: bool,
+    ) -> CompressionResult:
+        msgs = result.messages
+        if virtual_system:
+            msgs = msgs[1:]
+        return CompressionResult(
+            messages=msgs,
+            tokens_before=result.tokens_before,
+            tokens_after=result.tokens_after,
+            triggered=result.triggered,
+            events=result.events,
+            archived=archived,
+            ids_assigned=ids_assigned,
+        )
+
+    def compress(
+        self,
+        messages: Sequence[BaseMessage],
+        *,
+        thread_id: str = "default",
+        store: BaseStore | None = None,
+        tools: Sequence[Any] | None = None,
+        force: bool = False,
+    ) -> CompressionResult:
+        """Archive new originals, then compress ``messages`` if over a threshold.
+
+        Returns the working messages to send (``result.messages``) with the token
+        counts and one event per strategy that ran. ``force=True`` compresses even
+        below the trigger. Raises :class:`ContextBudgetError` when the system prompt
+        and the latest user message alone exceed ``max_tokens``.
+        """
+        st = self.resolve_store(store)
+        msgs, ids_assigned, virtual = self._prepare(messages)
+        archived = self.archive(
+            [m for m in msgs if m.id != _SYSTEM_PLACEHOLDER_ID], thread_id=thread_id, store=st
+        )
+        result = drive(self._pipeline(msgs, thread_id, tools, force), st, self.summarizer)
+        return self._finish(result, archived, ids_assigned, virtual)
+
+    async def acompress(
+        self,
+        messages: Sequence[BaseMessage],
+        *,
+        thread_id: str = "default",
+        store: BaseStore | None = None,
+        tools: Sequence[Any] | None = None,
+        force: bool = False,
+    ) -> CompressionResult:
+        """Async twin of :meth:`compress`."""
+        st = self.resolve_store(store)
+        msgs, ids_assigned, virtual = self._prepare(messages)
+        archived = await self.aarchive(
+            [m for m in msgs if m.id != _SYSTEM_PLACEHOLDER_ID], thread_id=thread_id, store=st
+        )
+        result = await adrive(self._pipeline(msgs, thread_id, tools, force), st, self.summarizer)
+        return self._finish(result, archived, ids_assigned, virtual)
+
+    # --- LangGraph surfaces ------------------------------------------------------------
+    def node(self, *, name: str = "autocontext") -> Any:
+        """A compiled subgraph (measure → strategies → commit) to put before the model node.
+
+        The parent state needs a ``messages`` key with the ``add_messages`` reducer
+        (``MessagesState``, :class:`AutoContextState`); add ``autocontext: dict`` to
+        persist the package's own state.
+        """
+        engine = self
+
+        def measure(state: _NodeState, config: RunnableConfig) -> dict[str, Any]:
+            thread_id = thread_id_of(config)
+            st = engine.resolve_store()
+            msgs, ids_assigned, _virtual = engine._prepare(state.get("messages") or [])
+            engine.archive(
+                [m for m in msgs if m.id != _SYSTEM_PLACEHOLDER_ID], thread_id=thread_id, store=st
+            )
+            tokens = engine.counter.count(
+                msgs, engine.count_tools, tags=engine.config.metadata_tags
+            )
+            cfg = engine.config
+            triggered = tokens > cfg.trigger_tokens or len(msgs) > cfg.msg_threshold
+            return {
+                "ac_work": {"triggered": triggered, "ids_assigned": ids_assigned, "tokens": tokens}
+            }
+
+        async def ameasure(state: _NodeState, config: RunnableConfig) -> dict[str, Any]:
+            thread_id = thread_id_of(config)
+            st = engine.resolve_store()
+            msgs, ids_assigned, _virtual = engine._prepare(state.get("messages") or [])
+            await engine.aarchive(
+                [m for m in msgs if m.id != _SYSTEM_PLACEHOLDER_ID], thread_id=thread_id, store=st
+            )
+            tokens = engine.counter.count(
+                msgs, engine.count_tools, tags=engine.config.metadata_tags
+            )
+            cfg = engine.config
+            triggered = tokens > cfg.trigger_tokens or len(msgs) > cfg.msg_threshold
+            return {
+                "ac_work": {"triggered": triggered, "ids_assigned": ids_assigned, "tokens": tokens}
+            }
+
+        def strategies(state: _NodeState, config: RunnableConfig) -> dict[str, Any]:
+            st = engine.resolve_store()
+            msgs, _, virtual = engine._prepare(state.get("messages") or [])
+            result = drive(
+                engine._pipeline(msgs, thread_id_of(config), None, False), st, engine.summarizer
+            )
+            out = result.messages[1:] if virtual else result.messages
+            return {
+                "ac_work": {**state.get("ac_work", {}), "result": out, "changed": result.changed}
+            }
+
+        async def astrategies(state: _NodeState, config: RunnableConfig) -> dict[str, Any]:
+            st = engine.resolve_store()
+            msgs, _, virtual = engine._prepare(state.get("messages") or [])
+            result = await adrive(
+                engine._pipeline(msgs, thread_id_of(config), None, False), st, engine.summarizer
+            )
+            out = result.messages[1:] if virtual else result.messages
+            return {
+                "ac_work": {**state.get("ac_work", {}), "result": out, "changed": result.changed}
+            }
+
+        def commit(state: _NodeState) -> dict[str, Any]:
+            work = state.get("ac_work") or {}
+            if work.get("changed") or work.get("ids_assigned"):
+                new = work.get("result")
+                if new is None:
+                    new, _, _ = engine._prepare(state.get("messages") or [])
+                return {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *new]}
+            return {"messages": []}
+
+        def route(state: _NodeState) -> str:
+            return "strategies" if (state.get("ac_work") or {}).get("triggered") else "commit"
+
+        graph = StateGraph(_NodeState, input_schema=_NodeIO, output_schema=_NodeIO)
+        graph.add_node("measure", RunnableLambda(measure, afunc=ameasure, name="measure"))
+        graph.add_node(
+            "strategies", RunnableLambda(strategies, afunc=astrategies, name="strategies")
+        )
+        graph.add_node("commit", commit)
+        graph.add_edge(START, "measure")
+        graph.add_conditional_edges("measure", route, ["strategies", "commit"])
+        graph.add_edge("strategies", "commit")
+        graph.add_edge("commit", END)
+        return graph.compile(checkpointer=False, name=name)
+
+    @property
+    def pre_model_hook(self) -> RunnableLambda:
+        """For ``create_react_agent(model, tools, pre_model_hook=ac.pre_model_hook)``.
+
+        Compresses the state's messages (persisted with ``RemoveMessage`` s) and
+        hands the model its input view in ``llm_input_messages``.
+        """
+        engine = self
+
+        def hook(state: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
+            result = engine.compress(state.get("messages") or [], thread_id=thread_id_of(config))
+            return engine._hook_update(result)
+
+        async def ahook(state: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
+            result = await engine.acompress(
+                state.get("messages") or [], thread_id=thread_id_of(config)
+            )
+            return engine._hook_update(result)
+
+        return RunnableLambda(hook, afunc=ahook, name="autocontext_pre_model_hook")
+
+    def _hook_update(self, result: CompressionResult) -> dict[str, Any]:
+        update: dict[str, Any] = {"llm_input_messages": result.messages}
+        if result.changed:
+            update["messages"] = [RemoveMessage(id=REMOVE_ALL_MESSAGES), *result.messages]
+        return update
+
+
+def thread_id_of(config: RunnableConfig | None) -> str:
+    """The LangGraph thread id of a run (``"default"`` outside a threaded run)."""
+    configurable = (config or {}).get("configurable") or {}
+    value = configurable.get("thread_id")
+    return str(value) if value not in (None, "") else "default"
+
+
+def _graph_store() -> BaseStore | None:
+    try:
+        from langgraph.config import get_store
+
+        return get_store()
+    except Exception:  # outside a graph run
+        return None

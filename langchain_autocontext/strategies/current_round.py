@@ -1,0 +1,121 @@
+"""Strategies 5 and 6: shrink the current round (everything after the latest user message)."""
+
+from __future__ import annotations
+
+from langchain_core.messages import BaseMessage
+
+from langchain_autocontext.messages import atomic_groups, mark, marker, message_chars
+from langchain_autocontext.strategies.base import (
+    KIND_CURRENT,
+    KIND_SUMMARIZED,
+    Job,
+    JobOutput,
+    PassContext,
+    offload_note,
+    replacement_ai,
+)
+from langchain_autocontext.summarizers import SummaryRequest
+
+__all__ = ["CurrentRoundCompression", "CurrentRoundLargeMessages"]
+
+
+def _round_start(ctx: PassContext) -> int:
+    lu = ctx.latest_user
+    return ctx.body_start if lu is None else lu + 1
+
+
+class CurrentRoundLargeMessages:
+    """Strategy 5: summarize the current round's large messages one by one.
+
+    Messages over ``large_payload_threshold`` were offloaded by strategy 3, so
+    here "large" means over ``large_payload_threshold * current_round_compression_ratio``
+    characters; each becomes a summary of about that ratio of its tokens (same id
+    and role, so tool-call pairs hold).
+    """
+
+    name = "current_large"
+
+    def plan(self, ctx: PassContext) -> list[Job]:
+        if not ctx.over_tokens:
+            return []
+        floor = ctx.config.large_payload_threshold * ctx.config.current_round_compression_ratio
+        jobs = []
+        for i in range(_round_start(ctx), len(ctx.messages)):
+            m = ctx.messages[i]
+            if ctx.protected(i) or marker(m) or message_chars(m) <= floor:
+                continue
+            tokens = ctx.counter.count_message(m)
+            if tokens < ctx.config.min_summary_span_tokens:
+                continue
+            jobs.append(self._job(ctx, i, tokens))
+        return jobs
+
+    def _job(self, ctx: PassContext, i: int, tokens: int) -> Job:
+        original = ctx.messages[i]
+
+        def build(out: JobOutput) -> list[BaseMessage]:
+            content = f"[Summarized from {tokens} tokens; {offload_note(out.offload_id)}]\n" + (
+                out.summary or ""
+            )
+            replaced = original.model_copy(update={"content": content.rstrip()})
+            return [mark(replaced, KIND_SUMMARIZED, offload_id=out.offload_id)]
+
+        return Job(
+            i,
+            i + 1,
+            self.name,
+            build,
+            request=SummaryRequest(
+                messages=[original],
+                strategy="large_message",
+                max_tokens=ctx.config.summary_max_tokens,
+                target_tokens=ctx.summary_budget(tokens),
+            ),
+            preview=f"{original.type} message of {tokens} tokens",
+        )
+
+
+class CurrentRoundCompression:
+    """Strategy 6: replace the current round's work so far with one summary.
+
+    Keeps the latest user message and the last tool-call group (the results the
+    model is about to read, or a call still waiting for its results).
+    """
+
+    name = "current_round"
+
+    def plan(self, ctx: PassContext) -> list[Job]:
+        start = _round_start(ctx)
+        groups = atomic_groups(ctx.messages, start, len(ctx.messages))
+        if len(groups) < 2:
+            return []
+        end = groups[-1][0]  # keep the last group
+        span = ctx.messages[start:end]
+        if len(span) == 1 and marker(span[0]):
+            return []  # already compressed
+        if any(ctx.protected(k) for k in range(start, end)):
+            return []
+        tokens = ctx.tokens_of(start, end)
+        if not ctx.over_messages and tokens < ctx.config.min_summary_span_tokens:
+            return []
+        n = end - start
+
+        def build(out: JobOutput) -> list[BaseMessage]:
+            header = f"Summary of the {n} messages of work so far on the current request"
+            return [replacement_ai(KIND_CURRENT, header, out.summary or "", out, messages=n)]
+
+        return [
+            Job(
+                start,
+                end,
+                self.name,
+                build,
+                request=SummaryRequest(
+                    messages=span,
+                    strategy="current_round",
+                    max_tokens=ctx.config.summary_max_tokens,
+                    target_tokens=ctx.summary_budget(tokens),
+                ),
+                preview=f"current round, {n} messages",
+            )
+        ]

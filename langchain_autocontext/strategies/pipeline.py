@@ -1,0 +1,314 @@
+"""The progressive pipeline: run the strategies in order until the context fits.
+
+The pipeline is a generator that *yields* its I/O (offload writes, summarizer
+calls, event records) and receives the results, so one body of logic serves the
+sync driver (:func:`drive`) and the async one (:func:`adrive`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.messages import BaseMessage, SystemMessage
+
+from langchain_autocontext.config import AutoContextConfig
+from langchain_autocontext.errors import ContextBudgetError, InvariantViolationError
+from langchain_autocontext.messages import (
+    assert_valid_sequence,
+    latest_user_index,
+    marker,
+    pending_call_index,
+    text_of,
+)
+from langchain_autocontext.strategies.base import (
+    KIND_RECURSIVE,
+    Job,
+    JobOutput,
+    PassContext,
+    Strategy,
+)
+from langchain_autocontext.strategies.current_round import (
+    CurrentRoundCompression,
+    CurrentRoundLargeMessages,
+)
+from langchain_autocontext.strategies.fifo import FifoEviction
+from langchain_autocontext.strategies.offload import LargeMessageOffload
+from langchain_autocontext.strategies.rounds import RoundSummary
+from langchain_autocontext.strategies.tool_runs import ToolRunCompression
+from langchain_autocontext.summarizers import Summarizer, SummaryRequest, SummaryResult
+from langchain_autocontext.tokens import TokenCounter
+
+__all__ = [
+    "PipelineResult",
+    "adrive",
+    "default_strategies",
+    "drive",
+    "run_pipeline",
+]
+
+
+def default_strategies() -> list[Strategy]:
+    """The seven strategies, cheapest and most lossless first."""
+    return [
+        ToolRunCompression(),
+        LargeMessageOffload(keep_last=True),
+        LargeMessageOffload(keep_last=False),
+        RoundSummary(),
+        CurrentRoundLargeMessages(),
+        CurrentRoundCompression(),
+        FifoEviction(),
+    ]
+
+
+# --- I/O requests the pipeline yields ---------------------------------------------------
+@dataclass(frozen=True)
+class OffloadOp:
+    thread_id: str
+    items: list[tuple[list[BaseMessage], str, str, int]]  # originals, strategy, preview, tokens
+
+
+@dataclass(frozen=True)
+class SummarizeOp:
+    requests: list[SummaryRequest]
+
+
+@dataclass(frozen=True)
+class EventOp:
+    thread_id: str
+    event: dict[str, Any]
+
+
+@dataclass
+class PipelineResult:
+    """What one pass of the pipeline did."""
+
+    messages: list[BaseMessage]
+    tokens_before: int
+    tokens_after: int
+    triggered: bool
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.events)
+
+
+Pipeline = Generator[OffloadOp | SummarizeOp | EventOp, Any, PipelineResult]
+
+
+def _check_pass(before: Sequence[BaseMessage], after: Sequence[BaseMessage], strategy: str) -> None:
+    """The invariants every strategy must keep (a violation is a bug, never input)."""
+    try:
+        assert_valid_sequence(after)
+    except InvariantViolationError as exc:
+        raise InvariantViolationError(f"strategy {strategy!r} broke the sequence: {exc}") from None
+    if before and isinstance(before[0], SystemMessage) and (not after or after[0] is not before[0]):
+        raise InvariantViolationError(f"strategy {strategy!r} moved or changed the system message")
+    lu = latest_user_index(before)
+    if lu is not None:
+        lu_after = latest_user_index(after)
+        if lu_after is None or after[lu_after].id != before[lu].id:
+            raise InvariantViolationError(f"strategy {strategy!r} dropped the latest user message")
+
+
+def minimal_context(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+    """What can never be compressed: system message, latest user message, pending call."""
+    keep: list[int] = []
+    if messages and isinstance(messages[0], SystemMessage):
+        keep.append(0)
+    for idx in (latest_user_index(messages), pending_call_index(messages)):
+        if idx is not None and idx not in keep:
+            keep.append(idx)
+    return [messages[i] for i in sorted(keep)]
+
+
+def run_pipeline(
+    messages: Sequence[BaseMessage],
+    *,
+    config: AutoContextConfig,
+    counter: TokenCounter,
+    thread_id: str,
+    tools: Sequence[Any] | None = None,
+    tags: bool = False,
+    strategies: Sequence[Strategy] | None = None,
+    force: bool = False,
+) -> Pipeline:
+    """Compress ``messages`` if triggered (or ``force``); see the module docstring."""
+    strategies = list(default_strategies() if strategies is None else strategies)
+
+    def count(msgs: Sequence[BaseMessage]) -> int:
+        return counter.count(msgs, tools, tags=tags)
+
+    msgs = list(messages)
+    tokens = count(msgs)
+    before = tokens
+    triggered = force or tokens > config.trigger_tokens or len(msgs) > config.msg_threshold
+    if not triggered:
+        return PipelineResult(msgs, before, tokens, triggered=False)
+    floor = count(minimal_context(msgs))
+    if floor > config.max_tokens:
+        raise ContextBudgetError(
+            f"The system prompt, tool schemas and latest user message alone count {floor} "
+            f"tokens, more than max_tokens={config.max_tokens}. Raise max_tokens, shorten "
+            "the system prompt or the user message, or send fewer tools. Nothing was sent.",
+            required_tokens=floor,
+            max_tokens=config.max_tokens,
+        )
+    target_tokens = config.target_tokens
+    target_messages = max(2, int(config.msg_threshold * config.target_ratio))
+    events: list[dict[str, Any]] = []
+
+    def fits() -> bool:
+        return tokens <= target_tokens and len(msgs) <= target_messages
+
+    # The strategies in order; the last one (FIFO) may repeat while it makes progress.
+    queue = list(strategies)
+    fifo_rounds = 0
+    while queue and (force or not fits()):
+        strategy = queue.pop(0)
+        ctx = PassContext(msgs, config, counter, tokens, target_tokens, target_messages)
+        jobs = strategy.plan(ctx)
+        if not jobs:
+            continue
+        started = time.perf_counter()
+        new, stats = yield from _apply_jobs(msgs, jobs, strategy.name, thread_id, ctx)
+        _check_pass(msgs, new, strategy.name)
+        new_tokens = count(new)
+        event = {
+            "strategy": strategy.name,
+            "tokens_before": tokens,
+            "tokens_after": new_tokens,
+            "messages_before": len(msgs),
+            "messages_after": len(new),
+            "seconds": round(time.perf_counter() - started, 6),
+            **stats,
+        }
+        yield EventOp(thread_id, event)
+        events.append(event)
+        progressed = new_tokens < tokens or len(new) < len(msgs)
+        msgs, tokens = new, new_tokens
+        if isinstance(strategy, FifoEviction) and progressed and fifo_rounds < 3 and not fits():
+            fifo_rounds += 1
+            queue.append(strategy)
+
+    if tokens > config.max_tokens:
+        msgs, tokens = _trim_summary(msgs, tokens, config, count)
+    if tokens > config.max_tokens:
+        raise ContextBudgetError(
+            f"After every strategy the context still counts {tokens} tokens, more than "
+            f"max_tokens={config.max_tokens}: what cannot be compressed (system prompt, tool "
+            "schemas, latest user message, the last tool call and its results) is too large. "
+            "Raise max_tokens or lower large_payload_threshold. Nothing was sent.",
+            required_tokens=tokens,
+            max_tokens=config.max_tokens,
+        )
+    return PipelineResult(msgs, before, tokens, triggered=True, events=events)
+
+
+def _apply_jobs(
+    msgs: list[BaseMessage],
+    jobs: list[Job],
+    strategy: str,
+    thread_id: str,
+    ctx: PassContext,
+) -> Generator[OffloadOp | SummarizeOp, Any, tuple[list[BaseMessage], dict[str, Any]]]:
+    """Offload originals first, then summarize, then build the replacements."""
+    items = []
+    for job in jobs:
+        originals = job.originals if job.originals is not None else msgs[job.start : job.end]
+        items.append(
+            (list(originals), strategy, job.preview, sum(map(ctx.counter.count_message, originals)))
+        )
+    records = yield OffloadOp(thread_id, items)
+    requests = [job.request for job in jobs if job.request is not None]
+    results: list[SummaryResult] = (yield SummarizeOp(requests)) if requests else []
+    by_job: dict[int, SummaryResult] = {}
+    it = iter(results)
+    for k, job in enumerate(jobs):
+        if job.request is not None:
+            by_job[k] = next(it)
+    new = list(msgs)
+    touched = 0
+    for k in sorted(range(len(jobs)), key=lambda k: jobs[k].start, reverse=True):
+        job = jobs[k]
+        res = by_job.get(k)
+        out = JobOutput(
+            offload_id=records[k].offload_id,
+            summary=res.text if res else None,
+            span_tokens=items[k][3],
+        )
+        new[job.start : job.end] = job.build(out)
+        touched += job.end - job.start
+    stats = {
+        "messages_touched": touched,
+        "offload_ids": [r.offload_id for r in records],
+        "summarizer_calls": sum(r.calls for r in results),
+        "summarizer_input_tokens": sum(r.input_tokens for r in results),
+        "summarizer_output_tokens": sum(r.output_tokens for r in results),
+        "summarizer_fallbacks": sum(1 for r in results if r.fallback),
+        "summarizer_errors": [r.error for r in results if r.error],
+    }
+    return new, stats
+
+
+def _trim_summary(
+    msgs: list[BaseMessage], tokens: int, config: AutoContextConfig, count: Any
+) -> tuple[list[BaseMessage], int]:
+    """Last resort: shorten the recursive summary until the hard budget holds."""
+    idx = 1 if msgs and isinstance(msgs[0], SystemMessage) else 0
+    if idx >= len(msgs) or (marker(msgs[idx]) or {}).get("kind") != KIND_RECURSIVE:
+        return msgs, tokens
+    text = text_of(msgs[idx])
+    header, _, body = text.partition("\n")
+    while tokens > config.max_tokens and body:
+        body = body[: len(body) // 2]
+        trimmed = msgs[idx].model_copy(
+            update={"content": f"{header}\n{body}… [summary trimmed to fit]" if body else header}
+        )
+        msgs = [*msgs[:idx], trimmed, *msgs[idx + 1 :]]
+        tokens = count(msgs)
+    return msgs, tokens
+
+
+# --- drivers --------------------------------------------------------------------------
+def drive(gen: Pipeline, store: Any, summarizer: Summarizer) -> PipelineResult:
+    """Run the pipeline synchronously against a store and a summarizer."""
+    try:
+        op = next(gen)
+        while True:
+            if isinstance(op, OffloadOp):
+                reply: Any = [
+                    store.offload(op.thread_id, m, strategy=s, preview=p, tokens=t)
+                    for m, s, p, t in op.items
+                ]
+            elif isinstance(op, SummarizeOp):
+                reply = summarizer.summarize_many(op.requests)
+            else:
+                store.record_event(op.thread_id, op.event)
+                reply = None
+            op = gen.send(reply)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+
+
+async def adrive(gen: Pipeline, store: Any, summarizer: Summarizer) -> PipelineResult:
+    """Run the pipeline with the store's and summarizer's async methods."""
+    try:
+        op = next(gen)
+        while True:
+            if isinstance(op, OffloadOp):
+                reply: Any = [
+                    await store.aoffload(op.thread_id, m, strategy=s, preview=p, tokens=t)
+                    for m, s, p, t in op.items
+                ]
+            elif isinstance(op, SummarizeOp):
+                reply = await summarizer.asummarize_many(op.requests)
+            else:
+                await store.arecord_event(op.thread_id, op.event)
+                reply = None
+            op = gen.send(reply)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]

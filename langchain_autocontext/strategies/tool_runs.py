@@ -1,0 +1,92 @@
+"""Strategy 1: compress long runs of tool calls and results in history into one message."""
+
+from __future__ import annotations
+
+from langchain_core.messages import AIMessage, BaseMessage
+
+from langchain_autocontext.messages import atomic_groups, marker, tool_call_ids
+from langchain_autocontext.strategies.base import (
+    KIND_TOOL_RUN,
+    Job,
+    JobOutput,
+    PassContext,
+    replacement_ai,
+)
+from langchain_autocontext.summarizers import SummaryRequest
+
+__all__ = ["ToolRunCompression"]
+
+
+def _is_tool_group(ctx: PassContext, start: int, end: int) -> bool:
+    m = ctx.messages[start]
+    return bool(tool_call_ids(m)) and end - start > 1 and not marker(m)
+
+
+class ToolRunCompression:
+    """Replace each run of more than ``min_consecutive_tool_messages`` tool messages.
+
+    A run is a maximal sequence of complete tool-call groups (an AI message with
+    tool calls plus its results) inside history. Plan-note tools (todo lists) are
+    passed to the summarizer as a one-line mention only.
+    """
+
+    name = "tool_run"
+
+    def plan(self, ctx: PassContext) -> list[Job]:
+        end = ctx.history_end
+        runs: list[tuple[int, int]] = []
+        run_start: int | None = None
+        run_end = 0
+        for i, j in atomic_groups(ctx.messages, ctx.body_start, end):
+            if _is_tool_group(ctx, i, j) and not any(ctx.protected(k) for k in range(i, j)):
+                if run_start is None:
+                    run_start = i
+                run_end = j
+            else:
+                if run_start is not None:
+                    runs.append((run_start, run_end))
+                run_start = None
+        if run_start is not None:
+            runs.append((run_start, run_end))
+        limit = ctx.config.min_consecutive_tool_messages
+        return [self._job(ctx, a, b) for a, b in runs if b - a > limit]
+
+    def _job(self, ctx: PassContext, start: int, end: int) -> Job:
+        span = ctx.messages[start:end]
+        plan_tools = set(ctx.config.plan_note_tools)
+        shown: list[BaseMessage] = []
+        names: list[str] = []
+        skip_results: set[str] = set()
+        for m in span:
+            if isinstance(m, AIMessage) and m.tool_calls:
+                for tc in m.tool_calls:
+                    names.append(tc["name"])
+                if all(tc["name"] in plan_tools for tc in m.tool_calls):
+                    skip_results.update(tool_call_ids(m))
+                    listed = ", ".join(sorted({tc["name"] for tc in m.tool_calls}))
+                    shown.append(AIMessage(content=f"(updated its plan notes with {listed})"))
+                    continue
+            if getattr(m, "tool_call_id", None) in skip_results:
+                continue
+            shown.append(m)
+        tokens = ctx.tokens_of(start, end)
+        calls = len(names)
+        distinct = ", ".join(dict.fromkeys(names))
+
+        def build(out: JobOutput) -> list[BaseMessage]:
+            header = f"Compressed {calls} tool calls ({distinct}) and their results"
+            return [replacement_ai(KIND_TOOL_RUN, header, out.summary or "", out, calls=calls)]
+
+        return Job(
+            start,
+            end,
+            self.name,
+            build,
+            request=SummaryRequest(
+                messages=shown,
+                strategy="tool_run",
+                max_tokens=ctx.config.summary_max_tokens,
+                target_tokens=ctx.summary_budget(tokens),
+            ),
+            preview=f"{calls} tool calls: {distinct}"[:200],
+        )

@@ -1,0 +1,247 @@
+"""The compression engine: each strategy alone, the pipeline, the budget error."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from _builders import chat_rounds, coding_run, log_text, tool_group, uid
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+from langgraph.store.memory import InMemoryStore
+
+from langchain_autocontext import AutoContextConfig, ContextBudgetError
+from langchain_autocontext.engine import AutoContext
+from langchain_autocontext.messages import find_violations, marker
+from langchain_autocontext.store import OffloadStore
+from langchain_autocontext.strategies import (
+    CurrentRoundCompression,
+    CurrentRoundLargeMessages,
+    FifoEviction,
+    LargeMessageOffload,
+    RoundSummary,
+    ToolRunCompression,
+)
+
+OFFLOAD_ID = re.compile(r'offload_id="([0-9a-f-]{36})"')
+
+
+def make(config: AutoContextConfig, strategies=None) -> tuple[AutoContext, OffloadStore]:
+    store = OffloadStore(InMemoryStore())
+    return AutoContext(config, store=store, strategies=strategies), store
+
+
+def assert_recoverable(store: OffloadStore, thread: str, originals, sent) -> None:
+    """Every original is in the history; every offload id in context reloads."""
+    history = {e.id: e.message for e in store.iter_history(thread)}
+    for m in originals:
+        assert m.id in history, f"original {m.id} missing from history"
+        assert history[m.id].content == m.content
+    for m in sent:
+        text = m.content if isinstance(m.content, str) else str(m.content)
+        for oid in OFFLOAD_ID.findall(text):
+            assert store.reload(thread, oid).messages
+
+
+def kinds(messages) -> list[str | None]:
+    return [(marker(m) or {}).get("kind") for m in messages]
+
+
+# --- each strategy alone ------------------------------------------------------------------
+def test_tool_run_compression_replaces_long_runs_in_history() -> None:
+    cfg = AutoContextConfig(max_tokens=200_000, last_keep=4, min_consecutive_tool_messages=6)
+    ac, store = make(cfg, [ToolRunCompression()])
+    msgs = coding_run(12, output_lines=5)
+    res = ac.compress(msgs, thread_id="t", force=True)
+    assert res.events and res.events[0]["strategy"] == "tool_run"
+    assert "tool_run" in kinds(res.messages)
+    assert len(res.messages) < len(msgs)
+    assert not find_violations(res.messages)
+    # the last last_keep messages are untouched
+    assert [m.id for m in res.messages[-4:]] == [m.id for m in msgs[-4:]]
+    summary = next(m for m in res.messages if (marker(m) or {}).get("kind") == "tool_run")
+    assert "bash" in summary.content and "pytest -k case_0" in summary.content
+    assert_recoverable(store, "t", msgs, res.messages)
+
+
+def test_tool_run_plan_note_tools_are_one_line() -> None:
+    cfg = AutoContextConfig(max_tokens=200_000, last_keep=2, min_consecutive_tool_messages=2)
+    ac, _ = make(cfg, [ToolRunCompression()])
+    msgs = [SystemMessage("s", id=uid()), HumanMessage("task", id=uid())]
+    msgs += tool_group("write_todos", {"todos": ["SECRET-PLAN-DETAIL " * 20]}, ["ok"])
+    msgs += tool_group("bash", {"command": "ls"}, ["a.py"])
+    msgs += tool_group("bash", {"command": "cat a.py"}, ["print(1)"])
+    msgs += [AIMessage("done", id=uid())]
+    res = ac.compress(msgs, thread_id="t", force=True)
+    text = next(m.content for m in res.messages if (marker(m) or {}).get("kind") == "tool_run")
+    assert "write_todos" in text
+    assert "SECRET-PLAN-DETAIL" not in text
+
+
+def test_offload_keeps_last_keep_then_offload_all() -> None:
+    big = log_text(200)
+    msgs = [SystemMessage("s", id=uid()), HumanMessage("task", id=uid())]
+    for k in range(4):
+        msgs += tool_group("bash", {"command": f"cat f{k}"}, [big])
+    cfg = AutoContextConfig(max_tokens=100_000, last_keep=2, target_ratio=0.01, token_ratio=0.5)
+    ac, store = make(cfg, [LargeMessageOffload(keep_last=True)])
+    res = ac.compress(msgs, thread_id="t", force=True)
+    offloaded = [m for m in res.messages if (marker(m) or {}).get("kind") == "offloaded"]
+    assert len(offloaded) == 3  # the last tool result is within last_keep
+    assert res.messages[-1].content == big
+    for m in offloaded:
+        assert isinstance(m, ToolMessage) and m.id in {x.id for x in msgs}
+        oid = OFFLOAD_ID.search(m.content).group(1)
+        assert store.reload("t", oid).messages[0].content == big
+        assert m.content.startswith(big[: cfg.offload_single_preview])
+    ac3, _store3 = make(cfg, [LargeMessageOffload(keep_last=False)])
+    res3 = ac3.compress(msgs, thread_id="t", force=True)
+    assert sum(k == "offloaded" for k in kinds(res3.messages)) == 4
+    assert not find_violations(res3.messages)
+
+
+def test_round_summary_keeps_user_messages() -> None:
+    msgs = chat_rounds(4)
+    cfg = AutoContextConfig(max_tokens=100_000, target_ratio=0.01, token_ratio=0.5)
+    ac, store = make(cfg, [RoundSummary()])
+    res = ac.compress(msgs, thread_id="t", force=True)
+    users = [m.id for m in msgs if isinstance(m, HumanMessage)]
+    assert [m.id for m in res.messages if isinstance(m, HumanMessage)] == users
+    assert kinds(res.messages).count("round_summary") == 3  # all rounds but the current
+    assert not find_violations(res.messages)
+    assert_recoverable(store, "t", msgs, res.messages)
+
+
+def test_current_round_large_and_compression() -> None:
+    msgs = coding_run(6, output_lines=30)
+    cfg = AutoContextConfig(
+        max_tokens=100_000,
+        target_ratio=0.01,
+        token_ratio=0.5,
+        large_payload_threshold=1000,
+        min_summary_span_tokens=10,
+    )
+    ac, _ = make(cfg, [CurrentRoundLargeMessages()])
+    res = ac.compress(msgs, thread_id="t", force=True)
+    assert "summarized" in kinds(res.messages)
+    assert [type(m) for m in res.messages] == [type(m) for m in msgs]  # ids and roles kept
+    ac6, store6 = make(cfg, [CurrentRoundCompression()])
+    res6 = ac6.compress(msgs, thread_id="t", force=True)
+    # system, user, one summary, and the last tool group (call + result)
+    assert kinds(res6.messages) == [None, None, "current_round_summary", None, None]
+    assert res6.messages[-1].id == msgs[-1].id
+    assert_recoverable(store6, "t", msgs, res6.messages)
+
+
+def test_current_round_keeps_a_pending_tool_call() -> None:
+    msgs = coding_run(6, output_lines=30)
+    pending = AIMessage(
+        "",
+        tool_calls=[
+            {"name": "bash", "args": {"command": "make"}, "id": "pend", "type": "tool_call"}
+        ],
+        id=uid(),
+    )
+    msgs.append(pending)
+    cfg = AutoContextConfig(max_tokens=100_000, target_ratio=0.01, token_ratio=0.5)
+    ac, _ = make(cfg, [CurrentRoundCompression()])
+    res = ac.compress(msgs, thread_id="t", force=True)
+    assert res.messages[-1].id == pending.id
+    assert not find_violations(res.messages)
+
+
+def test_fifo_eviction_builds_a_recursive_summary() -> None:
+    msgs = chat_rounds(8)
+    cfg = AutoContextConfig(max_tokens=6_000, token_ratio=0.5, target_ratio=0.3)
+    ac, store = make(cfg, [FifoEviction()])
+    res = ac.compress(msgs, thread_id="t", force=True)
+    assert kinds(res.messages)[1] == "summary"
+    assert isinstance(res.messages[1], HumanMessage)
+    assert res.messages[0] is msgs[0]
+    assert res.tokens_after <= cfg.max_tokens
+    assert_recoverable(store, "t", msgs, res.messages)
+    # a second eviction folds the first summary into the new one
+    more = res.messages + chat_rounds(4)[1:]
+    res2 = ac.compress(more, thread_id="t", force=True)
+    assert kinds(res2.messages)[1] == "summary"
+    assert sum(k == "summary" for k in kinds(res2.messages)) == 1
+    assert marker(res2.messages[1])["evicted"] > marker(res.messages[1])["evicted"]
+
+
+# --- the pipeline ----------------------------------------------------------------------------
+@pytest.mark.parametrize("steps", [30, 120])
+def test_pipeline_brings_a_coding_run_under_target(steps: int) -> None:
+    msgs = coding_run(steps, output_lines=80)
+    cfg = AutoContextConfig(max_tokens=16_000, last_keep=10)
+    ac, store = make(cfg)
+    res = ac.compress(msgs, thread_id="t")
+    assert res.triggered
+    assert res.tokens_after <= cfg.max_tokens
+    assert res.tokens_after <= cfg.target_tokens or len(res.events) >= 1
+    assert not find_violations(res.messages)
+    assert res.messages[0] is msgs[0]
+    assert res.messages[1].id == msgs[1].id  # the only user message stays
+    assert [e["strategy"] for e in store.list_events("t")] == [e["strategy"] for e in res.events]
+    assert_recoverable(store, "t", msgs, res.messages)
+
+
+def test_pipeline_records_event_fields() -> None:
+    ac, _store = make(AutoContextConfig(max_tokens=8_000))
+    res = ac.compress(coding_run(40, output_lines=80), thread_id="t")
+    ev = res.events[0]
+    for key in (
+        "strategy",
+        "tokens_before",
+        "tokens_after",
+        "messages_touched",
+        "summarizer_calls",
+        "summarizer_input_tokens",
+        "seconds",
+        "offload_ids",
+    ):
+        assert key in ev
+    assert ev["tokens_after"] <= ev["tokens_before"]
+
+
+def test_no_compression_below_trigger_returns_input() -> None:
+    ac, store = make(AutoContextConfig(max_tokens=100_000))
+    msgs = coding_run(3, output_lines=5)
+    res = ac.compress(msgs, thread_id="t")
+    assert not res.triggered and not res.changed
+    assert [m.id for m in res.messages] == [m.id for m in msgs]
+    assert store.history_count("t") == len(msgs)  # originals archived anyway
+
+
+def test_compressed_state_is_not_recompressed() -> None:
+    ac, _store = make(AutoContextConfig(max_tokens=16_000, last_keep=10))
+    res = ac.compress(coding_run(60, output_lines=80), thread_id="t")
+    again = ac.compress(res.messages, thread_id="t")
+    assert not again.triggered and not again.events
+
+
+def test_budget_error_when_system_and_user_do_not_fit() -> None:
+    ac, _store = make(AutoContextConfig(max_tokens=300))
+    msgs = [SystemMessage("rules " * 400, id=uid()), HumanMessage("hi", id=uid())]
+    with pytest.raises(ContextBudgetError) as info:
+        ac.compress(msgs, thread_id="t")
+    assert info.value.required_tokens > info.value.max_tokens
+    assert "max_tokens" in str(info.value)
+
+
+def test_messages_without_ids_get_ids_and_are_archived() -> None:
+    ac, store = make(AutoContextConfig(max_tokens=100_000))
+    res = ac.compress([HumanMessage("a"), AIMessage("b")], thread_id="t")
+    assert all(m.id for m in res.messages) and res.changed
+    assert store.history_count("t") == 2
+
+
+async def test_async_parity_with_sync() -> None:
+    msgs = coding_run(40, output_lines=80)
+    cfg = AutoContextConfig(max_tokens=12_000, last_keep=10)
+    ac1, _ = make(cfg)
+    ac2, _ = make(cfg)
+    sync = ac1.compress(msgs, thread_id="t")
+    asyn = await ac2.acompress(msgs, thread_id="t")
+    assert [e["strategy"] for e in sync.events] == [e["strategy"] for e in asyn.events]
+    # offload ids are random uuids, whose token counts differ slightly
+    assert abs(sync.tokens_after - asyn.tokens_after) <= 0.02 * sync.tokens_after
+    assert [type(m) for m in sync.messages] == [type(m) for m in asyn.messages]

@@ -1,0 +1,144 @@
+"""Property-based tests of the engine's hard invariants on random histories."""
+
+from __future__ import annotations
+
+import re
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langgraph.store.memory import InMemoryStore
+
+from langchain_autocontext import AutoContextConfig, ContextBudgetError
+from langchain_autocontext.engine import AutoContext
+from langchain_autocontext.messages import find_violations, latest_user_index
+from langchain_autocontext.store import OffloadStore
+from langchain_autocontext.strategies.pipeline import minimal_context
+
+OFFLOAD_ID = re.compile(r'offload_id="([0-9a-f-]{36})"')
+HUGE = "\n".join(f"line {i}: /var/log/app.log value={i * 31 % 977}" for i in range(1500))
+WORDS = [
+    "error",
+    "path/to/file.py",
+    "id=42",
+    "ok",
+    "Traceback",
+    "value",
+    "ünïcode",
+    "数据",
+    "\n",
+    "  ",
+]
+
+
+@st.composite
+def texts(draw: st.DrawFn, max_words: int = 400) -> str:
+    n = draw(st.sampled_from([0, 1, 5, 40, max_words]))
+    return " ".join(draw(st.lists(st.sampled_from(WORDS), min_size=n, max_size=n)))
+
+
+@st.composite
+def contents(draw: st.DrawFn) -> str | list:
+    text = draw(texts())
+    if draw(st.booleans()):
+        return text
+    blocks: list = [{"type": "text", "text": text}]
+    if draw(st.booleans()):
+        blocks.append({"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}})
+    return blocks
+
+
+@st.composite
+def histories(draw: st.DrawFn) -> list[BaseMessage]:
+    counter = iter(range(10_000))
+
+    def nid() -> str:
+        return f"id{next(counter)}"
+
+    msgs: list[BaseMessage] = []
+    if draw(st.booleans()):
+        msgs.append(SystemMessage("You are helpful. " * draw(st.integers(1, 20)), id=nid()))
+    for _ in range(draw(st.integers(1, 25))):
+        kind = draw(st.sampled_from(["user", "tools", "tools", "tools", "answer", "huge"]))
+        if kind == "user":
+            msgs.append(HumanMessage(draw(contents()), id=nid()))
+        elif kind == "answer":
+            msgs.append(AIMessage(draw(contents()), id=nid()))
+        else:
+            k = draw(st.integers(1, 3))  # parallel tool calls
+            calls = [
+                {
+                    "name": draw(st.sampled_from(["bash", "read", "write_todos"])),
+                    "args": {"q": draw(texts(20))},
+                    "id": nid(),
+                    "type": "tool_call",
+                }
+                for _ in range(k)
+            ]
+            msgs.append(AIMessage(draw(texts(20)), tool_calls=calls, id=nid()))
+            for c in calls:
+                body = HUGE if kind == "huge" else draw(texts())
+                msgs.append(ToolMessage(body, tool_call_id=c["id"], id=nid()))
+    if draw(st.booleans()):  # a pending last call
+        msgs.append(
+            AIMessage(
+                "",
+                tool_calls=[{"name": "bash", "args": {}, "id": nid(), "type": "tool_call"}],
+                id=nid(),
+            )
+        )
+    return msgs
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    msgs=histories(),
+    max_tokens=st.sampled_from([600, 2_000, 8_000]),
+    last_keep=st.sampled_from([0, 3, 50]),
+    threshold=st.sampled_from([5, 100]),
+)
+def test_invariants_hold_after_compression(msgs, max_tokens, last_keep, threshold) -> None:
+    cfg = AutoContextConfig(
+        max_tokens=max_tokens,
+        last_keep=last_keep,
+        msg_threshold=threshold,
+        large_payload_threshold=2_000,
+        summary_max_tokens=128,
+    )
+    store = OffloadStore(InMemoryStore())
+    ac = AutoContext(cfg, store=store)
+    try:
+        res = ac.compress(msgs, thread_id="t")
+    except ContextBudgetError:
+        # only allowed when what can never be compressed does not fit
+        floor = ac.counter.count(minimal_context(msgs), ac.count_tools, tags=cfg.metadata_tags)
+        assert floor > max_tokens or _incompressible_tail(msgs, ac) > max_tokens
+        return
+    sent = res.messages
+    assert res.tokens_after <= max_tokens
+    assert ac.counter.count(sent, ac.count_tools, tags=cfg.metadata_tags) == res.tokens_after
+    assert not find_violations(sent), find_violations(sent)
+    if msgs and isinstance(msgs[0], SystemMessage):
+        assert sent[0] is msgs[0]
+        assert sum(isinstance(m, SystemMessage) for m in sent) == 1
+    lu = latest_user_index(msgs)
+    if lu is not None:
+        assert msgs[lu].id in {m.id for m in sent}
+        assert next(m for m in sent if m.id == msgs[lu].id).content == msgs[lu].content
+    history = {e.id: e.message for e in store.iter_history("t")}
+    for m in msgs:
+        assert history[m.id].content == m.content
+    for m in sent:
+        for oid in OFFLOAD_ID.findall(str(m.content)):
+            assert store.reload("t", oid).messages
+
+
+def _incompressible_tail(msgs, ac) -> int:
+    """Minimal context plus the last tool group (kept by every strategy)."""
+    from langchain_autocontext.messages import atomic_groups
+
+    groups = atomic_groups(msgs)
+    last = msgs[groups[-1][0] :] if groups else []
+    keep = {id(m) for m in minimal_context(msgs)} | {id(m) for m in last}
+    kept = [m for m in msgs if id(m) in keep]
+    return ac.counter.count(kept, ac.count_tools, tags=ac.config.metadata_tags)
