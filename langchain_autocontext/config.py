@@ -75,8 +75,8 @@ class AutoContextConfig(BaseModel):
     min_summary_span_tokens: int = Field(
         200,
         ge=0,
-        description="A span smaller than this is not worth a summarizer call (it is offloaded "
-        "with a preview instead).",
+        description="A span smaller than this is not worth a summarizer call: strategies 5-6 "
+        "leave it alone.",
     )
     summary_max_tokens: int = Field(
         1024, ge=32, description="Cap on the tokens of any one summary."

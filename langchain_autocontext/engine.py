@@ -120,7 +120,11 @@ class AutoContext:
                 f"config must be an AutoContextConfig, not {type(self.config).__name__}"
             )
         self.counter: TokenCounter = resolve_counter(token_counter)
-        self.summarizer: Summarizer = resolve_summarizer(summarizer)
+        self.summarizer: Summarizer = resolve_summarizer(
+            summarizer,
+            retries=self.config.summarizer_retries,
+            concurrency=self.config.summarizer_concurrency,
+        )
         if getattr(self.summarizer, "token_counter", None) is None:
             self.summarizer.token_counter = self.counter
         self.store: OffloadStore | None = (
