@@ -1,9 +1,10 @@
 """Replay recorded agent trajectories through the manager, call by call.
 
-Used by the ``autocontext replay`` CLI and the benchmarks: load OpenAI chat JSON /
-JSONL or LangChain message dumps, stream each trajectory through
-:meth:`AutoContext.compress` as the agent would have called its model, and report
-what the model would have been sent.
+Used by the ``autocontext replay`` CLI, the notebooks and the benchmarks: load
+OpenAI chat JSON / JSONL or LangChain message dumps, stream each trajectory
+through :meth:`AutoContext.compress` as the agent would have called its model,
+and report what the model would have been sent (:class:`ReplayReport`), as
+numbers, a JSON document or a plot (:func:`plot_reports`).
 """
 
 from __future__ import annotations
@@ -11,32 +12,72 @@ from __future__ import annotations
 import json
 import statistics
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import AIMessage, BaseMessage, convert_to_messages
 
-from langchain_autocontext.errors import AutoContextError
+from langchain_autocontext.errors import AutoContextError, OffloadNotFoundError
 from langchain_autocontext.messages import find_violations, load_message
 
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from langchain_autocontext.engine import AutoContext, CompressionResult
+    from langchain_autocontext.store import OffloadStore
+
 __all__ = [
+    "SAMPLE_ID",
+    "STRATEGY_LABELS",
     "CallRecord",
     "ReplayFormatError",
     "ReplayReport",
     "Trajectory",
+    "aiter_reports",
+    "areplay",
+    "count_calls",
+    "iter_reports",
     "load_trajectories",
+    "merge_reports",
     "parse_trajectory",
+    "plot_reports",
     "replay",
+    "sample_path",
 ]
 
 _ROLES = {"system", "user", "assistant", "tool", "human", "ai", "developer", "function"}
 _END_ROLES = {"exit"}  # mini-swe-agent's final submission: the end of the run, not a chat role
 
+#: Id of the trajectory bundled with the package (``autocontext replay`` with no file).
+SAMPLE_ID = "django__django-13768"
+
+#: Short labels of the default strategies, in pipeline order (reports and plots).
+STRATEGY_LABELS: dict[str, str] = {
+    "tool_run": "1 tool runs",
+    "offload_history": "2 offload (history)",
+    "offload_all": "3 offload (all)",
+    "round": "4 round summaries",
+    "current_large": "5 current-round large",
+    "current_round": "6 current round",
+    "fifo": "7 FIFO eviction",
+}
+
 
 class ReplayFormatError(AutoContextError, ValueError):
     """The file is not a trajectory format the replay understands."""
+
+
+def sample_path() -> Path:
+    """Path of the real trajectory shipped inside the package.
+
+    One SWE-bench coding-agent run recorded with mini-swe-agent (MIT licence; the
+    attribution is in ``langchain_autocontext/data/README.md``).
+    """
+    return Path(str(resources.files("langchain_autocontext") / "data" / "sample-trajectory.jsonl"))
 
 
 @dataclass
@@ -47,6 +88,7 @@ class Trajectory:
     messages: list[BaseMessage]
 
 
+# --- loading ----------------------------------------------------------------------------
 def _convert_one(raw: Any, where: str) -> BaseMessage | None:
     if not isinstance(raw, dict):
         raise ReplayFormatError(
@@ -77,7 +119,10 @@ def _convert_one(raw: Any, where: str) -> BaseMessage | None:
 
 
 def parse_trajectory(raw_messages: Sequence[Any], traj_id: str) -> Trajectory:
-    """Convert raw messages; each gets the id ``{traj_id}-{index}`` unless it has one."""
+    """Convert raw messages; each gets the id ``{traj_id}-{index}`` unless it has one.
+
+    A message of role ``exit`` (mini-swe-agent's final submission) ends the run.
+    """
     out: list[BaseMessage] = []
     for i, raw in enumerate(raw_messages):
         msg = _convert_one(raw, f"{traj_id} message {i}")
@@ -95,13 +140,20 @@ def _is_message(obj: Any) -> bool:
     return isinstance(obj, dict) and ("role" in obj or ("type" in obj and "data" in obj))
 
 
-def _from_obj(obj: Any, name: str, index: int) -> Trajectory:
+def _raw_id(obj: Any, name: str, index: int) -> str:
+    if isinstance(obj, dict) and obj.get("id") not in (None, ""):
+        return str(obj["id"])
+    return f"{name}-{index}"
+
+
+def _from_obj(obj: Any, traj_id: str, name: str, index: int) -> Trajectory:
     if isinstance(obj, dict) and isinstance(obj.get("messages"), list):
-        return parse_trajectory(obj["messages"], str(obj.get("id") or f"{name}-{index}"))
-    if isinstance(obj, list) and all(_is_message(m) for m in obj):
-        return parse_trajectory(obj, f"{name}-{index}")
+        return parse_trajectory(obj["messages"], traj_id)
+    if isinstance(obj, list) and obj and all(_is_message(m) for m in obj):
+        return parse_trajectory(obj, traj_id)
     raise ReplayFormatError(
-        f"{name}: entry {index} is neither a list of messages nor an object with 'messages'"
+        f"{name}: entry {index} is neither a list of messages nor an object with 'messages' "
+        "(expected OpenAI chat messages or LangChain message dumps, as JSON or JSONL)"
     )
 
 
@@ -112,15 +164,27 @@ def load_trajectories(path: str | Path, *, limit: int | None = None) -> list[Tra
     a JSON list of such objects (or of message lists); JSONL with one such object
     (or message list) per line; JSONL with one message per line (one trajectory).
     Messages are OpenAI chat dicts or LangChain ``messages_to_dict`` dumps.
+    Trajectory ids come from an ``"id"`` key, else ``{file stem}-{index}``; a
+    repeated id gets a ``#2``, ``#3`` … suffix so every trajectory has its own.
+
+    Raises:
+        ReplayFormatError: missing or unreadable file, unknown format, bad message.
+        ValueError: ``limit`` below 1.
     """
+    if limit is not None and limit < 1:
+        raise ValueError(f"limit must be at least 1, got {limit}")
     p = Path(path)
+    if p.is_dir():
+        raise ReplayFormatError(f"{p}: is a directory, not a trajectory file")
     if not p.is_file():
         raise ReplayFormatError(f"{p}: no such file")
     name = p.stem
     try:
         text = p.read_text(encoding="utf-8")
     except UnicodeDecodeError:
-        raise ReplayFormatError(f"{p}: not a UTF-8 text file") from None
+        raise ReplayFormatError(f"{p}: not a UTF-8 text file (expected JSON or JSONL)") from None
+    except OSError as exc:
+        raise ReplayFormatError(f"{p}: cannot read ({exc.strerror or exc})") from None
     if not text.strip():
         raise ReplayFormatError(f"{p}: the file is empty")
     objs: list[Any]
@@ -132,79 +196,160 @@ def load_trajectories(path: str | Path, *, limit: int | None = None) -> list[Tra
             objs = whole
         else:
             objs = [whole]
-    except json.JSONDecodeError:
+    except json.JSONDecodeError as whole_exc:
         objs = []
-        for n, line in enumerate(text.splitlines(), 1):
+        lines = text.splitlines()
+        for n, line in enumerate(lines, 1):
             if not line.strip():
                 continue
             try:
                 objs.append(json.loads(line))
             except json.JSONDecodeError as exc:
-                raise ReplayFormatError(f"{p}: line {n} is not JSON ({exc.msg})") from None
+                if n == 1 and len(lines) > 1 and text.lstrip()[:1] in "[{":
+                    # A pretty-printed JSON document that does not parse.
+                    raise ReplayFormatError(
+                        f"{p}: not valid JSON (line {whole_exc.lineno}: {whole_exc.msg})"
+                    ) from None
+                raise ReplayFormatError(
+                    f"{p}: line {n} is not JSON ({exc.msg}); expected JSON or JSONL"
+                ) from None
         if objs and all(_is_message(o) for o in objs):
             objs = [objs]
-    trajectories = []
+    trajectories: list[Trajectory] = []
+    seen: Counter[str] = Counter()
     for i, obj in enumerate(objs):
         if limit is not None and len(trajectories) >= limit:
             break
-        trajectories.append(_from_obj(obj, name, i))
+        base = _raw_id(obj, name, i)
+        seen[base] += 1
+        traj_id = base if seen[base] == 1 else f"{base}#{seen[base]}"
+        trajectories.append(_from_obj(obj, traj_id, p.name, i))
     if not trajectories:
         raise ReplayFormatError(f"{p}: no trajectories found")
     return trajectories
 
 
-# --- replay ---------------------------------------------------------------------------
+# --- reports ----------------------------------------------------------------------------
 @dataclass
 class CallRecord:
     """One model call of a replay."""
 
     index: int
+    """Position of the call in its trajectory (0-based)."""
     tokens: int
+    """Tokens the model would have been sent (metadata tags included when shown)."""
     messages: int
+    """Messages the model would have been sent."""
     overhead_s: float
+    """Time the manager took before this call."""
     prefix_tokens: int
+    """Tokens identical to the previous call's prompt (a prompt cache can reuse them)."""
     over_budget: bool
     violations: list[str]
+    """Sequence problems a provider would reject (always empty unless there is a bug)."""
     events: list[dict[str, Any]] = field(default_factory=list)
+    """The compression events of this call (one per strategy that ran)."""
+    tokens_before: int | None = None
+    """Tokens of the working messages before compression (None: not measured)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON."""
+        return {
+            "index": self.index,
+            "tokens": self.tokens,
+            "tokens_before": self.tokens_before,
+            "messages": self.messages,
+            "prefix_tokens": self.prefix_tokens,
+            "over_budget": self.over_budget,
+            "overhead_ms": round(self.overhead_s * 1000, 3),
+            "violations": list(self.violations),
+            "events": [dict(e) for e in self.events],
+        }
+
+
+def _strategy_order(name: str) -> tuple[int, str]:
+    order = list(STRATEGY_LABELS)
+    return (order.index(name) if name in order else len(order), name)
 
 
 @dataclass
 class ReplayReport:
-    """Everything measured while replaying one trajectory."""
+    """Everything measured while replaying one trajectory (or, merged, many)."""
 
     trajectory_id: str
     max_tokens: int
     calls: list[CallRecord]
     originals: int
+    """Original messages the model saw over the run (history entries expected)."""
     recoverable: int
+    """Originals found in the history store, identical to what was recorded."""
     unmanaged_tokens: list[int] = field(default_factory=list)
+    """With ``compare``: tokens an agent without context management would have sent."""
+    trigger_tokens: int = 0
+    target_tokens: int = 0
+    summarizer: str = ""
+    messages: int = 0
+    """Messages in the recorded trajectory."""
+    offloads_reloadable: int = 0
+    """Offload ids named by the events that reload from the store."""
+    trajectories: int = 1
 
+    # -- managed ---------------------------------------------------------------------
     @property
     def largest(self) -> int:
+        """The largest context sent."""
         return max((c.tokens for c in self.calls), default=0)
 
     @property
     def over_budget(self) -> int:
+        """Calls whose context exceeded ``max_tokens`` (0 unless there is a bug)."""
         return sum(c.over_budget for c in self.calls)
 
     @property
     def invalid(self) -> int:
+        """Calls with a sequence a provider would reject (0 unless there is a bug)."""
         return sum(bool(c.violations) for c in self.calls)
 
     @property
     def tokens_sent(self) -> int:
+        """Tokens sent over all calls."""
         return sum(c.tokens for c in self.calls)
 
     @property
     def prefix_tokens(self) -> int:
+        """Tokens each call shares with the previous call's prompt, summed."""
         return sum(c.prefix_tokens for c in self.calls)
 
     @property
+    def prefix_share(self) -> float:
+        """Share of the tokens sent that a provider's prompt cache can reuse."""
+        sent = self.tokens_sent
+        return self.prefix_tokens / sent if sent else 0.0
+
+    @property
     def events(self) -> list[dict[str, Any]]:
+        """Every compression event, in order."""
         return [e for c in self.calls for e in c.events]
 
     @property
+    def compressions(self) -> int:
+        """Calls before which the pipeline ran at least one strategy."""
+        return sum(bool(c.events) for c in self.calls)
+
+    @property
+    def strategy_counts(self) -> dict[str, int]:
+        """Compression events by strategy name, in pipeline order."""
+        counts = Counter(str(e.get("strategy", "?")) for e in self.events)
+        return {k: counts[k] for k in sorted(counts, key=_strategy_order)}
+
+    @property
+    def offloads(self) -> int:
+        """Offloads written (every span a strategy replaced is offloaded first)."""
+        return sum(len(e.get("offload_ids") or ()) for e in self.events)
+
+    @property
     def summarizer_calls(self) -> int:
+        """Summarizer model calls (0 with the offline summarizer)."""
         return sum(int(e.get("summarizer_calls", 0)) for e in self.events)
 
     @property
@@ -212,8 +357,125 @@ class ReplayReport:
         return sum(int(e.get("summarizer_input_tokens", 0)) for e in self.events)
 
     @property
+    def summarizer_output_tokens(self) -> int:
+        return sum(int(e.get("summarizer_output_tokens", 0)) for e in self.events)
+
+    @property
+    def summarizer_fallbacks(self) -> int:
+        """Summaries the offline fallback wrote after the model failed."""
+        return sum(int(e.get("summarizer_fallbacks", 0)) for e in self.events)
+
+    @property
+    def summarizer_errors(self) -> list[str]:
+        return [str(err) for e in self.events for err in e.get("summarizer_errors") or ()]
+
+    @property
     def overheads(self) -> list[float]:
         return [c.overhead_s for c in self.calls]
+
+    @property
+    def ok(self) -> bool:
+        """No call over budget, no invalid sequence, every original and offload recoverable."""
+        return (
+            not self.over_budget
+            and not self.invalid
+            and self.recoverable == self.originals
+            and self.offloads_reloadable == self.offloads
+        )
+
+    # -- unmanaged (with compare) ----------------------------------------------------
+    @property
+    def compared(self) -> bool:
+        return bool(self.unmanaged_tokens)
+
+    @property
+    def unmanaged_largest(self) -> int:
+        return max(self.unmanaged_tokens, default=0)
+
+    @property
+    def unmanaged_over_budget(self) -> int:
+        return sum(t > self.max_tokens for t in self.unmanaged_tokens)
+
+    @property
+    def unmanaged_tokens_sent(self) -> int:
+        return sum(self.unmanaged_tokens)
+
+    def summary(self) -> dict[str, Any]:
+        """The headline numbers as plain JSON (what the CLI's tables show)."""
+        out: dict[str, Any] = {
+            "trajectory_id": self.trajectory_id,
+            "trajectories": self.trajectories,
+            "messages": self.messages,
+            "calls": len(self.calls),
+            "max_tokens": self.max_tokens,
+            "trigger_tokens": self.trigger_tokens,
+            "target_tokens": self.target_tokens,
+            "largest_context": self.largest,
+            "calls_over_budget": self.over_budget,
+            "invalid_sequences": self.invalid,
+            "tokens_sent": self.tokens_sent,
+            "prefix_tokens": self.prefix_tokens,
+            "prefix_share": round(self.prefix_share, 4),
+            "compressions": self.compressions,
+            "events_by_strategy": self.strategy_counts,
+            "offloads": self.offloads,
+            "offloads_reloadable": self.offloads_reloadable,
+            "summarizer": self.summarizer,
+            "summarizer_calls": self.summarizer_calls,
+            "summarizer_input_tokens": self.summarizer_input_tokens,
+            "summarizer_output_tokens": self.summarizer_output_tokens,
+            "summarizer_fallbacks": self.summarizer_fallbacks,
+            "originals": self.originals,
+            "recoverable_originals": self.recoverable,
+            "overhead_ms_p50": round(median(self.overheads) * 1000, 3),
+            "overhead_ms_p99": round(percentile(self.overheads, 0.99) * 1000, 3),
+            "ok": self.ok,
+        }
+        if self.compared:
+            out["unmanaged"] = {
+                "largest_context": self.unmanaged_largest,
+                "calls_over_budget": self.unmanaged_over_budget,
+                "tokens_sent": self.unmanaged_tokens_sent,
+            }
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """The summary plus every call (plain JSON, for ``--json``)."""
+        out = self.summary()
+        out["per_call"] = [c.to_dict() for c in self.calls]
+        if self.compared:
+            for row, unmanaged in zip(out["per_call"], self.unmanaged_tokens, strict=False):
+                row["unmanaged_tokens"] = unmanaged
+        out["summarizer_errors"] = self.summarizer_errors
+        return out
+
+
+def merge_reports(reports: Sequence[ReplayReport], trajectory_id: str = "total") -> ReplayReport:
+    """One report over several replays: calls concatenated, counts summed.
+
+    The budget numbers are taken from the first report (a CLI run uses one config).
+    """
+    if not reports:
+        raise ValueError("merge_reports needs at least one report")
+    first = reports[0]
+    return ReplayReport(
+        trajectory_id=trajectory_id,
+        max_tokens=first.max_tokens,
+        calls=[c for r in reports for c in r.calls],
+        originals=sum(r.originals for r in reports),
+        recoverable=sum(r.recoverable for r in reports),
+        unmanaged_tokens=(
+            [t for r in reports for t in r.unmanaged_tokens]
+            if all(r.compared or not r.calls for r in reports)
+            else []
+        ),
+        trigger_tokens=first.trigger_tokens,
+        target_tokens=first.target_tokens,
+        summarizer=first.summarizer,
+        messages=sum(r.messages for r in reports),
+        offloads_reloadable=sum(r.offloads_reloadable for r in reports),
+        trajectories=sum(r.trajectories for r in reports),
+    )
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -226,17 +488,120 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 
 def median(values: Sequence[float]) -> float:
+    """The median; 0.0 for no values."""
     return statistics.median(values) if values else 0.0
 
 
+# --- replay -----------------------------------------------------------------------------
 def _call_points(messages: Sequence[BaseMessage]) -> list[int]:
     """Indices of the assistant messages: the model was called right before each."""
     return [i for i, m in enumerate(messages) if isinstance(m, AIMessage)]
 
 
+def count_calls(trajectory: Trajectory) -> int:
+    """Model calls a replay of ``trajectory`` makes (one per recorded assistant message)."""
+    return len(_call_points(trajectory.messages))
+
+
+class _Run:
+    """The bookkeeping shared by :func:`replay` and :func:`areplay`."""
+
+    def __init__(self, trajectory: Trajectory, ac: AutoContext, compare: bool) -> None:
+        self.trajectory = trajectory
+        self.ac = ac
+        self.compare = compare
+        self.working: list[BaseMessage] = []
+        self.cursor = 0
+        self.previous: list[tuple[str | None, Any]] = []
+        self.calls: list[CallRecord] = []
+        self.unmanaged: list[int] = []
+
+    def steps(self) -> Iterator[tuple[int, int, list[BaseMessage]]]:
+        """(call index, message index, working messages before the call)."""
+        msgs = self.trajectory.messages
+        for call_index, point in enumerate(_call_points(msgs)):
+            self.working.extend(msgs[self.cursor : point])
+            self.cursor = point
+            yield call_index, point, self.working
+
+    def record(
+        self, call_index: int, point: int, result: CompressionResult, overhead: float
+    ) -> CallRecord:
+        ac = self.ac
+        counter, tools, tags = ac.counter, ac.count_tools, ac.config.metadata_tags
+        sent = result.messages
+        key = [(m.id, m.content) for m in sent]
+        common = 0
+        for a, b in zip(key, self.previous, strict=False):
+            if a != b:
+                break
+            common += 1
+        # Tokens a provider's prompt cache can reuse: the tool schemas and the messages
+        # identical to the previous call's (their tags too: a tag depends only on what
+        # precedes it). The reply-priming tokens are not part of a prefix.
+        prefix = 0
+        if common:
+            prefix = min(result.tokens_after, counter.count(sent[:common], tools, tags=tags) - 3)
+        self.previous = key
+        record = CallRecord(
+            index=call_index,
+            tokens=result.tokens_after,
+            messages=len(sent),
+            overhead_s=overhead,
+            prefix_tokens=prefix,
+            over_budget=result.tokens_after > ac.config.max_tokens,
+            violations=find_violations(sent),
+            events=list(result.events),
+            tokens_before=result.tokens_before,
+        )
+        self.calls.append(record)
+        if self.compare:
+            msgs = self.trajectory.messages
+            self.unmanaged.append(counter.count(msgs[:point], tools, tags=False))
+        self.working = list(sent)
+        return record
+
+    def report(self, store: OffloadStore, thread: str) -> ReplayReport:
+        originals = [m for m in self.trajectory.messages[: self.cursor] if m.id]
+        stored = {e.id: e.message for e in store.iter_history(thread)}
+        recoverable = sum(1 for m in originals if _same(stored.get(m.id), m))
+        reloadable = 0
+        for event in (e for c in self.calls for e in c.events):
+            for oid in event.get("offload_ids") or ():
+                try:
+                    store.reload(thread, oid)
+                except OffloadNotFoundError:
+                    continue
+                reloadable += 1
+        cfg = self.ac.config
+        return ReplayReport(
+            trajectory_id=self.trajectory.id,
+            max_tokens=cfg.max_tokens,
+            calls=self.calls,
+            originals=len(originals),
+            recoverable=recoverable,
+            unmanaged_tokens=self.unmanaged,
+            trigger_tokens=cfg.trigger_tokens,
+            target_tokens=cfg.target_tokens,
+            summarizer=str(getattr(self.ac.summarizer, "name", type(self.ac.summarizer).__name__)),
+            messages=len(self.trajectory.messages),
+            offloads_reloadable=reloadable,
+        )
+
+
+def _same(stored: BaseMessage | None, original: BaseMessage) -> bool:
+    """The stored copy is the recorded message (type, content, tool calls)."""
+    if stored is None or stored.type != original.type or stored.content != original.content:
+        return False
+    if isinstance(original, AIMessage):
+        calls = [(c["id"], c["name"], c["args"]) for c in original.tool_calls]
+        return calls == [(c["id"], c["name"], c["args"]) for c in getattr(stored, "tool_calls", [])]
+    return getattr(stored, "tool_call_id", None) == getattr(original, "tool_call_id", None)
+
+
 def replay(
     trajectory: Trajectory,
-    ac: Any,
+    ac: AutoContext,
     *,
     thread_id: str | None = None,
     store: Any = None,
@@ -249,71 +614,159 @@ def replay(
     with its working messages: those are compressed with ``ac.compress`` exactly as
     a pre-model hook would, the compressed list becomes the new working state, and
     the recorded assistant message (and what follows it) is appended. ``compare``
-    also counts what an unmanaged agent would have sent.
+    also counts what an unmanaged agent would have sent. ``on_call`` is called
+    after every call (progress bars). At the end the history store is read back to
+    check that every original message is there, unchanged, and that every offload
+    id the events name reloads.
+
+    Raises:
+        ContextBudgetError: the budget cannot hold the system prompt and latest
+            user message (nothing would have been sent).
     """
     thread = thread_id or trajectory.id
     st = ac.resolve_store(store)
-    counter = ac.counter
-    tools = ac.count_tools
-    tags = ac.config.metadata_tags
-    working: list[BaseMessage] = []
-    cursor = 0
-    previous: list[tuple[str | None, Any]] = []
-    calls: list[CallRecord] = []
-    unmanaged: list[int] = []
-    msgs = trajectory.messages
-    for call_index, point in enumerate(_call_points(msgs)):
-        working.extend(msgs[cursor:point])
-        cursor = point
+    run = _Run(trajectory, ac, compare)
+    for call_index, point, working in run.steps():
         started = time.perf_counter()
         result = ac.compress(working, thread_id=thread, store=st)
-        overhead = time.perf_counter() - started
-        sent = result.messages
-        key = [(m.id, m.content) for m in sent]
-        common = 0
-        for a, b in zip(key, previous, strict=False):
-            if a != b:
-                break
-            common += 1
-        # Tokens a provider's prompt cache can reuse: the tool schemas and the messages
-        # identical to the previous call's (their tags too: a tag depends only on what
-        # precedes it). The reply-priming tokens are not part of a prefix.
-        prefix = 0
-        if common:
-            prefix = min(result.tokens_after, counter.count(sent[:common], tools, tags=tags) - 3)
-        previous = key
-        record = CallRecord(
-            index=call_index,
-            tokens=result.tokens_after,
-            messages=len(sent),
-            overhead_s=overhead,
-            prefix_tokens=prefix,
-            over_budget=result.tokens_after > ac.config.max_tokens,
-            violations=find_violations(sent),
-            events=result.events,
-        )
-        calls.append(record)
-        if compare:
-            unmanaged.append(counter.count(msgs[:point], tools, tags=False))
+        record = run.record(call_index, point, result, time.perf_counter() - started)
         if on_call is not None:
             on_call(record)
-        working = list(sent)
-    originals = [m for m in msgs[:cursor] if m.id]
-    stored = {e.id for e in st.iter_history(thread)}
-    recoverable = sum(1 for m in originals if m.id in stored)
-    return ReplayReport(
-        trajectory_id=trajectory.id,
-        max_tokens=ac.config.max_tokens,
-        calls=calls,
-        originals=len(originals),
-        recoverable=recoverable,
-        unmanaged_tokens=unmanaged,
-    )
+    return run.report(st, thread)
+
+
+async def areplay(
+    trajectory: Trajectory,
+    ac: AutoContext,
+    *,
+    thread_id: str | None = None,
+    store: Any = None,
+    on_call: Callable[[CallRecord], None] | None = None,
+    compare: bool = False,
+) -> ReplayReport:
+    """Async twin of :func:`replay` (uses ``ac.acompress``)."""
+    thread = thread_id or trajectory.id
+    st = ac.resolve_store(store)
+    run = _Run(trajectory, ac, compare)
+    for call_index, point, working in run.steps():
+        started = time.perf_counter()
+        result = await ac.acompress(working, thread_id=thread, store=st)
+        record = run.record(call_index, point, result, time.perf_counter() - started)
+        if on_call is not None:
+            on_call(record)
+    return run.report(st, thread)
 
 
 def iter_reports(
     trajectories: Iterable[Trajectory], make_ac: Callable[[], Any], **kwargs: Any
-) -> Iterable[ReplayReport]:
+) -> Iterator[ReplayReport]:
     """Replay each trajectory with a fresh manager from ``make_ac``."""
     for t in trajectories:
         yield replay(t, make_ac(), **kwargs)
+
+
+async def aiter_reports(
+    trajectories: Iterable[Trajectory], make_ac: Callable[[], Any], **kwargs: Any
+) -> AsyncIterator[ReplayReport]:
+    """Async twin of :func:`iter_reports`."""
+    for t in trajectories:
+        yield await areplay(t, make_ac(), **kwargs)
+
+
+# --- plot -------------------------------------------------------------------------------
+_COLORS = {
+    "tool_run": "#1f77b4",
+    "offload_history": "#17becf",
+    "offload_all": "#2ca02c",
+    "round": "#9467bd",
+    "current_large": "#ff7f0e",
+    "current_round": "#d62728",
+    "fifo": "#8c564b",
+}
+
+
+def plot_reports(
+    reports: ReplayReport | Sequence[ReplayReport],
+    path: str | Path | None = None,
+    *,
+    max_panels: int = 12,
+    dpi: int = 110,
+) -> Figure:
+    """Plot context tokens per call, with the budget and every compression event.
+
+    One panel per trajectory (the first ``max_panels``): the tokens sent at each
+    call, the budget (``max_tokens``) and the trigger line, and for each
+    compression event a vertical bar from the tokens before the strategy ran to
+    the tokens after, coloured by strategy. With ``compare`` reports, the
+    unmanaged agent's context is drawn in grey. Returns a matplotlib ``Figure``
+    (shown inline in Jupyter); with ``path``, also writes it as a PNG.
+
+    Needs matplotlib (``pip install "langchain-autocontext[replay]"``). Uses no
+    pyplot state, so it works under any backend, headless included.
+    """
+    try:
+        from matplotlib.figure import Figure
+        from matplotlib.lines import Line2D
+    except ImportError:
+        raise ImportError(
+            'plotting needs matplotlib: pip install "langchain-autocontext[replay]"'
+        ) from None
+    items = [reports] if isinstance(reports, ReplayReport) else list(reports)
+    if not items:
+        raise ValueError("plot_reports needs at least one report")
+    shown = items[:max_panels]
+    cols = 1 if len(shown) == 1 else 2 if len(shown) <= 4 else 3
+    rows = -(-len(shown) // cols)
+    fig = Figure(figsize=(10 if cols == 1 else 5 * cols, 4.8 if rows == 1 else 3.2 * rows))
+    axes = fig.subplots(rows, cols, squeeze=False)
+    used: dict[str, str] = {}
+    for ax, rep in zip(axes.flat, shown, strict=False):
+        x = [c.index + 1 for c in rep.calls]
+        if rep.compared:
+            ax.plot(x, rep.unmanaged_tokens, color="0.6", lw=1.2, ls="--")
+        ax.plot(x, [c.tokens for c in rep.calls], color="black", lw=1.6)
+        ax.axhline(rep.max_tokens, color="red", lw=1.2)
+        if rep.trigger_tokens:
+            ax.axhline(rep.trigger_tokens, color="red", lw=0.8, ls=":")
+        width = max(0.15, min(0.5, len(rep.calls) / 150))  # events of one call side by side
+        for call in rep.calls:
+            n = len(call.events)
+            for k, event in enumerate(call.events):
+                name = str(event.get("strategy", "?"))
+                color = _COLORS.get(name, "#7f7f7f")
+                used[name] = color
+                ax.vlines(
+                    call.index + 1 + (k - (n - 1) / 2) * width,
+                    event.get("tokens_after", call.tokens),
+                    event.get("tokens_before", call.tokens),
+                    color=color,
+                    lw=3,
+                    alpha=0.85,
+                )
+        ax.set_title(rep.trajectory_id, fontsize=10)
+        ax.set_xlabel("model call")
+        ax.set_ylabel("context tokens")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.25)
+    for ax in list(axes.flat)[len(shown) :]:
+        ax.set_visible(False)
+    handles = [Line2D([], [], color="black", lw=1.6, label="sent (managed)")]
+    if any(r.compared for r in shown):
+        handles.append(Line2D([], [], color="0.6", lw=1.2, ls="--", label="unmanaged"))
+    handles.append(Line2D([], [], color="red", lw=1.2, label="budget (max_tokens)"))
+    if any(r.trigger_tokens for r in shown):
+        handles.append(Line2D([], [], color="red", lw=0.8, ls=":", label="trigger"))
+    for name in sorted(used, key=_strategy_order):
+        handles.append(
+            Line2D([], [], color=used[name], lw=3, label=STRATEGY_LABELS.get(name, name))
+        )
+    title = "autocontext replay: context tokens per model call"
+    if len(items) > len(shown):
+        title += f" (first {len(shown)} of {len(items)} trajectories)"
+    fig.suptitle(title, fontsize=11)
+    fig.legend(handles=handles, loc="lower center", ncol=min(5, len(handles)), fontsize=8)
+    legend_rows = -(-len(handles) // 5)
+    fig.tight_layout(rect=(0, 0.04 + 0.035 * legend_rows, 1, 0.97))
+    if path is not None:
+        fig.savefig(path, format="png", dpi=dpi)
+    return fig
