@@ -138,3 +138,117 @@ def bash(command: str) -> str:
     """Run a shell command and return its output."""
     seed = sum(map(ord, command))
     return log_text(70, seed)
+
+
+# --- a multi-round, tool-calling, streaming script (the surfaces' end-to-end runs) --------
+from collections.abc import AsyncIterator  # noqa: E402
+
+from langchain_core.messages import AIMessageChunk  # noqa: E402
+from langchain_core.outputs import ChatGenerationChunk  # noqa: E402
+
+
+def _script_thread() -> str:
+    """The thread (or RunnableWithMessageHistory session) the current call belongs to."""
+    try:
+        from langgraph.config import get_config
+
+        conf = get_config().get("configurable") or {}
+    except RuntimeError:
+        return "default"
+    return str(conf.get("thread_id") or conf.get("session_id") or "default")
+
+
+class RoundScriptModel(BaseChatModel):
+    """A user's rounds of work: per round ``steps`` calls of ``sh``, then an answer.
+
+    The script depends only on how many calls the thread has made (never on what the
+    model is shown), so every surface runs the same trajectory. Every ``big_every``-th
+    call asks for a large output (``big_lines`` lines), the others for
+    ``small_lines``. Records each input (``seen``) and the tools bound to it
+    (``bound``); streams its answers word by word with tool-call chunks.
+    """
+
+    steps: int = 20
+    big_every: int = 7
+    big_lines: int = 120
+    small_lines: int = 12
+    seen: list = Field(default_factory=list)
+    bound: list = Field(default_factory=list)
+    calls: dict = Field(default_factory=dict)
+
+    @property
+    def _llm_type(self) -> str:
+        return "round-script"
+
+    def bind_tools(self, tools, **kwargs):  # the script decides which tool to call
+        self.bound = list(tools)
+        return self
+
+    @property
+    def total_calls(self) -> int:
+        return sum(self.calls.values())
+
+    def _next(self, messages) -> AIMessage:
+        thread = _script_thread()
+        self.seen.append(list(messages))
+        n = self.calls.get(thread, 0)
+        self.calls[thread] = n + 1
+        r, p = divmod(n, self.steps + 1)
+        if p == self.steps:
+            return AIMessage(content=f"round {r} finished after {self.steps} steps")
+        lines = self.big_lines if n % self.big_every == 0 else self.small_lines
+        return AIMessage(
+            content=f"round {r} step {p} running",
+            tool_calls=[
+                {
+                    "name": "sh",
+                    "args": {"command": f"make check-{n}", "lines": lines},
+                    "id": f"call-{thread}-{n}",
+                    "type": "tool_call",
+                }
+            ],
+        )
+
+    def _generate(self, messages, stop=None, run_manager=None, **kw):
+        return ChatResult(generations=[ChatGeneration(message=self._next(messages))])
+
+    def _stream(self, messages, stop=None, run_manager=None, **kw):
+        msg = self._next(messages)
+        words = msg.content.split(" ")
+        for k, word in enumerate(words):
+            chunk = ChatGenerationChunk(
+                message=AIMessageChunk(content=word if k == 0 else f" {word}")
+            )
+            if run_manager is not None:
+                run_manager.on_llm_new_token(chunk.text, chunk=chunk)
+            yield chunk
+        if msg.tool_calls:
+            tc = msg.tool_calls[0]
+            yield ChatGenerationChunk(
+                message=AIMessageChunk(
+                    content="",
+                    tool_call_chunks=[
+                        {
+                            "name": tc["name"],
+                            "args": json.dumps(tc["args"]),
+                            "id": tc["id"],
+                            "index": 0,
+                            "type": "tool_call_chunk",
+                        }
+                    ],
+                )
+            )
+
+    async def _astream(self, messages, stop=None, run_manager=None, **kw) -> AsyncIterator:
+        msg_chunks = list(self._stream(messages, stop=stop, run_manager=None, **kw))
+        for chunk in msg_chunks:
+            if run_manager is not None and chunk.text:
+                await run_manager.on_llm_new_token(chunk.text, chunk=chunk)
+            yield chunk
+
+
+@tool
+def sh(command: str, lines: int = 12) -> str:
+    """Run a shell command; ``lines`` is how much output it prints."""
+    seed = sum(map(ord, command))
+    return log_text(lines, seed)

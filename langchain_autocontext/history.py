@@ -1,0 +1,328 @@
+"""Chains: a chat-message history with managed context, and a managing Runnable.
+
+* :class:`AutoContextChatMessageHistory` — a LangChain ``BaseChatMessageHistory``
+  keyed by session id and kept in the store. ``RunnableWithMessageHistory`` chains
+  get managed context with no other change: every ``add_messages`` archives the
+  originals and compresses the session's working messages; ``messages`` returns them.
+* :class:`AutoContextRunnable` (``ac.as_runnable()``) — turns a message list (or a
+  prompt value) into the managed one, for ``prompt | ac.as_runnable() | model``.
+
+Both keep one small record per session/thread in the store, in the namespace
+``(prefix, thread, "surface")`` next to the thread's history, offloads and events:
+plain JSON, LangChain's own message dict format.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from langchain_core.chat_history import BaseChatMessageHistory
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, convert_to_messages
+from langchain_core.prompt_values import PromptValue
+from langchain_core.runnables import RunnableConfig, RunnableSerializable
+from langgraph.store.base import BaseStore
+
+from langchain_autocontext.messages import dump_messages, load_messages
+from langchain_autocontext.metadata import strip_message_tags
+from langchain_autocontext.store import OffloadStore, encode_thread_id
+
+if TYPE_CHECKING:
+    from langchain_autocontext.engine import AutoContext
+
+__all__ = [
+    "SURFACE_KIND",
+    "AutoContextChatMessageHistory",
+    "AutoContextRunnable",
+    "surface_namespace",
+]
+
+#: Third element of the namespace where the surfaces keep their per-thread records.
+SURFACE_KIND = "surface"
+_HISTORY_KEY = "chat_history"
+_RUNNABLE_KEY = "runnable"
+_ID_NAMESPACE = uuid.UUID("6c1d3a52-8f0e-4f7b-9a43-3f1b8e2d7c10")
+
+
+def surface_namespace(store: OffloadStore, thread_id: str) -> tuple[str, str, str]:
+    """``(prefix, encoded thread id, "surface")``: the surfaces' per-thread records."""
+    return (store.prefix, encode_thread_id(thread_id), SURFACE_KIND)
+
+
+def _default_autocontext(autocontext: AutoContext | None) -> AutoContext:
+    from langchain_autocontext.engine import AutoContext
+
+    if autocontext is None:
+        return AutoContext()
+    if not isinstance(autocontext, AutoContext):
+        raise TypeError(f"expected an AutoContext, got {type(autocontext).__name__}")
+    return autocontext
+
+
+def _checked(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+    out = list(messages)
+    for m in out:
+        if not isinstance(m, BaseMessage):
+            raise TypeError(f"expected LangChain messages, got {type(m).__name__}: {m!r:.80}")
+    return out
+
+
+def _stored_messages(value: dict[str, Any] | None) -> list[BaseMessage]:
+    return load_messages(value.get("messages") or []) if value else []
+
+
+# --- the chat-message history ---------------------------------------------------------------
+class AutoContextChatMessageHistory(BaseChatMessageHistory):
+    """A chat-message history whose messages are the managed (compressed) context.
+
+    ``add_messages`` appends the new messages to the session's append-only original
+    history (the store's ``history`` namespace), then compresses the working
+    messages when a threshold is crossed, like the agent surfaces do before each
+    model call; ``messages`` returns the working messages. Tags a model copied into
+    its output are stripped before storing.
+
+    The working messages stay under ``max_tokens * token_ratio`` between turns, so a
+    turn's new input may use the rest of ``max_tokens``. When one input can be larger
+    than that, put ``ac.as_runnable()`` before the model to bound every call.
+
+    Args:
+        session_id: the session (it is the thread id in the store).
+        autocontext: the :class:`~langchain_autocontext.AutoContext` to use
+            (default: a new one with the default configuration).
+        store: where the session lives (any LangGraph ``BaseStore``); default: the
+            AutoContext's store.
+
+    ``clear()`` empties the working messages; the original history stays in the
+    store (append-only by design).
+    """
+
+    def __init__(
+        self,
+        session_id: str,
+        autocontext: AutoContext | None = None,
+        *,
+        store: BaseStore | None = None,
+    ) -> None:
+        if not isinstance(session_id, str) or not session_id:
+            raise ValueError(f"session_id must be a non-empty string, got {session_id!r}")
+        self.session_id = session_id
+        self.autocontext = _default_autocontext(autocontext)
+        self._backend = store
+
+    @classmethod
+    def factory(
+        cls, autocontext: AutoContext | None = None, *, store: BaseStore | None = None
+    ) -> Callable[[str], AutoContextChatMessageHistory]:
+        """``get_session_history`` for ``RunnableWithMessageHistory``: session id -> history."""
+        ac = _default_autocontext(autocontext)
+
+        def get_session_history(session_id: str) -> AutoContextChatMessageHistory:
+            return cls(session_id, ac, store=store)
+
+        return get_session_history
+
+    @property
+    def store(self) -> OffloadStore:
+        """The OffloadStore holding the session (working record, history, offloads, events)."""
+        return self.autocontext.resolve_store(self._backend)
+
+    def _ns(self, store: OffloadStore) -> tuple[str, str, str]:
+        return surface_namespace(store, self.session_id)
+
+    # -- reading --------------------------------------------------------------------------
+    @property
+    def messages(self) -> list[BaseMessage]:  # type: ignore[override]
+        """The session's working messages: what the model is sent."""
+        store = self.store
+        item = store.get(self._ns(store), _HISTORY_KEY)
+        return _stored_messages(item.value if item else None)
+
+    async def aget_messages(self) -> list[BaseMessage]:
+        """Async twin of :attr:`messages`."""
+        store = self.store
+        item = await store.aget(self._ns(store), _HISTORY_KEY)
+        return _stored_messages(item.value if item else None)
+
+    @property
+    def original_messages(self) -> list[BaseMessage]:
+        """Every message ever added to the session, uncompressed, in order."""
+        return [e.message for e in self.store.iter_history(self.session_id)]
+
+    # -- writing --------------------------------------------------------------------------
+    @staticmethod
+    def _incoming(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+        return [
+            strip_message_tags(m) if isinstance(m, AIMessage) else m for m in _checked(messages)
+        ]
+
+    def _record(self, messages: Sequence[BaseMessage]) -> dict[str, Any]:
+        return {"messages": dump_messages(messages)}
+
+    def add_messages(self, messages: Sequence[BaseMessage]) -> None:
+        """Archive ``messages`` and compress the working messages when over a threshold."""
+        new = self._incoming(messages)
+        store = self.store
+        current = self.messages
+        result = self.autocontext.compress([*current, *new], thread_id=self.session_id, store=store)
+        store.put(self._ns(store), _HISTORY_KEY, self._record(result.messages), index=False)
+
+    async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
+        """Async twin of :meth:`add_messages`."""
+        new = self._incoming(messages)
+        store = self.store
+        current = await self.aget_messages()
+        result = await self.autocontext.acompress(
+            [*current, *new], thread_id=self.session_id, store=store
+        )
+        await store.aput(self._ns(store), _HISTORY_KEY, self._record(result.messages), index=False)
+
+    def clear(self) -> None:
+        """Empty the working messages (the original history stays in the store)."""
+        store = self.store
+        store.put(self._ns(store), _HISTORY_KEY, self._record([]), index=False)
+
+    async def aclear(self) -> None:
+        """Async twin of :meth:`clear`."""
+        store = self.store
+        await store.aput(self._ns(store), _HISTORY_KEY, self._record([]), index=False)
+
+
+# --- the Runnable ------------------------------------------------------------------------------
+def _fingerprint(message: BaseMessage) -> bytes:
+    """What identifies a message of an input: role, id, content, tool calls, name."""
+    h = hashlib.sha256()
+    content = message.content
+    text = content if isinstance(content, str) else json.dumps(content, sort_keys=True, default=str)
+    extra: list[Any] = [getattr(message, "tool_call_id", None), message.name]
+    if isinstance(message, AIMessage) and message.tool_calls:
+        extra.append(message.tool_calls)
+    for part in (message.type, message.id or "", text, json.dumps(extra, default=str)):
+        h.update(part.encode("utf-8", "surrogatepass"))
+        h.update(b"\x00")
+    return h.digest()
+
+
+def _as_messages(value: Any) -> list[BaseMessage]:
+    if isinstance(value, PromptValue):
+        return value.to_messages()
+    if isinstance(value, str):
+        return [HumanMessage(value)]
+    if isinstance(value, BaseMessage):
+        return [value]
+    if isinstance(value, Sequence):
+        return convert_to_messages(value)
+    raise TypeError(
+        "AutoContextRunnable takes a prompt value, a message, a list of messages or a "
+        f"string; got {type(value).__name__}"
+    )
+
+
+class AutoContextRunnable(RunnableSerializable[Any, list[BaseMessage]]):
+    """``messages -> managed messages``: compress a conversation for the next model call.
+
+    Input: a prompt value (the output of a chat prompt template), a list of messages
+    (or message-likes: tuples, dicts, strings) or one string. Output: the managed
+    list, system message first, under ``max_tokens``.
+
+    The thread is the run's ``configurable["thread_id"]`` (else its ``session_id``,
+    else ``"default"``). Chains usually send the whole conversation every call: the
+    Runnable remembers, per thread in the store, the input it last saw and what it
+    made of it, and when the new input extends that input it compresses only the
+    extension onto its previous result — so work (and summarizer calls) is not
+    repeated, and messages without an id get the same id every call (their
+    originals are archived once).
+    """
+
+    autocontext: Any
+    """The :class:`~langchain_autocontext.AutoContext` doing the work."""
+
+    name: str | None = "autocontext"
+
+    @classmethod
+    def is_lc_serializable(cls) -> bool:
+        """Not serializable: it holds an AutoContext."""
+        return False
+
+    @staticmethod
+    def thread_of(config: RunnableConfig | None) -> str:
+        """The thread of a call: ``thread_id``, else ``session_id``, else ``"default"``."""
+        conf = (config or {}).get("configurable") or {}
+        for key in ("thread_id", "session_id"):
+            if conf.get(key) not in (None, ""):
+                return str(conf[key])
+        return "default"
+
+    def _plan(
+        self, messages: list[BaseMessage], thread_id: str, record: dict[str, Any] | None
+    ) -> tuple[list[BaseMessage], dict[str, Any]]:
+        """The messages to compress (previous result + new tail) and the input's digest.
+
+        The digest is a hash chain over the input messages, so "the new input extends
+        the last one" is checked from one stored string, whatever the length.
+        """
+        seen_n = int(record.get("inputs", 0)) if record else 0
+        seen_digest = record.get("digest") if record else None
+        chain = hashlib.sha256()
+        prints: list[bytes] = []
+        prefix_digest: str | None = None
+        for k, m in enumerate(messages):
+            fp = _fingerprint(m)
+            prints.append(fp)
+            chain.update(fp)
+            if k + 1 == seen_n:
+                prefix_digest = chain.hexdigest()
+        state = {"inputs": len(messages), "digest": chain.hexdigest()}
+        start = seen_n if (seen_n and prefix_digest == seen_digest) else 0
+        tail = [
+            m
+            if m.id
+            else m.model_copy(
+                update={"id": str(uuid.uuid5(_ID_NAMESPACE, f"{thread_id}:{k}:{prints[k].hex()}"))}
+            )
+            for k, m in enumerate(messages[start:], start)
+        ]
+        if start:
+            return [*_stored_messages(record), *tail], state
+        return tail, state
+
+    def _ns(self, store: OffloadStore, thread_id: str) -> tuple[str, str, str]:
+        return surface_namespace(store, thread_id)
+
+    def _managed(self, value: Any, config: RunnableConfig) -> list[BaseMessage]:
+        ac = self.autocontext
+        thread_id = self.thread_of(config)
+        messages = _checked(_as_messages(value))
+        store = ac.resolve_store()
+        item = store.get(self._ns(store, thread_id), _RUNNABLE_KEY)
+        work, state = self._plan(messages, thread_id, item.value if item else None)
+        result = ac.compress(work, thread_id=thread_id, store=store)
+        record = {**state, "messages": dump_messages(result.messages)}
+        store.put(self._ns(store, thread_id), _RUNNABLE_KEY, record, index=False)
+        return result.messages
+
+    async def _amanaged(self, value: Any, config: RunnableConfig) -> list[BaseMessage]:
+        ac = self.autocontext
+        thread_id = self.thread_of(config)
+        messages = _checked(_as_messages(value))
+        store = ac.resolve_store()
+        item = await store.aget(self._ns(store, thread_id), _RUNNABLE_KEY)
+        work, state = self._plan(messages, thread_id, item.value if item else None)
+        result = await ac.acompress(work, thread_id=thread_id, store=store)
+        record = {**state, "messages": dump_messages(result.messages)}
+        await store.aput(self._ns(store, thread_id), _RUNNABLE_KEY, record, index=False)
+        return result.messages
+
+    def invoke(
+        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> list[BaseMessage]:
+        """Compress ``input`` for the next model call of the thread."""
+        return self._call_with_config(self._managed, input, config, **kwargs)
+
+    async def ainvoke(
+        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> list[BaseMessage]:
+        """Async twin of :meth:`invoke`."""
+        return await self._acall_with_config(self._amanaged, input, config, **kwargs)
