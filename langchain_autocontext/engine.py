@@ -23,7 +23,13 @@ from langgraph.store.memory import InMemoryStore
 from typing_extensions import TypedDict
 
 from langchain_autocontext.config import AutoContextConfig
-from langchain_autocontext.messages import ensure_ids, marker
+from langchain_autocontext.errors import ContextBudgetError
+from langchain_autocontext.messages import (
+    ensure_ids,
+    marker,
+    repair_tool_pairs,
+    sanitize_message,
+)
 from langchain_autocontext.store import OffloadStore
 from langchain_autocontext.strategies.base import Strategy
 from langchain_autocontext.strategies.pipeline import (
@@ -132,6 +138,18 @@ class AutoContext:
         )
         self.agent_tools: list[Any] = list(tools or [])
         self.system_prompt = system_prompt
+        if system_prompt:  # a budget that can never hold the prompt: say so now, not mid-run
+            floor = self.counter.count(
+                [SystemMessage(system_prompt)], self.agent_tools, tags=self.config.metadata_tags
+            )
+            if floor > self.config.max_tokens:
+                raise ContextBudgetError(
+                    f"The system prompt and tool schemas alone count {floor} tokens, more than "
+                    f"max_tokens={self.config.max_tokens}: no call could ever be sent. Raise "
+                    "max_tokens or shorten the system prompt.",
+                    required_tokens=floor,
+                    max_tokens=self.config.max_tokens,
+                )
         self.strategies = list(strategies) if strategies is not None else None
         self._lock = threading.Lock()
         self._wrapped: dict[int, OffloadStore] = {}
@@ -216,13 +234,26 @@ class AutoContext:
 
     # --- compress: the plain-function form -------------------------------------------
     def _prepare(self, messages: Sequence[BaseMessage]) -> tuple[list[BaseMessage], bool, bool]:
-        fixed = ensure_ids(messages)
+        # Hostile input: ids for messages without one (or a duplicated one), text every
+        # store and provider accepts (no lone surrogates, no NUL). "ids_assigned" means
+        # "the working messages differ from the input": the surfaces write them back.
+        fixed = ensure_ids([sanitize_message(m) for m in messages])
         ids_assigned = any(a is not b for a, b in zip(fixed, messages, strict=True))
         virtual_system = False
         if self.system_prompt and not (fixed and isinstance(fixed[0], SystemMessage)):
             fixed = [SystemMessage(self.system_prompt, id=_SYSTEM_PLACEHOLDER_ID), *fixed]
             virtual_system = True
         return fixed, ids_assigned, virtual_system
+
+    @staticmethod
+    def _repair(messages: list[BaseMessage]) -> tuple[list[BaseMessage], bool]:
+        """Tool calls and results paired up (after archiving: a dropped orphan stays in
+        the history). Returns the messages and whether anything changed."""
+        fixed = repair_tool_pairs(messages)
+        changed = len(fixed) != len(messages) or any(
+            a is not b for a, b in zip(fixed, messages, strict=True)
+        )
+        return fixed, changed
 
     def _pipeline(
         self,
@@ -283,6 +314,8 @@ class AutoContext:
         archived = self.archive(
             [m for m in msgs if m.id != _SYSTEM_PLACEHOLDER_ID], thread_id=thread_id, store=st
         )
+        msgs, repaired = self._repair(msgs)
+        ids_assigned = ids_assigned or repaired
         result = drive(self._pipeline(msgs, thread_id, tools, force), st, self.summarizer)
         return self._finish(result, archived, ids_assigned, virtual)
 
@@ -301,6 +334,8 @@ class AutoContext:
         archived = await self.aarchive(
             [m for m in msgs if m.id != _SYSTEM_PLACEHOLDER_ID], thread_id=thread_id, store=st
         )
+        msgs, repaired = self._repair(msgs)
+        ids_assigned = ids_assigned or repaired
         result = await adrive(self._pipeline(msgs, thread_id, tools, force), st, self.summarizer)
         return self._finish(result, archived, ids_assigned, virtual)
 
@@ -321,6 +356,8 @@ class AutoContext:
             engine.archive(
                 [m for m in msgs if m.id != _SYSTEM_PLACEHOLDER_ID], thread_id=thread_id, store=st
             )
+            msgs, repaired = engine._repair(msgs)
+            ids_assigned = ids_assigned or repaired
             tokens = engine.counter.count(
                 msgs, engine.count_tools, tags=engine.config.metadata_tags
             )
@@ -337,6 +374,8 @@ class AutoContext:
             await engine.aarchive(
                 [m for m in msgs if m.id != _SYSTEM_PLACEHOLDER_ID], thread_id=thread_id, store=st
             )
+            msgs, repaired = engine._repair(msgs)
+            ids_assigned = ids_assigned or repaired
             tokens = engine.counter.count(
                 msgs, engine.count_tools, tags=engine.config.metadata_tags
             )
@@ -349,6 +388,7 @@ class AutoContext:
         def strategies(state: _NodeState, config: RunnableConfig) -> dict[str, Any]:
             st = engine.resolve_store()
             msgs, _, virtual = engine._prepare(state.get("messages") or [])
+            msgs, _ = engine._repair(msgs)
             result = drive(
                 engine._pipeline(msgs, thread_id_of(config), None, False), st, engine.summarizer
             )
@@ -360,6 +400,7 @@ class AutoContext:
         async def astrategies(state: _NodeState, config: RunnableConfig) -> dict[str, Any]:
             st = engine.resolve_store()
             msgs, _, virtual = engine._prepare(state.get("messages") or [])
+            msgs, _ = engine._repair(msgs)
             result = await adrive(
                 engine._pipeline(msgs, thread_id_of(config), None, False), st, engine.summarizer
             )
@@ -374,6 +415,7 @@ class AutoContext:
                 new = work.get("result")
                 if new is None:
                     new, _, _ = engine._prepare(state.get("messages") or [])
+                    new, _ = engine._repair(new)
                 return {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *new]}
             return {"messages": []}
 

@@ -7,6 +7,7 @@ store, the tools and the replay.
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -27,6 +28,7 @@ __all__ = [
     "AC_KEY",
     "assert_valid_sequence",
     "atomic_groups",
+    "clean_text",
     "dump_message",
     "dump_messages",
     "ensure_ids",
@@ -41,7 +43,9 @@ __all__ = [
     "message_chars",
     "new_id",
     "pending_call_index",
+    "repair_tool_pairs",
     "round_starts",
+    "sanitize_message",
     "text_of",
     "tool_call_ids",
 ]
@@ -241,6 +245,145 @@ def find_violations(messages: Sequence[BaseMessage]) -> list[str]:
         open_owner = i if ids else None
     # Calls still open here belong to the last AI message: pending calls are allowed.
     return problems
+
+
+# --- hostile input: unstorable text, broken tool pairs ----------------------------------
+_UNSAFE_RE = re.compile("[\x00\ud800-\udfff]")
+_MESSAGE_FIELDS = (
+    "content",
+    "id",
+    "name",
+    "tool_call_id",
+    "tool_calls",
+    "invalid_tool_calls",
+    "additional_kwargs",
+    "response_metadata",
+)
+#: Marker kind of the result the package adds for a tool call that never got one.
+KIND_MISSING_RESULT = "missing_tool_result"
+
+
+def clean_text(text: str) -> str:
+    """``text`` as every store and provider accepts it (the same object when already fine).
+
+    Python strings may hold what UTF-8 cannot: surrogate code points (from
+    ``errors="surrogateescape"`` decoding or broken UTF-16 JSON) and NUL, which
+    PostgreSQL's ``jsonb`` rejects. A valid surrogate pair becomes the character it
+    encodes; a lone surrogate and NUL become U+FFFD (the replacement character).
+    """
+    if "\x00" not in text and (text.isascii() or _UNSAFE_RE.search(text) is None):
+        return text
+    text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return text.replace("\x00", "\ufffd")
+
+
+def _clean_value(value: Any) -> Any:
+    """``value`` with :func:`clean_text` applied to every string in it (same object if clean)."""
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, list | tuple):
+        items = [_clean_value(v) for v in value]
+        if all(a is b for a, b in zip(items, value, strict=True)):
+            return value
+        return type(value)(items) if isinstance(value, tuple) else items
+    if isinstance(value, dict):
+        pairs = [(_clean_value(k), _clean_value(v)) for k, v in value.items()]
+        if all(k2 is k and v2 is v for (k2, v2), (k, v) in zip(pairs, value.items(), strict=True)):
+            return value
+        return dict(pairs)
+    return value
+
+
+def sanitize_message(message: BaseMessage) -> BaseMessage:
+    """``message`` with its text made storable (see :func:`clean_text`).
+
+    Covers the content (strings and blocks), id, name, tool-call ids and
+    arguments, and the provider metadata. Returns the same object when nothing
+    needed cleaning, else a copy: the copy is what gets archived and sent, so the
+    history and the working messages always agree.
+    """
+    update: dict[str, Any] = {}
+    for name in _MESSAGE_FIELDS:
+        value = getattr(message, name, None)
+        if value is None:
+            continue
+        cleaned = _clean_value(value)
+        if cleaned is not value:
+            update[name] = cleaned
+    return message.model_copy(update=update) if update else message
+
+
+def _tool_pairs_ok(messages: Sequence[BaseMessage]) -> bool:
+    """The tool-pair part of :func:`find_violations`, without building messages."""
+    open_calls: set[str] = set()
+    for m in messages:
+        if isinstance(m, ToolMessage):
+            if m.tool_call_id not in open_calls:
+                return False
+            open_calls.discard(m.tool_call_id)
+            continue
+        if open_calls:
+            return False
+        open_calls = set(tool_call_ids(m))
+    return True
+
+
+def repair_tool_pairs(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+    """Make tool calls and results pair up as every provider requires.
+
+    Returns ``messages`` itself (as a list) when they already pair up. Otherwise:
+    each AI message is followed by the results of its calls (a result found later
+    in the list is moved up to its call; the first result of a call wins); a call
+    without any result gets a short placeholder result (marked
+    ``missing_tool_result``), except the calls of a pending last AI message; a tool
+    result whose call is nowhere before it (an orphan) or that answers a call a
+    second time leaves the working messages. Nothing is lost: the engine archives
+    every original in the history store *before* repairing.
+    """
+    msgs = list(messages)
+    if not any(isinstance(m, ToolMessage) or tool_call_ids(m) for m in msgs):
+        return msgs
+    if _tool_pairs_ok(msgs):
+        return msgs
+    last = len(msgs)
+    while last > 0 and isinstance(msgs[last - 1], ToolMessage):
+        last -= 1
+    pending_owner = last - 1 if last > 0 and tool_call_ids(msgs[last - 1]) else None
+    results: dict[str, list[int]] = {}
+    for i, m in enumerate(msgs):
+        if isinstance(m, ToolMessage):
+            results.setdefault(m.tool_call_id, []).append(i)
+    used: set[int] = set()
+    out: list[BaseMessage] = []
+    for i, m in enumerate(msgs):
+        if isinstance(m, ToolMessage):
+            continue  # placed right after the AI message that called it, or dropped
+        out.append(m)
+        calls = m.tool_calls if isinstance(m, AIMessage) else []
+        answered: set[str] = set()
+        for call in calls:
+            cid = call.get("id")
+            if not cid or cid in answered:
+                continue
+            answered.add(cid)
+            found = next((j for j in results.get(cid, ()) if j > i and j not in used), None)
+            if found is not None:
+                used.add(found)
+                out.append(msgs[found])
+            elif i != pending_owner:
+                note = ToolMessage(
+                    content=(
+                        f"[No result was recorded for this call to {call.get('name') or 'a tool'}: "
+                        "it was interrupted or its result was lost. Call it again if it is "
+                        "still needed.]"
+                    ),
+                    tool_call_id=cid,
+                    name=call.get("name"),
+                    id=new_id(),
+                    status="error",
+                )
+                out.append(mark(note, KIND_MISSING_RESULT))
+    return out
 
 
 def assert_valid_sequence(messages: Sequence[BaseMessage]) -> None:
