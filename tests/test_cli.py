@@ -1,0 +1,342 @@
+"""`autocontext replay`: formats, options, outputs and error cases (in-process and as a script)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.language_models.fake_chat_models import FakeListChatModel
+from langchain_core.messages import messages_to_dict
+
+from langchain_autocontext import AutoContextConfig, OffloadStore, cli
+from langchain_autocontext.replay import SAMPLE_ID, load_trajectories, sample_path
+from tests._builders import DATA, coding_run
+from tests.test_replay import LossyStore, assert_png, openai_run
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = cli.main(["replay", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def one_line_error(err: str) -> str:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    assert lines[0].startswith("autocontext")
+    return lines[0]
+
+
+@pytest.fixture
+def small(tmp_path: Path) -> Path:
+    """A small OpenAI-format trajectory file (fast to replay)."""
+    p = tmp_path / "small.json"
+    p.write_text(json.dumps({"id": "small", "messages": openai_run(12, size=300)}))
+    return p
+
+
+# --- the newcomer's command ----------------------------------------------------------------
+def test_no_arguments_replays_the_sample_and_writes_the_plot(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli(capsys)
+    assert code == 0, err
+    assert f"Replay of {SAMPLE_ID}" in out and "bundled sample" in out
+    for metric in (
+        "model calls",
+        "largest context",
+        "calls over budget",
+        "tokens sent",
+        "prefix share",
+        "compression events",
+        "summarizer",
+        "recoverable originals",
+    ):
+        assert metric in out
+    assert "120 of 120 seen (100.0%)" in out
+    assert f"{cli.DEFAULT_MAX_TOKENS:,}" in out
+    assert "replaying" in err  # plain progress lines without a terminal
+    assert_png(tmp_path / cli.DEFAULT_PLOT)
+    assert f"plot: {cli.DEFAULT_PLOT}" in out
+
+
+def test_console_script_in_a_subprocess(tmp_path: Path) -> None:
+    script = Path(sys.executable).with_name("autocontext")
+    cmd = [str(script)] if script.exists() else [sys.executable, "-m", "langchain_autocontext.cli"]
+    env = {k: v for k, v in os.environ.items() if k not in ("MPLBACKEND", "DISPLAY")}
+    proc = subprocess.run(
+        [*cmd, "replay"], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "recoverable originals" in proc.stdout and "Traceback" not in proc.stderr
+    assert_png(tmp_path / cli.DEFAULT_PLOT)
+
+
+# --- formats ---------------------------------------------------------------------------------
+def test_openai_jsonl_with_many_trajectories(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    p = tmp_path / "runs.jsonl"
+    p.write_text(
+        "\n".join(
+            json.dumps({"id": f"run-{k}", "messages": openai_run(8 + k, size=300)})
+            for k in range(3)
+        )
+    )
+    code, out, err = run_cli(capsys, str(p), "--max-tokens", "2000", "--no-plot")
+    assert code == 0, err
+    assert "Per trajectory" in out and "Total over 3 trajectories" in out
+    for k in range(3):
+        assert f"run-{k}" in out
+    code, out, _ = run_cli(capsys, str(p), "--max-tokens", "2000", "--no-plot", "--limit", "2")
+    assert code == 0 and "Total over 2 trajectories" in out and "run-2" not in out
+
+
+def test_langchain_dump_and_openai_list(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    dump = tmp_path / "dump.json"
+    dump.write_text(json.dumps(messages_to_dict(coding_run(12, output_lines=40))))
+    code, out, err = run_cli(capsys, str(dump), "--max-tokens", "3000", "--no-plot")
+    assert code == 0, err
+    assert "Replay of dump-0" in out
+    listed = tmp_path / "list.json"
+    listed.write_text(json.dumps(openai_run(3)))
+    code, out, err = run_cli(capsys, str(listed), "--no-plot")
+    assert code == 0, err
+    assert "Replay of list-0" in out
+
+
+def test_real_shared_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = DATA / "tau-bench-airline.jsonl"
+    if not path.is_file():
+        pytest.skip(f"{path} is absent (the shared real-trajectory data is not beside the repo)")
+    out_json = tmp_path / "r.json"
+    code, _, err = run_cli(
+        capsys, str(path), "--limit", "3", "--budget", "3000", "--json", str(out_json), "--no-plot"
+    )
+    assert code == 0, err
+    doc = json.loads(out_json.read_text())
+    assert [t["trajectory_id"] for t in doc["trajectories"]] == [
+        "airline-0",
+        "airline-1",
+        "airline-2",
+    ]
+    assert doc["total"]["calls_over_budget"] == 0
+
+
+# --- options ---------------------------------------------------------------------------------
+def _other_value(name: str) -> tuple[list[str], Any]:
+    """Option strings setting ``name`` to a valid non-default value, and that value."""
+    info = AutoContextConfig.model_fields[name]
+    flag = f"--{name.replace('_', '-')}"
+    default = info.default
+    if isinstance(default, bool):
+        return ([flag] if not default else [f"--no-{name.replace('_', '-')}"]), not default
+    if isinstance(default, int):
+        value = default + 1
+        return [flag, str(value)], value
+    if isinstance(default, float):
+        value = round(default * 0.9, 4)
+        return [flag, str(value)], value
+    if isinstance(default, tuple):
+        return [flag, "plan_a, plan_b"], ["plan_a", "plan_b"]
+    if isinstance(default, str):
+        return [flag, default + "x"], default + "x"
+    raise AssertionError(f"no test value for {name} ({info.annotation})")
+
+
+@pytest.mark.parametrize("name", list(AutoContextConfig.model_fields))
+def test_every_config_field_is_an_option(
+    name: str, capsys: pytest.CaptureFixture[str], tmp_path: Path, small: Path
+) -> None:
+    argv, value = _other_value(name)
+    out_json = tmp_path / "r.json"
+    code, _, err = run_cli(capsys, str(small), "--no-plot", "--json", str(out_json), *argv)
+    assert code == 0, err
+    config = json.loads(out_json.read_text())["config"]
+    assert config[name] == value
+    untouched = AutoContextConfig(max_tokens=cli.DEFAULT_MAX_TOKENS).model_dump(mode="json")
+    assert {k: v for k, v in config.items() if k != name} == {
+        k: v for k, v in untouched.items() if k != name
+    }
+
+
+def test_help_lists_every_config_field(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["replay", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    for name in AutoContextConfig.model_fields:
+        assert f"--{name.replace('_', '-')}" in text
+    assert "--budget" in text and "library default is 131_072" in text
+    assert cli.main(["--version"]) == 0
+
+
+def test_budget_alias_and_compare(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, small: Path
+) -> None:
+    out_json = tmp_path / "r.json"
+    code, out, err = run_cli(
+        capsys, str(small), "--budget", "2000", "--compare", "--json", str(out_json), "--no-plot"
+    )
+    assert code == 0, err
+    assert "unmanaged" in out
+    doc = json.loads(out_json.read_text())
+    [t] = doc["trajectories"]
+    assert doc["config"]["max_tokens"] == 2000 and doc["compare"] is True
+    assert t["unmanaged"]["largest_context"] > t["largest_context"]
+    assert t["unmanaged"]["calls_over_budget"] > 0 == t["calls_over_budget"]
+    assert len(t["per_call"]) == t["calls"] and "unmanaged_tokens" in t["per_call"][0]
+    assert t["events_by_strategy"] and t["ok"] is True
+
+
+def test_sqlite_store_keeps_history(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, small: Path
+) -> None:
+    pytest.importorskip("langgraph.store.sqlite", reason="needs langgraph-checkpoint-sqlite")
+    from tests.conftest import open_sqlite
+
+    db = tmp_path / "replay.db"
+    code, _, err = run_cli(capsys, str(small), "--store", str(db), "--budget", "2000", "--no-plot")
+    assert code == 0, err
+    backend = open_sqlite(db)
+    try:
+        store = OffloadStore(backend)
+        [t] = load_trajectories(small)
+        ids = [e.id for e in store.iter_history("small")]
+        assert ids == [m.id for m in t.messages[: len(ids)]] and len(ids) == len(t.messages) - 1
+        assert store.list_events("small") and store.list_offloads("small")
+    finally:
+        backend.conn.close()
+
+
+def test_model_summarizer(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import langchain.chat_models as chat_models
+
+    asked: list[str] = []
+
+    def fake_init(spec: str, **kw: Any) -> FakeListChatModel:
+        asked.append(spec)
+        return FakeListChatModel(responses=["The agent ran bash in app.py; tests pass."])
+
+    monkeypatch.setattr(chat_models, "init_chat_model", fake_init)
+    out_json = tmp_path / "r.json"
+    code, _, err = run_cli(
+        capsys, "--summarizer", "fake:model", "--json", str(out_json), "--no-plot"
+    )
+    assert code == 0, err
+    assert asked == ["fake:model"]
+    total = json.loads(out_json.read_text())["total"]
+    assert total["summarizer"].startswith("llm:") and total["summarizer_calls"] > 0
+    assert total["summarizer_input_tokens"] > 0
+
+
+def test_progress_bar_on_a_terminal(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, small: Path
+) -> None:
+    pytest.importorskip("rich")
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    fake = Tty()
+    monkeypatch.setattr(sys, "stderr", fake)
+    assert cli.main(["replay", str(small), "--no-plot"]) == 0
+    assert "replaying" not in fake.getvalue()  # the bar, not the plain lines
+    assert "calls" in fake.getvalue()
+
+
+def test_no_progress_is_quiet(capsys: pytest.CaptureFixture[str], small: Path) -> None:
+    code, out, err = run_cli(capsys, str(small), "--no-plot", "--no-progress")
+    assert code == 0 and err == "" and "Replay of small" in out
+
+
+def test_without_rich_or_matplotlib(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    small: Path,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    for name in [m for m in sys.modules if m.split(".")[0] in ("rich", "matplotlib")]:
+        monkeypatch.setitem(sys.modules, name, None)  # `import rich…` now fails
+    monkeypatch.setitem(sys.modules, "rich", None)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    code, out, err = run_cli(capsys, str(small))
+    assert code == 0, err
+    assert "Replay of small" in out and "recoverable originals" in out and "┃" not in out
+    assert "no plot" in err and not (tmp_path / cli.DEFAULT_PLOT).exists()
+    code, _, err = run_cli(capsys, str(small), "--plot", "x.png")
+    assert code == 2 and "matplotlib" in one_line_error(err)
+
+
+def test_problem_found_exits_1(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, small: Path
+) -> None:
+    monkeypatch.setattr(cli, "InMemoryStore", LossyStore)  # a store that loses originals
+    code, out, err = run_cli(capsys, str(small), "--no-plot", "--no-progress", "--budget", "2000")
+    assert code == 1
+    assert "problem" in one_line_error(err) and "recoverable originals" in out
+
+
+# --- errors ------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("make", "args", "match"),
+    [
+        (None, ["missing.json"], "no such file"),
+        (None, ["."], "is a directory"),
+        ("", [], "empty"),
+        ("not json at all\nstill not\n", [], "line 1 is not JSON"),
+        ('{"messages": [{"role": "wizard", "content": "hi"}]}', [], "unknown message role"),
+        ('{"conversation": []}', [], "neither a list of messages"),
+        (b"\x89PNG\r\n\x1a\n\x00\xff", [], "not a UTF-8"),
+        (None, ["--max-tokens", "100"], "max_tokens"),
+        (None, ["--max-tokens", "300"], "Raise max_tokens"),
+        (None, ["--max-tokens", "lots"], "expected a whole number"),
+        (None, ["--target-ratio", "0.9"], "must not exceed token_ratio"),
+        (None, ["--token-ratio", "1.5"], "token_ratio"),
+        (None, ["--limit", "0"], "--limit"),
+        (None, ["--plot", "no/such/dir/p.png"], "does not exist"),
+        (None, ["--json", "no/such/dir/r.json"], "does not exist"),
+        (None, ["--store", "no/such/dir/s.db"], "--store"),
+        (None, ["--summarizer", "nosuchprovider:model"], "--summarizer"),
+        (None, ["--token-counter", "no-such-encoding"], "--token-counter"),
+        (None, ["--bogus-option"], "unrecognized arguments"),
+    ],
+)
+def test_errors_are_one_line_with_a_non_zero_exit(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    make: str | bytes | None,
+    args: list[str],
+    match: str,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    argv = list(args)
+    if make is not None:
+        bad = tmp_path / "bad.json"
+        bad.write_bytes(make if isinstance(make, bytes) else make.encode())
+        argv.insert(0, str(bad))
+    code, out, err = run_cli(capsys, *argv, "--no-progress")
+    assert code == 2
+    assert match in one_line_error(err)
+    assert "Traceback" not in out and not (tmp_path / cli.DEFAULT_PLOT).exists()
+
+
+def test_missing_command(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main([]) == 2
+    assert "COMMAND" in one_line_error(capsys.readouterr().err)
+
+
+def test_sample_path_is_the_default() -> None:
+    args = cli.build_parser().parse_args(["replay"])
+    assert args.file is None and sample_path().is_file()

@@ -1,0 +1,402 @@
+"""The replay module: loading every trajectory format, replaying, reports and the plot."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import struct
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from langchain_core.messages import (
+    AIMessage,
+    HumanMessage,
+    SystemMessage,
+    messages_to_dict,
+)
+from langgraph.store.memory import InMemoryStore
+
+from langchain_autocontext import AutoContext, AutoContextConfig, ContextBudgetError, OffloadStore
+from langchain_autocontext.replay import (
+    SAMPLE_ID,
+    STRATEGY_LABELS,
+    ReplayFormatError,
+    ReplayReport,
+    areplay,
+    count_calls,
+    load_trajectories,
+    merge_reports,
+    parse_trajectory,
+    plot_reports,
+    replay,
+    sample_path,
+)
+from langchain_autocontext.strategies.pipeline import default_strategies
+from tests._builders import DATA, chat_rounds, coding_run
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def openai_run(n_calls: int = 3, size: int = 40) -> list[dict[str, Any]]:
+    """An OpenAI-format coding run: system, task, n tool calls with outputs, an answer."""
+    msgs: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": "Fix the bug in app.py"},
+    ]
+    for k in range(n_calls):
+        msgs.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": f"call_{k}",
+                        "type": "function",
+                        "function": {"name": "bash", "arguments": json.dumps({"cmd": f"ls {k}"})},
+                    }
+                ],
+            }
+        )
+        msgs.append({"role": "tool", "tool_call_id": f"call_{k}", "content": "x " * size})
+    msgs.append({"role": "assistant", "content": "Fixed."})
+    return msgs
+
+
+def fresh_ac(max_tokens: int = 16_000, **kw: Any) -> AutoContext:
+    return AutoContext(
+        AutoContextConfig(max_tokens=max_tokens, **kw), store=OffloadStore(InMemoryStore())
+    )
+
+
+def assert_png(path: Path) -> tuple[int, int]:
+    """A real PNG: magic bytes, then an IHDR chunk with a non-zero size."""
+    data = path.read_bytes()
+    assert data[:8] == PNG_MAGIC
+    length, kind = struct.unpack(">I4s", data[8:16])
+    assert kind == b"IHDR" and length == 13
+    width, height = struct.unpack(">II", data[16:24])
+    assert width > 100 and height > 100
+    assert data.rstrip(b"\x00")[-8:-4] == b"IEND"
+    return width, height
+
+
+# --- loading ----------------------------------------------------------------------------
+def test_openai_json_list_of_messages(tmp_path: Path) -> None:
+    p = tmp_path / "run.json"
+    p.write_text(json.dumps(openai_run(3)))
+    [t] = load_trajectories(p)
+    assert t.id == "run-0"
+    assert [m.type for m in t.messages[:4]] == ["system", "human", "ai", "tool"]
+    assert t.messages[2].tool_calls[0]["args"] == {"cmd": "ls 0"}
+    assert t.messages[3].tool_call_id == "call_0"
+    assert len({m.id for m in t.messages}) == len(t.messages)
+    assert count_calls(t) == 4
+
+
+def test_json_object_list_and_jsonl_shapes(tmp_path: Path) -> None:
+    obj = tmp_path / "obj.json"
+    obj.write_text(json.dumps({"id": "only", "messages": openai_run(2)}))
+    assert [t.id for t in load_trajectories(obj)] == ["only"]
+
+    many = tmp_path / "many.json"
+    many.write_text(json.dumps([{"id": "a", "messages": openai_run(1)}, openai_run(2)]))
+    assert [t.id for t in load_trajectories(many)] == ["a", "many-1"]
+
+    jsonl = tmp_path / "runs.jsonl"
+    jsonl.write_text(
+        "\n".join(json.dumps({"id": f"r{k}", "messages": openai_run(k + 1)}) for k in range(3))
+        + "\n\n"
+    )
+    ts = load_trajectories(jsonl)
+    assert [t.id for t in ts] == ["r0", "r1", "r2"]
+    assert [count_calls(t) for t in ts] == [2, 3, 4]
+    assert [t.id for t in load_trajectories(jsonl, limit=2)] == ["r0", "r1"]
+
+    per_message = tmp_path / "messages.jsonl"
+    per_message.write_text("\n".join(json.dumps(m) for m in openai_run(2)))
+    [t] = load_trajectories(per_message)
+    assert len(t.messages) == len(openai_run(2))
+
+
+def test_langchain_dumps(tmp_path: Path) -> None:
+    msgs = coding_run(4, output_lines=5)
+    p = tmp_path / "dump.json"
+    p.write_text(json.dumps({"id": "lc", "messages": messages_to_dict(msgs)}))
+    [t] = load_trajectories(p)
+    assert [m.id for m in t.messages] == [m.id for m in msgs]  # ids kept
+    assert [m.content for m in t.messages] == [m.content for m in msgs]
+    assert t.messages[2].tool_calls == msgs[2].tool_calls
+
+
+def test_developer_role_null_content_and_exit(tmp_path: Path) -> None:
+    raw = [
+        {"role": "developer", "content": "rules"},
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": None},
+        {"role": "exit", "content": "submitted"},
+        {"role": "user", "content": "never read"},
+    ]
+    t = parse_trajectory(raw, "x")
+    assert [type(m) for m in t.messages] == [SystemMessage, HumanMessage, AIMessage]
+    assert t.messages[2].content == ""
+
+
+def test_repeated_ids_get_their_own(tmp_path: Path) -> None:
+    p = tmp_path / "dup.jsonl"
+    p.write_text("\n".join(json.dumps({"id": "same", "messages": openai_run(1)}) for _ in range(3)))
+    ts = load_trajectories(p)
+    assert [t.id for t in ts] == ["same", "same#2", "same#3"]
+    assert ts[0].messages[0].id != ts[1].messages[0].id
+
+
+@pytest.mark.parametrize(
+    ("content", "match"),
+    [
+        ("", "empty"),
+        ("   \n", "empty"),
+        ('{"a": 1}\nnot json\n', "line 2 is not JSON"),
+        ('[\n {"role": "user", "content": "x"},\n oops\n]', "not valid JSON"),
+        ('{"messages": [{"role": "wizard", "content": "x"}]}', "unknown message role 'wizard'"),
+        ('{"messages": ["just a string"]}', "must be a JSON object"),
+        ('{"trajectory": []}', "neither a list of messages"),
+        ("[1, 2, 3]", "neither a list of messages"),
+        ('{"messages": [{"type": "human", "data": 5}]}', "not a LangChain message dump"),
+        ('{"messages": [{"role": "exit", "content": "x"}]}', "no messages"),
+        ("[]", "no trajectories"),
+    ],
+)
+def test_bad_content_is_a_format_error(tmp_path: Path, content: str, match: str) -> None:
+    p = tmp_path / "bad.json"
+    p.write_text(content)
+    with pytest.raises(ReplayFormatError, match=match):
+        load_trajectories(p)
+
+
+def test_bad_paths(tmp_path: Path) -> None:
+    with pytest.raises(ReplayFormatError, match="no such file"):
+        load_trajectories(tmp_path / "missing.json")
+    with pytest.raises(ReplayFormatError, match="is a directory"):
+        load_trajectories(tmp_path)
+    binary = tmp_path / "image.png"
+    binary.write_bytes(PNG_MAGIC + bytes(range(256)))
+    with pytest.raises(ReplayFormatError, match="not a UTF-8"):
+        load_trajectories(binary)
+    with pytest.raises(ValueError, match="limit"):
+        load_trajectories(sample_path(), limit=0)
+
+
+# --- the bundled sample ----------------------------------------------------------------------
+def test_sample_ships_with_attribution_and_licence() -> None:
+    path = sample_path()
+    assert path.is_file()
+    notice = (path.parent / "README.md").read_text()
+    licence = (path.parent / "LICENSE-mini-swe-agent.md").read_text()
+    assert "SWE-agent/mini-swe-agent" in notice and "MIT" in notice and SAMPLE_ID in notice
+    assert "Permission is hereby granted" in licence
+    [t] = load_trajectories(path)
+    assert t.id == SAMPLE_ID
+    assert count_calls(t) == 60 and len(t.messages) == 121  # the `exit` message ends it
+
+
+def test_sample_is_a_real_shared_trajectory() -> None:
+    src = DATA / "mini-swe-agent-dev.jsonl"
+    if not src.is_file():
+        pytest.skip(f"{src} is absent (the shared real-trajectory data is not beside the repo)")
+    bundled = json.loads(sample_path().read_text())
+    for line in src.read_text().splitlines():
+        if json.loads(line)["id"] == SAMPLE_ID:
+            assert json.loads(line) == bundled
+            return
+    pytest.fail(f"{SAMPLE_ID} not in {src}")
+
+
+def test_sample_replay_at_the_cli_budget_shows_the_manager_at_work() -> None:
+    from langchain_autocontext.cli import DEFAULT_MAX_TOKENS
+
+    [t] = load_trajectories(sample_path())
+    seen: list[int] = []
+    r = replay(
+        t, fresh_ac(DEFAULT_MAX_TOKENS), compare=True, on_call=lambda c: seen.append(c.index)
+    )
+    assert seen == list(range(60))
+    # Unmanaged, the run outgrows the budget; managed it never does.
+    assert r.unmanaged_largest > DEFAULT_MAX_TOKENS and r.unmanaged_over_budget > 0
+    assert r.largest <= DEFAULT_MAX_TOKENS and r.over_budget == 0 and r.invalid == 0
+    assert len(r.strategy_counts) >= 3 and r.compressions >= 2
+    assert r.offloads > 0 and r.offloads_reloadable == r.offloads
+    assert r.recoverable == r.originals == 120
+    assert r.tokens_sent < r.unmanaged_tokens_sent
+    assert 0.5 < r.prefix_share < 1
+    assert r.ok
+    # The default library budget is far above this run: only the message count triggers.
+    big = replay(t, fresh_ac(131_072))
+    assert big.largest < 131_072 // 4
+
+
+# --- replay accounting ----------------------------------------------------------------------
+def test_report_numbers_add_up_and_serialize() -> None:
+    t = parse_trajectory(openai_run(30, size=400), "acc")
+    r = replay(t, fresh_ac(2_000), compare=True)
+    assert len(r.calls) == 31 == len(r.unmanaged_tokens)
+    assert r.tokens_sent == sum(c.tokens for c in r.calls)
+    assert r.largest == max(c.tokens for c in r.calls) <= 2_000
+    assert 0 <= r.prefix_tokens <= r.tokens_sent
+    assert all(c.prefix_tokens <= c.tokens for c in r.calls)
+    assert r.calls[0].prefix_tokens == 0
+    assert sum(r.strategy_counts.values()) == len(r.events) > 0
+    # Pipeline order, whatever order the events came in.
+    order = list(STRATEGY_LABELS)
+    assert [order.index(k) for k in r.strategy_counts] == sorted(
+        order.index(k) for k in r.strategy_counts
+    )
+    doc = json.loads(json.dumps(r.to_dict()))
+    assert doc["calls"] == 31 and len(doc["per_call"]) == 31
+    assert doc["per_call"][0]["unmanaged_tokens"] == r.unmanaged_tokens[0]
+    assert doc["unmanaged"]["tokens_sent"] == r.unmanaged_tokens_sent
+    assert doc["recoverable_originals"] == doc["originals"]
+
+
+def test_unmanaged_count_is_what_the_agent_would_send() -> None:
+    t = parse_trajectory(openai_run(5), "u")
+    ac = fresh_ac(100_000, metadata_tags=False)
+    r = replay(t, ac, compare=True)
+    # Far under budget and trigger: the manager sends exactly what the agent had.
+    assert r.events == []
+    assert [c.tokens for c in r.calls] == r.unmanaged_tokens
+
+
+def test_merge_reports() -> None:
+    ts = [parse_trajectory(openai_run(k + 20, size=300), f"t{k}") for k in range(3)]
+    reports = [replay(t, fresh_ac(2_000), compare=True) for t in ts]
+    total = merge_reports(reports)
+    assert total.trajectories == 3 and total.trajectory_id == "total"
+    assert len(total.calls) == sum(len(r.calls) for r in reports)
+    assert total.tokens_sent == sum(r.tokens_sent for r in reports)
+    assert total.largest == max(r.largest for r in reports)
+    assert total.originals == sum(r.originals for r in reports) == total.recoverable
+    assert total.unmanaged_tokens_sent == sum(r.unmanaged_tokens_sent for r in reports)
+    assert total.strategy_counts == {
+        k: sum(r.strategy_counts.get(k, 0) for r in reports) for k in total.strategy_counts
+    }
+    with pytest.raises(ValueError):
+        merge_reports([])
+
+
+class LossyStore(InMemoryStore):
+    """Drops every write to the history namespace (a store that loses originals)."""
+
+    def batch(self, ops):  # type: ignore[no-untyped-def]
+        from langgraph.store.base import PutOp
+
+        kept = [op for op in ops if not (isinstance(op, PutOp) and "history" in op.namespace)]
+        results = super().batch(kept)
+        it = iter(results)
+        return [
+            None if (isinstance(op, PutOp) and "history" in op.namespace) else next(it)
+            for op in ops
+        ]
+
+
+def test_recoverable_check_detects_lost_originals() -> None:
+    t = parse_trajectory(openai_run(10, size=300), "lossy")
+    ac = AutoContext(AutoContextConfig(max_tokens=2_000), store=OffloadStore(LossyStore()))
+    r = replay(t, ac)
+    assert r.originals > 0 and r.recoverable == 0
+    assert not r.ok
+
+
+def _seeded_uuids(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Offload ids are random uuids whose token counts vary: make them repeatable."""
+    counter = itertools.count(1)
+    monkeypatch.setattr(uuid, "uuid4", lambda: uuid.UUID(int=next(counter) * 7919))
+
+
+async def test_async_replay_matches_sync(monkeypatch: pytest.MonkeyPatch) -> None:
+    t = parse_trajectory(openai_run(25, size=300), "same")
+    _seeded_uuids(monkeypatch)
+    sync = replay(t, fresh_ac(2_000))
+    _seeded_uuids(monkeypatch)
+    asyn = await areplay(t, fresh_ac(2_000))
+    assert [(c.tokens, c.messages, c.prefix_tokens) for c in sync.calls] == [
+        (c.tokens, c.messages, c.prefix_tokens) for c in asyn.calls
+    ]
+    assert [[e["strategy"] for e in c.events] for c in sync.calls] == [
+        [e["strategy"] for e in c.events] for c in asyn.calls
+    ]
+    assert sync.events and asyn.ok and asyn.recoverable == sync.recoverable == sync.originals
+
+
+def test_impossible_budget_raises_before_sending() -> None:
+    raw = [
+        {"role": "system", "content": "rule " * 400},
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "hello"},
+    ]
+    t = parse_trajectory(raw, "tight")
+    with pytest.raises(ContextBudgetError):
+        replay(t, fresh_ac(256, msg_threshold=1))
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    budget=st.integers(min_value=1_500, max_value=12_000),
+    kind=st.sampled_from(["coding", "chat"]),
+    size=st.integers(min_value=3, max_value=40),
+)
+def test_replayed_runs_stay_in_budget_and_recoverable(budget: int, kind: str, size: int) -> None:
+    msgs = coding_run(size, output_lines=30) if kind == "coding" else chat_rounds(size // 3 + 1)
+    t = parse_trajectory(messages_to_dict(msgs), f"{kind}-{size}")
+    r = replay(t, fresh_ac(budget))
+    assert r.ok, r.summary()
+    assert all(c.tokens <= budget for c in r.calls)
+    last_call = max(i for i, m in enumerate(msgs) if isinstance(m, AIMessage))
+    assert r.recoverable == r.originals == last_call  # everything the model was shown
+
+
+@pytest.mark.parametrize("name", ["tau-bench-airline.jsonl", "mini-swe-agent-dev.jsonl"])
+def test_real_trajectories_replay_cleanly(name: str) -> None:
+    path = DATA / name
+    if not path.is_file():
+        pytest.skip(f"{path} is absent (the shared real-trajectory data is not beside the repo)")
+    budget = 3_000 if name.startswith("tau") else 12_000
+    for t in load_trajectories(path, limit=3):
+        r = replay(t, fresh_ac(budget), compare=True)
+        assert r.ok, (t.id, r.summary())
+        assert r.calls and r.largest <= budget
+
+
+# --- plot --------------------------------------------------------------------------------------
+def test_strategy_labels_cover_the_pipeline() -> None:
+    assert {s.name for s in default_strategies()} <= set(STRATEGY_LABELS)
+
+
+def test_plot_writes_a_png_with_one_panel_per_trajectory(tmp_path: Path) -> None:
+    ts = [parse_trajectory(openai_run(20 + k, size=300), f"p{k}") for k in range(3)]
+    reports = [replay(t, fresh_ac(2_000), compare=True) for t in ts]
+    out = tmp_path / "plot.png"
+    fig = plot_reports(reports, out)
+    assert_png(out)
+    panels = [ax for ax in fig.axes if ax.get_visible()]
+    assert [ax.get_title() for ax in panels] == ["p0", "p1", "p2"]
+    ax = panels[0]
+    # The managed curve and the budget line are drawn; events are marked.
+    ys = [list(line.get_ydata()) for line in ax.get_lines()]
+    assert [c.tokens for c in reports[0].calls] in ys
+    assert [2_000, 2_000] in [list(map(float, y)) for y in ys]
+    assert len(ax.collections) == len(reports[0].events) > 0
+    one = plot_reports(reports, max_panels=1)
+    assert sum(ax.get_visible() for ax in one.axes) == 1
+    assert "first 1 of 3" in one.texts[0].get_text()
+
+
+def test_plot_single_report_and_errors(tmp_path: Path) -> None:
+    r = replay(parse_trajectory(openai_run(3), "s"), fresh_ac())
+    assert isinstance(r, ReplayReport)
+    fig = plot_reports(r)
+    assert len(fig.axes) == 1
+    with pytest.raises(ValueError):
+        plot_reports([])
