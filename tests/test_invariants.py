@@ -112,7 +112,9 @@ def test_invariants_hold_after_compression(msgs, max_tokens, last_keep, threshol
     except ContextBudgetError:
         # only allowed when what can never be compressed does not fit
         floor = ac.counter.count(minimal_context(msgs), ac.count_tools, tags=cfg.metadata_tags)
-        assert floor > max_tokens or _incompressible_tail(msgs, ac) > max_tokens
+        # ...or, with the recursive summary's header (~60 tokens with its offload id),
+        # the minimal context plus the last tool-call group.
+        assert floor > max_tokens or _incompressible_tail(msgs, ac) + 100 > max_tokens
         return
     sent = res.messages
     assert res.tokens_after <= max_tokens

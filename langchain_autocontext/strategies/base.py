@@ -73,6 +73,7 @@ class Job:
     request: SummaryRequest | None = None
     preview: str = ""
     originals: list[BaseMessage] | None = None  # what to offload (default: the span)
+    offload: bool = True  # False: the originals are in another job's offload of the same pass
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -139,6 +140,33 @@ class PassContext:
     def is_large(self, i: int) -> bool:
         return message_chars(self.messages[i]) > self.config.large_payload_threshold
 
+    def summary_job(
+        self,
+        start: int,
+        end: int,
+        name: str,
+        build: Callable[[JobOutput], list[BaseMessage]],
+        *,
+        strategy: str,
+        preview: str,
+        messages: Sequence[BaseMessage] | None = None,
+        span_tokens: int | None = None,
+    ) -> Job:
+        """A job replacing ``messages[start:end]`` with a summary of about the ratio's size.
+
+        ``messages`` is what the summarizer reads (default: the span itself).
+        """
+        from langchain_autocontext.summarizers import SummaryRequest
+
+        tokens = self.tokens_of(start, end) if span_tokens is None else span_tokens
+        request = SummaryRequest(
+            messages=list(self.messages[start:end] if messages is None else messages),
+            strategy=strategy,
+            max_tokens=self.config.summary_max_tokens,
+            target_tokens=self.summary_budget(tokens),
+        )
+        return Job(start, end, name, build, request=request, preview=preview[:200])
+
     def summary_budget(self, span_tokens: int, ratio: float | None = None) -> int:
         """Target size of a summary of ``span_tokens`` tokens."""
         ratio = self.config.current_round_compression_ratio if ratio is None else ratio
@@ -158,7 +186,7 @@ class Strategy(Protocol):
 # --- replacement builders -----------------------------------------------------------
 def offload_note(offload_id: str) -> str:
     """How the model is told to get a replaced span back."""
-    return f'reload_offloaded(offload_id="{offload_id}") returns the original'
+    return f'originals: reload_offloaded(offload_id="{offload_id}")'
 
 
 def replacement_ai(kind: str, header: str, body: str, out: JobOutput, **info: Any) -> AIMessage:
@@ -173,8 +201,7 @@ def replacement_summary(body: str, out: JobOutput, evicted: int) -> HumanMessage
     """The MemGPT recursive summary (user role: providers accept it right after system)."""
     msg = HumanMessage(
         content=(
-            f"[Summary of {evicted} earlier messages that left the context; "
-            f"{offload_note(out.offload_id)}, search_history finds any original]\n{body}"
+            f"[Summary of {evicted} earlier messages; {offload_note(out.offload_id)}]\n{body}"
         ).rstrip(),
         id=new_id(),
     )

@@ -14,7 +14,6 @@ from langchain_autocontext.strategies.base import (
     offload_note,
     replacement_ai,
 )
-from langchain_autocontext.summarizers import SummaryRequest
 
 __all__ = ["CurrentRoundCompression", "CurrentRoundLargeMessages"]
 
@@ -60,17 +59,13 @@ class CurrentRoundLargeMessages:
             replaced = original.model_copy(update={"content": content.rstrip()})
             return [mark(replaced, KIND_SUMMARIZED, offload_id=out.offload_id)]
 
-        return Job(
+        return ctx.summary_job(
             i,
             i + 1,
             self.name,
             build,
-            request=SummaryRequest(
-                messages=[original],
-                strategy="large_message",
-                max_tokens=ctx.config.summary_max_tokens,
-                target_tokens=ctx.summary_budget(tokens),
-            ),
+            strategy="large_message",
+            span_tokens=tokens,
             preview=f"{original.type} message of {tokens} tokens",
         )
 
@@ -105,17 +100,13 @@ class CurrentRoundCompression:
             return [replacement_ai(KIND_CURRENT, header, out.summary or "", out, messages=n)]
 
         return [
-            Job(
+            ctx.summary_job(
                 start,
                 end,
                 self.name,
                 build,
-                request=SummaryRequest(
-                    messages=span,
-                    strategy="current_round",
-                    max_tokens=ctx.config.summary_max_tokens,
-                    target_tokens=ctx.summary_budget(tokens),
-                ),
+                strategy="current_round",
+                span_tokens=tokens,
                 preview=f"current round, {n} messages",
             )
         ]

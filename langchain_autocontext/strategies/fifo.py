@@ -6,12 +6,10 @@ from langchain_core.messages import BaseMessage
 
 from langchain_autocontext.messages import atomic_groups, marker
 from langchain_autocontext.strategies.base import (
-    KIND_CURRENT,
     KIND_RECURSIVE,
     Job,
     JobOutput,
     PassContext,
-    replacement_ai,
     replacement_summary,
     summary_body,
 )
@@ -30,6 +28,11 @@ class FifoEviction:
     """
 
     name = "fifo"
+
+    def __init__(self, *, squeeze: bool = False) -> None:
+        #: squeeze: evict everything evictable (the pipeline's last resort before
+        #: ContextBudgetError), not just enough to reach the target.
+        self.squeeze = squeeze
 
     def plan(self, ctx: PassContext) -> list[Job]:
         sys_end = 0 if ctx.system_index is None else 1
@@ -52,7 +55,7 @@ class FifoEviction:
                 break
             evict_end = b
             freed += ctx.tokens_of(a, b)
-            if freed >= need_tokens and (b - first) >= need_msgs:
+            if not self.squeeze and freed >= need_tokens and (b - first) >= need_msgs:
                 break
         if evict_end == first:
             return []
@@ -98,16 +101,9 @@ class FifoEviction:
                 extra={"kind": KIND_RECURSIVE},
             )
         ]
-        after = [(a, b) for a, b in spans if lu is not None and a > lu]
-        for a2, b2 in after:
-            # Older work of the current round: a short note keeps its offload id visible;
-            # the summary above covers its content.
-            def note(out: JobOutput, n: int = b2 - a2) -> list[BaseMessage]:
-                header = (
-                    f"{n} older messages of the current request were evicted; "
-                    "the summary message above covers them"
-                )
-                return [replacement_ai(KIND_CURRENT, header, "", out, messages=n)]
-
-            jobs.append(Job(a2, b2, self.name, note, preview=f"{b2 - a2} evicted messages"))
+        # Older work of the current round (after the kept latest user message) is
+        # removed: its originals are in the summary's offload above, whose id is shown.
+        for a2, b2 in spans:
+            if lu is not None and a2 > lu:
+                jobs.append(Job(a2, b2, self.name, lambda out: [], offload=False))
         return jobs

@@ -8,7 +8,13 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage
 
 from langchain_autocontext.messages import mark, marker, message_chars, text_of
-from langchain_autocontext.strategies.base import KIND_OFFLOADED, Job, JobOutput, PassContext
+from langchain_autocontext.strategies.base import (
+    KIND_OFFLOADED,
+    Job,
+    JobOutput,
+    PassContext,
+    offload_note,
+)
 
 __all__ = ["LargeMessageOffload"]
 
@@ -69,8 +75,7 @@ class LargeMessageOffload:
 
         def build(out: JobOutput) -> list[BaseMessage]:
             note = (
-                f"[Offloaded {chars} characters ({tokens} tokens); "
-                f'reload_offloaded(offload_id="{out.offload_id}") returns the original]'
+                f"[Offloaded {chars} characters ({tokens} tokens); {offload_note(out.offload_id)}]"
             )
             content = f"{preview}…\n{note}" if preview else note
             update: dict[str, Any] = {"content": content}

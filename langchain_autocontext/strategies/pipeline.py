@@ -195,6 +195,28 @@ def run_pipeline(
             queue.append(strategy)
 
     if tokens > config.max_tokens:
+        # Last resort before giving up: evict everything evictable into the summary.
+        squeeze = FifoEviction(squeeze=True)
+        ctx = PassContext(msgs, config, counter, tokens, target_tokens, target_messages)
+        jobs = squeeze.plan(ctx)
+        if jobs:
+            started = time.perf_counter()
+            new, stats = yield from _apply_jobs(msgs, jobs, squeeze.name, thread_id, ctx)
+            _check_pass(msgs, new, squeeze.name)
+            new_tokens = count(new)
+            event = {
+                "strategy": squeeze.name,
+                "tokens_before": tokens,
+                "tokens_after": new_tokens,
+                "messages_before": len(msgs),
+                "messages_after": len(new),
+                "seconds": round(time.perf_counter() - started, 6),
+                **stats,
+            }
+            yield EventOp(thread_id, event)
+            events.append(event)
+            msgs, tokens = new, new_tokens
+    if tokens > config.max_tokens:
         msgs, tokens = _trim_summary(msgs, tokens, config, count)
     if tokens > config.max_tokens:
         raise ContextBudgetError(
@@ -222,7 +244,9 @@ def _apply_jobs(
         items.append(
             (list(originals), strategy, job.preview, sum(map(ctx.counter.count_message, originals)))
         )
-    records = yield OffloadOp(thread_id, items)
+    offloading = [k for k, job in enumerate(jobs) if job.offload]
+    written = yield OffloadOp(thread_id, [items[k] for k in offloading])
+    records: dict[int, Any] = dict(zip(offloading, written, strict=True))
     requests = [job.request for job in jobs if job.request is not None]
     results: list[SummaryResult] = (yield SummarizeOp(requests)) if requests else []
     by_job: dict[int, SummaryResult] = {}
@@ -236,7 +260,7 @@ def _apply_jobs(
         job = jobs[k]
         res = by_job.get(k)
         out = JobOutput(
-            offload_id=records[k].offload_id,
+            offload_id=records[k].offload_id if k in records else "",
             summary=res.text if res else None,
             span_tokens=items[k][3],
         )
@@ -244,7 +268,7 @@ def _apply_jobs(
         touched += job.end - job.start
     stats = {
         "messages_touched": touched,
-        "offload_ids": [r.offload_id for r in records],
+        "offload_ids": [r.offload_id for r in records.values()],
         "summarizer_calls": sum(r.calls for r in results),
         "summarizer_input_tokens": sum(r.input_tokens for r in results),
         "summarizer_output_tokens": sum(r.output_tokens for r in results),

@@ -12,7 +12,6 @@ from langchain_autocontext.strategies.base import (
     PassContext,
     replacement_ai,
 )
-from langchain_autocontext.summarizers import SummaryRequest
 
 __all__ = ["RoundSummary"]
 
@@ -46,23 +45,19 @@ class RoundSummary:
         return jobs
 
     def _job(self, ctx: PassContext, start: int, end: int) -> Job:
-        tokens = ctx.tokens_of(start, end)
         n = end - start
 
         def build(out: JobOutput) -> list[BaseMessage]:
             header = f"Summary of the {n} messages that answered the user message above"
             return [replacement_ai(KIND_ROUND, header, out.summary or "", out, messages=n)]
 
-        return Job(
+        # The summarizer also reads the user message (for context); it stays in place.
+        return ctx.summary_job(
             start,
             end,
             self.name,
             build,
-            request=SummaryRequest(
-                messages=ctx.messages[start - 1 : end],
-                strategy="round",
-                max_tokens=ctx.config.summary_max_tokens,
-                target_tokens=ctx.summary_budget(tokens),
-            ),
+            strategy="round",
+            messages=ctx.messages[start - 1 : end],
             preview=f"round of {n} messages",
         )

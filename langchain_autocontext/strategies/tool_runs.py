@@ -12,7 +12,6 @@ from langchain_autocontext.strategies.base import (
     PassContext,
     replacement_ai,
 )
-from langchain_autocontext.summarizers import SummaryRequest
 
 __all__ = ["ToolRunCompression"]
 
@@ -69,7 +68,6 @@ class ToolRunCompression:
             if getattr(m, "tool_call_id", None) in skip_results:
                 continue
             shown.append(m)
-        tokens = ctx.tokens_of(start, end)
         calls = len(names)
         distinct = ", ".join(dict.fromkeys(names))
 
@@ -77,16 +75,12 @@ class ToolRunCompression:
             header = f"Compressed {calls} tool calls ({distinct}) and their results"
             return [replacement_ai(KIND_TOOL_RUN, header, out.summary or "", out, calls=calls)]
 
-        return Job(
+        return ctx.summary_job(
             start,
             end,
             self.name,
             build,
-            request=SummaryRequest(
-                messages=shown,
-                strategy="tool_run",
-                max_tokens=ctx.config.summary_max_tokens,
-                target_tokens=ctx.summary_budget(tokens),
-            ),
-            preview=f"{calls} tool calls: {distinct}"[:200],
+            strategy="tool_run",
+            messages=shown,
+            preview=f"{calls} tool calls: {distinct}",
         )
