@@ -1,0 +1,766 @@
+"""Side by side: this package against LangMem and LangChain's SummarizationMiddleware.
+
+    python benchmarks/compare_peers.py                   # both data sets, 8k/16k/32k
+    python benchmarks/compare_peers.py --limit 3         # a quick look
+    python benchmarks/compare_peers.py --systems ours,ours-lean --budgets 16000
+
+Replays the real trajectories of ../shared/data (mini-swe-agent, tau-bench) call by
+call through five context managers:
+
+* ``none``        no management: everything is sent;
+* ``langmem``     LangMem's ``summarize_messages`` with a ``RunningSummary`` (the
+                  full history stays in state, as ``SummarizationNode`` keeps it);
+* ``middleware``  LangChain's ``SummarizationMiddleware.before_model`` (the system
+                  prompt passed separately, as ``create_agent(system_prompt=…)`` does);
+* ``ours``        ``AutoContext`` with its defaults (metadata tags, self-management tools);
+* ``ours-lean``   ``AutoContext`` with ``self_management_tools=False, metadata_tags=False``.
+
+Before each recorded assistant message the system gets its own working messages
+(as its previous call left them) plus the new recorded messages; what it returns
+is what the model is sent. Every system gets the same fake summarizer (a chat
+model that answers a fixed 150-word summary and counts its calls and input
+tokens) and the same exact token counter (tiktoken ``cl100k_base``), which counts
+what is sent (tags and tool schemas included). Peers are configured from the budget
+with the package's own ratios: summarize once the context would pass 75% of the
+budget, keep 50% (the middleware's ``keep``), thresholds net of the system prompt
+and a 256-token summary allowance.
+
+Prints one markdown table per data set and writes ``compare_peers.md`` and
+``compare_peers.png`` to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    SystemMessage,
+    ToolMessage,
+    convert_to_messages,
+)
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langgraph.store.memory import InMemoryStore
+from pydantic import ConfigDict, PrivateAttr
+
+from langchain_autocontext import AutoContextConfig
+from langchain_autocontext.engine import AutoContext
+from langchain_autocontext.messages import find_violations, text_of
+from langchain_autocontext.metadata import render_view, view_counts
+from langchain_autocontext.replay import Trajectory, load_trajectories, percentile
+from langchain_autocontext.store import OffloadStore
+from langchain_autocontext.tokens import TokenCounter, default_counter
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+FILES = ("mini-swe-agent-dev.jsonl", "tau-bench-airline.jsonl")
+OUT = Path(__file__).resolve().parent / "results"
+SYSTEMS = ("none", "langmem", "middleware", "ours", "ours-lean")
+LABELS = {
+    "none": "no management",
+    "langmem": "LangMem summarize_messages",
+    "middleware": "LangChain SummarizationMiddleware",
+    "ours": "autocontext (defaults)",
+    "ours-lean": "autocontext (no tools, no tags)",
+}
+BUDGETS = (8_000, 16_000, 32_000)
+#: The package's default ratios, applied to the peers' knobs too.
+TRIGGER_RATIO = 0.75
+KEEP_RATIO = 0.5
+#: Room the peers reserve for their summary (LangMem's own default max_summary_tokens).
+SUMMARY_ALLOWANCE = 256
+#: What a provider's prompt cache bills for a cached input token.
+CACHED_PRICE = 0.1
+
+#: The fixed summary every system gets back: exactly 150 words.
+SUMMARY_150_WORDS = (
+    "The agent read the task, listed the repository, opened the relevant module and its "
+    "tests, and reproduced the reported failure with a short script. It traced the error "
+    "to a helper that builds the query before the related field exists, then edited that "
+    "helper to defer the lookup until the field is created, keeping the public signature "
+    "unchanged. It reran the reproduction script, which now passes, and ran the focused "
+    "test module, where two older tests failed because they asserted the previous order of "
+    "operations. It updated those assertions to the new order, reran the whole module "
+    "successfully, and checked that no other caller depends on the old behaviour by "
+    "searching the code base for the helper's name. Remaining work: review the diff, "
+    "remove the temporary script, and submit the change with an explanation of the "
+    "cause, the fix, and the tests that cover it, naming the two adjusted tests."
+)
+assert len(SUMMARY_150_WORDS.split()) == 150
+
+
+# --- the shared fake summarizer --------------------------------------------------------------
+class CountingSummarizer(BaseChatModel):
+    """A fake chat model: answers a fixed 150-word summary, counts calls and input tokens.
+
+    Input tokens are counted with the benchmark's exact counter on the messages the
+    model receives, so every system's summarizer cost is measured the same way.
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+    counter: Any = None
+    summary: str = SUMMARY_150_WORDS
+    calls: int = 0
+    input_tokens: int = 0
+    _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
+
+    @property
+    def _llm_type(self) -> str:
+        return "counting-fake-summarizer"
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: Any = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        tokens = self.counter.count_messages(messages)
+        with self._lock:
+            self.calls += 1
+            self.input_tokens += tokens
+        return ChatResult(generations=[ChatGeneration(message=AIMessage(self.summary))])
+
+
+# --- one call's measurements ------------------------------------------------------------------
+@dataclass
+class Sent:
+    """What one model call receives, with its exact token counts."""
+
+    messages: list[BaseMessage]  # the input view, as sent
+    counts: list[int]  # tokens of each message as sent
+    base: int  # reply priming + tool schemas
+    tools: list[Any] = field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        return self.base + sum(self.counts)
+
+
+def _key(message: BaseMessage) -> tuple[str, str, str, str]:
+    """What a provider sees of a message (ids are not sent), for prefix comparison."""
+    content = message.content
+    body = content if isinstance(content, str) else json.dumps(content, sort_keys=True)
+    calls = ""
+    if isinstance(message, AIMessage) and message.tool_calls:
+        calls = json.dumps(
+            [(tc["name"], tc["args"], tc.get("id")) for tc in message.tool_calls], sort_keys=True
+        )
+    tool_id = message.tool_call_id if isinstance(message, ToolMessage) else ""
+    return (message.type, body, calls, tool_id)
+
+
+def _content_key(message: BaseMessage) -> tuple[str, str, str]:
+    """An original message's identity for 'is it still in the context verbatim'."""
+    t, body, calls, _ = _key(message)
+    return (t, body, calls)
+
+
+# --- the systems ------------------------------------------------------------------------------
+class Runner:
+    """One system replaying one trajectory: ``step`` is called before each model call."""
+
+    name = "base"
+    tool_names: frozenset[str] = frozenset()
+
+    def __init__(self, budget: int, counter: TokenCounter, summarizer: CountingSummarizer):
+        self.budget = budget
+        self.counter = counter
+        self.summarizer = summarizer
+
+    def start(self, system: SystemMessage | None) -> None:
+        """Called once per trajectory with its system message (if any)."""
+
+    def step(self, new: list[BaseMessage]) -> list[BaseMessage]:
+        """Take the new recorded messages; return the messages the model is sent."""
+        raise NotImplementedError
+
+    def measure(self, sent: list[BaseMessage]) -> Sent:
+        return Sent(sent, self.counter.message_counts(sent), self.counter.reply_priming)
+
+    def reachable_by_tool(self, originals: Sequence[BaseMessage], last: Sent) -> set[str]:
+        """Ids of originals the model can get back with a tool it has (none for peers)."""
+        return set()
+
+    def context_messages(self, last: Sent) -> list[BaseMessage]:
+        """The last call's messages without any rendering (tags), to find originals in."""
+        return last.messages
+
+    def peer_counter(self) -> Callable[[Iterable[Any]], int]:
+        """The exact counter handed to a peer (tokens of the messages, no priming)."""
+        counter = self.counter
+
+        def count(messages: Iterable[Any]) -> int:
+            msgs = [
+                m if isinstance(m, BaseMessage) else convert_to_messages([m])[0] for m in messages
+            ]
+            return sum(counter.message_counts(msgs))
+
+        return count
+
+
+class NoManagement(Runner):
+    name = "none"
+
+    def start(self, system: SystemMessage | None) -> None:
+        self.working: list[BaseMessage] = []
+
+    def step(self, new: list[BaseMessage]) -> list[BaseMessage]:
+        self.working.extend(new)
+        return list(self.working)
+
+
+class LangMemRunner(Runner):
+    """``langmem.short_term.summarize_messages`` with a running summary.
+
+    Used as its docs show (and as ``SummarizationNode`` does with its default
+    ``output_messages_key``): the full history stays in state, the running summary
+    remembers what was summarized, and the returned messages go to the model.
+    """
+
+    name = "langmem"
+
+    def start(self, system: SystemMessage | None) -> None:
+        from langmem.short_term import summarize_messages
+
+        self._summarize = summarize_messages
+        self.state: list[BaseMessage] = []
+        self.running: Any = None
+        self._count = self.peer_counter()
+        sys_tokens = self._count([system]) if system is not None else 0
+        self.max_tokens = self.budget
+        self.before_summary = max(
+            256, int(self.budget * TRIGGER_RATIO) - sys_tokens - SUMMARY_ALLOWANCE
+        )
+
+    def step(self, new: list[BaseMessage]) -> list[BaseMessage]:
+        self.state.extend(new)
+        result = self._summarize(
+            self.state,
+            running_summary=self.running,
+            model=self.summarizer,
+            max_tokens=self.max_tokens,
+            max_tokens_before_summary=self.before_summary,
+            max_summary_tokens=SUMMARY_ALLOWANCE,
+            token_counter=self._count,
+        )
+        if result.running_summary is not None:
+            self.running = result.running_summary
+        return list(result.messages)
+
+
+class MiddlewareRunner(Runner):
+    """``langchain.agents.middleware.SummarizationMiddleware.before_model``.
+
+    The state holds the conversation without the system prompt (``create_agent``
+    adds ``system_prompt`` to every model request); the middleware's update
+    (``RemoveMessage(REMOVE_ALL_MESSAGES)``, summary, kept messages) replaces it.
+    """
+
+    name = "middleware"
+
+    def start(self, system: SystemMessage | None) -> None:
+        from langchain.agents.middleware import SummarizationMiddleware
+
+        count = self.peer_counter()
+        sys_tokens = count([system]) if system is not None else 0
+        self.system = system
+        self.state: list[BaseMessage] = []
+        self.mw = SummarizationMiddleware(
+            model=self.summarizer,
+            trigger=("tokens", max(256, int(self.budget * TRIGGER_RATIO) - sys_tokens)),
+            keep=(
+                "tokens",
+                max(128, int(self.budget * KEEP_RATIO) - sys_tokens - SUMMARY_ALLOWANCE),
+            ),
+            token_counter=count,
+        )
+
+    def step(self, new: list[BaseMessage]) -> list[BaseMessage]:
+        from langgraph.graph.message import REMOVE_ALL_MESSAGES
+
+        self.state.extend(m for m in new if not isinstance(m, SystemMessage))
+        update = self.mw.before_model({"messages": self.state}, None)  # type: ignore[arg-type]
+        if update is not None:
+            msgs = update["messages"]
+            assert getattr(msgs[0], "id", None) == REMOVE_ALL_MESSAGES
+            self.state = list(msgs[1:])
+        return ([self.system] if self.system is not None else []) + list(self.state)
+
+
+class OursRunner(Runner):
+    """``AutoContext.compress`` exactly as ``replay.py`` drives it, plus the input view.
+
+    With ``metadata_tags`` the model is sent ``render_view`` of the working messages;
+    the package's tool schemas (``ac.count_tools``) are part of every request.
+    """
+
+    name = "ours"
+
+    def __init__(
+        self,
+        budget: int,
+        counter: TokenCounter,
+        summarizer: CountingSummarizer,
+        **config: Any,
+    ):
+        super().__init__(budget, counter, summarizer)
+        self.config_overrides = config
+        if config.get("self_management_tools") is False:
+            self.name = "ours-lean"
+
+    def start(self, system: SystemMessage | None) -> None:
+        self.store = OffloadStore(InMemoryStore())
+        self.ac = AutoContext(
+            AutoContextConfig(max_tokens=self.budget, **self.config_overrides),
+            summarizer=self.summarizer,
+            store=self.store,
+            token_counter=self.counter,
+        )
+        self.working: list[BaseMessage] = []
+        self.thread = "bench"
+        cfg = self.ac.config
+        tools = list(getattr(self.ac, "tools", None) or []) if cfg.self_management_tools else []
+        self.tool_names = frozenset(getattr(t, "name", "") for t in tools)
+        self._last_working: list[BaseMessage] = []
+
+    def step(self, new: list[BaseMessage]) -> list[BaseMessage]:
+        self.working.extend(new)
+        result = self.ac.compress(self.working, thread_id=self.thread, store=self.store)
+        self.working = list(result.messages)
+        self._last_working = self.working
+        self.tokens_after = result.tokens_after
+        if self.ac.config.metadata_tags:
+            return render_view(self.working, self.counter, tools=self.ac.count_tools)
+        return list(self.working)
+
+    def measure(self, sent: list[BaseMessage]) -> Sent:
+        tools = self.ac.count_tools
+        if self.ac.config.metadata_tags:
+            vc = view_counts(self._last_working, self.counter, tools=tools)
+            return Sent(sent, vc.counts, vc.base, tools)
+        return Sent(
+            sent,
+            self.counter.message_counts(sent),
+            self.counter.reply_priming + self.counter.count_tools(tools),
+            tools,
+        )
+
+    def context_messages(self, last: Sent) -> list[BaseMessage]:
+        return self._last_working
+
+    def reachable_by_tool(self, originals: Sequence[BaseMessage], last: Sent) -> set[str]:
+        """Originals the model's own tools return: every one via ``search_history``,
+        offloaded spans via ``reload_offloaded`` on ids shown in the context (followed
+        through the offloads they return)."""
+        reached: set[str] = set()
+        if "search_history" in self.tool_names:
+            reached |= {e.id for e in self.store.iter_history(self.thread)}
+        if "reload_offloaded" in self.tool_names:
+            records = {r.id: r for r in self.store.list_offloads(self.thread)}
+            seen: set[str] = set()
+            frontier = [text_of(m) for m in last.messages]
+            while frontier:
+                text = frontier.pop()
+                for oid, rec in records.items():
+                    if oid in seen or oid not in text:
+                        continue
+                    seen.add(oid)
+                    reached |= {i for i in rec.message_ids if i}
+                    frontier.extend(text_of(m) for m in rec.messages)
+        return reached
+
+
+def make_runner(
+    system: str, budget: int, counter: TokenCounter, summarizer: CountingSummarizer
+) -> Runner:
+    if system == "none":
+        return NoManagement(budget, counter, summarizer)
+    if system == "langmem":
+        return LangMemRunner(budget, counter, summarizer)
+    if system == "middleware":
+        return MiddlewareRunner(budget, counter, summarizer)
+    if system == "ours":
+        return OursRunner(budget, counter, summarizer)
+    if system == "ours-lean":
+        return OursRunner(
+            budget, counter, summarizer, self_management_tools=False, metadata_tags=False
+        )
+    raise ValueError(f"unknown system {system!r}; expected one of {', '.join(SYSTEMS)}")
+
+
+def available(system: str) -> str | None:
+    """``None`` when the system can run here, else why not."""
+    try:
+        if system == "langmem":
+            import langmem.short_term  # noqa: F401
+        elif system == "middleware":
+            from langchain.agents.middleware import SummarizationMiddleware  # noqa: F401
+    except ImportError as exc:
+        return f"{exc.name or exc} is not installed (pip install -e '.[bench]')"
+    return None
+
+
+# --- the replay ------------------------------------------------------------------------------
+@dataclass
+class Row:
+    """Everything measured for one system at one budget on one data set."""
+
+    system: str
+    budget: int
+    dataset: str
+    trajectories: int = 0
+    calls: int = 0
+    largest: int = 0
+    over_budget: int = 0
+    invalid: int = 0
+    violation_kinds: Counter[str] = field(default_factory=Counter)
+    sent: int = 0
+    cached: int = 0
+    summarizer_calls: int = 0
+    summarizer_input: int = 0
+    overheads: list[float] = field(default_factory=list)
+    originals: int = 0
+    recoverable: int = 0
+    count_checks: int = 0
+    count_mismatches: int = 0
+
+    @property
+    def effective(self) -> float:
+        """Uncached input + 0.1 x cached input + summarizer input."""
+        return (self.sent - self.cached) + CACHED_PRICE * self.cached + self.summarizer_input
+
+    @property
+    def cached_share(self) -> float:
+        return self.cached / self.sent if self.sent else 0.0
+
+    @property
+    def recoverable_share(self) -> float:
+        return self.recoverable / self.originals if self.originals else 1.0
+
+    @property
+    def p50_ms(self) -> float:
+        return statistics.median(self.overheads) * 1000 if self.overheads else 0.0
+
+    @property
+    def p99_ms(self) -> float:
+        return percentile(self.overheads, 0.99) * 1000
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "system": self.system,
+            "budget": self.budget,
+            "dataset": self.dataset,
+            "trajectories": self.trajectories,
+            "calls": self.calls,
+            "largest": self.largest,
+            "over_budget": self.over_budget,
+            "invalid": self.invalid,
+            "violation_kinds": dict(self.violation_kinds),
+            "sent": self.sent,
+            "cached": self.cached,
+            "effective": round(self.effective),
+            "summarizer_calls": self.summarizer_calls,
+            "summarizer_input": self.summarizer_input,
+            "p50_ms": round(self.p50_ms, 4),
+            "p99_ms": round(self.p99_ms, 4),
+            "originals": self.originals,
+            "recoverable": self.recoverable,
+            "count_mismatches": self.count_mismatches,
+        }
+
+
+def _violation_kind(problem: str) -> str:
+    if "system message that is not first" in problem:
+        return "system message not first"
+    if "unanswered" in problem:
+        return "tool call without result"
+    return "tool result without call"
+
+
+def _call_points(messages: Sequence[BaseMessage]) -> list[int]:
+    return [i for i, m in enumerate(messages) if isinstance(m, AIMessage)]
+
+
+def replay_one(
+    trajectory: Trajectory,
+    runner: Runner,
+    row: Row,
+    *,
+    check_every: int = 25,
+) -> None:
+    """Replay one trajectory through ``runner``, adding its measurements to ``row``."""
+    msgs = trajectory.messages
+    system = msgs[0] if msgs and isinstance(msgs[0], SystemMessage) else None
+    runner.start(system)
+    calls_before = runner.summarizer.calls
+    input_before = runner.summarizer.input_tokens
+    cursor = 0
+    previous: list[tuple[str, str, str, str]] = []
+    last: Sent | None = None
+    for k, point in enumerate(_call_points(msgs)):
+        new = msgs[cursor:point]
+        cursor = point
+        started = time.perf_counter()
+        sent_messages = runner.step(list(new))
+        row.overheads.append(time.perf_counter() - started)
+        sent = runner.measure(sent_messages)
+        total = sent.total
+        if k % check_every == 0:  # one exact count of the view as sent, from scratch
+            row.count_checks += 1
+            if runner.counter.count(sent.messages, sent.tools) != total:
+                row.count_mismatches += 1
+        keys = [_key(m) for m in sent.messages]
+        common = 0
+        for a, b in zip(keys, previous, strict=False):
+            if a != b:
+                break
+            common += 1
+        if common:
+            # Tokens a prompt cache can reuse: tool schemas and the identical leading
+            # messages (the reply priming closes the request, it is never a prefix).
+            row.cached += sent.base - runner.counter.reply_priming + sum(sent.counts[:common])
+        previous = keys
+        row.calls += 1
+        row.sent += total
+        row.largest = max(row.largest, total)
+        row.over_budget += total > runner.budget
+        problems = find_violations(sent.messages)
+        if problems:
+            row.invalid += 1
+            row.violation_kinds.update({_violation_kind(p) for p in problems})
+        last = sent
+    row.trajectories += 1
+    row.summarizer_calls += runner.summarizer.calls - calls_before
+    row.summarizer_input += runner.summarizer.input_tokens - input_before
+    if last is None:
+        return
+    originals = [m for m in msgs[:cursor] if m.id]
+    in_context = {_content_key(m) for m in runner.context_messages(last)}
+    texts = [text_of(m) for m in last.messages]
+    by_tool = runner.reachable_by_tool(originals, last)
+    for m in originals:
+        body = text_of(m)
+        if (
+            m.id in by_tool
+            or _content_key(m) in in_context
+            or (len(body) >= 40 and any(body in t for t in texts))  # verbatim inside a summary
+        ):
+            row.recoverable += 1
+    row.originals += len(originals)
+
+
+def run(
+    path: Path,
+    systems: Sequence[str],
+    budgets: Sequence[int],
+    *,
+    limit: int | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> list[Row]:
+    """Replay every trajectory of ``path`` through every system at every budget."""
+    trajectories = load_trajectories(path, limit=limit)
+    counter = default_counter()
+    rows = []
+    for system in systems:
+        for budget in budgets:
+            row = Row(system, budget, path.name)
+            started = time.perf_counter()
+            for t in trajectories:
+                summarizer = CountingSummarizer(counter=counter)
+                replay_one(t, make_runner(system, budget, counter, summarizer), row)
+            rows.append(row)
+            if progress is not None:
+                progress(f"{path.name} {system} {budget}: {time.perf_counter() - started:.1f}s")
+    return rows
+
+
+# --- output -----------------------------------------------------------------------------------
+HEADER = (
+    "| system | budget | largest sent | calls over budget | invalid seqs | tokens sent | "
+    "cached prefix | effective cost | summarizer calls | summarizer input | "
+    "overhead p50 ms | p99 ms | recoverable |\n"
+    "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+)
+
+
+def table(rows: Sequence[Row]) -> str:
+    lines = [HEADER]
+    for r in rows:
+        lines.append(
+            f"| {r.system} | {r.budget // 1000}k | {r.largest:,} | {r.over_budget:,} | "
+            f"{r.invalid:,} | {r.sent:,} | {r.cached_share:.1%} | {r.effective:,.0f} | "
+            f"{r.summarizer_calls:,} | {r.summarizer_input:,} | {r.p50_ms:.2f} | "
+            f"{r.p99_ms:.1f} | {r.recoverable_share:.1%} |"
+        )
+    return "\n".join(lines)
+
+
+def notes(rows: Sequence[Row]) -> list[str]:
+    """Facts a reader of the table needs: violation kinds, count checks, targets at 16k."""
+    out = []
+    for r in rows:
+        if r.violation_kinds:
+            kinds = ", ".join(f"{k}: {v}" for k, v in r.violation_kinds.most_common())
+            out.append(f"- {r.system} at {r.budget // 1000}k: invalid sequences are {kinds}")
+        if r.count_mismatches:
+            out.append(
+                f"- {r.system} at {r.budget // 1000}k: {r.count_mismatches} of {r.count_checks} "
+                "spot checks of the sent view's token count did not match (a bug)"
+            )
+    return out
+
+
+def comparison(rows: Sequence[Row], budget: int = 16_000) -> list[str]:
+    """Our numbers against the best peer at ``budget`` (the issue's targets)."""
+    at = {r.system: r for r in rows if r.budget == budget}
+    peers = [at[s] for s in ("langmem", "middleware") if s in at]
+    out = []
+    if not peers:
+        return out
+    best = min(peers, key=lambda r: r.effective)
+    for name in ("ours", "ours-lean"):
+        r = at.get(name)
+        if r is None:
+            continue
+        ratio = r.effective / best.effective if best.effective else 1.0
+        out.append(
+            f"- {name} at {budget // 1000}k: effective cost {r.effective:,.0f} = {ratio:.2f}x the "
+            f"best peer's ({best.system}, {best.effective:,.0f}; target: at most 0.80x); "
+            f"recoverable {r.recoverable_share:.1%} (best peer: {best.recoverable_share:.1%})"
+        )
+    lm = at.get("langmem")
+    ours = at.get("ours")
+    if lm is not None and ours is not None and lm.summarizer_input:
+        out.append(
+            f"- ours at {budget // 1000}k: summarizer input {ours.summarizer_input:,} = "
+            f"{ours.summarizer_input / lm.summarizer_input:.2f}x LangMem's "
+            f"({lm.summarizer_input:,}; target: at most 0.50x)"
+        )
+    return out
+
+
+def plot(results: dict[str, list[Row]], path: Path) -> Path | None:
+    """Effective cost, largest context sent and recoverable share, per data set."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no plot (pip install -e '.[bench]')", file=sys.stderr)
+        return None
+    datasets = list(results)
+    fig, axes = plt.subplots(len(datasets), 3, figsize=(15, 4.2 * len(datasets)), squeeze=False)
+    for d, name in enumerate(datasets):
+        rows = results[name]
+        systems = list(dict.fromkeys(r.system for r in rows))
+        budgets = sorted({r.budget for r in rows})
+        width = 0.8 / max(1, len(systems))
+        panels = [
+            ("effective cost (M tokens)", lambda r: r.effective / 1e6),
+            ("largest context sent / budget", lambda r: r.largest / r.budget),
+            ("originals recoverable (%)", lambda r: 100 * r.recoverable_share),
+        ]
+        for p, (title, value) in enumerate(panels):
+            ax = axes[d][p]
+            for s, system in enumerate(systems):
+                by_budget = {r.budget: r for r in rows if r.system == system}
+                xs = [b + (s - (len(systems) - 1) / 2) * width for b in range(len(budgets))]
+                ys = [value(by_budget[b]) if b in by_budget else 0 for b in budgets]
+                ax.bar(xs, ys, width, label=LABELS.get(system, system))
+            ax.set_xticks(range(len(budgets)), [f"{b // 1000}k" for b in budgets])
+            ax.set_title(f"{name}: {title}", fontsize=10)
+            if p == 1:
+                ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
+                ax.set_yscale("log")
+            ax.grid(axis="y", alpha=0.3)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=9)
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--budgets", default=",".join(str(b) for b in BUDGETS))
+    ap.add_argument("--systems", default=",".join(SYSTEMS))
+    ap.add_argument("--files", default=",".join(FILES), help="data files under --data")
+    ap.add_argument("--limit", type=int, default=None, help="trajectories per file")
+    ap.add_argument("--data", type=Path, default=DATA)
+    ap.add_argument("--out", type=Path, default=OUT, help="where the .md, .json and .png go")
+    ap.add_argument("--no-plot", action="store_true")
+    args = ap.parse_args(argv)
+    budgets = [int(b) for b in args.budgets.split(",") if b]
+    systems = []
+    for s in (s.strip() for s in args.systems.split(",") if s.strip()):
+        if s not in SYSTEMS:
+            ap.error(f"unknown system {s!r}; expected some of {', '.join(SYSTEMS)}")
+        why = available(s)
+        if why:
+            print(f"skipping {s}: {why}", file=sys.stderr)
+            continue
+        systems.append(s)
+    results: dict[str, list[Row]] = {}
+    report = [
+        "Same fake 150-word summarizer and the same exact counter (tiktoken cl100k_base) for "
+        "every system; effective cost = uncached input + 0.1 x cached prefix + summarizer input.",
+    ]
+    for name in (f.strip() for f in args.files.split(",") if f.strip()):
+        path = args.data / name
+        if not path.is_file():
+            print(f"skipping {name}: {path} is absent", file=sys.stderr)
+            continue
+        rows = run(
+            path,
+            systems,
+            budgets,
+            limit=args.limit,
+            progress=lambda msg: print(f"<!-- {msg} -->", file=sys.stderr, flush=True),
+        )
+        results[name] = rows
+        n_traj = rows[0].trajectories if rows else 0
+        n_calls = rows[0].calls if rows else 0
+        section = [
+            f"\n### {name} ({n_traj} trajectories, {n_calls:,} model calls)\n",
+            table(rows),
+            "",
+            *notes(rows),
+            *comparison(rows),
+        ]
+        print("\n".join(section), flush=True)
+        report.extend(section)
+    if not results:
+        print("no data: nothing to compare", file=sys.stderr)
+        return 1
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "compare_peers.md").write_text("\n".join(report) + "\n", encoding="utf-8")
+    (args.out / "compare_peers.json").write_text(
+        json.dumps({k: [r.as_dict() for r in v] for k, v in results.items()}, indent=1) + "\n",
+        encoding="utf-8",
+    )
+    if not args.no_plot:
+        png = plot(results, args.out / "compare_peers.png")
+        if png is not None:
+            print(f"\nplot: {png}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
