@@ -21,7 +21,13 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.chat_history import BaseChatMessageHistory
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, convert_to_messages
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    convert_to_messages,
+    message_chunk_to_message,
+)
 from langchain_core.prompt_values import PromptValue
 from langchain_core.runnables import RunnableConfig, RunnableSerializable
 from langgraph.store.base import BaseStore
@@ -154,9 +160,12 @@ class AutoContextChatMessageHistory(BaseChatMessageHistory):
     # -- writing --------------------------------------------------------------------------
     @staticmethod
     def _incoming(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
-        return [
-            strip_message_tags(m) if isinstance(m, AIMessage) else m for m in _checked(messages)
-        ]
+        """Chunks (a streamed reply) become messages; tags a model copied are stripped."""
+        out = []
+        for m in _checked(messages):
+            m = message_chunk_to_message(m)  # type: ignore[arg-type]
+            out.append(strip_message_tags(m) if isinstance(m, AIMessage) else m)
+        return out
 
     def _record(self, messages: Sequence[BaseMessage]) -> dict[str, Any]:
         return {"messages": dump_messages(messages)}
@@ -207,17 +216,19 @@ def _fingerprint(message: BaseMessage) -> bytes:
 
 def _as_messages(value: Any) -> list[BaseMessage]:
     if isinstance(value, PromptValue):
-        return value.to_messages()
-    if isinstance(value, str):
-        return [HumanMessage(value)]
-    if isinstance(value, BaseMessage):
-        return [value]
-    if isinstance(value, Sequence):
-        return convert_to_messages(value)
-    raise TypeError(
-        "AutoContextRunnable takes a prompt value, a message, a list of messages or a "
-        f"string; got {type(value).__name__}"
-    )
+        messages = value.to_messages()
+    elif isinstance(value, str):
+        messages = [HumanMessage(value)]
+    elif isinstance(value, BaseMessage):
+        messages = [value]
+    elif isinstance(value, Sequence):
+        messages = convert_to_messages(value)
+    else:
+        raise TypeError(
+            "AutoContextRunnable takes a prompt value, a message, a list of messages or a "
+            f"string; got {type(value).__name__}"
+        )
+    return [message_chunk_to_message(m) for m in messages]  # type: ignore[arg-type]
 
 
 class AutoContextRunnable(RunnableSerializable[Any, list[BaseMessage]]):

@@ -252,3 +252,323 @@ def sh(command: str, lines: int = 12) -> str:
     """Run a shell command; ``lines`` is how much output it prints."""
     seed = sum(map(ord, command))
     return log_text(lines, seed)
+
+
+# --- the surfaces, built as a user would, driven through one script -----------------------
+import operator  # noqa: E402
+import warnings  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+from typing import Annotated  # noqa: E402
+
+from langchain_core.messages import message_chunk_to_message  # noqa: E402
+
+SURFACE_SYSTEM = "You are a coding agent. Fix what the user asks, one command at a time."
+#: Every surface of the end-to-end runs uses this budget: small enough that all seven
+#: strategies fire in a 15-round script, with room for one large tool output per turn.
+SURFACE_CONFIG_KW: dict[str, Any] = {
+    "max_tokens": 8000,
+    "token_ratio": 0.5,
+    "target_ratio": 0.35,
+    "last_keep": 6,
+    "msg_threshold": 40,
+    "large_payload_threshold": 3000,
+}
+ALL_STRATEGIES = {
+    "tool_run",
+    "offload_history",
+    "offload_all",
+    "round",
+    "current_large",
+    "current_round",
+    "fifo",
+}
+SURFACES = ("middleware", "react", "node", "history", "lcel")
+MODES = ("invoke", "stream", "ainvoke", "astream")
+
+
+def script_model(steps: int = 20) -> RoundScriptModel:
+    """The script of the end-to-end runs (outputs of ~1,050 and ~6,600 characters)."""
+    return RoundScriptModel(steps=steps, small_lines=16, big_lines=100)
+
+
+def user_turn(r: int) -> HumanMessage:
+    return HumanMessage(f"Task {r}: make module_{r} pass its checks")
+
+
+def expected_originals(rounds: int, steps: int) -> list[tuple[str, str]]:
+    """(type, text) of every message of the script, the last final answer excluded."""
+    model = script_model(steps)
+    out: list[tuple[str, str]] = []
+    n = 0
+    for r in range(rounds):
+        out.append(("human", user_turn(r).content))
+        for _ in range(steps):
+            msg = model._next([])
+            out.append(("ai", msg.content))
+            out.append(("tool", sh.invoke(msg.tool_calls[0]["args"])))
+            n += 1
+        answer = model._next([])
+        if r < rounds - 1:
+            out.append(("ai", answer.content))
+    return out
+
+
+@dataclass
+class SurfaceRun:
+    """A surface under test: ``round(r)`` / ``around(r)`` run user turn ``r`` to its answer."""
+
+    kind: str
+    ac: Any
+    model: RoundScriptModel
+    store: Any
+    thread: str
+    runner: Any
+    checkpointer: Any = None
+
+    @property
+    def config(self) -> dict[str, Any]:
+        key = "session_id" if self.kind == "history" else "thread_id"
+        return {"configurable": {key: self.thread}, "recursion_limit": 10_000}
+
+    # graph surfaces: one call runs the whole tool loop -------------------------------------
+    def _graph_input(self, r: int) -> dict[str, Any]:
+        inp: dict[str, Any] = {"messages": [user_turn(r)]}
+        if self.kind == "node":
+            inp["task_label"] = f"T-{r}"
+        return inp
+
+    def round(self, r: int, mode: str = "invoke") -> str:
+        if self.kind in ("history", "lcel"):
+            return self._chain_round(r, mode)
+        if mode == "invoke":
+            state = self.runner.invoke(self._graph_input(r), self.config)
+        else:
+            for chunk in self.runner.stream(self._graph_input(r), self.config, stream_mode="values"):
+                state = chunk
+        return state["messages"][-1].content
+
+    async def around(self, r: int, mode: str = "ainvoke") -> str:
+        if self.kind in ("history", "lcel"):
+            return await self._achain_round(r, mode)
+        if mode == "ainvoke":
+            state = await self.runner.ainvoke(self._graph_input(r), self.config)
+        else:
+            async for chunk in self.runner.astream(
+                self._graph_input(r), self.config, stream_mode="values"
+            ):
+                state = chunk
+        return state["messages"][-1].content
+
+    # chain surfaces: the caller runs the tools ------------------------------------------------
+    def _chain_input(self, msgs: list[BaseMessage]) -> dict[str, Any]:
+        if self.kind == "history":
+            return {"input": msgs}
+        self.convo.extend(msgs)
+        return {"messages": list(self.convo)}
+
+    def _chain_output(self, ai: BaseMessage) -> list[BaseMessage] | None:
+        ai = message_chunk_to_message(ai)
+        if self.kind == "lcel":
+            self.convo.append(ai)
+        if not ai.tool_calls:
+            self.answer = ai.content
+            return None
+        return [
+            ToolMessage(sh.invoke(tc["args"]), tool_call_id=tc["id"], name=tc["name"])
+            for tc in ai.tool_calls
+        ]
+
+    def _chain_round(self, r: int, mode: str) -> str:
+        msgs: list[BaseMessage] | None = [user_turn(r)]
+        while msgs:
+            inp = self._chain_input(msgs)
+            if mode == "invoke":
+                ai = self.runner.invoke(inp, self.config)
+            else:
+                ai = None
+                for chunk in self.runner.stream(inp, self.config):
+                    ai = chunk if ai is None else ai + chunk
+            msgs = self._chain_output(ai)
+        return self.answer
+
+    async def _achain_round(self, r: int, mode: str) -> str:
+        msgs: list[BaseMessage] | None = [user_turn(r)]
+        while msgs:
+            inp = self._chain_input(msgs)
+            if mode == "ainvoke":
+                ai = await self.runner.ainvoke(inp, self.config)
+            else:
+                ai = None
+                async for chunk in self.runner.astream(inp, self.config):
+                    ai = chunk if ai is None else ai + chunk
+            msgs = self._chain_output(ai)
+        return self.answer
+
+    def __post_init__(self) -> None:
+        self.convo: list[BaseMessage] = []
+        self.answer = ""
+
+
+def build_surface(
+    kind: str,
+    model: RoundScriptModel,
+    *,
+    store: Any = None,
+    checkpointer: Any = None,
+    thread: str = "t-1",
+    config: Any = None,
+    summarizer: Any = None,
+    autocontext: Any = None,
+) -> SurfaceRun:
+    """One of :data:`SURFACES`, wired the way the README shows it."""
+    from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.store.memory import InMemoryStore
+
+    from langchain_autocontext import AutoContext, AutoContextConfig
+    from langchain_autocontext.history import AutoContextChatMessageHistory, AutoContextRunnable
+    from langchain_autocontext.middleware import AutoContextMiddleware
+
+    store = InMemoryStore() if store is None else store
+    cfg = config or AutoContextConfig(**SURFACE_CONFIG_KW)
+    if kind in ("middleware", "react", "node") and checkpointer is None:
+        checkpointer = InMemorySaver()
+
+    def make_ac(**kw: Any) -> Any:
+        if autocontext is not None:
+            return autocontext
+        return AutoContext(cfg, summarizer=summarizer, **kw)
+
+    if kind == "middleware":
+        from langchain.agents import create_agent
+
+        ac = make_ac()
+        runner = create_agent(
+            model,
+            [sh],
+            system_prompt=SURFACE_SYSTEM,
+            middleware=[AutoContextMiddleware(ac)],
+            checkpointer=checkpointer,
+            store=store,
+        )
+    elif kind == "react":
+        from langgraph.prebuilt import create_react_agent
+
+        ac = make_ac(system_prompt=SURFACE_SYSTEM, tools=[sh])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # create_react_agent is deprecated in LangGraph 1.x
+            runner = create_react_agent(
+                model,
+                [sh],
+                prompt=SURFACE_SYSTEM,
+                pre_model_hook=ac.pre_model_hook,
+                checkpointer=checkpointer,
+                store=store,
+            )
+    elif kind == "node":
+        ac = make_ac(system_prompt=SURFACE_SYSTEM, tools=[sh])
+        runner = surface_state_graph(ac, model).compile(checkpointer=checkpointer, store=store)
+    elif kind == "history":
+        from langchain_core.runnables.history import RunnableWithMessageHistory
+
+        ac = make_ac(system_prompt=SURFACE_SYSTEM, tools=[sh])
+        prompt = ChatPromptTemplate(
+            [
+                ("system", SURFACE_SYSTEM),
+                MessagesPlaceholder("history"),
+                MessagesPlaceholder("input"),
+            ]
+        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # RunnableWithMessageHistory is deprecated
+            runner = RunnableWithMessageHistory(
+                prompt | model.bind_tools([sh]),
+                AutoContextChatMessageHistory.factory(ac, store=store),
+                input_messages_key="input",
+                history_messages_key="history",
+            )
+    elif kind == "lcel":
+        ac = make_ac(store=store, tools=[sh])
+        prompt = ChatPromptTemplate([("system", SURFACE_SYSTEM), MessagesPlaceholder("messages")])
+        runner = prompt | AutoContextRunnable(autocontext=ac) | model.bind_tools([sh])
+    else:
+        raise ValueError(f"unknown surface {kind!r}")
+    return SurfaceRun(kind, ac, model, store, thread, runner, checkpointer)
+
+
+def surface_state_graph(ac: Any, model: RoundScriptModel) -> Any:
+    """A StateGraph whose state has keys of its own; ``ac.node()`` runs before the model."""
+    from langchain_core.runnables import RunnableConfig
+    from langgraph.graph import START, StateGraph
+    from langgraph.prebuilt import ToolNode, tools_condition
+
+    from langchain_autocontext import AutoContextState
+
+    class ParentState(AutoContextState):
+        task_label: str
+        model_calls: Annotated[int, operator.add]
+
+    bound = model.bind_tools([sh])
+
+    def call_model(state: ParentState, config: RunnableConfig) -> dict[str, Any]:
+        assert state["task_label"].startswith("T-")
+        view = [SystemMessage(SURFACE_SYSTEM), *state["messages"]]
+        return {"messages": [bound.invoke(view, config)], "model_calls": 1}
+
+    async def acall_model(state: ParentState, config: RunnableConfig) -> dict[str, Any]:
+        view = [SystemMessage(SURFACE_SYSTEM), *state["messages"]]
+        return {"messages": [await bound.ainvoke(view, config)], "model_calls": 1}
+
+    from langchain_core.runnables import RunnableLambda
+
+    g = StateGraph(ParentState)
+    g.add_node("autocontext", ac.node())
+    g.add_node("model", RunnableLambda(call_model, afunc=acall_model, name="model"))
+    g.add_node("tools", ToolNode([sh]))
+    g.add_edge(START, "autocontext")
+    g.add_edge("autocontext", "model")
+    g.add_conditional_edges("model", tools_condition)
+    g.add_edge("tools", "autocontext")
+    return g
+
+
+def check_model_inputs(model: RoundScriptModel, ac: Any) -> int:
+    """The invariants on every input the model got; returns the largest count."""
+    from langchain_autocontext.messages import find_violations
+
+    largest = 0
+    for k, sent in enumerate(model.seen):
+        assert isinstance(sent[0], SystemMessage), f"call {k}: the system message is not first"
+        problems = find_violations(sent)
+        assert not problems, f"call {k}: {problems}"
+        tagged = any(
+            isinstance(m.content, str) and m.content.startswith("<metadata") for m in sent[1:]
+        )
+        tags = ac.config.metadata_tags and not tagged
+        count = ac.counter.count(sent, model.bound, tags=tags)
+        assert count <= ac.config.max_tokens, f"call {k}: {count} > {ac.config.max_tokens}"
+        largest = max(largest, count)
+    return largest
+
+
+def history_originals(store: Any, thread: str, final_answer: str) -> list[tuple[str, str]]:
+    """(type, text) of the thread's original history: system messages and the final
+    answer left out (surfaces archive those at different moments)."""
+    from langchain_autocontext.messages import text_of
+    from langchain_autocontext.store import OffloadStore
+
+    out = []
+    for e in OffloadStore.wrap(store).iter_history(thread):
+        m = e.message
+        if isinstance(m, SystemMessage):
+            continue
+        out.append((m.type, text_of(m)))
+    if out and out[-1] == ("ai", final_answer):
+        out.pop()
+    return out
+
+
+def strategies_fired(store: Any, thread: str) -> set[str]:
+    from langchain_autocontext.store import OffloadStore
+
+    return {e["strategy"] for e in OffloadStore.wrap(store).list_events(thread)}

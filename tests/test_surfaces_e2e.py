@@ -1,0 +1,95 @@
+"""Every surface, end to end, on the same long tool-calling script.
+
+The surfaces: ``create_agent`` with the middleware, ``create_react_agent`` with the
+pre-model hook, ``ac.node()`` in a StateGraph whose state has keys of its own,
+``RunnableWithMessageHistory`` with :class:`AutoContextChatMessageHistory`, and
+``prompt | ac.as_runnable() | model``. The script (``_builders.RoundScriptModel``)
+decides by call count only, so every surface must reach the same outcome: the same
+final answer, the same number of model calls and the same original history. On
+every model input the invariants hold (valid tool pairs, system message first,
+counted tokens <= max_tokens), and the budget is small enough that each of the
+seven strategies fires at least once.
+"""
+
+from __future__ import annotations
+
+import pytest
+from _builders import (
+    ALL_STRATEGIES,
+    MODES,
+    SURFACES,
+    build_surface,
+    check_model_inputs,
+    expected_originals,
+    history_originals,
+    script_model,
+    strategies_fired,
+)
+
+LONG_ROUNDS, LONG_STEPS = 15, 20  # 15 * (20 + 1) = 315 model calls
+SHORT_ROUNDS, SHORT_STEPS = 3, 6
+
+# One long run per surface; the modes rotate so sync and async streaming both run long.
+LONG_RUNS = [
+    ("middleware", "invoke"),
+    ("middleware", "astream"),
+    ("react", "stream"),
+    ("node", "ainvoke"),
+    ("history", "invoke"),
+    ("lcel", "astream"),
+]
+
+
+async def drive(kind: str, mode: str, rounds: int, steps: int) -> tuple[object, str]:
+    model = script_model(steps)
+    surface = build_surface(kind, model)
+    answer = ""
+    for r in range(rounds):
+        if mode.startswith("a"):
+            answer = await surface.around(r, mode)
+        else:
+            answer = surface.round(r, mode)
+    return surface, answer
+
+
+def assert_outcome(surface, answer: str, rounds: int, steps: int) -> None:
+    assert answer == f"round {rounds - 1} finished after {steps} steps"
+    assert surface.model.total_calls == rounds * (steps + 1)
+    check_model_inputs(surface.model, surface.ac)
+    originals = history_originals(surface.store, surface.thread, answer)
+    expected = expected_originals(rounds, steps)
+    assert len(originals) == len(expected)
+    assert originals == expected  # every original, in order, exactly once
+
+
+@pytest.mark.parametrize(("kind", "mode"), LONG_RUNS, ids=[f"{k}-{m}" for k, m in LONG_RUNS])
+async def test_long_run_every_strategy_fires_and_invariants_hold(kind: str, mode: str) -> None:
+    surface, answer = await drive(kind, mode, LONG_ROUNDS, LONG_STEPS)
+    assert surface.model.total_calls >= 300
+    assert_outcome(surface, answer, LONG_ROUNDS, LONG_STEPS)
+    fired = strategies_fired(surface.store, surface.thread)
+    assert fired == ALL_STRATEGIES, f"never fired: {sorted(ALL_STRATEGIES - fired)}"
+
+
+def test_long_runs_cover_every_surface() -> None:
+    assert {k for k, _ in LONG_RUNS} == set(SURFACES)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("kind", SURFACES)
+async def test_every_surface_every_mode_same_outcome(kind: str, mode: str) -> None:
+    surface, answer = await drive(kind, mode, SHORT_ROUNDS, SHORT_STEPS)
+    assert_outcome(surface, answer, SHORT_ROUNDS, SHORT_STEPS)
+    assert strategies_fired(surface.store, surface.thread), "compression never ran"
+
+
+async def test_graph_surfaces_persist_the_compressed_context() -> None:
+    """What the checkpoint holds is the compressed working context, not the full log."""
+    for kind in ("middleware", "react", "node"):
+        surface, _ = await drive(kind, "invoke", SHORT_ROUNDS, SHORT_STEPS)
+        state = surface.runner.get_state(surface.config).values
+        full = len(expected_originals(SHORT_ROUNDS, SHORT_STEPS)) + 1
+        assert len(state["messages"]) < full, kind
+        if kind == "node":
+            assert state["model_calls"] == SHORT_ROUNDS * (SHORT_STEPS + 1)
+            assert state["task_label"] == f"T-{SHORT_ROUNDS - 1}"
