@@ -10,18 +10,22 @@ from __future__ import annotations
 import threading
 import warnings
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, NotRequired
 
 from langchain_core.messages import AnyMessage, BaseMessage, RemoveMessage, SystemMessage
-from langchain_core.runnables import RunnableConfig, RunnableLambda
+from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
+from langchain_core.tools import BaseTool
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
+from langgraph.prebuilt.chat_agent_executor import AgentState
 from langgraph.store.base import BaseStore
 from langgraph.store.memory import InMemoryStore
+from langgraph.types import Command
 from typing_extensions import TypedDict
 
+from langchain_autocontext.commands import process_reply
 from langchain_autocontext.config import AutoContextConfig
 from langchain_autocontext.errors import ContextBudgetError
 from langchain_autocontext.messages import (
@@ -40,8 +44,15 @@ from langchain_autocontext.strategies.pipeline import (
 )
 from langchain_autocontext.summarizers import Summarizer, resolve_summarizer
 from langchain_autocontext.tokens import TokenCounter, resolve_counter
+from langchain_autocontext.view import (
+    ModelCall,
+    augment_system,
+    build_view,
+    instructions_text,
+    view_reserve,
+)
 
-__all__ = ["AutoContext", "AutoContextState", "CompressionResult"]
+__all__ = ["AutoContext", "AutoContextAgentState", "AutoContextState", "CompressionResult"]
 
 _SYSTEM_PLACEHOLDER_ID = "autocontext-system-prompt"
 
@@ -55,6 +66,16 @@ class AutoContextState(TypedDict):
     """
 
     messages: Annotated[list[AnyMessage], add_messages]
+    autocontext: NotRequired[dict[str, Any]]
+
+
+class AutoContextAgentState(AgentState):
+    """``create_react_agent``'s state plus the package's ``autocontext`` key.
+
+    Pass it as ``state_schema=`` so the working context, the memory-pressure flag
+    and the autonomous step count persist between turns.
+    """
+
     autocontext: NotRequired[dict[str, Any]]
 
 
@@ -155,6 +176,7 @@ class AutoContext:
         self._wrapped: dict[int, OffloadStore] = {}
         self._own_store: OffloadStore | None = None
         self._archived: OrderedDict[tuple[int, str], set[str]] = OrderedDict()
+        self._tools: list[BaseTool] | None = None
 
     # --- store and thread resolution ---------------------------------------------------
     def resolve_store(self, store: BaseStore | None = None) -> OffloadStore:
@@ -191,7 +213,28 @@ class AutoContext:
     @property
     def count_tools(self) -> list[Any]:
         """Tool schemas counted in the budget: the agent's tools plus the package's."""
-        return list(self.agent_tools)
+        tools = list(self.agent_tools)
+        names = {getattr(t, "name", None) for t in tools}
+        tools += [t for t in self.tools if t.name not in names]
+        return tools
+
+    @property
+    def tools(self) -> list[BaseTool]:
+        """The model's context tools (``[]`` when ``config.self_management_tools`` is off).
+
+        ``update_message``, ``delete_message``, ``reload_offloaded``, ``search_history``,
+        ``working_context_append``, ``working_context_replace``: give them to your agent
+        next to its own tools. See :mod:`langchain_autocontext.tools`.
+        """
+        if not self.config.self_management_tools:
+            return []
+        if self._tools is None:
+            from langchain_autocontext.tools import make_tools
+
+            with self._lock:
+                if self._tools is None:
+                    self._tools = make_tools(self)
+        return list(self._tools)
 
     # --- the archive: originals go to the history store before anything changes -------
     def _unarchived(
@@ -245,6 +288,45 @@ class AutoContext:
             virtual_system = True
         return fixed, ids_assigned, virtual_system
 
+    def _with_view(
+        self, msgs: list[BaseMessage], state: Mapping[str, Any] | None, virtual: bool
+    ) -> tuple[list[BaseMessage], bool, SystemMessage | None]:
+        """The messages with the system message as the model's view has it.
+
+        The generated section and the working context (``state``) are appended to
+        the system message, or form a virtual one, so the pipeline counts them.
+        Returns the messages, whether the first one is virtual, and the system
+        message to put back afterwards (``None`` when unchanged).
+        """
+        if virtual:  # the agent adds its own system prompt: the view reserves the rest
+            return msgs, True, None
+        text = instructions_text(self.config, state)
+        if not text:
+            return msgs, False, None
+        if msgs and isinstance(msgs[0], SystemMessage):
+            return [augment_system(msgs[0], text), *msgs[1:]], False, msgs[0]  # type: ignore[list-item]
+        return [SystemMessage(text, id=_SYSTEM_PLACEHOLDER_ID), *msgs], True, None
+
+    def _budget(
+        self, messages: Sequence[BaseMessage], state: Mapping[str, Any] | None
+    ) -> AutoContextConfig:
+        """The config the pipeline runs with: ``max_tokens`` minus what the view may add.
+
+        The view may add a notice (memory pressure, command errors) and, when the
+        agent owns the system prompt, the instructions as a message of their own;
+        reserving their tokens keeps the view itself within ``max_tokens``.
+        """
+        owns_system = bool(messages) and isinstance(messages[0], SystemMessage)
+        reserve = view_reserve(
+            self.config,
+            self.counter,
+            state,
+            separate_instructions=bool(self.system_prompt) and not owns_system,
+        )
+        return self.config.model_copy(
+            update={"max_tokens": max(1, self.config.max_tokens - reserve)}
+        )
+
     @staticmethod
     def _repair(messages: list[BaseMessage]) -> tuple[list[BaseMessage], bool]:
         """Tool calls and results paired up (after archiving: a dropped orphan stays in
@@ -261,10 +343,11 @@ class AutoContext:
         thread_id: str,
         tools: Sequence[Any] | None,
         force: bool,
+        config: AutoContextConfig | None = None,
     ) -> Any:
         return run_pipeline(
             messages,
-            config=self.config,
+            config=config or self.config,
             counter=self.counter,
             thread_id=thread_id,
             tools=self.count_tools if tools is None else list(tools),
@@ -279,10 +362,13 @@ class AutoContext:
         archived: int,
         ids_assigned: bool,
         virtual_system: bool,
+        system: SystemMessage | None = None,
     ) -> CompressionResult:
         msgs = result.messages
         if virtual_system:
             msgs = msgs[1:]
+        elif system is not None and msgs:
+            msgs = [system, *msgs[1:]]
         return CompressionResult(
             messages=msgs,
             tokens_before=result.tokens_before,
@@ -301,13 +387,17 @@ class AutoContext:
         store: BaseStore | None = None,
         tools: Sequence[Any] | None = None,
         force: bool = False,
+        state: Mapping[str, Any] | None = None,
     ) -> CompressionResult:
         """Archive new originals, then compress ``messages`` if over a threshold.
 
         Returns the working messages to send (``result.messages``) with the token
         counts and one event per strategy that ran. ``force=True`` compresses even
-        below the trigger. Raises :class:`ContextBudgetError` when the system prompt
-        and the latest user message alone exceed ``max_tokens``.
+        below the trigger. ``state`` is the graph state's ``autocontext`` dict: what
+        the model's view adds (generated section, working context, notices) is
+        counted in the budget; pass the same state to :meth:`prepare_model_call`.
+        Raises :class:`ContextBudgetError` when the system prompt and the latest
+        user message alone exceed ``max_tokens``.
         """
         st = self.resolve_store(store)
         msgs, ids_assigned, virtual = self._prepare(messages)
@@ -316,8 +406,10 @@ class AutoContext:
         )
         msgs, repaired = self._repair(msgs)
         ids_assigned = ids_assigned or repaired
-        result = drive(self._pipeline(msgs, thread_id, tools, force), st, self.summarizer)
-        return self._finish(result, archived, ids_assigned, virtual)
+        msgs, virtual, system = self._with_view(msgs, state, virtual)
+        budget = self._budget(messages, state)
+        result = drive(self._pipeline(msgs, thread_id, tools, force, budget), st, self.summarizer)
+        return self._finish(result, archived, ids_assigned, virtual, system)
 
     async def acompress(
         self,
@@ -327,6 +419,7 @@ class AutoContext:
         store: BaseStore | None = None,
         tools: Sequence[Any] | None = None,
         force: bool = False,
+        state: Mapping[str, Any] | None = None,
     ) -> CompressionResult:
         """Async twin of :meth:`compress`."""
         st = self.resolve_store(store)
@@ -336,8 +429,12 @@ class AutoContext:
         )
         msgs, repaired = self._repair(msgs)
         ids_assigned = ids_assigned or repaired
-        result = await adrive(self._pipeline(msgs, thread_id, tools, force), st, self.summarizer)
-        return self._finish(result, archived, ids_assigned, virtual)
+        msgs, virtual, system = self._with_view(msgs, state, virtual)
+        budget = self._budget(messages, state)
+        result = await adrive(
+            self._pipeline(msgs, thread_id, tools, force, budget), st, self.summarizer
+        )
+        return self._finish(result, archived, ids_assigned, virtual, system)
 
     # --- LangGraph surfaces ------------------------------------------------------------
     def node(self, *, name: str = "autocontext") -> Any:
@@ -358,10 +455,12 @@ class AutoContext:
             )
             msgs, repaired = engine._repair(msgs)
             ids_assigned = ids_assigned or repaired
+            ac_state = state.get("autocontext")
+            msgs, _, _ = engine._with_view(msgs, ac_state, _virtual)
             tokens = engine.counter.count(
                 msgs, engine.count_tools, tags=engine.config.metadata_tags
             )
-            cfg = engine.config
+            cfg = engine._budget(state.get("messages") or [], ac_state)
             triggered = tokens > cfg.trigger_tokens or len(msgs) > cfg.msg_threshold
             return {
                 "ac_work": {"triggered": triggered, "ids_assigned": ids_assigned, "tokens": tokens}
@@ -376,10 +475,12 @@ class AutoContext:
             )
             msgs, repaired = engine._repair(msgs)
             ids_assigned = ids_assigned or repaired
+            ac_state = state.get("autocontext")
+            msgs, _, _ = engine._with_view(msgs, ac_state, _virtual)
             tokens = engine.counter.count(
                 msgs, engine.count_tools, tags=engine.config.metadata_tags
             )
-            cfg = engine.config
+            cfg = engine._budget(state.get("messages") or [], ac_state)
             triggered = tokens > cfg.trigger_tokens or len(msgs) > cfg.msg_threshold
             return {
                 "ac_work": {"triggered": triggered, "ids_assigned": ids_assigned, "tokens": tokens}
@@ -389,10 +490,15 @@ class AutoContext:
             st = engine.resolve_store()
             msgs, _, virtual = engine._prepare(state.get("messages") or [])
             msgs, _ = engine._repair(msgs)
+            ac_state = state.get("autocontext")
+            msgs, virtual, system = engine._with_view(msgs, ac_state, virtual)
+            budget = engine._budget(state.get("messages") or [], ac_state)
             result = drive(
-                engine._pipeline(msgs, thread_id_of(config), None, False), st, engine.summarizer
+                engine._pipeline(msgs, thread_id_of(config), None, False, budget),
+                st,
+                engine.summarizer,
             )
-            out = result.messages[1:] if virtual else result.messages
+            out = engine._finish(result, 0, False, virtual, system).messages
             return {
                 "ac_work": {**state.get("ac_work", {}), "result": out, "changed": result.changed}
             }
@@ -401,10 +507,15 @@ class AutoContext:
             st = engine.resolve_store()
             msgs, _, virtual = engine._prepare(state.get("messages") or [])
             msgs, _ = engine._repair(msgs)
+            ac_state = state.get("autocontext")
+            msgs, virtual, system = engine._with_view(msgs, ac_state, virtual)
+            budget = engine._budget(state.get("messages") or [], ac_state)
             result = await adrive(
-                engine._pipeline(msgs, thread_id_of(config), None, False), st, engine.summarizer
+                engine._pipeline(msgs, thread_id_of(config), None, False, budget),
+                st,
+                engine.summarizer,
             )
-            out = result.messages[1:] if virtual else result.messages
+            out = engine._finish(result, 0, False, virtual, system).messages
             return {
                 "ac_work": {**state.get("ac_work", {}), "result": out, "changed": result.changed}
             }
@@ -444,22 +555,187 @@ class AutoContext:
         engine = self
 
         def hook(state: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
-            result = engine.compress(state.get("messages") or [], thread_id=thread_id_of(config))
-            return engine._hook_update(result)
+            ac_state = state.get("autocontext")
+            result = engine.compress(
+                state.get("messages") or [], thread_id=thread_id_of(config), state=ac_state
+            )
+            return engine._hook_update(result, ac_state)
 
         async def ahook(state: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
+            ac_state = state.get("autocontext")
             result = await engine.acompress(
-                state.get("messages") or [], thread_id=thread_id_of(config)
+                state.get("messages") or [], thread_id=thread_id_of(config), state=ac_state
             )
-            return engine._hook_update(result)
+            return engine._hook_update(result, ac_state)
 
         return RunnableLambda(hook, afunc=ahook, name="autocontext_pre_model_hook")
 
-    def _hook_update(self, result: CompressionResult) -> dict[str, Any]:
-        update: dict[str, Any] = {"llm_input_messages": result.messages}
+    def _hook_update(
+        self, result: CompressionResult, ac_state: Mapping[str, Any] | None = None
+    ) -> dict[str, Any]:
+        call = self.prepare_model_call(result.messages, state=ac_state)
+        update: dict[str, Any] = {"llm_input_messages": call.messages}
         if result.changed:
             update["messages"] = [RemoveMessage(id=REMOVE_ALL_MESSAGES), *result.messages]
+        if call.state_update:
+            update["autocontext"] = call.state_update
         return update
+
+    # --- the model managing its own context ------------------------------------------
+    def prepare_model_call(
+        self,
+        messages: Sequence[BaseMessage],
+        *,
+        state: Mapping[str, Any] | None = None,
+        tools: Sequence[Any] | None = None,
+        thread_id: str = "default",
+    ) -> ModelCall:
+        """The model's input view of the (already compressed) working messages.
+
+        The view is never persisted: the system message with the generated section
+        and the working context, the working messages with metadata tags (when
+        ``config.metadata_tags``), and one-turn notices (memory pressure, errors of
+        the last XML commands). ``state`` is the graph state's ``autocontext`` dict;
+        ``tools`` the tool schemas sent with the call (default: :attr:`count_tools`).
+
+        ``result.state_update`` is the new ``autocontext`` value (``{}`` when
+        unchanged): persist it, e.g. ``return call.update(model.invoke(call.messages))``
+        in a StateGraph model node (or use :meth:`model_node`).
+
+        Raises:
+            ContextBudgetError: the view exceeds ``max_tokens`` because the messages
+                were not compressed with the same ``state`` (see :meth:`compress`).
+        """
+        del thread_id  # the view needs no store; kept for symmetry with the other calls
+        msgs = list(messages)
+        owns_system = bool(msgs) and isinstance(msgs[0], SystemMessage)
+        return build_view(
+            msgs,
+            config=self.config,
+            counter=self.counter,
+            tools=self.count_tools if tools is None else list(tools),
+            state=state,
+            agent_system_prompt=None if owns_system else self.system_prompt,
+        )
+
+    def after_model_call(
+        self,
+        messages: Sequence[BaseMessage],
+        *,
+        state: Mapping[str, Any] | None = None,
+        thread_id: str = "default",
+        store: BaseStore | None = None,
+    ) -> dict[str, Any]:
+        """Process the model's reply (the last message): strip tags, apply XML commands.
+
+        Metadata tags the model copied into its reply are removed; with
+        ``config.xml_commands`` its ``<delete>``, ``<update>`` and ``<user>`` commands
+        are applied (see :mod:`langchain_autocontext.commands`). The originals are
+        archived and each edit is recorded as an event before anything changes.
+
+        Returns a LangGraph state update (``{"messages": […], "autocontext": {…}}``)
+        or ``{}`` when there is nothing to do. After a ``<user>`` command,
+        ``update["autocontext"]["autonomous_pending"]`` is True and the update ends
+        with the new user message: call the model again.
+        """
+        outcome = process_reply(messages, config=self.config, state=state)
+        if not outcome.changed and not outcome.state_changed:
+            return {}
+        if outcome.changed:
+            st = self.resolve_store(store)
+            self.archive(outcome.originals, thread_id=thread_id, store=st)
+            for event in outcome.events:
+                st.record_event(thread_id, event)
+        return outcome.update(messages)
+
+    async def aafter_model_call(
+        self,
+        messages: Sequence[BaseMessage],
+        *,
+        state: Mapping[str, Any] | None = None,
+        thread_id: str = "default",
+        store: BaseStore | None = None,
+    ) -> dict[str, Any]:
+        """Async twin of :meth:`after_model_call`."""
+        outcome = process_reply(messages, config=self.config, state=state)
+        if not outcome.changed and not outcome.state_changed:
+            return {}
+        if outcome.changed:
+            st = self.resolve_store(store)
+            await self.aarchive(outcome.originals, thread_id=thread_id, store=st)
+            for event in outcome.events:
+                await st.arecord_event(thread_id, event)
+        return outcome.update(messages)
+
+    def command_node(self, *, loop_to: str | None = "autocontext") -> Runnable:
+        """A StateGraph node to put right after the model node: runs :meth:`after_model_call`.
+
+        After a ``<user>`` command it returns ``Command(goto=loop_to)`` so the model
+        is called again (the node added with :meth:`node`, named ``"autocontext"``
+        by default); route the rest as usual, e.g.
+        ``graph.add_conditional_edges("commands", tools_condition)``.
+        """
+        engine = self
+
+        def finish(update: dict[str, Any]) -> Any:
+            if loop_to and (update.get("autocontext") or {}).get("autonomous_pending"):
+                return Command(update=update, goto=loop_to)
+            return update
+
+        def run(state: dict[str, Any], config: RunnableConfig) -> Any:
+            return finish(
+                engine.after_model_call(
+                    state.get("messages") or [],
+                    state=state.get("autocontext"),
+                    thread_id=thread_id_of(config),
+                )
+            )
+
+        async def arun(state: dict[str, Any], config: RunnableConfig) -> Any:
+            return finish(
+                await engine.aafter_model_call(
+                    state.get("messages") or [],
+                    state=state.get("autocontext"),
+                    thread_id=thread_id_of(config),
+                )
+            )
+
+        return RunnableLambda(run, afunc=arun, name="autocontext_commands")
+
+    @property
+    def post_model_hook(self) -> Runnable:
+        """For ``create_react_agent(…, post_model_hook=ac.post_model_hook)``.
+
+        Runs :meth:`after_model_call`; after a ``<user>`` command it sends the run
+        back to the ``pre_model_hook`` node (use both hooks together).
+        """
+        return self.command_node(loop_to="pre_model_hook")
+
+    def model_node(self, model: Runnable) -> Runnable:
+        """A StateGraph model node: view → ``model`` → reply (+ the ``autocontext`` update).
+
+        ``model`` is your chat model (already ``bind_tools``-ed, with :attr:`tools`
+        among its tools when you use them). Put :meth:`node` before it.
+        """
+        engine = self
+
+        def call(state: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
+            view = engine.prepare_model_call(
+                state.get("messages") or [],
+                state=state.get("autocontext"),
+                thread_id=thread_id_of(config),
+            )
+            return view.update(model.invoke(view.messages, config))
+
+        async def acall(state: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
+            view = engine.prepare_model_call(
+                state.get("messages") or [],
+                state=state.get("autocontext"),
+                thread_id=thread_id_of(config),
+            )
+            return view.update(await model.ainvoke(view.messages, config))
+
+        return RunnableLambda(call, afunc=acall, name="autocontext_model")
 
 
 def thread_id_of(config: RunnableConfig | None) -> str:

@@ -1,0 +1,359 @@
+"""Search over a thread's complete original history (MemGPT's recall storage).
+
+Ranking is Okapi BM25 (k1=1.2, b=0.75) over a tokenizer made for agent
+transcripts: identifiers such as uuids, paths, dotted names and ``key=value``
+pieces are kept whole *and* split into their parts, so an exact identifier
+matches the one message holding it with a very rare (high-idf) token while
+partial words still match. A message that contains the whole query verbatim
+ranks before every message that does not.
+
+The index is built incrementally: the history is append-only, so each search
+reads only the entries appended since the previous one (per store backend and
+thread, kept in a small in-process cache). When the backing store has a semantic
+index (``index_config``), its vector search over the same history items is fused
+with the BM25 ranking (reciprocal rank fusion).
+
+Why not a dependency: ``rank-bm25`` rebuilds its whole index for every new
+document and ``bm25s`` brings numpy/scipy sparse matrices built in one batch;
+an append-only history needs an index that grows one message at a time, which
+is about 60 lines here.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import re
+import threading
+import weakref
+from collections import Counter, OrderedDict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.messages import BaseMessage, ToolMessage
+
+from langchain_autocontext.messages import marker
+from langchain_autocontext.store import HistoryEntry, OffloadStore, _search_text
+
+__all__ = ["BM25Index", "SearchHit", "asearch_history", "format_hits", "search_history", "tokenize"]
+
+_TOKEN_RE = re.compile(r"[0-9a-z_]+(?:[-./:@=+][0-9a-z_]+)*")
+_PART_RE = re.compile(r"[0-9a-z]+")
+_STOP = frozenset(
+    [
+        "a",
+        "an",
+        "and",
+        "are",
+        "as",
+        "at",
+        "be",
+        "by",
+        "for",
+        "from",
+        "has",
+        "have",
+        "in",
+        "is",
+        "it",
+        "of",
+        "on",
+        "or",
+        "that",
+        "the",
+        "this",
+        "to",
+        "was",
+        "were",
+        "will",
+        "with",
+    ]
+)
+
+
+def tokenize(text: str) -> list[str]:
+    """Lower-cased terms: compound identifiers whole, plus their alphanumeric parts."""
+    out: list[str] = []
+    for tok in _TOKEN_RE.findall(text.lower()):
+        parts = _PART_RE.findall(tok)
+        if len(parts) > 1 or tok not in parts:
+            out.append(tok)
+            out.extend(p for p in parts if p not in _STOP)
+        elif tok not in _STOP:
+            out.append(tok)
+    return out
+
+
+class BM25Index:
+    """An append-only Okapi BM25 index (documents are added, never changed)."""
+
+    def __init__(self, k1: float = 1.2, b: float = 0.75) -> None:
+        self.k1 = k1
+        self.b = b
+        self.keys: list[str] = []
+        self.lengths: list[int] = []
+        self.postings: dict[str, list[tuple[int, int]]] = {}
+        self.total_length = 0
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def add(self, key: str, text: str) -> None:
+        """Index one document under ``key``."""
+        doc = len(self.keys)
+        terms = Counter(tokenize(text))
+        self.keys.append(key)
+        length = sum(terms.values())
+        self.lengths.append(length)
+        self.total_length += length
+        for term, tf in terms.items():
+            self.postings.setdefault(term, []).append((doc, tf))
+
+    def scores(self, query: str) -> dict[int, float]:
+        """BM25 score of every document matching at least one query term."""
+        n = len(self.keys)
+        if not n:
+            return {}
+        avg = self.total_length / n or 1.0
+        out: dict[int, float] = {}
+        for term in set(tokenize(query)):
+            posting = self.postings.get(term)
+            if not posting:
+                continue
+            df = len(posting)
+            idf = math.log(1.0 + (n - df + 0.5) / (df + 0.5))
+            for doc, tf in posting:
+                norm = tf + self.k1 * (1 - self.b + self.b * self.lengths[doc] / avg)
+                out[doc] = out.get(doc, 0.0) + idf * tf * (self.k1 + 1) / norm
+        return out
+
+    def search(self, query: str, k: int) -> list[tuple[str, float]]:
+        """The ``k`` best ``(key, score)`` pairs, best first."""
+        scores = self.scores(query)
+        best = heapq.nlargest(k, scores.items(), key=lambda kv: (kv[1], -kv[0]))
+        return [(self.keys[doc], score) for doc, score in best]
+
+
+@dataclass
+class _ThreadIndex:
+    bm25: BM25Index
+    texts: dict[str, str]
+    meta: dict[str, tuple[int, str, str | None]]  # id -> (seq, role, tool name)
+    next_seq: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class _Cache:
+    """Per (backend, prefix, thread) indexes; backends are held weakly."""
+
+    def __init__(self, max_threads: int = 64) -> None:
+        self._by_backend: weakref.WeakKeyDictionary[Any, OrderedDict[tuple[str, str], _ThreadIndex]]
+        self._by_backend = weakref.WeakKeyDictionary()
+        self._max = max_threads
+        self.lock = threading.Lock()
+
+    def get(self, store: OffloadStore, thread_id: str, *, reset: bool = False) -> _ThreadIndex:
+        with self.lock:
+            try:
+                per = self._by_backend.setdefault(store.backend, OrderedDict())
+            except TypeError:  # an unhashable / non-weakrefable backend: no caching
+                return _ThreadIndex(BM25Index(), {}, {})
+            key = (store.prefix, thread_id)
+            idx = None if reset else per.get(key)
+            if idx is None:
+                idx = per[key] = _ThreadIndex(BM25Index(), {}, {})
+                while len(per) > self._max:
+                    per.popitem(last=False)
+            per.move_to_end(key)
+            return idx
+
+
+_CACHE = _Cache()
+
+
+def _role(message: BaseMessage) -> str:
+    return {"human": "user", "ai": "assistant"}.get(message.type, message.type)
+
+
+def _add(index: _ThreadIndex, entries: Iterable[HistoryEntry]) -> None:
+    with index.lock:
+        _add_locked(index, entries)
+
+
+def _add_locked(index: _ThreadIndex, entries: Iterable[HistoryEntry]) -> None:
+    for e in entries:
+        if e.id in index.texts:
+            continue
+        text = _search_text(e.message)
+        index.bm25.add(e.id, text)
+        index.texts[e.id] = text
+        name = e.message.name if isinstance(e.message, ToolMessage) else None
+        index.meta[e.id] = (e.seq, _role(e.message), name)
+        index.next_seq = max(index.next_seq, e.seq + 1)
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    """One search result."""
+
+    id: str
+    seq: int
+    role: str
+    score: float
+    snippet: str
+    tool_name: str | None = None
+    in_context: str = "no"
+    """``"yes"``, ``"no"`` or ``"shortened"`` (in the context as a preview/summary)."""
+
+
+def snippet(text: str, query: str, width: int = 320) -> str:
+    """A window of ``text`` around the best match of ``query``."""
+    flat = " ".join(text.split())
+    if len(flat) <= width:
+        return flat
+    low = flat.lower()
+    pos = low.find(query.lower().strip())
+    if pos < 0:
+        terms = sorted(set(tokenize(query)), key=len, reverse=True)
+        pos = next((p for p in (low.find(t) for t in terms) if p >= 0), 0)
+    start = max(0, pos - width // 3)
+    end = min(len(flat), start + width)
+    start = max(0, end - width)
+    return ("…" if start else "") + flat[start:end] + ("…" if end < len(flat) else "")
+
+
+def _rank(
+    index: _ThreadIndex, query: str, limit: int, semantic: Sequence[str]
+) -> list[tuple[str, float]]:
+    pool = max(limit * 4, 20)
+    lexical = index.bm25.search(query, pool)
+    q = " ".join(query.lower().split())
+    exact = {key for key, _ in lexical if q and q in " ".join(index.texts[key].lower().split())}
+    if semantic:
+        fused: dict[str, float] = {}
+        for ranking in ([k for k, _ in lexical], list(semantic)):
+            for r, key in enumerate(ranking):
+                if key in index.texts:
+                    fused[key] = fused.get(key, 0.0) + 1.0 / (60 + r + 1)
+        ranked = sorted(fused.items(), key=lambda kv: (-kv[1], index.meta[kv[0]][0]))
+    else:
+        ranked = lexical
+    ranked = sorted(ranked, key=lambda kv: kv[0] not in exact)  # stable: exact phrase first
+    return ranked[:limit]
+
+
+def _context_states(working: Sequence[BaseMessage] | None) -> dict[str, str]:
+    states: dict[str, str] = {}
+    for m in working or ():
+        if m.id:
+            states[m.id] = "shortened" if (marker(m) or {}).get("kind") else "yes"
+    return states
+
+
+def _hits(
+    index: _ThreadIndex,
+    ranked: list[tuple[str, float]],
+    query: str,
+    working: Sequence[BaseMessage] | None,
+) -> list[SearchHit]:
+    states = _context_states(working)
+    out = []
+    for key, score in ranked:
+        seq, role, name = index.meta[key]
+        out.append(
+            SearchHit(
+                id=key,
+                seq=seq,
+                role=role,
+                score=round(score, 4),
+                snippet=snippet(index.texts[key], query),
+                tool_name=name,
+                in_context=states.get(key, "no"),
+            )
+        )
+    return out
+
+
+def _check(query: Any, limit: Any) -> tuple[str, int]:
+    if not isinstance(query, str) or not query.strip():
+        raise ValueError("query must be a non-empty string")
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+        raise ValueError(f"limit must be a positive integer, got {limit!r}")
+    return query.strip(), min(limit, 50)
+
+
+def search_history(
+    store: OffloadStore,
+    thread_id: str,
+    query: str,
+    limit: int = 5,
+    *,
+    working: Sequence[BaseMessage] | None = None,
+) -> list[SearchHit]:
+    """The ``limit`` best history messages of ``thread_id`` for ``query``, best first.
+
+    ``working`` (the current working messages) marks which hits are still in the
+    context. Raises ``ValueError`` for an empty query or a limit below 1.
+    """
+    query, limit = _check(query, limit)
+    index = _CACHE.get(store, thread_id)
+    count = store.history_count(thread_id)
+    if count < index.next_seq:  # the store was reset under us: rebuild
+        index = _CACHE.get(store, thread_id, reset=True)
+    if count > index.next_seq:
+        _add(index, store.iter_history(thread_id, start=index.next_seq, end=count))
+    semantic: list[str] = []
+    if store.index_config:
+        items = store.search(store.namespace(thread_id, "history"), query=query, limit=limit * 4)
+        semantic = [it.key for it in items]
+    return _hits(index, _rank(index, query, limit, semantic), query, working)
+
+
+async def asearch_history(
+    store: OffloadStore,
+    thread_id: str,
+    query: str,
+    limit: int = 5,
+    *,
+    working: Sequence[BaseMessage] | None = None,
+) -> list[SearchHit]:
+    """Async twin of :func:`search_history`."""
+    query, limit = _check(query, limit)
+    index = _CACHE.get(store, thread_id)
+    count = await store.ahistory_count(thread_id)
+    if count < index.next_seq:  # the store was reset under us: rebuild
+        index = _CACHE.get(store, thread_id, reset=True)
+    if count > index.next_seq:
+        _add(
+            index,
+            [e async for e in store.aiter_history(thread_id, start=index.next_seq, end=count)],
+        )
+    semantic: list[str] = []
+    if store.index_config:
+        items = await store.asearch(
+            store.namespace(thread_id, "history"), query=query, limit=limit * 4
+        )
+        semantic = [it.key for it in items]
+    return _hits(index, _rank(index, query, limit, semantic), query, working)
+
+
+def format_hits(query: str, hits: Sequence[SearchHit], total: int) -> str:
+    """The search result as the model reads it."""
+    if not hits:
+        return (
+            f"No message of this conversation's history ({total} messages) matches {query!r}. "
+            "Try other keywords, a shorter identifier, or a part of it."
+        )
+    lines = [f"{len(hits)} result(s) for {query!r} among {total} messages, best first:"]
+    for n, h in enumerate(hits, 1):
+        who = h.role + (f" ({h.tool_name})" if h.tool_name else "")
+        where = {
+            "yes": "in your context",
+            "shortened": "in your context as a shortened version",
+            "no": "not in your context",
+        }[h.in_context]
+        hint = "" if h.in_context == "yes" else f'; reload_offloaded("{h.id}") returns it in full'
+        lines.append(f"{n}. id={h.id} {who}, position {h.seq}, {where}{hint}")
+        lines.append(f"   {h.snippet}")
+    return "\n".join(lines)

@@ -1,0 +1,787 @@
+"""The model's tools for managing its own context (``AutoContext.tools``).
+
+Six LangChain tools, each with a strict argument schema (unknown arguments are
+rejected) and a ``ToolRuntime`` parameter that LangGraph injects (graph state,
+store, config, tool call id). Each returns a ``Command`` whose update carries the
+``ToolMessage`` answering the call, plus the edit of the working messages or of
+the working context:
+
+- ``update_message(message_id, content)`` and ``delete_message(message_id)``
+  edit the working messages (graph state ``messages``); the original history in
+  the store stays append-only and every edit is recorded as an event;
+- ``reload_offloaded(offload_id, offset=0, restore=False)`` returns offloaded
+  originals (or any history message by id), truncated to the free budget with a
+  note saying how to read on; ``restore=True`` puts them back when they fit;
+- ``search_history(query, limit=5)`` ranks the thread's complete history
+  (:mod:`langchain_autocontext.search`);
+- ``working_context_append(text)`` and ``working_context_replace(old, new)`` edit
+  the MemGPT working context (``state["autocontext"]["working_context"]``),
+  limited to ``config.working_context_max_chars``.
+
+Bad input never raises: it is answered with a ``ToolMessage`` with
+``status="error"`` that says what to do instead, and the state stays as it was.
+Several of these tools may be called in parallel in one turn; edits of the same
+message by two calls of one turn, and two working-context edits in one turn, are
+refused after the first (LangGraph applies parallel updates in no fixed order).
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    RemoveMessage,
+    SystemMessage,
+    ToolMessage,
+)
+from langchain_core.tools import BaseTool, StructuredTool
+from langgraph.graph.message import REMOVE_ALL_MESSAGES
+from langgraph.prebuilt import ToolRuntime
+from langgraph.types import Command
+from pydantic import BaseModel, ConfigDict, Field
+
+from langchain_autocontext.commands import Edit, delete_op, diff_updates, update_op
+from langchain_autocontext.errors import OffloadNotFoundError
+from langchain_autocontext.messages import (
+    find_violations,
+    latest_user_index,
+    marker,
+    text_of,
+    tool_call_ids,
+)
+from langchain_autocontext.search import asearch_history, format_hits, search_history
+from langchain_autocontext.store import OffloadRecord, OffloadStore
+from langchain_autocontext.view import instructions_text, normalize_state, resolve_message_ref
+
+if TYPE_CHECKING:
+    from langchain_autocontext.engine import AutoContext
+
+__all__ = [
+    "EDIT_TOOLS",
+    "TOOL_NAMES",
+    "WORKING_CONTEXT_TOOLS",
+    "make_tools",
+]
+
+TOOL_NAMES = (
+    "update_message",
+    "delete_message",
+    "reload_offloaded",
+    "search_history",
+    "working_context_append",
+    "working_context_replace",
+)
+EDIT_TOOLS = frozenset({"update_message", "delete_message", "reload_offloaded"})
+WORKING_CONTEXT_TOOLS = frozenset({"working_context_append", "working_context_replace"})
+
+_STRICT = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+
+# --- argument schemas (``runtime`` is injected by LangGraph and hidden from the model) ------
+class UpdateMessageArgs(BaseModel):
+    """Arguments of update_message."""
+
+    model_config = _STRICT
+    message_id: str = Field(
+        description='Id of the message to change, as its <metadata id="…"/> tag shows it.'
+    )
+    content: str = Field(
+        description="The complete new content. It replaces the old content entirely."
+    )
+    runtime: ToolRuntime
+
+
+class DeleteMessageArgs(BaseModel):
+    """Arguments of delete_message."""
+
+    model_config = _STRICT
+    message_id: str = Field(
+        description='Id of the message to remove, as its <metadata id="…"/> tag shows it.'
+    )
+    runtime: ToolRuntime
+
+
+class ReloadOffloadedArgs(BaseModel):
+    """Arguments of reload_offloaded."""
+
+    model_config = _STRICT
+    offload_id: str = Field(
+        description="An offload id shown in your context (in a marker or summary), or a "
+        "message id returned by search_history."
+    )
+    offset: int = Field(
+        0,
+        ge=0,
+        description="Character offset to continue reading from (the note of a truncated "
+        "result gives it).",
+    )
+    restore: bool = Field(
+        False,
+        description="Also put the originals back into your context in place of their "
+        "summary or preview, if they fit in the budget.",
+    )
+    runtime: ToolRuntime
+
+
+class SearchHistoryArgs(BaseModel):
+    """Arguments of search_history."""
+
+    model_config = _STRICT
+    query: str = Field(
+        description="Keywords or an exact identifier (id, path, key, error text) to find."
+    )
+    limit: int = Field(5, ge=1, le=50, description="How many results to return, best first.")
+    runtime: ToolRuntime
+
+
+class WorkingContextAppendArgs(BaseModel):
+    """Arguments of working_context_append."""
+
+    model_config = _STRICT
+    text: str = Field(description="Text to add at the end of your working context.")
+    runtime: ToolRuntime
+
+
+class WorkingContextReplaceArgs(BaseModel):
+    """Arguments of working_context_replace."""
+
+    model_config = _STRICT
+    old: str = Field(
+        description="Text now in your working context, copied exactly; it must occur once."
+    )
+    new: str = Field(description="Text to put in its place (empty to remove it).")
+    runtime: ToolRuntime
+
+
+_DESCRIPTIONS = {
+    "update_message": (
+        "Replace the content of a message in your context, keeping its id and role. Use it "
+        "to shrink what you no longer need in full (for example a long tool output you "
+        "have already used) to the part that still matters. The original stays in the "
+        "history. The system message, the latest user message and the message making this "
+        "call cannot be changed."
+    ),
+    "delete_message": (
+        "Remove a message from your context. Deleting a message that called tools also "
+        "removes their results; to drop a single tool result, shorten it with "
+        "update_message instead. The original stays in the history (search_history finds "
+        "it). The system message, the latest user message and the message making this "
+        "call cannot be deleted."
+    ),
+    "reload_offloaded": (
+        "Read content that is no longer in your context in full: pass an offload id shown "
+        "in a marker or summary, or a message id from search_history. Long content is cut "
+        "to what fits; the note says which offset to pass to read on. With restore=true the "
+        "originals are also put back into your context in place of their summary or "
+        "preview, when they fit."
+    ),
+    "search_history": (
+        "Search the complete history of this conversation, including messages no longer "
+        "in your context, by keywords or an exact identifier. Returns message ids, roles, "
+        "positions and matching snippets, best first; reload_offloaded(id) returns a "
+        "message in full."
+    ),
+    "working_context_append": (
+        "Add text to your working context: a size-limited notepad that always stays in "
+        "view, even when older messages are summarized. Save there the task, decisions, "
+        "key facts and identifiers you must not lose."
+    ),
+    "working_context_replace": (
+        "Replace text in your working context: old must match exactly one place (copy it "
+        "from the working-context block); new may be empty to remove it. Use it to update "
+        "or make room in your notes."
+    ),
+}
+
+
+# --- runtime helpers ----------------------------------------------------------------------------
+def _get(state: Any, key: str, default: Any = None) -> Any:
+    if isinstance(state, Mapping):
+        return state.get(key, default)
+    return getattr(state, key, default)
+
+
+class _Call:
+    """What a tool call sees: working messages, state, thread, store, the issuing message."""
+
+    def __init__(self, engine: AutoContext, runtime: ToolRuntime, name: str) -> None:
+        self.engine = engine
+        self.name = name
+        state = runtime.state
+        self.messages: list[BaseMessage] = list(_get(state, "messages") or [])
+        raw_ac = _get(state, "autocontext")
+        self.has_ac_key = raw_ac is not None
+        self.ac = normalize_state(raw_ac)
+        self.call_id = str(runtime.tool_call_id or "")
+        config = runtime.config or {}
+        from langchain_autocontext.engine import thread_id_of
+
+        self.thread_id = thread_id_of(config)
+        self.store: OffloadStore = engine.resolve_store(runtime.store)
+        self.issuing: AIMessage | None = next(
+            (
+                m
+                for m in reversed(self.messages)
+                if isinstance(m, AIMessage) and self.call_id in tool_call_ids(m)
+            ),
+            None,
+        )
+
+    @property
+    def issuing_id(self) -> str | None:
+        return str(self.issuing.id) if self.issuing is not None and self.issuing.id else None
+
+    def earlier_calls(self, names: frozenset[str] | set[str]) -> list[dict[str, Any]]:
+        """Calls of the same turn, before this one, to any of ``names``."""
+        if self.issuing is None:
+            return []
+        out = []
+        for tc in self.issuing.tool_calls:
+            if tc.get("id") == self.call_id:
+                break
+            if tc.get("name") in names:
+                out.append(tc)
+        return out
+
+    def claimed(self) -> set[str]:
+        """Message ids edited by earlier edit calls of this turn."""
+        ids: set[str] = set()
+        for tc in self.earlier_calls({"update_message", "delete_message"}):
+            args = tc.get("args") or {}
+            if tc["name"] == "delete_message":
+                edit = delete_op(self.messages, args.get("message_id"), issuing_id=self.issuing_id)
+            else:
+                edit = update_op(
+                    self.messages,
+                    args.get("message_id"),
+                    args.get("content"),
+                    issuing_id=self.issuing_id,
+                )
+            if edit.ok:
+                ids.update(str(m.id) for m in edit.originals)
+        return ids
+
+    def reply(self, text: str, *, error: bool = False, updates: Sequence[Any] = ()) -> Command:
+        tm = ToolMessage(
+            text,
+            tool_call_id=self.call_id,
+            name=self.name,
+            status="error" if error else "success",
+        )
+        return Command(update={"messages": [*updates, tm]})
+
+    def error(self, text: str) -> Command:
+        return self.reply(text, error=True)
+
+    def used_tokens(self, messages: Sequence[BaseMessage] | None = None) -> int:
+        """Tokens of the view of ``messages`` (default: the working messages)."""
+        engine = self.engine
+        msgs = self.messages if messages is None else messages
+        extra = instructions_text(engine.config, self.ac)
+        return (
+            engine.counter.count(msgs, engine.count_tools, tags=engine.config.metadata_tags)
+            + (engine.counter.count_text(extra) + 8 if extra else 0)
+            + (engine.counter.count_text(engine.system_prompt) + 4 if engine.system_prompt else 0)
+        )
+
+
+# --- update / delete ---------------------------------------------------------------------------
+def _edit_result(call: _Call, edit: Edit) -> tuple[Command | None, list[BaseMessage]]:
+    if not edit.ok:
+        return call.error(edit.text), []
+    if edit.event is None:  # nothing changed
+        return call.reply(edit.text), []
+    overlap = call.claimed() & {str(m.id) for m in edit.originals}
+    if overlap:
+        return (
+            call.error(
+                f"Message(s) {', '.join(sorted(overlap))} are already edited by an earlier call "
+                "of this turn; nothing was done. Edit each message once per turn."
+            ),
+            [],
+        )
+    return None, edit.originals
+
+
+def _edit_tool(engine: AutoContext, name: str) -> StructuredTool:
+    def run_op(call: _Call, message_id: str, content: str | None) -> Edit:
+        if name == "delete_message":
+            return delete_op(call.messages, message_id, issuing_id=call.issuing_id)
+        return update_op(call.messages, message_id, content, issuing_id=call.issuing_id)
+
+    def finish(call: _Call, edit: Edit) -> Command:
+        return call.reply(edit.text, updates=diff_updates(call.messages, edit.messages))
+
+    def sync(runtime: ToolRuntime, message_id: str, content: str | None = None) -> Command:
+        call = _Call(engine, runtime, name)
+        edit = run_op(call, message_id, content)
+        early, originals = _edit_result(call, edit)
+        if early is not None:
+            return early
+        engine.archive(call.messages, thread_id=call.thread_id, store=call.store)
+        engine.archive(originals, thread_id=call.thread_id, store=call.store)
+        call.store.record_event(
+            call.thread_id, {**(edit.event or {}), "tool_call_id": call.call_id}
+        )
+        return finish(call, edit)
+
+    async def asyn(runtime: ToolRuntime, message_id: str, content: str | None = None) -> Command:
+        call = _Call(engine, runtime, name)
+        edit = run_op(call, message_id, content)
+        early, originals = _edit_result(call, edit)
+        if early is not None:
+            return early
+        await engine.aarchive(call.messages, thread_id=call.thread_id, store=call.store)
+        await engine.aarchive(originals, thread_id=call.thread_id, store=call.store)
+        await call.store.arecord_event(
+            call.thread_id, {**(edit.event or {}), "tool_call_id": call.call_id}
+        )
+        return finish(call, edit)
+
+    if name == "update_message":
+
+        def update_message(message_id: str, content: str, runtime: ToolRuntime) -> Command:
+            return sync(runtime, message_id, content)
+
+        async def aupdate_message(message_id: str, content: str, runtime: ToolRuntime) -> Command:
+            return await asyn(runtime, message_id, content)
+
+        return StructuredTool.from_function(
+            func=update_message,
+            coroutine=aupdate_message,
+            name=name,
+            description=_DESCRIPTIONS[name],
+            args_schema=UpdateMessageArgs,
+        )
+
+    def delete_message(message_id: str, runtime: ToolRuntime) -> Command:
+        return sync(runtime, message_id)
+
+    async def adelete_message(message_id: str, runtime: ToolRuntime) -> Command:
+        return await asyn(runtime, message_id)
+
+    return StructuredTool.from_function(
+        func=delete_message,
+        coroutine=adelete_message,
+        name=name,
+        description=_DESCRIPTIONS[name],
+        args_schema=DeleteMessageArgs,
+    )
+
+
+# --- reload_offloaded ----------------------------------------------------------------------------
+def _render_message(m: BaseMessage, n: int, total: int) -> str:
+    role = {"human": "user", "ai": "assistant"}.get(m.type, m.type)
+    head = f"--- message {n}/{total}: {role} id={m.id}"
+    if isinstance(m, ToolMessage):
+        head += f" (result of {m.name or 'tool'} call {m.tool_call_id})"
+    lines = [head]
+    text = text_of(m)
+    if text:
+        lines.append(text)
+    if isinstance(m, AIMessage):
+        for tc in m.tool_calls:
+            args = json.dumps(tc.get("args", {}), ensure_ascii=False, default=str)
+            lines.append(f"[tool call {tc.get('id')}: {tc.get('name')}({args})]")
+    return "\n".join(lines)
+
+
+def _render_record(
+    record: OffloadRecord | None, entry_msg: BaseMessage | None, seq: int | None
+) -> str:
+    if record is not None:
+        msgs = list(record.messages)
+        head = (
+            f"[offload {record.id}: {len(msgs)} original message(s), {record.tokens:,} tokens, "
+            f"moved out by {record.strategy}]"
+        )
+    else:
+        assert entry_msg is not None
+        msgs = [entry_msg]
+        head = f"[history message {entry_msg.id}, position {seq}]"
+    body = "\n".join(_render_message(m, i, len(msgs)) for i, m in enumerate(msgs, 1))
+    return f"{head}\n{body}"
+
+
+def _cut(engine: AutoContext, text: str, offset: int, budget: int) -> tuple[str, int | None]:
+    """``text[offset:]`` cut to ``budget`` tokens; returns the part and the next offset."""
+    rest = text[offset:]
+    count = engine.counter.count_text
+    if count(rest) <= budget:
+        return rest, None
+    lo, hi = 0, len(rest)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if count(rest[:mid]) <= budget:
+            lo = mid
+        else:
+            hi = mid
+    nl = rest.rfind("\n", 0, lo)
+    if nl > lo * 0.8:
+        lo = nl + 1
+    lo = max(lo, 1)
+    return rest[:lo], offset + lo
+
+
+def _restore_plan(
+    call: _Call, record: OffloadRecord | None, entry_msg: BaseMessage | None
+) -> tuple[list[BaseMessage] | None, bool, str]:
+    """The working messages with the originals back, whether that needs a full rewrite, or why not."""
+    msgs = call.messages
+    by_id = {m.id: i for i, m in enumerate(msgs)}
+    if record is None:
+        assert entry_msg is not None
+        i = by_id.get(entry_msg.id)
+        if i is None:
+            return (
+                None,
+                False,
+                (
+                    "it is not in your context any more (it was summarized with others); restore "
+                    "the offload id named by that summary instead"
+                ),
+            )
+        if msgs[i].content == entry_msg.content and type(msgs[i]) is type(entry_msg):
+            return None, False, "it is already in your context unchanged"
+        new = list(msgs)
+        new[i] = entry_msg
+        return new, False, ""
+    originals = list(record.messages)
+    holders = [i for i, m in enumerate(msgs) if (marker(m) or {}).get("offload_id") == record.id]
+    if not holders:
+        return (
+            None,
+            False,
+            (
+                "its summary or preview is no longer in your context (it was compressed again); "
+                "restore the offload id named by the newer summary instead"
+            ),
+        )
+    if all(o.id in by_id for o in originals) and {msgs[by_id[o.id]].id for o in originals} >= {
+        msgs[i].id for i in holders
+    }:
+        new = list(msgs)
+        for o in originals:
+            new[by_id[o.id]] = o
+        return new, False, ""
+    if len(holders) != 1 or any(o.id in by_id for o in originals):
+        return None, False, "its originals overlap messages already in your context"
+    if call.issuing is not None and len(call.issuing.tool_calls) > 1:
+        return (
+            None,
+            False,
+            (
+                "restoring a span rewrites your context, which cannot be done while other tools "
+                "run in the same turn; call reload_offloaded with restore=true on its own"
+            ),
+        )
+    i = holders[0]
+    return [*msgs[:i], *originals, *msgs[i + 1 :]], True, ""
+
+
+def _reload_tool(engine: AutoContext) -> StructuredTool:
+    def lookup_error(ref: str) -> str:
+        return str(OffloadNotFoundError(ref))
+
+    def respond(
+        call: _Call,
+        ref: str,
+        offset: int,
+        restore: bool,
+        record: OffloadRecord | None,
+        entry: Any,
+    ) -> tuple[Command, dict[str, Any] | None]:
+        entry_msg = entry.message if entry is not None else None
+        seq = entry.seq if entry is not None else None
+        full = _render_record(record, entry_msg, seq)
+        cfg = engine.config
+        if offset > len(full):
+            return call.error(
+                f"offset {offset} is past the end: the content has {len(full):,} characters."
+            ), None
+        note = ""
+        if restore:
+            if offset:
+                return call.error("restore=true reads from the start: pass offset=0."), None
+            new, rewrite, why = _restore_plan(call, record, entry_msg)
+            if new is not None:
+                lu_old, lu_new = latest_user_index(call.messages), latest_user_index(new)
+                problems = find_violations(new)
+                same_user = (lu_old is None) or (
+                    lu_new is not None and new[lu_new].id == call.messages[lu_old].id
+                )
+                first_ok = (
+                    not (call.messages and isinstance(call.messages[0], SystemMessage))
+                    or new[0] is call.messages[0]
+                )
+                if problems or not same_user or not first_ok:
+                    why = "putting them back would leave an invalid sequence of messages"
+                    new = None
+            if new is not None:
+                need = call.used_tokens(new)
+                if need > cfg.trigger_tokens:
+                    why = (
+                        f"your context would count {need:,} tokens, over the {cfg.trigger_tokens:,} "
+                        "that trigger compression; delete or shorten messages first, or read it "
+                        "here"
+                    )
+                    new = None
+            if new is not None:
+                count = len(record.messages) if record is not None else 1
+                event = {
+                    "kind": "context_edit",
+                    "strategy": "tool:restore",
+                    "op": "restore",
+                    "via": "tool",
+                    "offload_id": record.id if record is not None else None,
+                    "message_ids": [
+                        str(m.id) for m in (record.messages if record is not None else [entry_msg])
+                    ],
+                    "tool_call_id": call.call_id,
+                }
+                claimed = call.claimed()
+                if claimed & set(event["message_ids"]):
+                    return call.error(
+                        "Those messages are already edited by an earlier call of this turn."
+                    ), None
+                if rewrite:
+                    updates: list[Any] = [RemoveMessage(id=REMOVE_ALL_MESSAGES), *new]
+                else:
+                    updates = diff_updates(call.messages, new)
+                text = (
+                    f"Restored {count} original message(s) of {ref} into your context, where "
+                    "their summary or preview was; read them there."
+                )
+                return call.reply(text, updates=updates), event
+            note = f"\n[not restored: {why}]"
+        budget = max(256, cfg.trigger_tokens - call.used_tokens() - 64)
+        part, next_offset = _cut(engine, full, offset, budget)
+        if next_offset is not None:
+            note = (
+                f"\n[truncated to fit your context budget: characters {offset:,}-{next_offset:,} "
+                f'of {len(full):,} shown; call reload_offloaded(offload_id="{ref}", '
+                f"offset={next_offset}) to read on]" + note
+            )
+        elif offset:
+            note = f"\n[characters {offset:,}-{len(full):,} of {len(full):,}: the end]" + note
+        return call.reply(part + note), None
+
+    def find_sync(call: _Call, ref: str) -> tuple[OffloadRecord | None, Any]:
+        try:
+            return call.store.reload(call.thread_id, ref), None
+        except OffloadNotFoundError:
+            pass
+        entry = call.store.get_history_message(call.thread_id, ref)
+        if entry is None:
+            idx, _ = resolve_message_ref(call.messages, ref)
+            if idx is not None and call.messages[idx].id != ref:
+                entry = call.store.get_history_message(call.thread_id, str(call.messages[idx].id))
+        return None, entry
+
+    async def find_async(call: _Call, ref: str) -> tuple[OffloadRecord | None, Any]:
+        try:
+            return await call.store.areload(call.thread_id, ref), None
+        except OffloadNotFoundError:
+            pass
+        entry = await call.store.aget_history_message(call.thread_id, ref)
+        if entry is None:
+            idx, _ = resolve_message_ref(call.messages, ref)
+            if idx is not None and call.messages[idx].id != ref:
+                entry = await call.store.aget_history_message(
+                    call.thread_id, str(call.messages[idx].id)
+                )
+        return None, entry
+
+    def check(ref: Any) -> str | None:
+        if not isinstance(ref, str) or not ref.strip():
+            return "No offload id given: pass an offload id shown in your context or a message id from search_history."
+        return None
+
+    def reload_offloaded(
+        offload_id: str, runtime: ToolRuntime, offset: int = 0, restore: bool = False
+    ) -> Command:
+        call = _Call(engine, runtime, "reload_offloaded")
+        bad = check(offload_id)
+        if bad:
+            return call.error(bad)
+        ref = offload_id.strip().strip("\"'`")
+        engine.archive(call.messages, thread_id=call.thread_id, store=call.store)
+        record, entry = find_sync(call, ref)
+        if record is None and entry is None:
+            return call.error(lookup_error(ref))
+        cmd, event = respond(call, ref, offset, restore, record, entry)
+        if event is not None:
+            call.store.record_event(call.thread_id, event)
+        return cmd
+
+    async def areload_offloaded(
+        offload_id: str, runtime: ToolRuntime, offset: int = 0, restore: bool = False
+    ) -> Command:
+        call = _Call(engine, runtime, "reload_offloaded")
+        bad = check(offload_id)
+        if bad:
+            return call.error(bad)
+        ref = offload_id.strip().strip("\"'`")
+        await engine.aarchive(call.messages, thread_id=call.thread_id, store=call.store)
+        record, entry = await find_async(call, ref)
+        if record is None and entry is None:
+            return call.error(lookup_error(ref))
+        cmd, event = respond(call, ref, offset, restore, record, entry)
+        if event is not None:
+            await call.store.arecord_event(call.thread_id, event)
+        return cmd
+
+    return StructuredTool.from_function(
+        func=reload_offloaded,
+        coroutine=areload_offloaded,
+        name="reload_offloaded",
+        description=_DESCRIPTIONS["reload_offloaded"],
+        args_schema=ReloadOffloadedArgs,
+    )
+
+
+# --- search_history ------------------------------------------------------------------------------
+def _search_tool(engine: AutoContext) -> StructuredTool:
+    def bad_query(query: Any) -> str | None:
+        if not isinstance(query, str) or not query.strip():
+            return "The query is empty: give keywords or an exact identifier to search for."
+        return None
+
+    def search(query: str, runtime: ToolRuntime, limit: int = 5) -> Command:
+        call = _Call(engine, runtime, "search_history")
+        bad = bad_query(query)
+        if bad:
+            return call.error(bad)
+        engine.archive(call.messages, thread_id=call.thread_id, store=call.store)
+        hits = search_history(call.store, call.thread_id, query, limit, working=call.messages)
+        total = call.store.history_count(call.thread_id)
+        return call.reply(format_hits(query.strip(), hits, total))
+
+    async def asearch(query: str, runtime: ToolRuntime, limit: int = 5) -> Command:
+        call = _Call(engine, runtime, "search_history")
+        bad = bad_query(query)
+        if bad:
+            return call.error(bad)
+        await engine.aarchive(call.messages, thread_id=call.thread_id, store=call.store)
+        hits = await asearch_history(
+            call.store, call.thread_id, query, limit, working=call.messages
+        )
+        total = await call.store.ahistory_count(call.thread_id)
+        return call.reply(format_hits(query.strip(), hits, total))
+
+    return StructuredTool.from_function(
+        func=search,
+        coroutine=asearch,
+        name="search_history",
+        description=_DESCRIPTIONS["search_history"],
+        args_schema=SearchHistoryArgs,
+    )
+
+
+# --- working context -----------------------------------------------------------------------------
+_warned_no_state_key = False
+
+
+def _wc_edit(engine: AutoContext, call: _Call, op: str, a: Any, b: Any = None) -> Command:
+    global _warned_no_state_key
+    limit = engine.config.working_context_max_chars
+    if call.earlier_calls(WORKING_CONTEXT_TOOLS):
+        return call.error(
+            "Only one working-context edit per turn is applied, and an earlier call of this "
+            "turn already edits it; this one was not applied. Repeat it on your next turn."
+        )
+    current = str(call.ac.get("working_context") or "")
+    if op == "append":
+        if not isinstance(a, str) or not a.strip():
+            return call.error("Nothing to append: text is empty.")
+        new = f"{current}\n{a.strip()}" if current else a.strip()
+    else:
+        if not isinstance(a, str) or not a:
+            return call.error(
+                "old is empty: copy the exact text to replace from your working context "
+                "(to add text, use working_context_append)."
+            )
+        if not isinstance(b, str):
+            return call.error("new must be a string (empty to remove the old text).")
+        found = current.count(a)
+        if found == 0:
+            return call.error(
+                "old was not found in your working context; it must match exactly, including "
+                "spaces and line breaks. Copy it from the working-context block."
+            )
+        if found > 1:
+            return call.error(
+                f"old occurs {found} times in your working context; include more of the "
+                "surrounding text so that it matches exactly one place."
+            )
+        new = current.replace(a, b, 1)
+    if len(new) > limit:
+        return call.error(
+            f"Not applied: your working context would hold {len(new):,} characters, over its "
+            f"limit of {limit:,} (it holds {len(current):,} now). Make room first with "
+            "working_context_replace (shorten or remove entries), then try again with less text."
+        )
+    if not call.has_ac_key and not _warned_no_state_key:
+        _warned_no_state_key = True
+        warnings.warn(
+            "langchain-autocontext: the graph state has no 'autocontext' value yet; if your "
+            "state schema lacks the key, working-context edits are dropped. Use "
+            "AutoContextState (StateGraph) or AutoContextAgentState (create_react_agent), "
+            "or add `autocontext: dict` to your state.",
+            stacklevel=2,
+        )
+    state = {**call.ac, "working_context": new}
+    tm = ToolMessage(
+        f"Working context updated: {len(new):,}/{limit:,} characters.",
+        tool_call_id=call.call_id,
+        name=call.name,
+    )
+    return Command(update={"messages": [tm], "autocontext": state})
+
+
+def _wc_tools(engine: AutoContext) -> list[StructuredTool]:
+    def working_context_append(text: str, runtime: ToolRuntime) -> Command:
+        return _wc_edit(engine, _Call(engine, runtime, "working_context_append"), "append", text)
+
+    async def aworking_context_append(text: str, runtime: ToolRuntime) -> Command:
+        return working_context_append(text, runtime)
+
+    def working_context_replace(old: str, new: str, runtime: ToolRuntime) -> Command:
+        call = _Call(engine, runtime, "working_context_replace")
+        return _wc_edit(engine, call, "replace", old, new)
+
+    async def aworking_context_replace(old: str, new: str, runtime: ToolRuntime) -> Command:
+        return working_context_replace(old, new, runtime)
+
+    return [
+        StructuredTool.from_function(
+            func=working_context_append,
+            coroutine=aworking_context_append,
+            name="working_context_append",
+            description=_DESCRIPTIONS["working_context_append"],
+            args_schema=WorkingContextAppendArgs,
+        ),
+        StructuredTool.from_function(
+            func=working_context_replace,
+            coroutine=aworking_context_replace,
+            name="working_context_replace",
+            description=_DESCRIPTIONS["working_context_replace"],
+            args_schema=WorkingContextReplaceArgs,
+        ),
+    ]
+
+
+def make_tools(engine: AutoContext) -> list[BaseTool]:
+    """The six tools bound to ``engine`` (its config, counter and store)."""
+    return [
+        _edit_tool(engine, "update_message"),
+        _edit_tool(engine, "delete_message"),
+        _reload_tool(engine),
+        _search_tool(engine),
+        *_wc_tools(engine),
+    ]
