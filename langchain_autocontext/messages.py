@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
+import weakref
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -302,6 +303,8 @@ def sanitize_message(message: BaseMessage) -> BaseMessage:
     needed cleaning, else a copy: the copy is what gets archived and sent, so the
     history and the working messages always agree.
     """
+    if _KNOWN_CLEAN.get(id(message)) is message:
+        return message  # checked before (the engine sees the same objects every call)
     update: dict[str, Any] = {}
     for name in _MESSAGE_FIELDS:
         value = getattr(message, name, None)
@@ -310,7 +313,14 @@ def sanitize_message(message: BaseMessage) -> BaseMessage:
         cleaned = _clean_value(value)
         if cleaned is not value:
             update[name] = cleaned
-    return message.model_copy(update=update) if update else message
+    result = message.model_copy(update=update) if update else message
+    _KNOWN_CLEAN[id(result)] = result
+    return result
+
+
+#: Message objects already known to be clean, by identity (weak: no memory is held).
+#: Replacing a field (``message.content = …``) is not seen; mutate copies, not messages.
+_KNOWN_CLEAN: weakref.WeakValueDictionary[int, BaseMessage] = weakref.WeakValueDictionary()
 
 
 def _tool_pairs_ok(messages: Sequence[BaseMessage]) -> bool:
