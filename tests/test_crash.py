@@ -1,0 +1,423 @@
+"""Crash safety: kill a run at every step of a compression, restart, check nothing is lost.
+
+A "crash" is a ``BaseException`` nobody catches (like the process dying): raised by a
+store wrapper before or after each store write of a compression (history, offload,
+event), by the summarizer, and by the checkpointer when the compressed state is about
+to be saved. The restart builds new objects (store, checkpointer, engine, graph)
+over the same SQLite files, resumes the thread and runs it to the end. Then:
+
+* the thread resumed and finished, every model input and the final state are valid;
+* every original message that ever was in a checkpoint is in the history store
+  (same content) or still in the final state unchanged;
+* no checkpoint ever held a working message pointing to an offload that does not
+  exist.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _builders import ScriptedModel, bash
+from conftest import open_sqlite
+from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+from langgraph.graph import START, StateGraph
+from langgraph.prebuilt import ToolNode, tools_condition
+from langgraph.store.base import BaseStore, Op, PutOp, Result
+from langgraph.store.sqlite import AsyncSqliteStore
+
+from langchain_autocontext import AutoContext, AutoContextConfig, ExtractiveSummarizer, OffloadStore
+from langchain_autocontext.engine import AutoContextState
+from langchain_autocontext.messages import find_violations, marker, text_of
+
+CFG = AutoContextConfig(
+    max_tokens=2_500,
+    last_keep=4,
+    msg_threshold=30,
+    large_payload_threshold=1_500,
+    min_summary_span_tokens=50,
+)
+STEPS = 9
+THREAD = {"configurable": {"thread_id": "crashy"}, "recursion_limit": 200}
+OFFLOAD_ID = re.compile(r'offload_id="([^"]+)"')
+START_MESSAGES = [SystemMessage("You are a coding agent."), HumanMessage("Fix the build.")]
+
+
+class Crash(BaseException):
+    """The process dies here (a BaseException: no fallback or retry catches it)."""
+
+
+# --- fault injection ----------------------------------------------------------------------
+def _kinds(ops: Iterable[Op]) -> frozenset[str]:
+    """The namespace kinds ("history", "offload", "events", "meta") written by ``ops``."""
+    return frozenset(op.namespace[-1] for op in ops if isinstance(op, PutOp))
+
+
+@dataclass
+class Faults:
+    """Where to crash: the n-th store write batch (before or after it runs), the n-th
+    summarizer call, or the first checkpoint save after a compression."""
+
+    write: int | None = None
+    after: bool = True
+    summarizer: int | None = None
+    checkpoint: str | None = None  # "put_writes" or "put"
+    writes: list[frozenset[str]] = field(default_factory=list)
+    summaries: int = 0
+    fired: str | None = None
+
+    def crash(self, where: str) -> None:
+        self.fired = where
+        raise Crash(where)
+
+
+class CrashingStore(BaseStore):
+    """Delegates to ``backend``; crashes around the ``faults.write``-th write batch."""
+
+    def __init__(self, backend: BaseStore, faults: Faults) -> None:
+        self.backend = backend
+        self.faults = faults
+
+    def _check(self, ops: list[Op], done: bool) -> None:
+        f = self.faults
+        kinds = _kinds(ops)
+        if not kinds:
+            return
+        if not done:
+            f.writes.append(kinds)
+        n = len(f.writes) - 1
+        if n == f.write and done == f.after:
+            f.crash(f"{'after' if done else 'before'} store write #{n} {sorted(kinds)}")
+
+    def batch(self, ops: Iterable[Op]) -> list[Result]:
+        ops = list(ops)
+        self._check(ops, False)
+        out = self.backend.batch(ops)
+        self._check(ops, True)
+        return out
+
+    async def abatch(self, ops: Iterable[Op]) -> list[Result]:
+        ops = list(ops)
+        self._check(ops, False)
+        out = await self.backend.abatch(ops)
+        self._check(ops, True)
+        return out
+
+
+class CrashingSummarizer(ExtractiveSummarizer):
+    def __init__(self, faults: Faults) -> None:
+        super().__init__()
+        self.faults = faults
+
+    def _maybe(self) -> None:
+        self.faults.summaries += 1
+        if self.faults.summaries - 1 == self.faults.summarizer:
+            self.faults.crash(f"in summarizer call #{self.faults.summarizer}")
+
+    def summarize_many(self, requests):  # type: ignore[no-untyped-def]
+        self._maybe()
+        return super().summarize_many(requests)
+
+    async def asummarize_many(self, requests):  # type: ignore[no-untyped-def]
+        self._maybe()
+        return await super().asummarize_many(requests)
+
+
+def _compressed(store: BaseStore) -> bool:
+    return bool(OffloadStore.wrap(store, prefix=CFG.store_prefix).list_events("crashy"))
+
+
+class CrashingSaver(SqliteSaver):
+    """Crashes when the first state after a compression is about to be saved."""
+
+    faults: Faults
+    store: BaseStore
+
+    def put_writes(self, config, writes, task_id, task_path=""):  # type: ignore[no-untyped-def]
+        f = self.faults
+        if f.checkpoint == "put_writes" and not f.fired and _compressed(self.store):
+            self.faults.crash("before the compressed state is saved (put_writes)")
+        return super().put_writes(config, writes, task_id, task_path)
+
+    def put(self, config, checkpoint, metadata, new_versions):  # type: ignore[no-untyped-def]
+        f = self.faults
+        if f.checkpoint == "put" and not f.fired and _compressed(self.store):
+            self.faults.crash("before the compressed checkpoint is saved (put)")
+        return super().put(config, checkpoint, metadata, new_versions)
+
+
+# --- the agent ------------------------------------------------------------------------------
+class _State(AutoContextState):
+    pass
+
+
+def build(ac: AutoContext, model: ScriptedModel, store: BaseStore, saver: Any) -> Any:
+    def call_model(state: _State) -> dict[str, Any]:
+        return {"messages": [model.invoke(state["messages"])]}
+
+    g = StateGraph(_State)
+    g.add_node("autocontext", ac.node())
+    g.add_node("model", call_model)
+    g.add_node("tools", ToolNode([bash]))
+    g.add_edge(START, "autocontext")
+    g.add_edge("autocontext", "model")
+    g.add_conditional_edges("model", tools_condition)
+    g.add_edge("tools", "autocontext")
+    return g.compile(store=store, checkpointer=saver)
+
+
+@contextmanager
+def sqlite_saver(path: Path, cls: type[SqliteSaver] = SqliteSaver) -> Iterator[SqliteSaver]:
+    conn = sqlite3.connect(path, check_same_thread=False)
+    try:
+        saver = cls(conn)
+        saver.setup()
+        yield saver
+    finally:
+        conn.close()
+
+
+# --- the checks -------------------------------------------------------------------------------
+def offload_refs(messages: Sequence[BaseMessage]) -> set[str]:
+    refs: set[str] = set()
+    for m in messages:
+        info = marker(m) or {}
+        if info.get("offload_id"):
+            refs.add(info["offload_id"])
+        refs.update(OFFLOAD_ID.findall(text_of(m)))
+    return refs
+
+
+def check_after_restart(graph: Any, store: BaseStore, model: ScriptedModel) -> None:
+    ost = OffloadStore.wrap(store, prefix=CFG.store_prefix)
+    final = graph.get_state(THREAD).values["messages"]
+    assert final[-1].content == f"finished after {STEPS} steps", "the thread did not finish"
+    assert not find_violations(final)
+    for sent in model.seen:
+        assert not find_violations(sent)
+        assert isinstance(sent[0], SystemMessage)
+    history = {e.id: e.message for e in ost.iter_history("crashy")}
+    final_by_id = {m.id: m for m in final}
+    originals: dict[str, BaseMessage] = {}
+    for snapshot in graph.get_state_history(THREAD):
+        msgs = snapshot.values.get("messages", [])
+        for m in msgs:
+            if marker(m) is None:
+                originals.setdefault(m.id, m)
+        for oid in offload_refs(msgs):  # no checkpoint points to a missing offload
+            assert ost.reload("crashy", oid).messages
+    assert len(originals) >= 2 + 2 * STEPS
+    for mid, m in originals.items():
+        kept = history.get(mid) or final_by_id.get(mid)
+        assert kept is not None, f"original {mid} ({m.type}) lost"
+        assert kept.content == m.content
+    # the thread's model answers are in the history in order. (The history may also
+    # hold answers of steps whose checkpoint the crash lost: archived when they ran,
+    # then made again on resume. Append-only keeps them; nothing is rewritten.)
+    steps = [
+        text_of(e.message)
+        for e in ost.iter_history("crashy")
+        if e.id in originals and text_of(e.message).startswith("step ")
+    ]
+    assert steps == sorted(steps, key=lambda s: int(s.split()[1]))
+    assert len(steps) == STEPS
+
+
+def saved_steps(graph: Any) -> int:
+    """How many model answers the checkpoints hold (the script position to resume at)."""
+    steps = {
+        m.id
+        for snap in graph.get_state_history(THREAD)
+        for m in snap.values.get("messages", [])
+        if m.type == "ai" and marker(m) is None and text_of(m).startswith("step ")
+    }
+    return len(steps)
+
+
+def dry_run(tmp_path: Path) -> Faults:
+    """One clean run, recording the store writes and summarizer calls."""
+    faults = Faults()
+    backend = open_sqlite(tmp_path / "dry-store.db")
+    try:
+        with sqlite_saver(tmp_path / "dry-ckpt.db") as saver:
+            graph = build(
+                AutoContext(CFG, CrashingSummarizer(faults)),
+                ScriptedModel(steps=STEPS),
+                CrashingStore(backend, faults),
+                saver,
+            )
+            graph.invoke({"messages": START_MESSAGES}, THREAD)
+    finally:
+        backend.conn.close()
+    assert faults.fired is None
+    return faults
+
+
+@pytest.fixture(scope="module")
+def plan(tmp_path_factory: pytest.TempPathFactory) -> Faults:
+    return dry_run(tmp_path_factory.mktemp("dry"))
+
+
+def crash_and_restart(tmp_path: Path, faults: Faults) -> str:
+    """Run until the crash, restart over the same files, resume to the end, check."""
+    store_path, ckpt_path = tmp_path / "store.db", tmp_path / "ckpt.db"
+    model = ScriptedModel(steps=STEPS)
+    backend = open_sqlite(store_path)
+    try:
+        with sqlite_saver(ckpt_path, CrashingSaver) as saver:
+            store = CrashingStore(backend, faults)
+            saver.faults, saver.store = faults, backend
+            graph = build(AutoContext(CFG, CrashingSummarizer(faults)), model, store, saver)
+            with pytest.raises(Crash):
+                graph.invoke({"messages": START_MESSAGES}, THREAD)
+    finally:
+        backend.conn.close()
+    assert faults.fired
+    # restart: new objects over the same files
+    backend = open_sqlite(store_path)
+    try:
+        with sqlite_saver(ckpt_path) as saver:
+            graph = build(AutoContext(CFG), ScriptedModel(), backend, saver)
+            # the scripted "LLM service" continues after the last answer that was saved
+            # (a call whose answer was lost in the crash is simply made again)
+            resumed = ScriptedModel(steps=STEPS, calls=saved_steps(graph))
+            graph = build(AutoContext(CFG), resumed, backend, saver)
+            graph.invoke(None, THREAD)
+            check_after_restart(graph, backend, resumed)
+    finally:
+        backend.conn.close()
+    return faults.fired
+
+
+# --- the sweep ----------------------------------------------------------------------------
+def test_dry_run_compresses_with_offloads_and_summaries(plan: Faults) -> None:
+    writes = set().union(*plan.writes)
+    assert {"history", "offload", "events", "meta"} <= writes
+    assert plan.summaries >= 1, "no summarizer call: the sweep would not cover it"
+    assert sum("offload" in w for w in plan.writes) >= 2
+
+
+def _first_compression(plan: Faults) -> range:
+    """Write batches from the archive before the first offload to the last event of it."""
+    first_offload = next(i for i, w in enumerate(plan.writes) if "offload" in w)
+    start = max(i for i in range(first_offload) if "history" in plan.writes[i])
+    end = first_offload
+    while end + 1 < len(plan.writes) and "history" not in plan.writes[end + 1]:
+        end += 1
+    return range(start, end + 1)
+
+
+@pytest.mark.parametrize("after", [False, True], ids=["before-write", "after-write"])
+def test_crash_around_every_store_write_of_a_compression(
+    plan: Faults, tmp_path: Path, after: bool
+) -> None:
+    seen: list[str] = []
+    for n in _first_compression(plan):
+        sub = tmp_path / f"w{n}"
+        sub.mkdir()
+        seen.append(crash_and_restart(sub, Faults(write=n, after=after)))
+    text = " | ".join(seen)
+    for kind in ("history", "offload", "events"):
+        assert kind in text, f"no crash around a {kind} write: {text}"
+
+
+def test_crash_around_every_later_store_write_sampled(plan: Faults, tmp_path: Path) -> None:
+    first = _first_compression(plan)
+    later = [n for n in range(first.stop, len(plan.writes)) if "offload" in plan.writes[n]]
+    assert later, "compression fired only once"
+    for n in later[:: max(1, len(later) // 4)]:
+        sub = tmp_path / f"w{n}"
+        sub.mkdir()
+        crash_and_restart(sub, Faults(write=n, after=True))
+
+
+def test_crash_in_every_summarizer_call(plan: Faults, tmp_path: Path) -> None:
+    for n in range(plan.summaries):
+        sub = tmp_path / f"s{n}"
+        sub.mkdir()
+        assert "summarizer" in crash_and_restart(sub, Faults(summarizer=n))
+
+
+@pytest.mark.parametrize("where", ["put_writes", "put"])
+def test_crash_before_the_compressed_state_is_saved(tmp_path: Path, where: str) -> None:
+    assert where in crash_and_restart(tmp_path, Faults(checkpoint=where))
+
+
+# --- async: the same guarantees through acompress/adrive --------------------------------------
+async def test_async_crash_after_offload_write_then_resume(tmp_path: Path) -> None:
+    faults = Faults()
+    store_path, ckpt_path = str(tmp_path / "store.db"), str(tmp_path / "ckpt.db")
+    model = ScriptedModel(steps=STEPS)
+    async with (
+        AsyncSqliteStore.from_conn_string(store_path) as backend,
+        AsyncSqliteSaver.from_conn_string(ckpt_path) as saver,
+    ):
+        await backend.setup()
+        faults.write = 10**9  # count only, then arm on the second offload write
+        store = CrashingStore(backend, faults)
+        graph = build(AutoContext(CFG, CrashingSummarizer(faults)), model, store, saver)
+
+        orig = store._check
+
+        def arm(ops: list[Op], done: bool) -> None:
+            if not done and "offload" in _kinds(ops):
+                arm.offloads += 1  # type: ignore[attr-defined]
+                if arm.offloads == 2:  # type: ignore[attr-defined]
+                    faults.write, faults.after = len(faults.writes), True
+            orig(ops, done)
+
+        arm.offloads = 0  # type: ignore[attr-defined]
+        store._check = arm  # type: ignore[method-assign]
+        with pytest.raises(Crash):
+            await graph.ainvoke({"messages": START_MESSAGES}, THREAD)
+    assert faults.fired and "offload" in faults.fired
+    async with (
+        AsyncSqliteStore.from_conn_string(store_path) as backend,
+        AsyncSqliteSaver.from_conn_string(ckpt_path) as saver,
+    ):
+        resumed = ScriptedModel(steps=STEPS, calls=model.calls)
+        graph = build(AutoContext(CFG), resumed, backend, saver)
+        await graph.ainvoke(None, THREAD)
+        ost = OffloadStore.wrap(backend, prefix=CFG.store_prefix)
+        final = (await graph.aget_state(THREAD)).values["messages"]
+        assert final[-1].content == f"finished after {STEPS} steps"
+        assert not find_violations(final)
+        history = {e.id async for e in ost.aiter_history("crashy")}
+        async for snap in graph.aget_state_history(THREAD):
+            msgs = snap.values.get("messages", [])
+            for m in msgs:
+                if marker(m) is None:
+                    assert m.id in history or m.id == final[-1].id
+            for oid in offload_refs(msgs):
+                assert (await ost.areload("crashy", oid)).messages
+
+
+# --- a failing (not crashing) summarizer model is handled, not fatal ---------------------------
+def test_summarizer_errors_fall_back_and_the_run_continues(tmp_path: Path) -> None:
+    from langchain_core.language_models.fake_chat_models import FakeListChatModel
+
+    class Broken(FakeListChatModel):
+        def _call(self, *args: Any, **kwargs: Any) -> str:
+            raise ConnectionError("provider down")
+
+    backend = open_sqlite(tmp_path / "store.db")
+    try:
+        with sqlite_saver(tmp_path / "ckpt.db") as saver:
+            model = ScriptedModel(steps=STEPS)
+            cfg = CFG.model_copy(update={"summarizer_retries": 0})
+            graph = build(AutoContext(cfg, Broken(responses=["x"])), model, backend, saver)
+            graph.invoke({"messages": START_MESSAGES}, THREAD)
+            check_after_restart(graph, backend, model)
+            events = OffloadStore.wrap(backend).list_events("crashy")
+            assert sum(e.get("summarizer_fallbacks", 0) for e in events) >= 1
+            assert any("provider down" in str(e.get("summarizer_errors")) for e in events)
+    finally:
+        backend.conn.close()
