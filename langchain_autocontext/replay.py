@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
     from langchain_autocontext.engine import AutoContext, CompressionResult
     from langchain_autocontext.store import OffloadStore
+    from langchain_autocontext.view import ModelCall
 
 __all__ = [
     "SAMPLE_ID",
@@ -504,15 +505,23 @@ def count_calls(trajectory: Trajectory) -> int:
 
 
 class _Run:
-    """The bookkeeping shared by :func:`replay` and :func:`areplay`."""
+    """The bookkeeping shared by :func:`replay` and :func:`areplay`.
+
+    It plays the graph around the manager: the working messages and the
+    ``autocontext`` state (working context, memory-pressure flag) carry over from
+    call to call, and what is measured is the model's input view
+    (:meth:`AutoContext.prepare_model_call`): the exact request, tags, generated
+    instructions, notices and tool schemas included.
+    """
 
     def __init__(self, trajectory: Trajectory, ac: AutoContext, compare: bool) -> None:
         self.trajectory = trajectory
         self.ac = ac
         self.compare = compare
         self.working: list[BaseMessage] = []
+        self.state: dict[str, Any] = {}
         self.cursor = 0
-        self.previous: list[tuple[str | None, Any]] = []
+        self.previous: list[tuple[Any, ...]] = []
         self.calls: list[CallRecord] = []
         self.unmanaged: list[int] = []
 
@@ -524,32 +533,44 @@ class _Run:
             self.cursor = point
             yield call_index, point, self.working
 
+    def view(self, result: CompressionResult) -> ModelCall:
+        call = self.ac.prepare_model_call(result.messages, state=self.state)
+        if call.state_update:
+            self.state = dict(call.state_update)
+        return call
+
     def record(
-        self, call_index: int, point: int, result: CompressionResult, overhead: float
+        self,
+        call_index: int,
+        point: int,
+        result: CompressionResult,
+        call: ModelCall,
+        overhead: float,
     ) -> CallRecord:
         ac = self.ac
-        counter, tools, tags = ac.counter, ac.count_tools, ac.config.metadata_tags
-        sent = result.messages
-        key = [(m.id, m.content) for m in sent]
+        counter, tools = ac.counter, ac.count_tools
+        sent = call.messages
+        # What a provider's prompt cache compares: the serialized messages in order
+        # (LangChain ids are not sent; the content, tags included, and tool calls are).
+        key = [(m.type, repr(m.content), repr(getattr(m, "tool_calls", None) or ())) for m in sent]
         common = 0
         for a, b in zip(key, self.previous, strict=False):
             if a != b:
                 break
             common += 1
-        # Tokens a provider's prompt cache can reuse: the tool schemas and the messages
-        # identical to the previous call's (their tags too: a tag depends only on what
-        # precedes it). The reply-priming tokens are not part of a prefix.
+        # Tokens the cache can reuse: the tool schemas and the messages identical to the
+        # previous call's. The reply-priming tokens are not part of a prefix.
         prefix = 0
         if common:
-            prefix = min(result.tokens_after, counter.count(sent[:common], tools, tags=tags) - 3)
+            prefix = max(0, min(call.tokens, counter.count(sent[:common], tools) - 3))
         self.previous = key
         record = CallRecord(
             index=call_index,
-            tokens=result.tokens_after,
+            tokens=call.tokens,
             messages=len(sent),
             overhead_s=overhead,
             prefix_tokens=prefix,
-            over_budget=result.tokens_after > ac.config.max_tokens,
+            over_budget=call.tokens > ac.config.max_tokens,
             violations=find_violations(sent),
             events=list(result.events),
             tokens_before=result.tokens_before,
@@ -557,8 +578,8 @@ class _Run:
         self.calls.append(record)
         if self.compare:
             msgs = self.trajectory.messages
-            self.unmanaged.append(counter.count(msgs[:point], tools, tags=False))
-        self.working = list(sent)
+            self.unmanaged.append(counter.count(msgs[:point], list(ac.agent_tools)))
+        self.working = list(result.messages)
         return record
 
     def report(self, store: OffloadStore, thread: str) -> ReplayReport:
@@ -628,8 +649,9 @@ def replay(
     run = _Run(trajectory, ac, compare)
     for call_index, point, working in run.steps():
         started = time.perf_counter()
-        result = ac.compress(working, thread_id=thread, store=st)
-        record = run.record(call_index, point, result, time.perf_counter() - started)
+        result = ac.compress(working, thread_id=thread, store=st, state=run.state)
+        call = run.view(result)
+        record = run.record(call_index, point, result, call, time.perf_counter() - started)
         if on_call is not None:
             on_call(record)
     return run.report(st, thread)
@@ -650,8 +672,9 @@ async def areplay(
     run = _Run(trajectory, ac, compare)
     for call_index, point, working in run.steps():
         started = time.perf_counter()
-        result = await ac.acompress(working, thread_id=thread, store=st)
-        record = run.record(call_index, point, result, time.perf_counter() - started)
+        result = await ac.acompress(working, thread_id=thread, store=st, state=run.state)
+        call = run.view(result)
+        record = run.record(call_index, point, result, call, time.perf_counter() - started)
         if on_call is not None:
             on_call(record)
     return run.report(st, thread)

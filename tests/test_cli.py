@@ -38,7 +38,7 @@ def one_line_error(err: str) -> str:
 def small(tmp_path: Path) -> Path:
     """A small OpenAI-format trajectory file (fast to replay)."""
     p = tmp_path / "small.json"
-    p.write_text(json.dumps({"id": "small", "messages": openai_run(12, size=300)}))
+    p.write_text(json.dumps({"id": "small", "messages": openai_run(16, size=400)}))
     return p
 
 
@@ -91,12 +91,12 @@ def test_openai_jsonl_with_many_trajectories(
             for k in range(3)
         )
     )
-    code, out, err = run_cli(capsys, str(p), "--max-tokens", "2000", "--no-plot")
+    code, out, err = run_cli(capsys, str(p), "--max-tokens", "4000", "--no-plot")
     assert code == 0, err
     assert "Per trajectory" in out and "Total over 3 trajectories" in out
     for k in range(3):
         assert f"run-{k}" in out
-    code, out, _ = run_cli(capsys, str(p), "--max-tokens", "2000", "--no-plot", "--limit", "2")
+    code, out, _ = run_cli(capsys, str(p), "--max-tokens", "4000", "--no-plot", "--limit", "2")
     assert code == 0 and "Total over 2 trajectories" in out and "run-2" not in out
 
 
@@ -119,7 +119,7 @@ def test_real_shared_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) ->
         pytest.skip(f"{path} is absent (the shared real-trajectory data is not beside the repo)")
     out_json = tmp_path / "r.json"
     code, _, err = run_cli(
-        capsys, str(path), "--limit", "3", "--budget", "3000", "--json", str(out_json), "--no-plot"
+        capsys, str(path), "--limit", "3", "--budget", "4000", "--json", str(out_json), "--no-plot"
     )
     assert code == 0, err
     doc = json.loads(out_json.read_text())
@@ -182,13 +182,13 @@ def test_budget_alias_and_compare(
 ) -> None:
     out_json = tmp_path / "r.json"
     code, out, err = run_cli(
-        capsys, str(small), "--budget", "2000", "--compare", "--json", str(out_json), "--no-plot"
+        capsys, str(small), "--budget", "4000", "--compare", "--json", str(out_json), "--no-plot"
     )
     assert code == 0, err
     assert "unmanaged" in out
     doc = json.loads(out_json.read_text())
     [t] = doc["trajectories"]
-    assert doc["config"]["max_tokens"] == 2000 and doc["compare"] is True
+    assert doc["config"]["max_tokens"] == 4000 and doc["compare"] is True
     assert t["unmanaged"]["largest_context"] > t["largest_context"]
     assert t["unmanaged"]["calls_over_budget"] > 0 == t["calls_over_budget"]
     assert len(t["per_call"]) == t["calls"] and "unmanaged_tokens" in t["per_call"][0]
@@ -202,7 +202,7 @@ def test_sqlite_store_keeps_history(
     from tests.conftest import open_sqlite
 
     db = tmp_path / "replay.db"
-    code, _, err = run_cli(capsys, str(small), "--store", str(db), "--budget", "2000", "--no-plot")
+    code, _, err = run_cli(capsys, str(small), "--store", str(db), "--budget", "4000", "--no-plot")
     assert code == 0, err
     backend = open_sqlite(db)
     try:
@@ -282,7 +282,7 @@ def test_problem_found_exits_1(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, small: Path
 ) -> None:
     monkeypatch.setattr(cli, "InMemoryStore", LossyStore)  # a store that loses originals
-    code, out, err = run_cli(capsys, str(small), "--no-plot", "--no-progress", "--budget", "2000")
+    code, out, err = run_cli(capsys, str(small), "--no-plot", "--no-progress", "--budget", "4000")
     assert code == 1
     assert "problem" in one_line_error(err) and "recoverable originals" in out
 
