@@ -58,7 +58,6 @@ from pydantic import ConfigDict, PrivateAttr
 from langchain_autocontext import AutoContextConfig
 from langchain_autocontext.engine import AutoContext
 from langchain_autocontext.messages import find_violations, text_of
-from langchain_autocontext.metadata import render_view, view_counts
 from langchain_autocontext.replay import Trajectory, load_trajectories, percentile
 from langchain_autocontext.store import OffloadStore
 from langchain_autocontext.tokens import TokenCounter, default_counter
@@ -300,10 +299,12 @@ class MiddlewareRunner(Runner):
 
 
 class OursRunner(Runner):
-    """``AutoContext.compress`` exactly as ``replay.py`` drives it, plus the input view.
+    """``AutoContext`` driven as its ``pre_model_hook`` drives it.
 
-    With ``metadata_tags`` the model is sent ``render_view`` of the working messages;
-    the package's tool schemas (``ac.count_tools``) are part of every request.
+    Each call: ``compress`` the working messages (with the graph's ``autocontext``
+    state), then ``prepare_model_call`` builds the model's input view (generated
+    system section, metadata tags, notices); the view is what is sent, with the
+    tool schemas ``ac.count_tools`` (the package's own tools when enabled).
     """
 
     name = "ours"
@@ -329,27 +330,25 @@ class OursRunner(Runner):
             token_counter=self.counter,
         )
         self.working: list[BaseMessage] = []
+        self.ac_state: dict[str, Any] | None = None
         self.thread = "bench"
-        cfg = self.ac.config
-        tools = list(getattr(self.ac, "tools", None) or []) if cfg.self_management_tools else []
-        self.tool_names = frozenset(getattr(t, "name", "") for t in tools)
-        self._last_working: list[BaseMessage] = []
+        self.tool_names = frozenset(t.name for t in self.ac.tools)
+        self.engine_tokens = 0
 
     def step(self, new: list[BaseMessage]) -> list[BaseMessage]:
         self.working.extend(new)
-        result = self.ac.compress(self.working, thread_id=self.thread, store=self.store)
+        result = self.ac.compress(
+            self.working, thread_id=self.thread, store=self.store, state=self.ac_state
+        )
         self.working = list(result.messages)
-        self._last_working = self.working
-        self.tokens_after = result.tokens_after
-        if self.ac.config.metadata_tags:
-            return render_view(self.working, self.counter, tools=self.ac.count_tools)
-        return list(self.working)
+        call = self.ac.prepare_model_call(self.working, state=self.ac_state)
+        if call.state_update:
+            self.ac_state = call.state_update
+        self.engine_tokens = call.tokens
+        return call.messages
 
     def measure(self, sent: list[BaseMessage]) -> Sent:
         tools = self.ac.count_tools
-        if self.ac.config.metadata_tags:
-            vc = view_counts(self._last_working, self.counter, tools=tools)
-            return Sent(sent, vc.counts, vc.base, tools)
         return Sent(
             sent,
             self.counter.message_counts(sent),
@@ -358,7 +357,7 @@ class OursRunner(Runner):
         )
 
     def context_messages(self, last: Sent) -> list[BaseMessage]:
-        return self._last_working
+        return self.working
 
     def reachable_by_tool(self, originals: Sequence[BaseMessage], last: Sent) -> set[str]:
         """Originals the model's own tools return: every one via ``search_history``,
@@ -517,6 +516,9 @@ def replay_one(
         row.overheads.append(time.perf_counter() - started)
         sent = runner.measure(sent_messages)
         total = sent.total
+        claimed = getattr(runner, "engine_tokens", None)
+        if claimed is not None and claimed != total:
+            row.count_mismatches += 1
         if k % check_every == 0:  # one exact count of the view as sent, from scratch
             row.count_checks += 1
             if runner.counter.count(sent.messages, sent.tools) != total:

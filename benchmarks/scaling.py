@@ -7,7 +7,7 @@
    history (a coding agent's sizes: short assistant turns with a tool call, tool
    outputs of a few hundred to ~10k characters). For each size, an agent loop
    appends one tool call and its result per call and calls ``AutoContext.compress``
-   (plus the tagged input view, as the model would get it):
+   (plus ``prepare_model_call``, the model's input view, as the pre-model hook does):
 
    * *no compression needed*: the budget and message threshold are above the
      history, so every call only archives, counts and passes through;
@@ -56,7 +56,6 @@ from compare_peers import CountingSummarizer
 
 from langchain_autocontext import AutoContextConfig
 from langchain_autocontext.engine import AutoContext, AutoContextState
-from langchain_autocontext.metadata import render_view
 from langchain_autocontext.replay import percentile
 from langchain_autocontext.store import OffloadStore
 from langchain_autocontext.tokens import default_counter
@@ -133,11 +132,15 @@ def _engine(max_tokens: int, msg_threshold: int) -> AutoContext:
     )
 
 
-def _call(ac: AutoContext, working: list[BaseMessage]) -> tuple[list[BaseMessage], float, bool]:
+def _call(
+    ac: AutoContext, working: list[BaseMessage], state: dict[str, Any]
+) -> tuple[list[BaseMessage], float, bool]:
+    """One model call's work, as the pre-model hook does it: compress, then the view."""
     started = time.perf_counter()
-    result = ac.compress(working, thread_id="scaling")
-    if ac.config.metadata_tags:
-        render_view(result.messages, ac.counter, tools=ac.count_tools)
+    result = ac.compress(working, thread_id="scaling", state=state.get("ac"))
+    call = ac.prepare_model_call(result.messages, state=state.get("ac"))
+    if call.state_update:
+        state["ac"] = call.state_update
     return list(result.messages), time.perf_counter() - started, result.triggered
 
 
@@ -150,13 +153,14 @@ def overhead(n_messages: int, *, compress: bool, calls: int) -> dict[str, Any]:
         ac = _engine(32_000, 100)
     else:  # every threshold above the history, even after the loop's additions
         ac = _engine(max(100_000, 4 * tokens), 2 * n_messages + 4 * calls + 10)
-    working, first, first_triggered = _call(ac, msgs)
+    state: dict[str, Any] = {}
+    working, first, first_triggered = _call(ac, msgs, state)
     rng = random.Random(n_messages)
     times = []
     triggered = 0
     for k in range(calls):
         working.extend(tool_pair(rng, 1_000_000 + k))
-        working, elapsed, was = _call(ac, working)
+        working, elapsed, was = _call(ac, working, state)
         times.append(elapsed)
         triggered += was
     return {

@@ -1,0 +1,151 @@
+"""Smoke runs of benchmarks/compare_peers.py and benchmarks/scaling.py, so they cannot rot.
+
+One real trajectory per data set, one budget, tiny scaling sizes. The assertions
+are the benchmark's own claims on that sample (no budget overrun or invalid
+sequence for this package, everything recoverable with its tools, the unmanaged
+baseline over budget), not timings. A peer that is not installed is skipped.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from tests._builders import DATA
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+MINI = DATA / "mini-swe-agent-dev.jsonl"
+TAU = DATA / "tau-bench-airline.jsonl"
+
+
+def _load(name: str) -> ModuleType:
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def cp() -> ModuleType:
+    return _load("compare_peers")
+
+
+@pytest.fixture(scope="module")
+def scaling() -> ModuleType:
+    pytest.importorskip("langgraph.checkpoint.sqlite", reason="needs the [sqlite] extra")
+    return _load("scaling")
+
+
+def _data(path: Path) -> Path:
+    if not path.is_file():
+        pytest.skip(f"{path} is absent (../shared/data)")
+    return path
+
+
+def test_fake_summarizer_is_150_words_and_counts(cp: ModuleType) -> None:
+    from langchain_core.messages import HumanMessage
+
+    from langchain_autocontext.tokens import default_counter
+
+    counter = default_counter()
+    model = cp.CountingSummarizer(counter=counter)
+    reply = model.invoke([HumanMessage("summarize this please")])
+    model.invoke("and this")
+    assert len(reply.content.split()) == 150
+    assert model.calls == 2
+    expected = counter.count_messages([HumanMessage("summarize this please")])
+    expected += counter.count_messages([HumanMessage("and this")])
+    assert model.input_tokens == expected
+
+
+@pytest.mark.parametrize("system", ["none", "middleware", "ours", "ours-lean"])
+def test_compare_one_trajectory(cp: ModuleType, system: str) -> None:
+    rows = cp.run(_data(MINI), [system], [8_000], limit=1)
+    (row,) = rows
+    assert row.trajectories == 1 and row.calls > 50
+    assert row.count_mismatches == 0  # the exact count of what was sent agrees everywhere
+    if system == "none":
+        assert row.over_budget > 0 and row.largest > 8_000
+        assert row.recoverable_share == 1.0 and row.summarizer_calls == 0
+        assert row.cached_share > 0.9  # append-only: almost every token repeats the prefix
+    else:
+        assert row.largest <= 8_000 + 1_000  # managed: at or near the budget
+        assert row.summarizer_calls > 0 and row.summarizer_input > 0
+    if system.startswith("ours"):
+        assert row.over_budget == 0 and row.invalid == 0
+        assert 0 < row.cached < row.sent
+    if system == "ours":  # search_history/reload_offloaded reach every original
+        assert row.recoverable_share == 1.0
+    if system in ("middleware", "ours-lean"):  # summarized away, no tool to get it back
+        assert row.recoverable_share < 1.0
+
+
+def test_compare_langmem(cp: ModuleType) -> None:
+    pytest.importorskip(
+        "langmem", reason="LangMem is a benchmark-only peer: pip install -e '.[bench]'"
+    )
+    (row,) = cp.run(_data(MINI), ["langmem"], [8_000], limit=1)
+    assert row.over_budget == 0 and row.summarizer_calls > 0
+    # LangMem puts its running summary in a second system message
+    assert set(row.violation_kinds) <= {"system message not first"}
+
+
+def test_compare_main_writes_table_json_and_plot(cp: ModuleType, tmp_path: Path, capsys) -> None:
+    _data(MINI), _data(TAU)
+    pytest.importorskip("matplotlib")
+    code = cp.main(
+        ["--limit", "1", "--budgets", "8000", "--systems", "none,ours-lean", "--out", str(tmp_path)]
+    )
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "### mini-swe-agent-dev.jsonl" in out and "### tau-bench-airline.jsonl" in out
+    assert "| ours-lean | 8k |" in out
+    data = json.loads((tmp_path / "compare_peers.json").read_text())
+    assert {r["system"] for r in data["tau-bench-airline.jsonl"]} == {"none", "ours-lean"}
+    assert (tmp_path / "compare_peers.md").read_text().count("| none | 8k |") == 2
+    assert (tmp_path / "compare_peers.png").stat().st_size > 10_000
+
+
+def test_compare_rejects_unknown_system(cp: ModuleType) -> None:
+    with pytest.raises(SystemExit):
+        cp.main(["--systems", "nope"])
+
+
+def test_scaling_overhead_rows(scaling: ModuleType) -> None:
+    calm = scaling.overhead(100, compress=False, calls=3)
+    assert calm["compressing_calls"] == 0
+    assert calm["working_messages_after"] == 100 + 2 * 3  # nothing was touched
+    busy = scaling.overhead(150, compress=True, calls=3)
+    assert busy["first_call_compressed"]
+    assert busy["working_messages_after"] < 150
+    assert "| 150 |" in scaling.overhead_table([calm, busy])
+
+
+def test_scaling_history_has_realistic_sizes(scaling: ModuleType) -> None:
+    from langchain_autocontext.messages import find_violations, message_chars
+
+    msgs = scaling.history(200)
+    assert len(msgs) == 200 and not find_violations(msgs)
+    sizes = sorted(message_chars(m) for m in msgs if m.type == "tool")
+    assert sizes[len(sizes) // 2] > 300 and sizes[-1] > 4_000
+
+
+def test_scaling_checkpoints_stay_bounded_with_the_node(scaling: ModuleType) -> None:
+    managed = scaling.checkpoint_growth(8, [4, 8], managed=True, budget=4_000, window=2)
+    unmanaged = scaling.checkpoint_growth(8, [4, 8], managed=False, window=2)
+    for run in (managed, unmanaged):
+        assert set(run["marks"]) == {4, 8}
+        assert all(m["checkpoint_bytes_per_turn"] > 0 for m in run["marks"].values())
+    assert managed["marks"][8]["store_bytes_per_turn"] > 0  # originals go to the store
+    assert unmanaged["state_messages_at_end"] == 8 * 4  # user, call, result, answer per turn
+    assert managed["state_messages_at_end"] < unmanaged["state_messages_at_end"]
+    assert "| unmanaged | 8 |" in scaling.checkpoint_table([managed, unmanaged])
