@@ -154,6 +154,14 @@ class AutoContext:
         )
         if getattr(self.summarizer, "token_counter", None) is None:
             self.summarizer.token_counter = self.counter
+        if isinstance(store, OffloadStore) and store.prefix != self.config.store_prefix:
+            # An OffloadStore names its namespace: adopt it, unless the config names another.
+            if "store_prefix" in self.config.model_fields_set:
+                raise ValueError(
+                    f"store is OffloadStore(prefix={store.prefix!r}) but config.store_prefix is "
+                    f"{self.config.store_prefix!r}: set one of them, or make them equal"
+                )
+            self.config = self.config.model_copy(update={"store_prefix": store.prefix})
         self.store: OffloadStore | None = (
             OffloadStore.wrap(store, prefix=self.config.store_prefix) if store is not None else None
         )
