@@ -15,7 +15,9 @@ from langchain_autocontext.errors import (
     ProtectedMessageError,
     UnknownMessageError,
 )
+from langchain_autocontext.history import AutoContextChatMessageHistory, AutoContextRunnable
 from langchain_autocontext.metadata import render_view, strip_message_tags, strip_tags
+from langchain_autocontext.middleware import AutoContextMiddleware, AutoContextMiddlewareState
 from langchain_autocontext.store import HistoryEntry, OffloadRecord, OffloadStore
 from langchain_autocontext.summarizers import (
     ExtractiveSummarizer,
@@ -29,8 +31,12 @@ from langchain_autocontext.tokens import TokenCounter, resolve_counter
 
 __all__ = [
     "AutoContext",
+    "AutoContextChatMessageHistory",
     "AutoContextConfig",
     "AutoContextError",
+    "AutoContextMiddleware",
+    "AutoContextMiddlewareState",
+    "AutoContextRunnable",
     "AutoContextState",
     "CommandError",
     "CompressionResult",

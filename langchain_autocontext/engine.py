@@ -12,7 +12,7 @@ import warnings
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, Any, NotRequired
+from typing import TYPE_CHECKING, Annotated, Any, NotRequired
 
 from langchain_core.messages import AnyMessage, BaseMessage, RemoveMessage, SystemMessage
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
@@ -51,6 +51,9 @@ from langchain_autocontext.view import (
     instructions_text,
     view_reserve,
 )
+
+if TYPE_CHECKING:
+    from langchain_autocontext.middleware import AutoContextMiddleware
 
 __all__ = ["AutoContext", "AutoContextAgentState", "AutoContextState", "CompressionResult"]
 
@@ -744,6 +747,26 @@ class AutoContext:
             return view.update(await model.ainvoke(view.messages, config))
 
         return RunnableLambda(call, afunc=acall, name="autocontext_model")
+
+    # --- the create_agent and LCEL surfaces (langchain_autocontext.middleware / .history) ---
+    def middleware(self) -> AutoContextMiddleware:
+        """For ``langchain.agents.create_agent(model, tools, middleware=[ac.middleware()])``.
+
+        Compresses before each model call, renders the model's view without persisting
+        it, processes the reply, and registers :attr:`tools` with the agent.
+        """
+        from langchain_autocontext.middleware import AutoContextMiddleware
+
+        return AutoContextMiddleware(self)
+
+    def as_runnable(self) -> Runnable[Any, list[BaseMessage]]:
+        """A Runnable ``messages -> managed messages``: ``prompt | ac.as_runnable() | model``.
+
+        See :class:`~langchain_autocontext.history.AutoContextRunnable`.
+        """
+        from langchain_autocontext.history import AutoContextRunnable
+
+        return AutoContextRunnable(autocontext=self)
 
 
 def thread_id_of(config: RunnableConfig | None) -> str:

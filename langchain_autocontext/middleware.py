@@ -41,20 +41,22 @@ from langchain.agents.middleware.types import (
     ModelRequest,
     ModelResponse,
     PrivateStateAttr,
+    hook_config,
 )
-from langchain_core.messages import BaseMessage, RemoveMessage, SystemMessage
+from langchain_core.messages import AIMessage, BaseMessage, RemoveMessage, SystemMessage
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
+from langchain_autocontext.errors import ContextBudgetError
 from langchain_autocontext.history import surface_namespace
 from langchain_autocontext.messages import dump_message, load_message
-from langchain_autocontext.store import OffloadStore
 
 if TYPE_CHECKING:
     from langchain_autocontext.engine import AutoContext, CompressionResult
+    from langchain_autocontext.view import ModelCall
 
-__all__ = ["AutoContextAgentState", "AutoContextMiddleware", "merge_autocontext"]
+__all__ = ["AutoContextMiddleware", "AutoContextMiddlewareState"]
 
 #: Key of the model-request record in the thread's ``(prefix, thread, "surface")`` namespace.
 _REQUEST_KEY = "model_request"
@@ -63,19 +65,16 @@ _SYSTEM_STANDIN_ID = "autocontext-system-prompt"
 _MAX_THREADS = 4096
 
 
-def merge_autocontext(left: dict[str, Any] | None, right: dict[str, Any] | None) -> dict[str, Any]:
-    """Reducer of the ``autocontext`` state key: a shallow merge (``right`` wins).
+class AutoContextMiddlewareState(AgentState[Any]):
+    """The agent state plus the middleware's private ``autocontext`` key (plain JSON).
 
-    Updates from the model node and from tools of the same step merge instead of
-    colliding; a key is reset by writing ``None`` for it.
+    The key holds the model's self-management state (working context, memory-pressure
+    flag, pending command errors, autonomous steps); every writer replaces the whole
+    dict. It is private: not part of the agent's input or output schema, but kept in
+    checkpoints (``agent.get_state(config).values["autocontext"]``).
     """
-    return {**(left or {}), **(right or {})}
 
-
-class AutoContextAgentState(AgentState[Any]):
-    """The agent state with the middleware's private ``autocontext`` key (plain JSON)."""
-
-    autocontext: NotRequired[Annotated[dict[str, Any], PrivateStateAttr, merge_autocontext]]
+    autocontext: NotRequired[Annotated[dict[str, Any], PrivateStateAttr]]
 
 
 def _thread_id(runtime: Runtime[Any] | None) -> str:
@@ -136,18 +135,18 @@ class _RequestShape:
         return cls(system if isinstance(system, SystemMessage) else None, list(value["tools"]))
 
 
-class AutoContextMiddleware(AgentMiddleware[AutoContextAgentState, Any, Any]):
+class AutoContextMiddleware(AgentMiddleware[AutoContextMiddlewareState, Any, Any]):
     """Keeps a ``create_agent`` agent inside its context budget; see the module docstring.
 
     Build it with :meth:`AutoContext.middleware` (or ``AutoContextMiddleware(ac)``) and
-    put it in ``create_agent(..., middleware=[...])``. Place it *last* in the list so
-    its ``wrap_model_call`` sees the request after your other middleware changed it.
+    put it in ``create_agent(..., middleware=[...])``, *last* in the list, so its
+    ``wrap_model_call`` sees the request after your other middleware changed it.
 
     Args:
         autocontext: the :class:`~langchain_autocontext.AutoContext` doing the work.
     """
 
-    state_schema = AutoContextAgentState
+    state_schema = AutoContextMiddlewareState
 
     def __init__(self, autocontext: AutoContext) -> None:
         from langchain_autocontext.engine import AutoContext
@@ -159,9 +158,9 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextAgentState, Any, Any]):
             )
         super().__init__()
         self.autocontext = autocontext
-        self.tools = list(getattr(autocontext, "tools", None) or [])
+        self.tools = autocontext.tools
         self._lock = threading.Lock()
-        # thread id -> the request shape last seen/persisted for it (bounded)
+        # thread id -> the request shape last seen or loaded for it (bounded)
         self._shapes: OrderedDict[str, _RequestShape] = OrderedDict()
 
     @property
@@ -170,9 +169,6 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextAgentState, Any, Any]):
         return "AutoContextMiddleware"
 
     # --- what the budget counts besides the messages ---------------------------------------
-    def _namespace(self, store: OffloadStore, thread_id: str) -> tuple[str, ...]:
-        return surface_namespace(store, thread_id)
-
     def _remember(self, thread_id: str, shape: _RequestShape) -> bool:
         """Cache ``shape`` for the thread; True when it differs from what was known."""
         with self._lock:
@@ -187,54 +183,58 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextAgentState, Any, Any]):
         shape = _RequestShape.of(request)
         if self._remember(thread_id, shape):
             store = self.autocontext.resolve_store()
-            store.put(self._namespace(store, thread_id), _REQUEST_KEY, shape.to_json(), index=False)
+            ns = surface_namespace(store, thread_id)
+            store.put(ns, _REQUEST_KEY, shape.to_json(), index=False)
 
     async def _alearn(self, request: ModelRequest[Any], thread_id: str) -> None:
         shape = _RequestShape.of(request)
         if self._remember(thread_id, shape):
             store = self.autocontext.resolve_store()
-            await store.aput(
-                self._namespace(store, thread_id), _REQUEST_KEY, shape.to_json(), index=False
-            )
+            ns = surface_namespace(store, thread_id)
+            await store.aput(ns, _REQUEST_KEY, shape.to_json(), index=False)
 
     def _known(self, thread_id: str) -> _RequestShape | None:
         with self._lock:
             return self._shapes.get(thread_id)
 
+    def _loaded(self, thread_id: str, item: Any) -> _RequestShape | None:
+        if item is None:
+            return None
+        shape = _RequestShape.from_json(item.value)
+        with self._lock:
+            self._shapes.setdefault(thread_id, shape)
+        return shape
+
     def _shape(self, thread_id: str) -> _RequestShape | None:
         shape = self._known(thread_id)
         if shape is None:
             store = self.autocontext.resolve_store()
-            item = store.get(self._namespace(store, thread_id), _REQUEST_KEY)
-            if item is not None:
-                shape = _RequestShape.from_json(item.value)
-                self._remember(thread_id, shape)
+            shape = self._loaded(
+                thread_id, store.get(surface_namespace(store, thread_id), _REQUEST_KEY)
+            )
         return shape
 
     async def _ashape(self, thread_id: str) -> _RequestShape | None:
         shape = self._known(thread_id)
         if shape is None:
             store = self.autocontext.resolve_store()
-            item = await store.aget(self._namespace(store, thread_id), _REQUEST_KEY)
-            if item is not None:
-                shape = _RequestShape.from_json(item.value)
-                self._remember(thread_id, shape)
+            item = await store.aget(surface_namespace(store, thread_id), _REQUEST_KEY)
+            shape = self._loaded(thread_id, item)
         return shape
 
     def _inputs(
         self, messages: Sequence[BaseMessage], shape: _RequestShape | None
     ) -> tuple[list[BaseMessage], list[Any] | None]:
-        """The messages and tools to compress with: a stand-in system message first."""
+        """The messages and tools to compress with: the request's system message first."""
         msgs = list(messages)
-        ac = self.autocontext
         has_system = bool(msgs) and isinstance(msgs[0], SystemMessage)
-        if shape is not None and shape.system is not None and not (has_system or ac.system_prompt):
-            msgs = [shape.system.model_copy(update={"id": _SYSTEM_STANDIN_ID}), *msgs]
-        tools = shape.tools if shape is not None else None
-        return msgs, tools
+        known = shape.system if shape is not None else None
+        if known is not None and not (has_system or self.autocontext.system_prompt):
+            msgs = [_standin(known), *msgs]
+        return msgs, (shape.tools if shape is not None else None)
 
     @staticmethod
-    def _outputs(result: CompressionResult) -> dict[str, Any] | None:
+    def _compressed(result: CompressionResult) -> dict[str, Any] | None:
         if not result.changed:
             return None
         kept = [m for m in result.messages if m.id != _SYSTEM_STANDIN_ID]
@@ -242,100 +242,144 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextAgentState, Any, Any]):
 
     # --- before_model: compression ------------------------------------------------------------
     def before_model(
-        self, state: AutoContextAgentState, runtime: Runtime[Any]
+        self, state: AutoContextMiddlewareState, runtime: Runtime[Any]
     ) -> dict[str, Any] | None:
         """Archive new originals and compress; replace ``messages`` when they changed."""
         thread_id = _thread_id(runtime)
         msgs, tools = self._inputs(state["messages"], self._shape(thread_id))
-        result = self.autocontext.compress(msgs, thread_id=thread_id, tools=tools)
-        return self._outputs(result)
+        result = self.autocontext.compress(
+            msgs, thread_id=thread_id, tools=tools, state=state.get("autocontext")
+        )
+        return self._compressed(result)
 
     async def abefore_model(
-        self, state: AutoContextAgentState, runtime: Runtime[Any]
+        self, state: AutoContextMiddlewareState, runtime: Runtime[Any]
     ) -> dict[str, Any] | None:
         """Async twin of :meth:`before_model`."""
         thread_id = _thread_id(runtime)
         msgs, tools = self._inputs(state["messages"], await self._ashape(thread_id))
-        result = await self.autocontext.acompress(msgs, thread_id=thread_id, tools=tools)
-        return self._outputs(result)
+        result = await self.autocontext.acompress(
+            msgs, thread_id=thread_id, tools=tools, state=state.get("autocontext")
+        )
+        return self._compressed(result)
 
     # --- wrap_model_call: the model's input view ---------------------------------------------
-    def _view_request(
-        self, request: ModelRequest[Any], view: list[BaseMessage]
-    ) -> ModelRequest[Any]:
-        if view and isinstance(view[0], SystemMessage):
-            return request.override(system_message=view[0], messages=list(view[1:]))
-        return request.override(system_message=None, messages=list(view))
-
-    def _full(self, request: ModelRequest[Any]) -> list[BaseMessage]:
+    @staticmethod
+    def _request_messages(request: ModelRequest[Any]) -> tuple[list[BaseMessage], Any]:
+        """The request's messages with its system message first (as a stand-in)."""
         system = request.system_message
-        return [system, *request.messages] if system is not None else list(request.messages)
+        if system is None:
+            return list(request.messages), None
+        return [_standin(system), *request.messages], system
+
+    def _view_request(
+        self, request: ModelRequest[Any], call: ModelCall, system: SystemMessage | None
+    ) -> ModelRequest[Any]:
+        view = list(call.messages)
+        if view and isinstance(view[0], SystemMessage):
+            first = view[0]
+            if first.id == _SYSTEM_STANDIN_ID and system is not None:
+                first = first.model_copy(update={"id": system.id})
+            return request.override(system_message=first, messages=view[1:])
+        return request.override(system_message=None, messages=view)
 
     @staticmethod
-    def _standin(
-        messages: list[BaseMessage],
-    ) -> tuple[list[BaseMessage], SystemMessage | None]:
-        if messages and isinstance(messages[0], SystemMessage) and messages[0].id is None:
-            system = messages[0]
-            return [system.model_copy(update={"id": _SYSTEM_STANDIN_ID}), *messages[1:]], system
-        return messages, None
-
-    @staticmethod
-    def _restore(messages: list[BaseMessage], system: SystemMessage | None) -> list[BaseMessage]:
-        if system is not None and messages and messages[0].id == _SYSTEM_STANDIN_ID:
-            return [system, *messages[1:]]
-        return messages
-
-    def _over_budget(self, messages: Sequence[BaseMessage], tools: Sequence[Any]) -> bool:
-        ac = self.autocontext
-        count = ac.counter.count(messages, tools, tags=ac.config.metadata_tags)
-        return count > ac.config.max_tokens
-
     def _finish(
-        self, response: ModelResponse | Any, update: dict[str, Any] | None
-    ) -> ModelResponse | ExtendedModelResponse | Any:
-        if not update:
+        response: ModelResponse | AIMessage, call: ModelCall
+    ) -> ModelResponse | AIMessage | ExtendedModelResponse:
+        if not call.state_update:
             return response
-        if not isinstance(response, ModelResponse):
+        if isinstance(response, AIMessage):
             response = ModelResponse(result=[response])
         return ExtendedModelResponse(
-            model_response=response, command=Command(update={"autocontext": update})
+            model_response=response, command=Command(update={"autocontext": call.state_update})
         )
+
+    def _prepare(
+        self, request: ModelRequest[Any], thread_id: str
+    ) -> tuple[ModelCall | None, list[BaseMessage], SystemMessage | None]:
+        msgs, system = self._request_messages(request)
+        ac_state = request.state.get("autocontext")
+        try:
+            call = self.autocontext.prepare_model_call(
+                msgs, state=ac_state, tools=request.tools, thread_id=thread_id
+            )
+        except ContextBudgetError:
+            # before_model ran without this request's system prompt/tools (the first call
+            # of a process, or another middleware changed them): fit this call's view;
+            # the state follows at the next before_model, which knows them now.
+            return None, msgs, system
+        return call, msgs, system
 
     def wrap_model_call(
         self,
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], ModelResponse],
-    ) -> ModelResponse | ExtendedModelResponse:
+    ) -> ModelResponse | AIMessage | ExtendedModelResponse:
         """Send the model its input view (tags, working context, notices), not the state."""
         thread_id = _thread_id(request.runtime)
         self._learn(request, thread_id)
-        full = self._full(request)
-        if self._over_budget(full, request.tools):
-            # before_model ran without knowing this request's system prompt/tools (the
-            # first call of a process): fit this call's view; the state follows next call
-            msgs, system = self._standin(full)
-            result = self.autocontext.compress(
-                msgs, thread_id=thread_id, tools=request.tools, force=True
+        call, msgs, system = self._prepare(request, thread_id)
+        if call is None:
+            ac_state = request.state.get("autocontext")
+            fitted = self.autocontext.compress(
+                msgs, thread_id=thread_id, tools=request.tools, force=True, state=ac_state
             )
-            full = self._restore(result.messages, system)
-        view, update = full, None
-        return self._finish(handler(self._view_request(request, view)), update)
+            call = self.autocontext.prepare_model_call(
+                fitted.messages, state=ac_state, tools=request.tools, thread_id=thread_id
+            )
+        return self._finish(handler(self._view_request(request, call, system)), call)
 
     async def awrap_model_call(
         self,
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse]],
-    ) -> ModelResponse | ExtendedModelResponse:
+    ) -> ModelResponse | AIMessage | ExtendedModelResponse:
         """Async twin of :meth:`wrap_model_call`."""
         thread_id = _thread_id(request.runtime)
         await self._alearn(request, thread_id)
-        full = self._full(request)
-        if self._over_budget(full, request.tools):
-            msgs, system = self._standin(full)
-            result = await self.autocontext.acompress(
-                msgs, thread_id=thread_id, tools=request.tools, force=True
+        call, msgs, system = self._prepare(request, thread_id)
+        if call is None:
+            ac_state = request.state.get("autocontext")
+            fitted = await self.autocontext.acompress(
+                msgs, thread_id=thread_id, tools=request.tools, force=True, state=ac_state
             )
-            full = self._restore(result.messages, system)
-        view, update = full, None
-        return self._finish(await handler(self._view_request(request, view)), update)
+            call = self.autocontext.prepare_model_call(
+                fitted.messages, state=ac_state, tools=request.tools, thread_id=thread_id
+            )
+        return self._finish(await handler(self._view_request(request, call, system)), call)
+
+    # --- after_model: the model's reply ------------------------------------------------------
+    @staticmethod
+    def _after(update: dict[str, Any]) -> dict[str, Any] | None:
+        if not update:
+            return None
+        if (update.get("autocontext") or {}).get("autonomous_pending"):
+            # a <user> command supplied the next user message: call the model again
+            return {**update, "jump_to": "model"}
+        return update
+
+    @hook_config(can_jump_to=["model"])
+    def after_model(
+        self, state: AutoContextMiddlewareState, runtime: Runtime[Any]
+    ) -> dict[str, Any] | None:
+        """Strip tags the model copied into its reply; apply its XML commands when enabled."""
+        update = self.autocontext.after_model_call(
+            state["messages"], state=state.get("autocontext"), thread_id=_thread_id(runtime)
+        )
+        return self._after(update)
+
+    @hook_config(can_jump_to=["model"])
+    async def aafter_model(
+        self, state: AutoContextMiddlewareState, runtime: Runtime[Any]
+    ) -> dict[str, Any] | None:
+        """Async twin of :meth:`after_model`."""
+        update = await self.autocontext.aafter_model_call(
+            state["messages"], state=state.get("autocontext"), thread_id=_thread_id(runtime)
+        )
+        return self._after(update)
+
+
+def _standin(system: SystemMessage) -> SystemMessage:
+    """The system message under the stand-in id: never archived, never persisted."""
+    return system.model_copy(update={"id": _SYSTEM_STANDIN_ID})

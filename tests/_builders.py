@@ -162,9 +162,8 @@ class RoundScriptModel(BaseChatModel):
     """A user's rounds of work: per round ``steps`` calls of ``sh``, then an answer.
 
     The script depends only on how many calls the thread has made (never on what the
-    model is shown), so every surface runs the same trajectory. Every ``big_every``-th
-    call asks for a large output (``big_lines`` lines), the others for
-    ``small_lines``. Records each input (``seen``) and the tools bound to it
+    model is shown), so every surface runs the same trajectory; output sizes follow
+    :meth:`lines_for`. Records each input (``seen``) and the tools bound to it
     (``bound``); streams its answers word by word with tool-call chunks.
     """
 
@@ -172,6 +171,8 @@ class RoundScriptModel(BaseChatModel):
     big_every: int = 7
     big_lines: int = 120
     small_lines: int = 12
+    mid_lines: int = 34
+    varied: bool = False
     seen: list = Field(default_factory=list)
     bound: list = Field(default_factory=list)
     calls: dict = Field(default_factory=dict)
@@ -188,6 +189,23 @@ class RoundScriptModel(BaseChatModel):
     def total_calls(self) -> int:
         return sum(self.calls.values())
 
+    def lines_for(self, n: int, r: int, p: int) -> int:
+        """Output size of call ``n`` (round ``r``, step ``p``).
+
+        Uniform: every ``big_every``-th call is large. Varied: three kinds of rounds
+        take turns — many tiny outputs (long tool runs), large outputs early in the
+        round (they age out of the last messages before the next one lands), and
+        mid-size outputs with a large one every ``big_every`` calls.
+        """
+        if not self.varied:
+            return self.big_lines if n % self.big_every == 0 else self.small_lines
+        kind = r % 3
+        if kind == 0:
+            return self.big_lines if p == 0 else 2
+        if kind == 1:
+            return self.mid_lines if p in (0, 4, 12) else 2
+        return self.big_lines if n % self.big_every == 0 else self.small_lines
+
     def _next(self, messages) -> AIMessage:
         thread = _script_thread()
         self.seen.append(list(messages))
@@ -196,7 +214,7 @@ class RoundScriptModel(BaseChatModel):
         r, p = divmod(n, self.steps + 1)
         if p == self.steps:
             return AIMessage(content=f"round {r} finished after {self.steps} steps")
-        lines = self.big_lines if n % self.big_every == 0 else self.small_lines
+        lines = self.lines_for(n, r, p)
         return AIMessage(
             content=f"round {r} step {p} running",
             tool_calls=[
@@ -335,6 +353,8 @@ class SurfaceRun:
         inp: dict[str, Any] = {"messages": [user_turn(r)]}
         if self.kind == "node":
             inp["task_label"] = f"T-{r}"
+            if r == 0:
+                inp["messages"].insert(0, SystemMessage(SURFACE_SYSTEM))
         return inp
 
     def round(self, r: int, mode: str = "invoke") -> str:
@@ -426,8 +446,7 @@ def build_surface(
     from langgraph.store.memory import InMemoryStore
 
     from langchain_autocontext import AutoContext, AutoContextConfig
-    from langchain_autocontext.history import AutoContextChatMessageHistory, AutoContextRunnable
-    from langchain_autocontext.middleware import AutoContextMiddleware
+    from langchain_autocontext.history import AutoContextChatMessageHistory
 
     store = InMemoryStore() if store is None else store
     cfg = config or AutoContextConfig(**SURFACE_CONFIG_KW)
@@ -447,26 +466,30 @@ def build_surface(
             model,
             [sh],
             system_prompt=SURFACE_SYSTEM,
-            middleware=[AutoContextMiddleware(ac)],
+            middleware=[ac.middleware()],
             checkpointer=checkpointer,
             store=store,
         )
     elif kind == "react":
         from langgraph.prebuilt import create_react_agent
 
+        from langchain_autocontext.engine import AutoContextAgentState
+
         ac = make_ac(system_prompt=SURFACE_SYSTEM, tools=[sh])
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # create_react_agent is deprecated in LangGraph 1.x
             runner = create_react_agent(
                 model,
-                [sh],
+                [sh, *ac.tools],
                 prompt=SURFACE_SYSTEM,
                 pre_model_hook=ac.pre_model_hook,
+                post_model_hook=ac.post_model_hook,
+                state_schema=AutoContextAgentState,
                 checkpointer=checkpointer,
                 store=store,
             )
     elif kind == "node":
-        ac = make_ac(system_prompt=SURFACE_SYSTEM, tools=[sh])
+        ac = make_ac(tools=[sh])  # the system message is in the state (first turn)
         runner = surface_state_graph(ac, model).compile(checkpointer=checkpointer, store=store)
     elif kind == "history":
         from langchain_core.runnables.history import RunnableWithMessageHistory
@@ -490,7 +513,7 @@ def build_surface(
     elif kind == "lcel":
         ac = make_ac(store=store, tools=[sh])
         prompt = ChatPromptTemplate([("system", SURFACE_SYSTEM), MessagesPlaceholder("messages")])
-        runner = prompt | AutoContextRunnable(autocontext=ac) | model.bind_tools([sh])
+        runner = prompt | ac.as_runnable() | model.bind_tools([sh])
     else:
         raise ValueError(f"unknown surface {kind!r}")
     return SurfaceRun(kind, ac, model, store, thread, runner, checkpointer)
@@ -498,7 +521,6 @@ def build_surface(
 
 def surface_state_graph(ac: Any, model: RoundScriptModel) -> Any:
     """A StateGraph whose state has keys of its own; ``ac.node()`` runs before the model."""
-    from langchain_core.runnables import RunnableConfig
     from langgraph.graph import START, StateGraph
     from langgraph.prebuilt import ToolNode, tools_condition
 
@@ -506,28 +528,23 @@ def surface_state_graph(ac: Any, model: RoundScriptModel) -> Any:
 
     class ParentState(AutoContextState):
         task_label: str
-        model_calls: Annotated[int, operator.add]
+        turns: Annotated[list[str], operator.add]
 
-    bound = model.bind_tools([sh])
+    def intake(state: ParentState) -> dict[str, Any]:
+        return {"turns": [state["task_label"]]}
 
-    def call_model(state: ParentState, config: RunnableConfig) -> dict[str, Any]:
-        assert state["task_label"].startswith("T-")
-        view = [SystemMessage(SURFACE_SYSTEM), *state["messages"]]
-        return {"messages": [bound.invoke(view, config)], "model_calls": 1}
-
-    async def acall_model(state: ParentState, config: RunnableConfig) -> dict[str, Any]:
-        view = [SystemMessage(SURFACE_SYSTEM), *state["messages"]]
-        return {"messages": [await bound.ainvoke(view, config)], "model_calls": 1}
-
-    from langchain_core.runnables import RunnableLambda
-
+    tools = [sh, *ac.tools]
     g = StateGraph(ParentState)
+    g.add_node("intake", intake)
     g.add_node("autocontext", ac.node())
-    g.add_node("model", RunnableLambda(call_model, afunc=acall_model, name="model"))
-    g.add_node("tools", ToolNode([sh]))
-    g.add_edge(START, "autocontext")
+    g.add_node("model", ac.model_node(model.bind_tools(tools)))
+    g.add_node("commands", ac.command_node())
+    g.add_node("tools", ToolNode(tools))
+    g.add_edge(START, "intake")
+    g.add_edge("intake", "autocontext")
     g.add_edge("autocontext", "model")
-    g.add_conditional_edges("model", tools_condition)
+    g.add_edge("model", "commands")
+    g.add_conditional_edges("commands", tools_condition)
     g.add_edge("tools", "autocontext")
     return g
 
@@ -572,3 +589,97 @@ def strategies_fired(store: Any, thread: str) -> set[str]:
     from langchain_autocontext.store import OffloadStore
 
     return {e["strategy"] for e in OffloadStore.wrap(store).list_events(thread)}
+
+
+# --- a model driven by a function of what it sees (self-management tests) -----------------
+class FunctionModel(BaseChatModel):
+    """Answers ``respond(messages, n)`` for its ``n``-th call; records every input it saw.
+
+    The function sees the model's input view (tags, short ids, notices), so a script
+    can address messages by the ids the model is shown, as a real model would.
+    """
+
+    respond: Any
+    seen: list = Field(default_factory=list)
+
+    @property
+    def _llm_type(self) -> str:
+        return "function"
+
+    def bind_tools(self, tools, **kwargs):
+        return self
+
+    def _generate(
+        self, messages, stop=None, run_manager: CallbackManagerForLLMRun | None = None, **kw
+    ):
+        self.seen.append(list(messages))
+        msg = self.respond(list(messages), len(self.seen) - 1)
+        return ChatResult(generations=[ChatGeneration(message=msg)])
+
+
+def call(name: str, args: dict[str, Any], call_id: str | None = None) -> dict[str, Any]:
+    """A tool call dict for an AIMessage."""
+    return {"name": name, "args": args, "id": call_id or uid("call"), "type": "tool_call"}
+
+
+def view_ids(messages: Sequence[BaseMessage]) -> list[tuple[str, BaseMessage]]:
+    """``(id shown in the metadata tag, message)`` for every tagged message of a view."""
+    import re
+
+    out = []
+    for m in messages:
+        text = m.content if isinstance(m.content, str) else str(m.content)
+        found = re.match(r'(?:\[\{.*?)?<metadata id="([^"]*)"', text)
+        if found:
+            out.append((found.group(1), m))
+    return out
+
+
+@tool
+def fetch(name: str, size: int = 40) -> str:
+    """Return a document of ``size`` lines (a stand-in for a tool with a long output)."""
+    return "\n".join(f"{name} line {i}: value-{name}-{i * 7919 % 1000:03d}" for i in range(size))
+
+
+def self_managed_agent(ac: Any, model: Any, store: Any, *, tools: Sequence[Any] = ()) -> Any:
+    """create_react_agent with the package's hooks, tools and state schema."""
+    import warnings
+
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from langchain_autocontext.engine import AutoContextAgentState
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from langgraph.prebuilt import create_react_agent
+
+        return create_react_agent(
+            model,
+            [*tools, *ac.tools],
+            pre_model_hook=ac.pre_model_hook,
+            post_model_hook=ac.post_model_hook,
+            state_schema=AutoContextAgentState,
+            checkpointer=InMemorySaver(),
+            store=store,
+        )
+
+
+def self_managed_graph(ac: Any, model: Any, store: Any, *, tools: Sequence[Any] = ()) -> Any:
+    """A hand-written StateGraph: autocontext node -> model -> commands -> tools -> back."""
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.graph import START, StateGraph
+    from langgraph.prebuilt import ToolNode, tools_condition
+
+    from langchain_autocontext.engine import AutoContextState
+
+    g = StateGraph(AutoContextState)
+    g.add_node("autocontext", ac.node())
+    g.add_node("model", ac.model_node(model))
+    g.add_node("commands", ac.command_node())
+    g.add_node("tools", ToolNode([*tools, *ac.tools]))
+    g.add_edge(START, "autocontext")
+    g.add_edge("autocontext", "model")
+    g.add_edge("model", "commands")
+    g.add_conditional_edges("commands", tools_condition)
+    g.add_edge("tools", "autocontext")
+    return g.compile(store=store, checkpointer=InMemorySaver())
