@@ -24,7 +24,7 @@
    ``SqliteStore`` on files; one turn = one user request, a tool call with a
    ~3k-character result and a final answer. Bytes are the checkpoint and write
    blobs added by the turn (and the store's values), averaged over the 10 turns
-   ending at turn 10 and at turn 1,000. An unmanaged graph (no ``ac.node()``) is
+   ending at turns 10, 100 and 1,000. An unmanaged graph (no ``ac.node()``) is
    measured alongside for contrast, over ``--baseline-turns`` turns.
 
 The summarizer is the benchmarks' fake 150-word chat model. Prints markdown tables
@@ -62,7 +62,7 @@ from langchain_autocontext.tokens import default_counter
 
 OUT = Path(__file__).resolve().parent / "results"
 SIZES = (100, 150, 1_000, 10_000)
-TURNS = (10, 1_000)
+TURNS = (10, 100, 1_000)
 SYSTEM_PROMPT = (
     "You are a careful software engineer working in a repository checked out at /testbed. "
     "Use the bash tool to inspect files, run tests and edit code. Think step by step, keep "
@@ -152,7 +152,7 @@ def overhead(n_messages: int, *, compress: bool, calls: int) -> dict[str, Any]:
     if compress:
         ac = _engine(32_000, 100)
     else:  # every threshold above the history, even after the loop's additions
-        ac = _engine(max(100_000, 4 * tokens), 2 * n_messages + 4 * calls + 10)
+        ac = _engine(4 * (tokens + 4_000 * calls), 2 * n_messages + 4 * calls + 10)
     state: dict[str, Any] = {}
     working, first, first_triggered = _call(ac, msgs, state)
     rng = random.Random(n_messages)
