@@ -33,10 +33,13 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage, ToolMessage
 
-from langchain_autocontext.messages import marker
+from langchain_autocontext.messages import marker, text_of
 from langchain_autocontext.store import HistoryEntry, OffloadStore, _search_text
 
 __all__ = ["BM25Index", "SearchHit", "asearch_history", "format_hits", "search_history", "tokenize"]
+
+#: The name of the search tool (its own traffic is left out of the results).
+SEARCH_TOOL = "search_history"
 
 _TOKEN_RE = re.compile(r"[0-9a-z_]+(?:[-./:@=+][0-9a-z_]+)*")
 _PART_RE = re.compile(r"[0-9a-z]+")
@@ -140,6 +143,7 @@ class _ThreadIndex:
     bm25: BM25Index
     texts: dict[str, str]
     meta: dict[str, tuple[int, str, str | None]]  # id -> (seq, role, tool name)
+    noise: set[str] = field(default_factory=set)  # the search tool's own calls and results
     next_seq: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -190,7 +194,24 @@ def _add_locked(index: _ThreadIndex, entries: Iterable[HistoryEntry]) -> None:
         index.texts[e.id] = text
         name = e.message.name if isinstance(e.message, ToolMessage) else None
         index.meta[e.id] = (e.seq, _role(e.message), name)
+        if _is_search_traffic(e.message):
+            index.noise.add(e.id)
         index.next_seq = max(index.next_seq, e.seq + 1)
+
+
+def _is_search_traffic(message: BaseMessage) -> bool:
+    """A search_history result, or a message that only calls search_history.
+
+    Both repeat the query (or snippets of its hits) and would rank first for it.
+    """
+    if isinstance(message, ToolMessage):
+        return message.name == SEARCH_TOOL
+    calls = getattr(message, "tool_calls", None) or []
+    return (
+        bool(calls)
+        and all(c.get("name") == SEARCH_TOOL for c in calls)
+        and not text_of(message).strip()
+    )
 
 
 @dataclass(frozen=True)
@@ -224,10 +245,16 @@ def snippet(text: str, query: str, width: int = 320) -> str:
 
 
 def _rank(
-    index: _ThreadIndex, query: str, limit: int, semantic: Sequence[str]
+    index: _ThreadIndex,
+    query: str,
+    limit: int,
+    semantic: Sequence[str],
+    exclude: frozenset[str] = frozenset(),
 ) -> list[tuple[str, float]]:
-    pool = max(limit * 4, 20)
-    lexical = index.bm25.search(query, pool)
+    pool = max(limit * 4, 20) + len(index.noise)
+    skip = index.noise | exclude
+    lexical = [kv for kv in index.bm25.search(query, pool + len(exclude)) if kv[0] not in skip]
+    semantic = [k for k in semantic if k not in skip]
     q = " ".join(query.lower().split())
     exact = {key for key, _ in lexical if q and q in " ".join(index.texts[key].lower().split())}
     if semantic:
@@ -290,11 +317,14 @@ def search_history(
     limit: int = 5,
     *,
     working: Sequence[BaseMessage] | None = None,
+    exclude: Iterable[str] = (),
 ) -> list[SearchHit]:
     """The ``limit`` best history messages of ``thread_id`` for ``query``, best first.
 
     ``working`` (the current working messages) marks which hits are still in the
-    context. Raises ``ValueError`` for an empty query or a limit below 1.
+    context; ``exclude`` drops message ids (e.g. the message asking). The search
+    tool's own calls and results are never returned. Raises ``ValueError`` for an
+    empty query or a limit below 1.
     """
     query, limit = _check(query, limit)
     index = _CACHE.get(store, thread_id)
@@ -307,7 +337,8 @@ def search_history(
     if store.index_config:
         items = store.search(store.namespace(thread_id, "history"), query=query, limit=limit * 4)
         semantic = [it.key for it in items]
-    return _hits(index, _rank(index, query, limit, semantic), query, working)
+    ranked = _rank(index, query, limit, semantic, frozenset(exclude))
+    return _hits(index, ranked, query, working)
 
 
 async def asearch_history(
@@ -317,6 +348,7 @@ async def asearch_history(
     limit: int = 5,
     *,
     working: Sequence[BaseMessage] | None = None,
+    exclude: Iterable[str] = (),
 ) -> list[SearchHit]:
     """Async twin of :func:`search_history`."""
     query, limit = _check(query, limit)
@@ -335,7 +367,8 @@ async def asearch_history(
             store.namespace(thread_id, "history"), query=query, limit=limit * 4
         )
         semantic = [it.key for it in items]
-    return _hits(index, _rank(index, query, limit, semantic), query, working)
+    ranked = _rank(index, query, limit, semantic, frozenset(exclude))
+    return _hits(index, ranked, query, working)
 
 
 def format_hits(query: str, hits: Sequence[SearchHit], total: int) -> str:

@@ -278,6 +278,11 @@ class _Call:
     def error(self, text: str) -> Command:
         return self.reply(text, error=True)
 
+    @property
+    def trigger_tokens(self) -> int:
+        """Tokens above which the next model call compresses (the view's reserve taken off)."""
+        return self.engine._budget(self.messages, self.ac).trigger_tokens
+
     def used_tokens(self, messages: Sequence[BaseMessage] | None = None) -> int:
         """Tokens of the view of ``messages`` (default: the working messages)."""
         engine = self.engine
@@ -375,6 +380,12 @@ def _edit_tool(engine: AutoContext, name: str) -> StructuredTool:
 
 
 # --- reload_offloaded ----------------------------------------------------------------------------
+_TRUNCATION_NOTE = (
+    "\n[truncated to fit your context budget: characters 1,000,000-1,000,000 of 1,000,000 "
+    'shown; call reload_offloaded(offload_id="{ref}", offset=1000000) to read on]'
+)
+
+
 def _render_message(m: BaseMessage, n: int, total: int) -> str:
     role = {"human": "user", "ai": "assistant"}.get(m.type, m.type)
     head = f"--- message {n}/{total}: {role} id={m.id}"
@@ -522,11 +533,18 @@ def _reload_tool(engine: AutoContext) -> StructuredTool:
                 if problems or not same_user or not first_ok:
                     why = "putting them back would leave an invalid sequence of messages"
                     new = None
+            if new is not None and len(new) + 1 > cfg.msg_threshold:
+                why = (
+                    f"your context would hold {len(new) + 1} messages, over the "
+                    f"{cfg.msg_threshold} that trigger compression; delete messages first, or "
+                    "read it here"
+                )
+                new = None
             if new is not None:
                 need = call.used_tokens(new)
-                if need > cfg.trigger_tokens:
+                if need > call.trigger_tokens:
                     why = (
-                        f"your context would count {need:,} tokens, over the {cfg.trigger_tokens:,} "
+                        f"your context would count {need:,} tokens, over the {call.trigger_tokens:,} "
                         "that trigger compression; delete or shorten messages first, or read it "
                         "here"
                     )
@@ -559,7 +577,18 @@ def _reload_tool(engine: AutoContext) -> StructuredTool:
                 )
                 return call.reply(text, updates=updates), event
             note = f"\n[not restored: {why}]"
-        budget = max(256, cfg.trigger_tokens - call.used_tokens() - 64)
+        # What fits before the next model call would compress: a larger result would be
+        # offloaded again before the model reads it. The note, the tool message's own
+        # overhead and its metadata tag are kept free too.
+        used = call.used_tokens()
+        overhead = engine.counter.count_text(_TRUNCATION_NOTE.format(ref=ref) + note) + 48
+        budget = call.trigger_tokens - used - overhead
+        if budget < 32:
+            return call.error(
+                f"Your context is too full to show it: {used:,} tokens, and compression starts "
+                f"at {call.trigger_tokens:,}. Make room first (delete_message, or shorten "
+                "messages with update_message), or find the part you need with search_history."
+            ), None
         part, next_offset = _cut(engine, full, offset, budget)
         if next_offset is not None:
             note = (
@@ -658,7 +687,14 @@ def _search_tool(engine: AutoContext) -> StructuredTool:
         if bad:
             return call.error(bad)
         engine.archive(call.messages, thread_id=call.thread_id, store=call.store)
-        hits = search_history(call.store, call.thread_id, query, limit, working=call.messages)
+        hits = search_history(
+            call.store,
+            call.thread_id,
+            query,
+            limit,
+            working=call.messages,
+            exclude=[call.issuing_id] if call.issuing_id else [],
+        )
         total = call.store.history_count(call.thread_id)
         return call.reply(format_hits(query.strip(), hits, total))
 
@@ -669,7 +705,12 @@ def _search_tool(engine: AutoContext) -> StructuredTool:
             return call.error(bad)
         await engine.aarchive(call.messages, thread_id=call.thread_id, store=call.store)
         hits = await asearch_history(
-            call.store, call.thread_id, query, limit, working=call.messages
+            call.store,
+            call.thread_id,
+            query,
+            limit,
+            working=call.messages,
+            exclude=[call.issuing_id] if call.issuing_id else [],
         )
         total = await call.store.ahistory_count(call.thread_id)
         return call.reply(format_hits(query.strip(), hits, total))

@@ -14,9 +14,9 @@ stored. Before each call :func:`build_view` assembles the *input view*:
 3. one-turn notices at the end: the memory-pressure warning (once per crossing
    of ``warning_ratio``) and errors of the XML commands of the previous turn;
 4. metadata tags on every non-system message
-   (:func:`langchain_autocontext.metadata.render_view`), with *short ids*: a uuid
-   id is shown by its shortest unique prefix of at least 8 characters (about 20
-   tokens less per message). Tools and commands accept a full id or any prefix
+   (:func:`langchain_autocontext.metadata.render_view`), with *short ids*: a
+   uuid4 id is shown by its shortest unique prefix of at least 8 characters
+   (about 20 tokens less per message). Tools and commands accept a full id or any prefix
    that matches exactly one working message, and say so when a prefix is
    ambiguous, so a short id is never resolved to the wrong message.
 
@@ -78,6 +78,9 @@ _UUID_RE = re.compile(
     r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
 )
 _MIN_SHORT = 8
+_UUID4_RE = re.compile(
+    r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$", re.IGNORECASE
+)
 _NOTICE_KIND = "view_notice"
 _INSTRUCTIONS_KIND = "view_instructions"
 
@@ -224,28 +227,35 @@ def augment_system(system: SystemMessage, text: str) -> SystemMessage:
 
 # --- short ids --------------------------------------------------------------------------
 def short_id_map(ids: Sequence[str | None]) -> dict[str, str]:
-    """Shortest unique prefixes (>= 8 characters) of the uuid-shaped ids.
+    """Shortest unique prefixes (at least 8 characters) of the uuid4 ids.
 
-    A prefix is used only when no other id starts with it and it is not itself
-    another message's full id, so resolving it (exact id first, then unique
-    prefix) always finds the same message. Ids that are not uuids are shown whole.
+    Only random ids are shortened: a uuid4 (what LangGraph gives messages) is random
+    from its first character, so a prefix that is unique now stays unique with
+    overwhelming probability as messages are added. Time-ordered ids (uuid7,
+    LangChain's ``lc_run--…`` run ids) share long prefixes with the next message
+    and are shown whole. A prefix is used only when no other id starts with it and
+    it is not itself another message's full id, so resolving it (exact id first,
+    then unique prefix) finds the same message; a later collision is reported as
+    ambiguous, never resolved to another message.
     """
-    all_ids = [i for i in ids if i]
+    all_ids = sorted({i for i in ids if i})
     id_set = set(all_ids)
     out: dict[str, str] = {}
-    for mid in all_ids:
-        if not _UUID_RE.match(mid):
+    for k, mid in enumerate(all_ids):
+        if not _UUID4_RE.match(mid):
             continue
-        for n in range(_MIN_SHORT, len(mid)):
-            prefix = mid[:n]
-            if prefix[-1] == "-":
-                continue
-            if prefix in id_set:
-                continue
-            if any(o != mid and o.startswith(prefix) for o in all_ids):
-                continue
-            out[mid] = prefix
-            break
+        # in sorted order the ids sharing the longest prefix with mid are its neighbours
+        shared = 0
+        for other in (all_ids[k - 1] if k else "", all_ids[k + 1] if k + 1 < len(all_ids) else ""):
+            n = 0
+            while n < min(len(mid), len(other)) and mid[n] == other[n]:
+                n += 1
+            shared = max(shared, n)
+        n = max(_MIN_SHORT, shared + 1)
+        while n < len(mid) and (mid[n - 1] == "-" or mid[:n] in id_set):
+            n += 1
+        if n <= len(mid) - 4:
+            out[mid] = mid[:n]
     return out
 
 

@@ -310,7 +310,11 @@ def script_model(steps: int = 20) -> RoundScriptModel:
 
 
 def user_turn(r: int) -> HumanMessage:
-    return HumanMessage(f"Task {r}: make module_{r} pass its checks")
+    """The user's message of round ``r``; every third one pastes a long log."""
+    text = f"Task {r}: make module_{r} pass its checks"
+    if r % 3 == 1:
+        text += f". Here is what CI printed:\n{log_text(60, 1000 + r)}"
+    return HumanMessage(text)
 
 
 def expected_originals(rounds: int, steps: int) -> list[tuple[str, str]]:

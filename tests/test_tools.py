@@ -1,0 +1,645 @@
+"""The model's six context tools, driven by scripted models through real graphs.
+
+Every test runs a LangGraph agent (``create_react_agent`` with the package's hooks,
+or a hand-written ``StateGraph`` with ``node``/``model_node``/``command_node``) whose
+fake model decides from its input view — tags, short ids, previews — which tool to
+call, and checks the resulting state, the store and the messages the model got back.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from _builders import (
+    FunctionModel,
+    call,
+    fetch,
+    self_managed_agent,
+    self_managed_graph,
+    view_ids,
+)
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+from langgraph.store.memory import InMemoryStore
+
+from langchain_autocontext import AutoContext, AutoContextConfig
+from langchain_autocontext.messages import find_violations, marker
+from langchain_autocontext.metadata import strip_tags
+from langchain_autocontext.store import OffloadStore
+
+CFG = AutoContextConfig(max_tokens=8_000)
+
+
+def start(system: str = "You are a careful agent.", user: str = "Collect the documents.") -> dict:
+    return {"messages": [SystemMessage(system), HumanMessage(user)]}
+
+
+def cfg(thread: str) -> dict:
+    return {"configurable": {"thread_id": thread}, "recursion_limit": 100}
+
+
+def tool_results(messages) -> list[ToolMessage]:
+    return [m for m in messages if isinstance(m, ToolMessage)]
+
+
+def shown_id(view, predicate) -> str:
+    """The id the model is shown for the last message matching ``predicate``."""
+    hits = [sid for sid, m in view_ids(view) if predicate(m)]
+    assert hits, "no such message in the view"
+    return hits[-1]
+
+
+def last_result(view) -> ToolMessage:
+    return [m for m in view if isinstance(m, ToolMessage)][-1]
+
+
+def check_state(state: dict) -> None:
+    msgs = state["messages"]
+    assert not find_violations(msgs)
+    assert isinstance(msgs[0], SystemMessage)
+
+
+@pytest.fixture(params=["react", "graph"])
+def build(request):
+    """Each test runs on create_react_agent and on a hand-written StateGraph."""
+    return self_managed_agent if request.param == "react" else self_managed_graph
+
+
+# --- update_message / delete_message ------------------------------------------------------
+def test_update_shortens_a_tool_output_and_keeps_the_original(build) -> None:
+    store = InMemoryStore()
+    ac = AutoContext(CFG, store=store)
+
+    def respond(view, n):
+        if n == 0:
+            return AIMessage("", tool_calls=[call("fetch", {"name": "alpha"})])
+        if n == 1:
+            target = shown_id(view, lambda m: isinstance(m, ToolMessage))
+            assert len(target) < 36  # a short id: a unique prefix of the uuid
+            return AIMessage(
+                "",
+                tool_calls=[
+                    call("update_message", {"message_id": target, "content": "alpha: 40 lines"})
+                ],
+            )
+        return AIMessage("done")
+
+    model = FunctionModel(respond=respond)
+    graph = build(ac, model, store, tools=[fetch])
+    out = graph.invoke(start(), cfg("u1"))
+    check_state(out)
+    fetched, receipt = tool_results(out["messages"])
+    assert fetched.content == "alpha: 40 lines" and fetched.name == "fetch"
+    assert receipt.status == "success" and "Updated message" in receipt.content
+    # the original stays in the append-only history
+    entry = OffloadStore.wrap(store).get_history_message("u1", fetched.id)
+    assert entry is not None and entry.message.content.startswith("alpha line 0:")
+    events = [e for e in OffloadStore.wrap(store).list_events("u1") if e.get("op") == "update"]
+    assert events and events[0]["message_ids"] == [fetched.id]
+    # the model saw the shortened content on its next call
+    assert "alpha: 40 lines" in last_result(model.seen[2][:-1] or model.seen[2]).content or any(
+        "alpha: 40 lines" in str(m.content) for m in model.seen[2]
+    )
+
+
+def test_delete_of_a_tool_calling_message_takes_its_results(build) -> None:
+    store = InMemoryStore()
+    ac = AutoContext(CFG, store=store)
+
+    def respond(view, n):
+        if n == 0:
+            return AIMessage(
+                "two at once",
+                tool_calls=[call("fetch", {"name": "a"}), call("fetch", {"name": "b"})],
+                id="ai-parallel",
+            )
+        if n == 1:
+            target = shown_id(view, lambda m: isinstance(m, AIMessage) and m.tool_calls)
+            return AIMessage("", tool_calls=[call("delete_message", {"message_id": target})])
+        return AIMessage("done")
+
+    model = FunctionModel(respond=respond)
+    out = build(ac, model, store, tools=[fetch]).invoke(start(), cfg("d1"))
+    check_state(out)
+    ids = [m.id for m in out["messages"]]
+    assert "ai-parallel" not in ids
+    assert not [m for m in tool_results(out["messages"]) if m.name == "fetch"]
+    receipt = tool_results(out["messages"])[-1]
+    assert "with its 2 tool result(s)" in receipt.content
+    ws = OffloadStore.wrap(store)
+    assert ws.get_history_message("d1", "ai-parallel") is not None
+    event = next(e for e in ws.list_events("d1") if e.get("op") == "delete")
+    assert len(event["message_ids"]) == 3
+
+
+def test_bad_edits_are_answered_with_errors_and_change_nothing(build) -> None:
+    store = InMemoryStore()
+    ac = AutoContext(CFG, store=store)
+    before: dict[str, Any] = {}
+
+    def respond(view, n):
+        if n == 0:
+            return AIMessage("", tool_calls=[call("fetch", {"name": "doc"})], id="ai-fetch")
+        if n == 1:
+            before["ids"] = [m.id for m in view]
+            system_id = "irrelevant"
+            user = shown_id(view, lambda m: isinstance(m, HumanMessage))
+            result = shown_id(view, lambda m: isinstance(m, ToolMessage))
+            return AIMessage(
+                "",
+                id="ai-self",
+                tool_calls=[
+                    call("delete_message", {"message_id": user}, "e-user"),
+                    call("delete_message", {"message_id": "ai-self"}, "e-self"),
+                    call("update_message", {"message_id": "ai-self", "content": "x"}, "e-self2"),
+                    call("delete_message", {"message_id": "no-such-id"}, "e-unknown"),
+                    call("update_message", {"message_id": result, "content": "  "}, "e-empty"),
+                    call(
+                        "update_message",
+                        {
+                            "message_id": result,
+                            "content": '<metadata id="x" message_token_count="3"/>',
+                        },
+                        "e-tag-only",
+                    ),
+                    call("delete_message", {"message_id": result}, "e-pair"),
+                    call("delete_message", {"message_id": system_id}, "e-system-unknown"),
+                    call("delete_message", {"message_id": "autocontext-notice"}, "e-notice"),
+                ],
+            )
+        return AIMessage("done")
+
+    model = FunctionModel(respond=respond)
+    out = build(ac, model, store, tools=[fetch]).invoke(start(), cfg("e1"))
+    check_state(out)
+    answers = {m.tool_call_id: m for m in tool_results(out["messages"])}
+    expect = {
+        "e-user": "latest user message",
+        "e-self": "issued this edit",
+        "e-self2": "issued this edit",
+        "e-unknown": "No message with id 'no-such-id'",
+        "e-empty": "is empty",
+        "e-tag-only": "is empty",
+        "e-pair": "would leave that call unanswered",
+        "e-system-unknown": "No message with id",
+        "e-notice": "notice or instructions of the context manager",
+    }
+    for call_id, phrase in expect.items():
+        assert answers[call_id].status == "error", call_id
+        assert phrase in answers[call_id].content, (call_id, answers[call_id].content)
+    # nothing but the tool messages changed: the fetched result is intact
+    fetched = next(m for m in tool_results(out["messages"]) if m.name == "fetch")
+    assert fetched.content.startswith("doc line 0")
+    assert not [
+        e for e in OffloadStore.wrap(store).list_events("e1") if e.get("kind") == "context_edit"
+    ]
+
+
+def test_the_system_message_cannot_be_edited() -> None:
+    store = InMemoryStore()
+    ac = AutoContext(CFG, store=store)
+
+    def respond(view, n):
+        if n == 0:
+            sys_id = view[0].id  # the model may guess it from elsewhere: still refused
+            return AIMessage(
+                "",
+                tool_calls=[
+                    call("update_message", {"message_id": sys_id, "content": "obey me"}, "s1"),
+                    call("delete_message", {"message_id": sys_id}, "s2"),
+                ],
+            )
+        return AIMessage("done")
+
+    model = FunctionModel(respond=respond)
+    inp = {"messages": [SystemMessage("rules", id="sys-1"), HumanMessage("hi")]}
+    out = self_managed_agent(ac, model, store).invoke(inp, cfg("s1"))
+    assert out["messages"][0].content == "rules"
+    for m in tool_results(out["messages"]):
+        assert m.status == "error" and "it is the system message" in m.content
+
+
+def test_two_edits_of_one_message_in_one_turn_apply_once(build) -> None:
+    store = InMemoryStore()
+    ac = AutoContext(CFG, store=store)
+
+    def respond(view, n):
+        if n == 0:
+            return AIMessage("", tool_calls=[call("fetch", {"name": "x"})])
+        if n == 1:
+            target = shown_id(view, lambda m: isinstance(m, ToolMessage))
+            return AIMessage(
+                "",
+                tool_calls=[
+                    call("update_message", {"message_id": target, "content": "short"}, "p1"),
+                    call("update_message", {"message_id": target, "content": "other"}, "p2"),
+                ],
+            )
+        return AIMessage("done")
+
+    out = build(ac, FunctionModel(respond=respond), store, tools=[fetch]).invoke(start(), cfg("p"))
+    check_state(out)
+    answers = {m.tool_call_id: m for m in tool_results(out["messages"])}
+    assert answers["p1"].status == "success"
+    assert answers["p2"].status == "error" and "already edited" in answers["p2"].content
+    assert next(m for m in tool_results(out["messages"]) if m.name == "fetch").content == "short"
+
+
+# --- reload_offloaded ------------------------------------------------------------------------
+SMALL = AutoContextConfig(
+    max_tokens=3_000,
+    large_payload_threshold=600,
+    offload_single_preview=80,
+    last_keep=2,
+    msg_threshold=200,
+)
+
+
+#: room for a search result while older fetches are offloaded
+SEARCH = SMALL.model_copy(update={"max_tokens": 8_000, "large_payload_threshold": 2_000})
+
+
+def offload_ids(view, *, single: bool = False) -> list[str]:
+    """Offload ids named in the view (``single``: only previews of one offloaded message)."""
+    text = " ".join(str(m.content) for m in view)
+    if single:
+        return re.findall(r'\[Offloaded [^\]]*?offload_id="([0-9a-f-]{36})"', text)
+    return re.findall(r'offload_id="([0-9a-f-]{36})"', text)
+
+
+def test_reload_returns_originals_truncated_with_a_note_and_reads_on(build) -> None:
+    store = InMemoryStore()
+    ac = AutoContext(SMALL.model_copy(update={"max_tokens": 6_000}), store=store)
+    oid: list[str] = []
+    parts: list[str] = []
+
+    def respond(view, n):
+        if n < 3:
+            return AIMessage("", tool_calls=[call("fetch", {"name": f"d{n}", "size": 400})])
+        if n == 3:
+            oid.append(offload_ids(view, single=True)[0])
+            return AIMessage("", tool_calls=[call("reload_offloaded", {"offload_id": oid[0]})])
+        result = last_result(view)
+        if result.name == "reload_offloaded":
+            assert result.status == "success", result.content
+            parts.append(strip_tags(result.content))
+            more = re.search(r"offset=(\d+)\) to read on\]$", result.content)
+            if not more:
+                return AIMessage("done")
+            # the part fills the context: keep a note of it, then read on
+            done = shown_id(view, lambda m: m is result)
+            return AIMessage(
+                "",
+                tool_calls=[call("update_message", {"message_id": done, "content": "read"})],
+                additional_kwargs={"next": more.group(1)},
+            )
+        offset = int(view[-2].additional_kwargs["next"])
+        return AIMessage(
+            "", tool_calls=[call("reload_offloaded", {"offload_id": oid[0], "offset": offset})]
+        )
+
+    model = FunctionModel(respond=respond)
+    out = build(ac, model, store, tools=[fetch]).invoke(start(), cfg("r1"))
+    check_state(out)
+    original = OffloadStore.wrap(store).reload("r1", oid[0]).messages[0]
+    assert len(parts) >= 2
+    assert "truncated to fit your context budget" in parts[0]
+    assert parts[-1].endswith("of 10,491: the end]") or "the end]" in parts[-1]
+    body = "".join(re.sub(r"\n\[(truncated|characters) [^\]]*\]$", "", p) for p in parts)
+    # the parts hold the original exactly, in order
+    assert original.content in body
+    # never more than the hard budget
+    for sent in model.seen:
+        assert ac.counter.count(sent, ac.count_tools) <= ac.config.max_tokens
+
+
+def test_reload_with_restore_puts_a_single_offload_back(build) -> None:
+    store = InMemoryStore()
+    cfg_ = SMALL.model_copy(update={"max_tokens": 6_000, "target_ratio": 0.35})
+    ac = AutoContext(cfg_, store=store)
+    seen_ids: list[str] = []
+
+    def respond(view, n):
+        if n < 3:
+            return AIMessage("", tool_calls=[call("fetch", {"name": f"d{n}", "size": 100})])
+        if n == 3:
+            oids = offload_ids(view, single=True)
+            assert oids
+            seen_ids.append(oids[0])
+            return AIMessage(
+                "",
+                tool_calls=[call("reload_offloaded", {"offload_id": oids[0], "restore": True})],
+            )
+        return AIMessage("done")
+
+    model = FunctionModel(respond=respond)
+    out = build(ac, model, store, tools=[fetch]).invoke(start(), cfg("r2"))
+    check_state(out)
+    record = OffloadStore.wrap(store).reload("r2", seen_ids[0])
+    receipt = tool_results(out["messages"])[-1]
+    assert receipt.status == "success" and "Restored 1 original message" in receipt.content
+    restored = next(m for m in out["messages"] if m.id == record.messages[0].id)
+    assert restored.content == record.messages[0].content
+    assert marker(restored) is None
+
+
+def test_reload_restores_a_summarized_span_in_place() -> None:
+    """A summary's offload goes back as the original messages, in the summary's place."""
+    store = InMemoryStore()
+    cfg_ = AutoContextConfig(max_tokens=4_000, msg_threshold=30, last_keep=4)
+    ac = AutoContext(cfg_, store=store)
+    state: dict[str, Any] = {}
+
+    def respond(view, n):
+        if "oid" in state:
+            return AIMessage("done")
+        summaries = [m for m in view if "[Summary of" in str(m.content)]
+        if summaries and len(view) < 12:  # right after a compression: room to restore
+            state["oid"] = offload_ids(summaries[:1])[0]
+            return AIMessage(
+                "",
+                tool_calls=[
+                    call("reload_offloaded", {"offload_id": state["oid"], "restore": True})
+                ],
+            )
+        assert n < 60
+        return AIMessage("", tool_calls=[call("fetch", {"name": f"s{n}", "size": 2})])
+
+    model = FunctionModel(respond=respond)
+    out = self_managed_agent(ac, model, store, tools=[fetch]).invoke(start(), cfg("r3"))
+    check_state(out)
+    record = OffloadStore.wrap(store).reload("r3", state["oid"])
+    receipt = tool_results(out["messages"])[-1]
+    assert receipt.status == "success" and "Restored" in receipt.content, receipt.content
+    ids = [m.id for m in out["messages"]]
+    positions = [ids.index(o.id) for o in record.messages]
+    assert positions == sorted(positions) and positions[-1] - positions[0] == len(positions) - 1
+    assert all(f'offload_id="{state["oid"]}"' not in str(m.content) for m in out["messages"])
+
+
+def test_restore_is_refused_when_it_does_not_fit() -> None:
+    store = InMemoryStore()
+    cfg_ = AutoContextConfig(max_tokens=4_000, msg_threshold=12, last_keep=4)
+    ac = AutoContext(cfg_, store=store)
+    state: dict[str, Any] = {}
+
+    def respond(view, n):
+        if n < 10:
+            return AIMessage("", tool_calls=[call("fetch", {"name": f"s{n}", "size": 2})])
+        if n == 10:
+            state["oid"] = offload_ids(view)[0]
+            return AIMessage(
+                "",
+                tool_calls=[
+                    call("reload_offloaded", {"offload_id": state["oid"], "restore": True})
+                ],
+            )
+        return AIMessage("done")
+
+    out = self_managed_agent(ac, FunctionModel(respond=respond), store, tools=[fetch]).invoke(
+        start(), cfg("r4")
+    )
+    check_state(out)
+    receipt = tool_results(out["messages"])[-1]
+    assert "[not restored: your context would hold" in receipt.content
+    assert "--- message 1/" in receipt.content  # the originals are shown instead
+
+
+def test_reload_errors_unknown_and_foreign_thread_ids() -> None:
+    store = InMemoryStore()
+    ac = AutoContext(SMALL, store=store)
+    foreign = OffloadStore.wrap(store).offload(
+        "other-thread",
+        [HumanMessage("classified-payload", id="h-secret")],
+        strategy="t",
+        preview="p",
+        tokens=3,
+    )
+
+    def respond(view, n):
+        if n == 0:
+            return AIMessage(
+                "",
+                tool_calls=[
+                    call("reload_offloaded", {"offload_id": foreign.id}, "f1"),
+                    call("reload_offloaded", {"offload_id": "h-secret"}, "f2"),
+                    call("reload_offloaded", {"offload_id": "nope"}, "f3"),
+                    call("reload_offloaded", {"offload_id": "  "}, "f4"),
+                ],
+            )
+        return AIMessage("done")
+
+    out = self_managed_agent(ac, FunctionModel(respond=respond), store).invoke(start(), cfg("mine"))
+    answers = {m.tool_call_id: m for m in tool_results(out["messages"])}
+    for cid in ("f1", "f2", "f3", "f4"):
+        assert answers[cid].status == "error"
+        assert "classified-payload" not in answers[cid].content
+    assert "No offloaded content with id" in answers["f1"].content
+
+
+# --- search_history ------------------------------------------------------------------------
+def test_search_history_finds_messages_that_left_the_context(build) -> None:
+    store = InMemoryStore()
+    ac = AutoContext(SEARCH, store=store)
+    found: dict[str, Any] = {}
+
+    def respond(view, n):
+        if n < 4:
+            return AIMessage("", tool_calls=[call("fetch", {"name": f"doc{n}", "size": 120})])
+        if n == 4:
+            return AIMessage(
+                "", tool_calls=[call("search_history", {"query": "value-doc1-919", "limit": 3})]
+            )
+        if n == 5:
+            found["text"] = strip_tags(last_result(view).content)
+        return AIMessage("done")
+
+    out = build(ac, FunctionModel(respond=respond), store, tools=[fetch]).invoke(start(), cfg("s"))
+    check_state(out)
+    text = found["text"]
+    first = text.splitlines()[1]
+    holder = next(
+        m
+        for m in OffloadStore.wrap(store).get_history("s")
+        if "doc1 line 1:" in str(m.message.content)
+    )
+    assert f"id={holder.id}" in first and "tool (fetch)" in first
+    assert "value-doc1-919" in text.splitlines()[2]
+    assert f'shortened version; reload_offloaded("{holder.id}") returns it in full' in first
+    assert f"position {holder.seq}" in first
+
+
+def test_search_history_bad_query() -> None:
+    store = InMemoryStore()
+    ac = AutoContext(CFG, store=store)
+
+    def respond(view, n):
+        if n == 0:
+            return AIMessage("", tool_calls=[call("search_history", {"query": " "})])
+        if n == 1:
+            return AIMessage("", tool_calls=[call("search_history", {"query": "x", "limit": 0})])
+        return AIMessage("done")
+
+    out = self_managed_agent(ac, FunctionModel(respond=respond), store).invoke(start(), cfg("q"))
+    a, b = tool_results(out["messages"])
+    assert a.status == "error" and "query is empty" in a.content
+    assert b.status == "error"  # the schema rejects limit=0 (ge=1)
+
+
+# --- the working context -----------------------------------------------------------------------
+def test_working_context_edits_persist_and_are_shown(build) -> None:
+    store = InMemoryStore()
+    ac = AutoContext(CFG.model_copy(update={"working_context_max_chars": 60}), store=store)
+
+    def respond(view, n):
+        script = [
+            call("working_context_append", {"text": "goal: ship v2"}),
+            call("working_context_append", {"text": "owner: ana"}),
+            call("working_context_replace", {"old": "ana", "new": "bo"}),
+            call("working_context_replace", {"old": "missing", "new": "x"}),
+            call("working_context_append", {"text": "z" * 80}),
+            call("working_context_replace", {"old": "o", "new": "0"}),
+        ]
+        if n < len(script):
+            return AIMessage("", tool_calls=[script[n]])
+        return AIMessage("done")
+
+    model = FunctionModel(respond=respond)
+    graph = build(ac, model, store)
+    out = graph.invoke(start(), cfg("w"))
+    assert out["autocontext"]["working_context"] == "goal: ship v2\nowner: bo"
+    results = tool_results(out["messages"])
+    assert [r.status for r in results] == ["success"] * 3 + ["error"] * 3
+    assert "not found" in results[3].content
+    assert "over its limit of 60" in results[4].content
+    assert "occurs 3 times" in results[5].content
+    system = model.seen[-1][0]
+    assert isinstance(system, SystemMessage)
+    assert "<working_context>\ngoal: ship v2\nowner: bo\n</working_context>" in system.content
+    # persisted by the checkpointer: a new turn sees it
+    again = graph.invoke({"messages": [HumanMessage("next")]}, cfg("w"))
+    assert again["autocontext"]["working_context"] == "goal: ship v2\nowner: bo"
+
+
+def test_parallel_working_context_edits_do_not_crash() -> None:
+    store = InMemoryStore()
+    ac = AutoContext(CFG, store=store)
+
+    def respond(view, n):
+        if n == 0:
+            return AIMessage(
+                "",
+                tool_calls=[
+                    call("working_context_append", {"text": "one"}, "w1"),
+                    call("working_context_append", {"text": "two"}, "w2"),
+                ],
+            )
+        return AIMessage("done")
+
+    out = self_managed_agent(ac, FunctionModel(respond=respond), store).invoke(start(), cfg("pw"))
+    answers = {m.tool_call_id: m for m in tool_results(out["messages"])}
+    assert answers["w1"].status == "success"
+    assert (
+        answers["w2"].status == "error"
+        and "one working-context edit per turn" in answers["w2"].content
+    )
+    assert out["autocontext"]["working_context"] == "one"
+
+
+# --- schemas, switches, async, SQLite -------------------------------------------------------------
+def test_tool_schemas_are_strict_and_counted() -> None:
+    ac = AutoContext(CFG)
+    names = [t.name for t in ac.tools]
+    assert names == [
+        "update_message",
+        "delete_message",
+        "reload_offloaded",
+        "search_history",
+        "working_context_append",
+        "working_context_replace",
+    ]
+    for t in ac.tools:
+        schema = t.tool_call_schema.model_json_schema()
+        assert "runtime" not in schema.get("properties", {})
+        assert t.description and len(t.description) > 80
+        assert t.args_schema.model_config.get("extra") == "forbid"
+    assert ac.counter.count_tools(ac.count_tools) == ac.counter.count_tools(ac.tools)
+    off = AutoContext(CFG.model_copy(update={"self_management_tools": False}))
+    assert off.tools == [] and off.count_tools == []
+
+
+def test_unknown_arguments_are_rejected() -> None:
+    store = InMemoryStore()
+    ac = AutoContext(CFG, store=store)
+
+    def respond(view, n):
+        if n == 0:
+            return AIMessage(
+                "", tool_calls=[call("delete_message", {"message_id": "x", "force": True})]
+            )
+        return AIMessage("done")
+
+    out = self_managed_agent(ac, FunctionModel(respond=respond), store).invoke(start(), cfg("x"))
+    (answer,) = tool_results(out["messages"])
+    assert answer.status == "error" and "force" in answer.content
+
+
+async def test_tools_async_in_both_graphs(build) -> None:
+    store = InMemoryStore()
+    ac = AutoContext(CFG, store=store)
+
+    def respond(view, n):
+        if n == 0:
+            return AIMessage("", tool_calls=[call("fetch", {"name": "q"})])
+        if n == 1:
+            target = shown_id(view, lambda m: isinstance(m, ToolMessage))
+            return AIMessage(
+                "",
+                tool_calls=[
+                    call("update_message", {"message_id": target, "content": "q: short"}),
+                    call("search_history", {"query": "value-q-007"}),
+                    call("working_context_append", {"text": "q done"}),
+                ],
+            )
+        if n == 2:
+            target = shown_id(view, lambda m: isinstance(m, AIMessage) and m.tool_calls)
+            return AIMessage("", tool_calls=[call("delete_message", {"message_id": target})])
+        return AIMessage("done")
+
+    out = await build(ac, FunctionModel(respond=respond), store, tools=[fetch]).ainvoke(
+        start(), cfg("a")
+    )
+    check_state(out)
+    assert out["autocontext"]["working_context"] == "q done"
+    assert all(m.status == "success" for m in tool_results(out["messages"])), [
+        m.content for m in tool_results(out["messages"])
+    ]
+    ops = [e["op"] for e in await OffloadStore.wrap(store).alist_events("a") if "op" in e]
+    assert ops == ["update", "delete"]
+
+
+def test_tools_on_a_sqlite_store(tmp_path) -> None:
+    from conftest import open_sqlite
+
+    backend = open_sqlite(tmp_path / "s.db")
+    try:
+        ac = AutoContext(SEARCH, store=backend)
+
+        def respond(view, n):
+            if n < 3:
+                return AIMessage("", tool_calls=[call("fetch", {"name": f"d{n}", "size": 120})])
+            if n == 3:
+                return AIMessage("", tool_calls=[call("search_history", {"query": "value-d0-919"})])
+            if n == 4:
+                hit = re.search(r"id=(\S+) tool", strip_tags(last_result(view).content)).group(1)
+                return AIMessage("", tool_calls=[call("reload_offloaded", {"offload_id": hit})])
+            return AIMessage("done")
+
+        model = FunctionModel(respond=respond)
+        out = self_managed_agent(ac, model, backend, tools=[fetch]).invoke(start(), cfg("sq"))
+        check_state(out)
+        reloaded = tool_results(out["messages"])[-1]
+        assert reloaded.status == "success" and "value-d0-919" in reloaded.content
+    finally:
+        backend.conn.close()
