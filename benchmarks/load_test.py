@@ -236,6 +236,11 @@ class LoadReport:
     p50_ms: float = 0.0
     p99_ms: float = 0.0
     max_ms: float = 0.0
+    calls_per_second: float = 0.0
+    """Node calls completed per second of wall time, all threads together."""
+    solo_p50_ms: float | None = None
+    solo_p99_ms: float | None = None
+    """The same per-call overhead with one thread alone (no queueing behind others)."""
     compressions: int = 0
     """Compression events recorded (strategies that ran)."""
     offloads: int = 0
@@ -262,6 +267,13 @@ class LoadReport:
             (
                 "overhead per call p50 / p99 / max",
                 f"{self.p50_ms:.1f} / {self.p99_ms:.1f} / {self.max_ms:.1f} ms",
+            ),
+            ("throughput", f"{self.calls_per_second:.0f} calls/s"),
+            (
+                "one thread alone: p50 / p99",
+                "-"
+                if self.solo_p50_ms is None
+                else f"{self.solo_p50_ms:.1f} / {self.solo_p99_ms:.1f} ms",
             ),
             ("compression events / offloads", f"{self.compressions} / {self.offloads}"),
             ("messages checked", f"{self.messages_checked}"),
@@ -376,6 +388,7 @@ async def run_load(
     report.p50_ms = _pct(samples, 0.50) * 1e3
     report.p99_ms = _pct(samples, 0.99) * 1e3
     report.max_ms = max(samples, default=0.0) * 1e3
+    report.calls_per_second = len(samples) / report.wall_seconds if report.wall_seconds else 0.0
     ost = OffloadStore.wrap(store, prefix=config.store_prefix)
     for i, t in enumerate(names):
         others = [names[(i + 1) % threads], names[(i + 7) % threads]] if threads > 1 else []
@@ -394,13 +407,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--turns", type=int, default=200)
     parser.add_argument("--pool-size", type=int, default=20)
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--no-solo", action="store_true", help="skip the one-thread baseline run")
     args = parser.parse_args(argv)
 
     async def go() -> LoadReport:
         async with open_backend(
             args.backend, uri=args.uri, path=args.path, pool_size=args.pool_size
         ) as (store, saver):
-            return await run_load(
+            solo = None
+            if not args.no_solo:  # the same turns with no other thread in the loop
+                solo = await run_load(
+                    store, saver, backend=args.backend, threads=1, turns=args.turns
+                )
+            report = await run_load(
                 store,
                 saver,
                 backend=args.backend,
@@ -408,6 +427,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 turns=args.turns,
                 progress=not args.json,
             )
+            if solo is not None:
+                report.solo_p50_ms, report.solo_p99_ms = solo.p50_ms, solo.p99_ms
+                report.lost += solo.lost
+                report.foreign += solo.foreign
+                report.invalid_states += solo.invalid_states
+                report.problems += solo.problems
+            return report
 
     report = asyncio.run(go())
     if args.json:
