@@ -1,4 +1,6 @@
-"""Every notebook in notebooks/ runs top to bottom, offline, and fails the suite when a cell fails.
+"""The documentation runs: every notebook top to bottom, and the README's quickstart.
+
+Every notebook in notebooks/ runs offline and fails the suite when a cell fails.
 
 The kernel is this interpreter (``sys.executable`` via a kernelspec written for the
 run), so a fresh virtual environment tests its own install, whatever kernels the
@@ -11,6 +13,8 @@ from __future__ import annotations
 
 import copy
 import json
+import re
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +29,9 @@ from jupyter_client.kernelspec import KernelSpecManager  # noqa: E402
 from jupyter_client.manager import AsyncKernelManager  # noqa: E402
 from jupyter_core.utils import run_sync  # noqa: E402
 
-NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = ROOT / "notebooks"
+README = ROOT / "README.md"
 KERNEL = "autocontext-tests"
 
 
@@ -87,3 +93,34 @@ def test_notebook_runs_top_to_bottom(
     assert not [o for o in outputs if o.output_type == "error"]
     if path.stem.endswith("replay"):
         assert any("image/png" in o.get("data", {}) for o in outputs), "the plot is not inline"
+
+
+def readme_section(name: str) -> str:
+    text = README.read_text(encoding="utf-8")
+    match = re.search(
+        rf"<!-- section:{name} \(.*?\) -->(.*?)<!-- /section:{name} -->", text, re.S
+    )
+    assert match, f"README has no {name} section"
+    return match.group(1)
+
+
+def test_readme_quickstart_runs_as_written(tmp_path: Path) -> None:
+    blocks = re.findall(r"```python\n(.*?)```", readme_section("quickstart"), re.S)
+    assert blocks, "the quickstart has no Python code"
+    script = tmp_path / "quickstart.py"
+    script.write_text(blocks[0])
+    proc = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "Every build step passed."
+    events = [line for line in lines if "->" in line]
+    assert events, "the quickstart shows no compression"
+    assert "build-0: step 0 ok" in proc.stdout  # the first log, reloaded from its offload
+
+
+def test_readme_names_every_notebook() -> None:
+    section = readme_section("quickstart")
+    for path in notebooks():
+        assert path.stem in section, f"the README quickstart does not point to {path.name}"
