@@ -284,11 +284,12 @@ SURFACE_SYSTEM = "You are a coding agent. Fix what the user asks, one command at
 #: Every surface of the end-to-end runs uses this budget: small enough that all seven
 #: strategies fire in a 15-round script, with room for one large tool output per turn.
 SURFACE_CONFIG_KW: dict[str, Any] = {
-    "max_tokens": 8000,
+    "max_tokens": 10_000,
     "token_ratio": 0.5,
     "target_ratio": 0.35,
-    "last_keep": 6,
+    "last_keep": 4,
     "msg_threshold": 40,
+    "min_consecutive_tool_messages": 8,
     "large_payload_threshold": 3000,
 }
 ALL_STRATEGIES = {
@@ -305,8 +306,8 @@ MODES = ("invoke", "stream", "ainvoke", "astream")
 
 
 def script_model(steps: int = 20) -> RoundScriptModel:
-    """The script of the end-to-end runs (outputs of ~1,050 and ~6,600 characters)."""
-    return RoundScriptModel(steps=steps, small_lines=16, big_lines=100)
+    """The script of the end-to-end runs (three kinds of rounds, see ``lines_for``)."""
+    return RoundScriptModel(steps=steps, small_lines=16, big_lines=100, varied=True)
 
 
 def user_turn(r: int) -> HumanMessage:
