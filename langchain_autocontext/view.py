@@ -39,6 +39,7 @@ from langchain_autocontext.config import AutoContextConfig
 from langchain_autocontext.errors import ContextBudgetError
 from langchain_autocontext.messages import mark, marker
 from langchain_autocontext.metadata import render_tag, render_view
+from langchain_autocontext.strategies.base import KIND_RECURSIVE
 from langchain_autocontext.tokens import TokenCounter
 
 __all__ = [
@@ -423,7 +424,7 @@ def build_view(
         msgs[0] = augment_system(msgs[0], text)
     elif agent_system_prompt:
         if text:
-            pos = 1 if msgs and (marker(msgs[0]) or {}).get("kind") == "summary" else 0
+            pos = 1 if msgs and (marker(msgs[0]) or {}).get("kind") == KIND_RECURSIVE else 0
             msgs.insert(pos, _instructions_message(text))
     elif text:
         msgs.insert(0, SystemMessage(text, id=INSTRUCTIONS_ID))
@@ -440,7 +441,11 @@ def build_view(
     def render(view_msgs: list[BaseMessage], short: bool) -> tuple[list[BaseMessage], dict]:
         if not config.metadata_tags:
             return view_msgs, {}
-        id_map = short_id_map([m.id for m in messages]) if short else {}
+        id_map = (
+            short_id_map([m.id for m in messages if not isinstance(m, SystemMessage)])
+            if short
+            else {}
+        )
         shown = [
             m.model_copy(update={"id": id_map[m.id]}) if m.id in id_map else m for m in view_msgs
         ]

@@ -1,0 +1,303 @@
+"""The model's input view: generated section, working context, tags, short ids, notices."""
+
+from __future__ import annotations
+
+import re
+import uuid
+import warnings
+
+import pytest
+from _builders import FunctionModel, call, chat_rounds, fetch, self_managed_agent
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.store.memory import InMemoryStore
+
+from langchain_autocontext import AutoContext, AutoContextConfig, ContextBudgetError
+from langchain_autocontext.messages import find_violations, marker
+from langchain_autocontext.tokens import TokenCounter
+from langchain_autocontext.view import (
+    INSTRUCTIONS_ID,
+    NOTICE_ID,
+    build_view,
+    resolve_message_ref,
+    short_id_map,
+    system_section,
+)
+
+CFG = AutoContextConfig(max_tokens=8_000)
+TAG = re.compile(
+    r'<metadata id="([^"]*)" cumulative_message_token_count="(\d+)" message_token_count="(\d+)"/>'
+)
+
+
+def convo(n: int = 3) -> list:
+    msgs = [
+        SystemMessage("You help.", id=str(uuid.uuid4())),
+        HumanMessage("hi", id=str(uuid.uuid4())),
+    ]
+    for k in range(n):
+        msgs.append(AIMessage(f"answer {k}", id=str(uuid.uuid4())))
+        msgs.append(HumanMessage(f"question {k}", id=str(uuid.uuid4())))
+    return msgs
+
+
+# --- the generated section ---------------------------------------------------------------------
+def test_the_section_teaches_what_is_on_and_nothing_else() -> None:
+    full = system_section(CFG.model_copy(update={"xml_commands": True}))
+    for phrase in ("<metadata id=", "update_message(", "<delete id=", "Working context", "70%"):
+        assert phrase in full
+    no_tools = system_section(CFG.model_copy(update={"self_management_tools": False}))
+    assert "update_message(" not in no_tools and "<delete id=" not in no_tools
+    assert "<metadata id=" in no_tools and "Memory pressure" in no_tools
+    off = CFG.model_copy(
+        update={"metadata_tags": False, "self_management_tools": False, "xml_commands": False}
+    )
+    assert system_section(off) == ""
+    view = AutoContext(off).prepare_model_call(convo())
+    assert view.messages[0].content == "You help."  # nothing added at all
+    assert system_section(CFG) == system_section(CFG)  # stable: the prompt cache survives
+
+
+def test_working_context_is_rendered_into_the_system_prompt() -> None:
+    ac = AutoContext(CFG)
+    msgs = convo()
+    call_ = ac.prepare_model_call(msgs, state={"working_context": "deadline: friday"})
+    system = call_.messages[0]
+    assert isinstance(system, SystemMessage) and system.id == msgs[0].id
+    assert system.content.startswith("You help.\n\n# Your context window")
+    assert "<working_context>\ndeadline: friday\n</working_context>" in system.content
+    assert "(16/5,000 characters)" in system.content
+    assert msgs[0].content == "You help."  # never mutated
+    assert not find_violations(call_.messages)
+
+
+def test_without_a_system_message_the_section_is_one() -> None:
+    ac = AutoContext(CFG)
+    msgs = convo()[1:]
+    view = ac.prepare_model_call(msgs).messages
+    assert isinstance(view[0], SystemMessage) and view[0].id == INSTRUCTIONS_ID
+    assert sum(isinstance(m, SystemMessage) for m in view) == 1
+
+
+def test_an_agent_owned_prompt_gets_the_instructions_as_a_message_after_the_summary() -> None:
+    """create_react_agent(prompt=…) adds its own system message: no second one from us."""
+    store = InMemoryStore()
+    cfg = AutoContextConfig(max_tokens=3_000, msg_threshold=20, last_keep=4)
+    ac = AutoContext(cfg, store=store, system_prompt="You are an airline agent.")
+    history = chat_rounds(8)[1:]  # no system message: the agent adds it
+    result = ac.compress(history, thread_id="t", state={"working_context": "PNR R0003"})
+    view = ac.prepare_model_call(result.messages, state={"working_context": "PNR R0003"})
+    msgs = view.messages
+    assert not any(isinstance(m, SystemMessage) for m in msgs)
+    assert (marker(msgs[0]) or {}).get("kind") == "summary"  # the recursive summary first
+    assert msgs[1].id == INSTRUCTIONS_ID and "PNR R0003" in msgs[1].content
+    # counted with the agent's prompt in front: the tags' totals include it
+    sent = [SystemMessage("You are an airline agent."), *msgs]
+    assert view.tokens == ac.counter.count(sent, ac.count_tools)
+    assert view.tokens <= cfg.max_tokens
+
+
+# --- tags and short ids ------------------------------------------------------------------------
+def test_tags_are_exact_and_use_short_unique_ids() -> None:
+    ac = AutoContext(CFG)
+    msgs = convo(5)
+    call_ = ac.prepare_model_call(msgs, state={"working_context": "x"})
+    fresh = TokenCounter()
+    tools = ac.count_tools
+    assert call_.tokens == fresh.count(call_.messages, tools)
+    running = fresh.reply_priming + fresh.count_tools(tools)
+    for sent, original in zip(call_.messages, msgs, strict=True):
+        running += fresh.count_message(sent)
+        if isinstance(sent, SystemMessage):
+            continue
+        shown, cumulative, count = TAG.match(sent.content).groups()
+        assert int(count) == fresh.count_message(sent) and int(cumulative) == running
+        assert len(shown) == 8 and original.id.startswith(shown)
+        idx, why = resolve_message_ref(msgs, shown)
+        assert why is None and msgs[idx] is original
+    assert call_.id_map == {m.id: m.id[:8] for m in msgs if not isinstance(m, SystemMessage)}
+    assert call_.messages[0].id == msgs[0].id  # the system message is not tagged
+
+
+def test_ids_that_are_not_uuid4_are_shown_whole() -> None:
+    ids = ["lc_run--01a20054-5e1e-736a-98a1-dff5f827f574-0", "m1", "chatcmpl-abc"]
+    assert short_id_map(ids) == {}
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.uuids(version=4).map(str), min_size=1, max_size=40, unique=True),
+    st.data(),
+)
+def test_short_ids_resolve_to_their_own_message(ids: list[str], data) -> None:
+    # some ids share long prefixes with others (the hard case)
+    twins = data.draw(st.lists(st.sampled_from(ids), max_size=5))
+    for t in twins:
+        cut = data.draw(st.integers(8, 20))
+        tail = str(uuid.uuid4())[cut:]
+        ids.append(t[:cut] + tail)
+    ids = list(dict.fromkeys(i for i in ids if len(i) == 36))
+    msgs = [HumanMessage("x", id=i) for i in ids]
+    shown = short_id_map(ids)
+    for i, m in enumerate(msgs):
+        ref = shown.get(m.id, m.id)
+        assert ref == m.id or ref not in ids
+        idx, why = resolve_message_ref(msgs, ref)
+        assert why is None and idx == i
+
+
+def test_ambiguous_and_view_only_refs() -> None:
+    msgs = [HumanMessage("a", id="abcd1111-x"), HumanMessage("b", id="abcd2222-y")]
+    assert resolve_message_ref(msgs, "abcd")[1].startswith("ambiguous")
+    assert resolve_message_ref(msgs, "abcd2")[0] == 1
+    assert resolve_message_ref(msgs, NOTICE_ID) == (None, "view-only")
+    assert resolve_message_ref(msgs, "zzz") == (None, "missing")
+
+
+# --- memory pressure ------------------------------------------------------------------------------
+def test_pressure_notice_once_per_crossing_and_rearmed() -> None:
+    cfg = AutoContextConfig(max_tokens=4_000, warning_ratio=0.5)
+    ac = AutoContext(cfg)
+    base = convo(1)
+    big = [*base, AIMessage("z " * 1_400, id=str(uuid.uuid4())), HumanMessage("go", id="u-last")]
+    first = ac.prepare_model_call(big)
+    assert first.pressure and first.messages[-1].id == NOTICE_ID
+    assert "Memory pressure" in first.messages[-1].content
+    assert "working_context_append" in first.messages[-1].content
+    assert first.state_update["pressure_warned"] is True
+    again = ac.prepare_model_call(big, state=first.state_update)
+    assert not again.pressure and again.messages[-1].id != NOTICE_ID
+    below = ac.prepare_model_call(base, state=first.state_update)
+    assert below.state_update["pressure_warned"] is False  # re-armed
+    third = ac.prepare_model_call(big, state=below.state_update)
+    assert third.pressure
+    for c in (first, again, below, third):
+        assert c.tokens <= cfg.max_tokens
+
+
+def test_a_notice_never_breaks_the_budget() -> None:
+    cfg = AutoContextConfig(max_tokens=2_000, warning_ratio=0.1)
+    ac = AutoContext(cfg, token_counter=TokenCounter())
+    msgs = convo(1)
+    filler = AIMessage("", id=str(uuid.uuid4()))
+    # grow the context until the plain view is just under max_tokens
+    words = 1
+    while True:
+        filler = filler.model_copy(update={"content": "w " * words})
+        trial = [*msgs, filler, HumanMessage("go", id="u")]
+        plain = build_view(
+            trial,
+            config=cfg.model_copy(update={"warning_ratio": 1.0}),
+            counter=ac.counter,
+            tools=ac.count_tools,
+            state={"pressure_warned": True},
+        )
+        if plain.tokens > cfg.max_tokens - 20:
+            break
+        words += 20
+    view = ac.prepare_model_call(trial)
+    assert view.tokens <= cfg.max_tokens and not view.pressure
+
+
+def test_an_uncompressed_context_is_refused_not_sent() -> None:
+    ac = AutoContext(AutoContextConfig(max_tokens=1_000))
+    msgs = [*convo(1), ToolMessage("x " * 3_000, tool_call_id="c", id="t")]
+    msgs[-2] = AIMessage("", tool_calls=[call("fetch", {"name": "a"}, "c")], id="a")
+    with pytest.raises(ContextBudgetError, match="Compress the working messages"):
+        ac.prepare_model_call(msgs)
+
+
+# --- the invariant on the view, through a long run -------------------------------------------------
+@pytest.mark.parametrize("owned_prompt", [False, True])
+def test_every_view_sent_fits_max_tokens_in_a_long_run(owned_prompt: bool) -> None:
+    """Long run, big working context, tags, XML and tools: what is sent never exceeds max."""
+    cfg = AutoContextConfig(
+        max_tokens=5_000,
+        xml_commands=True,
+        last_keep=6,
+        msg_threshold=40,
+        warning_ratio=0.6,
+        working_context_max_chars=1_500,
+    )
+    store = InMemoryStore()
+    prompt = "You are a researcher." if owned_prompt else None
+    ac = AutoContext(cfg, store=store, system_prompt=prompt, tools=[fetch])
+
+    def respond(view, n):
+        if n % 7 == 3:
+            return AIMessage(
+                "", tool_calls=[call("working_context_append", {"text": f"n{n} " * 40})]
+            )
+        if n < 60:
+            return AIMessage(
+                f"step {n}", tool_calls=[call("fetch", {"name": f"doc{n}", "size": 60})]
+            )
+        return AIMessage("done")
+
+    model = FunctionModel(respond=respond)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from langgraph.prebuilt import create_react_agent
+
+        from langchain_autocontext.engine import AutoContextAgentState
+
+        agent = create_react_agent(
+            model,
+            [fetch, *ac.tools],
+            prompt=prompt,
+            pre_model_hook=ac.pre_model_hook,
+            post_model_hook=ac.post_model_hook,
+            state_schema=AutoContextAgentState,
+            checkpointer=InMemorySaver(),
+            store=store,
+        )
+    first = [HumanMessage("research it")]
+    if not owned_prompt:
+        first.insert(0, SystemMessage("You are a researcher."))
+    out = agent.invoke(
+        {"messages": first}, {"configurable": {"thread_id": "L"}, "recursion_limit": 400}
+    )
+    assert out["messages"][-1].content == "done"
+    assert len(out["autocontext"]["working_context"]) > 1_000
+    notices = 0
+    armed = True  # one notice per upward crossing of warning_tokens, re-armed below it
+    for sent in model.seen:
+        assert not find_violations(sent)
+        assert sum(isinstance(m, SystemMessage) for m in sent) == 1
+        assert ac.counter.count(sent, ac.count_tools) <= cfg.max_tokens
+        assert "<working_context>" in str(sent[0].content) or any(
+            m.id == INSTRUCTIONS_ID for m in sent
+        )
+        notice = any(m.id == NOTICE_ID and "Memory pressure" in m.content for m in sent)
+        base = ac.counter.count([m for m in sent if m.id != NOTICE_ID], ac.count_tools)
+        if base >= cfg.warning_tokens:
+            assert notice == armed or (armed and not notice and base > cfg.max_tokens - 150)
+            armed = armed and not notice
+        else:
+            assert not notice
+            armed = True
+        notices += notice
+    assert notices >= 1
+
+
+def test_model_call_update_helper() -> None:
+    ac = AutoContext(CFG)
+    view = ac.prepare_model_call(convo())
+    reply = AIMessage("ok")
+    assert view.update(reply) == {"messages": [reply], "autocontext": {"working_context": ""}}
+    again = ac.prepare_model_call(convo(), state=view.state_update)
+    assert again.state_update == {} and again.update(reply) == {"messages": [reply]}
+
+
+def test_the_hook_persists_what_it_must() -> None:
+    store = InMemoryStore()
+    ac = AutoContext(CFG, store=store)
+    model = FunctionModel(respond=lambda view, n: AIMessage("hello"))
+    out = self_managed_agent(ac, model, store).invoke(
+        {"messages": [HumanMessage("hi")]}, {"configurable": {"thread_id": "h"}}
+    )
+    assert out["autocontext"] == {"working_context": ""}
+    assert "llm_input_messages" not in out or out["messages"][0].id != INSTRUCTIONS_ID
+    assert all(m.id != INSTRUCTIONS_ID for m in out["messages"])  # the view is never persisted
