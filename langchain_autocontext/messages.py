@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import uuid
 import weakref
-from collections.abc import Iterable, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
 from langchain_core.messages import (
@@ -41,6 +43,7 @@ __all__ = [
     "load_messages",
     "mark",
     "marker",
+    "memo_copy",
     "message_chars",
     "new_id",
     "pending_call_index",
@@ -97,6 +100,36 @@ def ensure_ids(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
         seen.add(m.id)  # type: ignore[arg-type]
         out.append(m)
     return out
+
+
+def memo_copy(
+    message: BaseMessage, key: Hashable, make: Callable[[BaseMessage], BaseMessage]
+) -> BaseMessage:
+    """``make(message)``, remembered by (message object, ``key``).
+
+    The input view is rebuilt before every model call from mostly the same message
+    objects; returning the same derived copy while neither the source object nor
+    ``key`` changed keeps that cheap and lets the token counter recognise the copy
+    by identity. ``key`` must determine what ``make`` does to the message.
+    """
+    slot = (id(message), key)
+    hit = _MEMO.get(slot)
+    if hit is not None and hit[0]() is message:
+        return hit[1]
+    copy = make(message)
+    with _MEMO_LOCK:
+        _MEMO[slot] = (weakref.ref(message), copy)
+        while len(_MEMO) > _MEMO_MAX:
+            _MEMO.popitem(last=False)
+    return copy
+
+
+#: Derived copies by (source object, key); the weak reference tells a reused ``id()``.
+_MEMO: OrderedDict[tuple[int, Hashable], tuple[weakref.ref[BaseMessage], BaseMessage]] = (
+    OrderedDict()
+)
+_MEMO_MAX = 100_000
+_MEMO_LOCK = threading.Lock()
 
 
 def mark(message: BaseMessage, kind: str, **info: Any) -> BaseMessage:

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import BaseMessage, SystemMessage
 
+from langchain_autocontext.messages import memo_copy
 from langchain_autocontext.tokens import _LRU, TokenCounter, resolve_counter
 
 if TYPE_CHECKING:
@@ -151,7 +152,13 @@ def _render_content(content: Any, tag: str) -> Any:
 
 
 def _render_message(message: BaseMessage, tag: str) -> BaseMessage:
-    return message.model_copy(update={"content": _render_content(message.content, tag)})
+    """The tagged copy of ``message`` (the same copy again while message and tag are:
+    when messages are only appended, no earlier tag changes)."""
+    return memo_copy(
+        message,
+        ("tag", tag),
+        lambda m: m.model_copy(update={"content": _render_content(m.content, tag)}),
+    )
 
 
 @dataclass(frozen=True, slots=True)

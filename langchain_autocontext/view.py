@@ -37,7 +37,7 @@ from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
 from langchain_autocontext.config import AutoContextConfig
 from langchain_autocontext.errors import ContextBudgetError
-from langchain_autocontext.messages import mark, marker
+from langchain_autocontext.messages import mark, marker, memo_copy
 from langchain_autocontext.metadata import render_tag, render_view
 from langchain_autocontext.strategies.base import KIND_RECURSIVE
 from langchain_autocontext.tokens import TokenCounter
@@ -228,6 +228,22 @@ def augment_system(system: SystemMessage, text: str) -> SystemMessage:
 
 # --- short ids --------------------------------------------------------------------------
 def short_id_map(ids: Sequence[str | None]) -> dict[str, str]:
+    """See :func:`_short_id_map`; remembered for the last few id lists (every model
+    call renders the view of mostly the same ids)."""
+    key = tuple(ids)
+    hit = _SHORT_IDS.get(key)
+    if hit is None:
+        hit = _short_id_map(key)
+        if len(_SHORT_IDS) >= 8:
+            _SHORT_IDS.pop(next(iter(_SHORT_IDS)))
+        _SHORT_IDS[key] = hit
+    return dict(hit)
+
+
+_SHORT_IDS: dict[tuple[str | None, ...], dict[str, str]] = {}
+
+
+def _short_id_map(ids: Sequence[str | None]) -> dict[str, str]:
     """Shortest unique prefixes (at least 8 characters) of the uuid4 ids.
 
     Only random ids are shortened: a uuid4 (what LangGraph gives messages) is random
@@ -447,7 +463,10 @@ def build_view(
             else {}
         )
         shown = [
-            m.model_copy(update={"id": id_map[m.id]}) if m.id in id_map else m for m in view_msgs
+            memo_copy(m, ("id", id_map[m.id]), lambda m: m.model_copy(update={"id": id_map[m.id]}))
+            if m.id in id_map
+            else m
+            for m in view_msgs
         ]
         if extra_tokens:  # the agent's own system prompt comes first: count it in the totals
             head = SystemMessage(agent_system_prompt or "")
