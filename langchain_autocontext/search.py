@@ -38,8 +38,9 @@ from langchain_autocontext.store import HistoryEntry, OffloadStore, _search_text
 
 __all__ = ["BM25Index", "SearchHit", "asearch_history", "format_hits", "search_history", "tokenize"]
 
-#: The name of the search tool (its own traffic is left out of the results).
-SEARCH_TOOL = "search_history"
+#: Tools whose results only copy the history (searching them would find the copies
+#: before the originals): their calls and results are left out of the results.
+COPY_TOOLS = frozenset({"search_history", "reload_offloaded"})
 
 _TOKEN_RE = re.compile(r"[0-9a-z_]+(?:[-./:@=+][0-9a-z_]+)*")
 _PART_RE = re.compile(r"[0-9a-z]+")
@@ -143,7 +144,7 @@ class _ThreadIndex:
     bm25: BM25Index
     texts: dict[str, str]
     meta: dict[str, tuple[int, str, str | None]]  # id -> (seq, role, tool name)
-    noise: set[str] = field(default_factory=set)  # the search tool's own calls and results
+    noise: set[str] = field(default_factory=set)  # copies: COPY_TOOLS calls and results
     next_seq: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -194,22 +195,23 @@ def _add_locked(index: _ThreadIndex, entries: Iterable[HistoryEntry]) -> None:
         index.texts[e.id] = text
         name = e.message.name if isinstance(e.message, ToolMessage) else None
         index.meta[e.id] = (e.seq, _role(e.message), name)
-        if _is_search_traffic(e.message):
+        if _is_copy(e.message):
             index.noise.add(e.id)
         index.next_seq = max(index.next_seq, e.seq + 1)
 
 
-def _is_search_traffic(message: BaseMessage) -> bool:
-    """A search_history result, or a message that only calls search_history.
+def _is_copy(message: BaseMessage) -> bool:
+    """A result of search_history or reload_offloaded, or a message only calling them.
 
-    Both repeat the query (or snippets of its hits) and would rank first for it.
+    They repeat the query, snippets of its hits or whole originals, and would rank
+    before the originals they copy.
     """
     if isinstance(message, ToolMessage):
-        return message.name == SEARCH_TOOL
+        return message.name in COPY_TOOLS
     calls = getattr(message, "tool_calls", None) or []
     return (
         bool(calls)
-        and all(c.get("name") == SEARCH_TOOL for c in calls)
+        and all(c.get("name") in COPY_TOOLS for c in calls)
         and not text_of(message).strip()
     )
 
@@ -228,20 +230,40 @@ class SearchHit:
     """``"yes"``, ``"no"`` or ``"shortened"`` (in the context as a preview/summary)."""
 
 
-def snippet(text: str, query: str, width: int = 320) -> str:
-    """A window of ``text`` around the best match of ``query``."""
+def snippet(text: str, query: str, width: int = 320, windows: int = 3) -> str:
+    """Windows of ``text`` around the matches of ``query`` (at most ``windows``).
+
+    Every occurrence of the whole query gets a window (up to ``windows``, each
+    ``width`` characters, overlapping ones merged), so a value that appears twice
+    in a message (say once as a value and once as a key) shows both places.
+    Without a whole-query match, the window is around the longest matching term.
+    """
     flat = " ".join(text.split())
     if len(flat) <= width:
         return flat
     low = flat.lower()
-    pos = low.find(query.lower().strip())
-    if pos < 0:
+    q = " ".join(query.lower().split())
+    found: list[int] = []
+    pos = low.find(q) if q else -1
+    while pos >= 0 and len(found) < windows:
+        found.append(pos)
+        pos = low.find(q, pos + max(1, len(q)))
+    if not found:
         terms = sorted(set(tokenize(query)), key=len, reverse=True)
-        pos = next((p for p in (low.find(t) for t in terms) if p >= 0), 0)
-    start = max(0, pos - width // 3)
-    end = min(len(flat), start + width)
-    start = max(0, end - width)
-    return ("…" if start else "") + flat[start:end] + ("…" if end < len(flat) else "")
+        found = [next((p for p in (low.find(t) for t in terms) if p >= 0), 0)]
+    spans: list[list[int]] = []
+    for p in found:
+        a = max(0, p - width // 3)
+        b = min(len(flat), a + width)
+        a = max(0, b - width)
+        if spans and a <= spans[-1][1]:
+            spans[-1][1] = max(spans[-1][1], b)
+        else:
+            spans.append([a, b])
+    parts = [flat[a:b] for a, b in spans]
+    return (
+        ("…" if spans[0][0] else "") + " … ".join(parts) + ("…" if spans[-1][1] < len(flat) else "")
+    )
 
 
 def _rank(

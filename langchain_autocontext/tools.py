@@ -223,6 +223,8 @@ class _Call:
 
         self.thread_id = thread_id_of(config)
         self.store: OffloadStore = engine.resolve_store(runtime.store)
+        #: updates to apply before this call's own (a context rewrite that made room)
+        self.room: list[Any] = []
         self.issuing: AIMessage | None = next(
             (
                 m
@@ -273,7 +275,40 @@ class _Call:
             name=self.name,
             status="error" if error else "success",
         )
-        return Command(update={"messages": [*updates, tm]})
+        return Command(update={"messages": [*self.room, *updates, tm]})
+
+    def make_room(self, messages: list[BaseMessage]) -> None:
+        """Continue with ``messages`` (compressed) in place of the working messages."""
+        self.messages = messages
+        self.room = [RemoveMessage(id=REMOVE_ALL_MESSAGES), *messages]
+
+    def lacks_room(self, tokens: int) -> bool:
+        """Whether ``tokens`` more would push the context past the compression trigger,
+        when compressing now is safe (this is the only call of its turn).
+
+        The next model call would compress anyway, and might compress this call's
+        result before the model reads it; compressing first keeps the result whole.
+        """
+        return self.alone and self.used_tokens() + tokens + 160 > self.trigger_tokens
+
+    def compress_first(self) -> None:
+        """Compress the working messages now (see :meth:`lacks_room`)."""
+        done = self.engine.compress(
+            self.messages, thread_id=self.thread_id, store=self.store, state=self.ac, force=True
+        )
+        self.make_room(done.messages)
+
+    async def acompress_first(self) -> None:
+        """Async twin of :meth:`compress_first`."""
+        done = await self.engine.acompress(
+            self.messages, thread_id=self.thread_id, store=self.store, state=self.ac, force=True
+        )
+        self.make_room(done.messages)
+
+    @property
+    def alone(self) -> bool:
+        """Whether this is the only tool call of its turn (a rewrite of the list is safe)."""
+        return self.issuing is not None and len(self.issuing.tool_calls) == 1
 
     def error(self, text: str) -> Command:
         return self.reply(text, error=True)
@@ -626,6 +661,17 @@ def _reload_tool(engine: AutoContext) -> StructuredTool:
                 )
         return None, entry
 
+    def needs_room(
+        call: _Call, ref: str, offset: int, restore: bool, record: Any, entry: Any
+    ) -> bool:
+        """Too little room to show much: compress first (only when it is safe)."""
+        if restore or not call.alone:
+            return False
+        full = _render_record(
+            record, entry.message if entry else None, entry.seq if entry else None
+        )
+        return call.lacks_room(min(engine.counter.count_text(full[offset:]), 512))
+
     def check(ref: Any) -> str | None:
         if not isinstance(ref, str) or not ref.strip():
             return "No offload id given: pass an offload id shown in your context or a message id from search_history."
@@ -643,6 +689,8 @@ def _reload_tool(engine: AutoContext) -> StructuredTool:
         record, entry = find_sync(call, ref)
         if record is None and entry is None:
             return call.error(lookup_error(ref))
+        if needs_room(call, ref, offset, restore, record, entry):
+            call.compress_first()
         cmd, event = respond(call, ref, offset, restore, record, entry)
         if event is not None:
             call.store.record_event(call.thread_id, event)
@@ -660,6 +708,8 @@ def _reload_tool(engine: AutoContext) -> StructuredTool:
         record, entry = await find_async(call, ref)
         if record is None and entry is None:
             return call.error(lookup_error(ref))
+        if needs_room(call, ref, offset, restore, record, entry):
+            await call.acompress_first()
         cmd, event = respond(call, ref, offset, restore, record, entry)
         if event is not None:
             await call.store.arecord_event(call.thread_id, event)
@@ -696,7 +746,19 @@ def _search_tool(engine: AutoContext) -> StructuredTool:
             exclude=[call.issuing_id] if call.issuing_id else [],
         )
         total = call.store.history_count(call.thread_id)
-        return call.reply(format_hits(query.strip(), hits, total))
+        text = format_hits(query.strip(), hits, total)
+        if call.lacks_room(engine.counter.count_text(text)):
+            call.compress_first()
+            hits = search_history(
+                call.store,
+                call.thread_id,
+                query,
+                limit,
+                working=call.messages,
+                exclude=[call.issuing_id] if call.issuing_id else [],
+            )
+            text = format_hits(query.strip(), hits, total)  # "in your context" changed
+        return call.reply(text)
 
     async def asearch(query: str, runtime: ToolRuntime, limit: int = 5) -> Command:
         call = _Call(engine, runtime, "search_history")
@@ -713,7 +775,19 @@ def _search_tool(engine: AutoContext) -> StructuredTool:
             exclude=[call.issuing_id] if call.issuing_id else [],
         )
         total = await call.store.ahistory_count(call.thread_id)
-        return call.reply(format_hits(query.strip(), hits, total))
+        text = format_hits(query.strip(), hits, total)
+        if call.lacks_room(engine.counter.count_text(text)):
+            await call.acompress_first()
+            hits = await asearch_history(
+                call.store,
+                call.thread_id,
+                query,
+                limit,
+                working=call.messages,
+                exclude=[call.issuing_id] if call.issuing_id else [],
+            )
+            text = format_hits(query.strip(), hits, total)  # "in your context" changed
+        return call.reply(text)
 
     return StructuredTool.from_function(
         func=search,
