@@ -37,7 +37,7 @@ from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
 from langchain_autocontext.config import AutoContextConfig
 from langchain_autocontext.errors import ContextBudgetError
-from langchain_autocontext.messages import mark, marker, memo_copy
+from langchain_autocontext.messages import mark, marker, memo_copy, pending_call_index
 from langchain_autocontext.metadata import render_tag, render_view
 from langchain_autocontext.strategies.base import KIND_RECURSIVE
 from langchain_autocontext.tokens import TokenCounter
@@ -488,7 +488,10 @@ def build_view(
     if show_pressure:
         parts.append(pressure_notice(config, tokens))
     for attempt in range(3):
-        final = msgs + ([_notice_message(parts)] if parts else [])
+        final = list(msgs)
+        if parts:  # last, but never between a pending tool call and its results
+            pending = pending_call_index(final)
+            final.insert(len(final) if pending is None else pending, _notice_message(parts))
         view, id_map = render(final, short=attempt < 2)
         total = count(view)
         if total <= config.max_tokens:
