@@ -1,0 +1,243 @@
+"""Stateful fuzzing: a hypothesis state machine over one agent thread.
+
+Rules: append (user turns, tool calls with results of any size, answers), compress
+(as before every model call, and forced), update and delete (the model's edit
+operations, ``commands.update_op``/``delete_op``), reload (every offload id the
+context shows), search (the history, for words of any original) and restart (new
+engine and store objects, the SQLite connection closed and reopened).
+
+After every step:
+
+* the working messages are a valid sequence (``messages.find_violations`` is empty)
+  and count at most ``max_tokens``;
+* the system message is first and unchanged; the latest user message is kept;
+* no loss: every original ever appended is in the history store with its
+  original content, and every offload the context names reloads.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import sqlite3
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from conftest import open_sqlite
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+
+from langchain_autocontext import AutoContext, AutoContextConfig, OffloadStore
+from langchain_autocontext.commands import delete_op, update_op
+from langchain_autocontext.messages import find_violations, latest_user_index, marker, text_of
+from langchain_autocontext.search import search_history
+
+CFG = AutoContextConfig(
+    max_tokens=3_000,
+    msg_threshold=24,
+    last_keep=6,
+    large_payload_threshold=1_200,
+    min_consecutive_tool_messages=3,
+    min_summary_span_tokens=60,
+    summary_max_tokens=200,
+)
+SYSTEM = SystemMessage("You are a meticulous operations agent.", id="system")
+THREAD = "fuzz"
+OFFLOAD_ID = re.compile(r'offload_id="([^"]+)"')
+WORDS = ["alpha", "kernel", "ledger", "quartz", "delta", "matrix", "harbor", "pixel", "nova"]
+
+texts = st.lists(st.sampled_from(WORDS), min_size=1, max_size=12).map(" ".join)
+sizes = st.sampled_from([0, 5, 40, 120, 400])  # lines of tool output: empty to ~20k chars
+
+
+def tool_output(seed: int, lines: int) -> str:
+    return "\n".join(
+        f"{WORDS[(seed + i) % len(WORDS)]} /srv/app/f{(seed * 7 + i) % 50}.py:{i} status={i % 3}"
+        for i in range(lines)
+    )
+
+
+class ContextMachine(RuleBasedStateMachine):
+    """One thread driven through the engine the way an agent drives it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dir = Path(tempfile.mkdtemp(prefix="ac-fuzz-"))
+        self.conn: sqlite3.Connection | None = None
+        self.working: list[BaseMessage] = []
+        self.originals: dict[str, tuple[str, Any]] = {}
+        self.latest_user: str | None = None
+        self.n = 0
+        self.open()
+
+    # --- plumbing -------------------------------------------------------------------------
+    def open(self) -> None:
+        backend = open_sqlite(self.dir / "store.db")
+        self.conn = backend.conn
+        self.conn.execute("PRAGMA synchronous=OFF")  # durability is not under test here
+        self.store = OffloadStore(backend, prefix=CFG.store_prefix)
+        self.ac = AutoContext(CFG, store=self.store)
+
+    def teardown(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def nid(self, kind: str) -> str:
+        self.n += 1
+        return f"{kind}-{self.n}"
+
+    def add(self, *messages: BaseMessage) -> None:
+        for m in messages:
+            self.originals[m.id] = (m.type, m.content)  # type: ignore[index]
+        self.working.extend(messages)
+        self.compress()
+
+    def compress(self, force: bool = False) -> None:
+        res = self.ac.compress(self.working, thread_id=THREAD, force=force)
+        self.working = res.messages
+
+    def offloads_shown(self) -> set[str]:
+        found: set[str] = set()
+        for m in self.working:
+            info = marker(m) or {}
+            if info.get("offload_id"):
+                found.add(info["offload_id"])
+            found.update(OFFLOAD_ID.findall(text_of(m)))
+        return found
+
+    def editable(self) -> list[str]:
+        return [
+            str(m.id)
+            for m in self.working
+            if not isinstance(m, SystemMessage | ToolMessage) and m.id != self.latest_user
+        ]
+
+    # --- rules ----------------------------------------------------------------------------
+    @initialize(text=texts)
+    def start(self, text: str) -> None:
+        user = HumanMessage(f"Task: {text}", id=self.nid("user"))
+        self.latest_user = user.id
+        self.add(SYSTEM, user)
+
+    @rule(text=texts)
+    def user_turn(self, text: str) -> None:
+        if self.working and isinstance(self.working[-1], AIMessage) and self.working[-1].tool_calls:
+            return  # a pending call is answered by its tool first
+        user = HumanMessage(text, id=self.nid("user"))
+        self.latest_user = user.id
+        self.add(user)
+
+    @rule(n_calls=st.integers(1, 3), lines=sizes, text=texts)
+    def tool_step(self, n_calls: int, lines: int, text: str) -> None:
+        if self.working and isinstance(self.working[-1], AIMessage) and self.working[-1].tool_calls:
+            return
+        calls = [
+            {
+                "name": "run",
+                "args": {"q": f"{text} {k}"},
+                "id": self.nid("call"),
+                "type": "tool_call",
+            }
+            for k in range(n_calls)
+        ]
+        ai = AIMessage(text, tool_calls=calls, id=self.nid("ai"))
+        results = [
+            ToolMessage(tool_output(self.n + k, lines), tool_call_id=c["id"], id=self.nid("tool"))
+            for k, c in enumerate(calls)
+        ]
+        self.add(ai, *results)
+
+    @rule(text=texts)
+    def answer(self, text: str) -> None:
+        if self.working and isinstance(self.working[-1], AIMessage) and self.working[-1].tool_calls:
+            return
+        self.add(AIMessage(f"Answer: {text}", id=self.nid("ai")))
+
+    @rule()
+    def forced_compress(self) -> None:
+        self.compress(force=True)
+
+    @precondition(lambda self: bool(self.editable()))
+    @rule(data=st.data(), text=texts)
+    def update(self, data: st.DataObject, text: str) -> None:
+        target = data.draw(st.sampled_from(self.editable()))
+        edit = update_op(self.working, target, f"edited: {text}")
+        assert edit.ok, edit.text
+        self.working = edit.messages
+        self.compress()
+
+    @precondition(lambda self: bool(self.editable()))
+    @rule(data=st.data())
+    def delete(self, data: st.DataObject) -> None:
+        target = data.draw(st.sampled_from(self.editable()))
+        edit = delete_op(self.working, target)
+        if not edit.ok:  # a pending call: refused with a reason, nothing changed
+            assert edit.reason == "protected" and edit.messages == self.working
+            return
+        self.working = edit.messages
+        self.compress()
+
+    @precondition(lambda self: bool(self.offloads_shown()))
+    @rule(data=st.data())
+    def reload(self, data: st.DataObject) -> None:
+        oid = data.draw(st.sampled_from(sorted(self.offloads_shown())))
+        record = self.store.reload(THREAD, oid)
+        assert record.messages
+        for m in record.messages:
+            if marker(m) is None:  # an original (or an edit of one): its id is in history
+                assert m.id in self.originals
+
+    @rule(word=st.sampled_from(WORDS))
+    def search(self, word: str) -> None:
+        hits = search_history(self.store, THREAD, word, limit=50)
+        for hit in hits:
+            assert hit.id in self.originals
+        mentioned = {mid for mid, (_t, c) in self.originals.items() if word in str(c)}
+        if mentioned:
+            assert hits, f"{word!r} is in {len(mentioned)} originals but search found none"
+
+    @rule()
+    def restart(self) -> None:
+        assert self.conn is not None
+        self.conn.close()
+        self.open()  # new connection, store and engine; the working messages are the state
+
+    # --- invariants -------------------------------------------------------------------------
+    @invariant()
+    def valid_and_within_budget(self) -> None:
+        if not self.working:
+            return
+        assert not find_violations(self.working), find_violations(self.working)
+        tokens = self.ac.counter.count(self.working, self.ac.count_tools, tags=CFG.metadata_tags)
+        assert tokens <= CFG.max_tokens
+
+    @invariant()
+    def system_first_and_latest_user_kept(self) -> None:
+        if not self.working:
+            return
+        assert self.working[0] == SYSTEM
+        lu = latest_user_index(self.working)
+        assert lu is not None and self.working[lu].id == self.latest_user
+        assert self.working[lu].content == self.originals[self.latest_user][1]
+
+    @invariant()
+    def nothing_lost(self) -> None:
+        history = {e.id: e.message for e in self.store.iter_history(THREAD)}
+        for mid, (kind, content) in self.originals.items():
+            assert mid in history, f"original {mid} is not in the history"
+            assert history[mid].type == kind and history[mid].content == content
+        for oid in self.offloads_shown():
+            assert self.store.reload(THREAD, oid).messages
+
+
+TestContextMachine = ContextMachine.TestCase
+TestContextMachine.settings = settings(
+    max_examples=30,
+    stateful_step_count=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
