@@ -163,8 +163,10 @@ class RoundScriptModel(BaseChatModel):
 
     The script depends only on how many calls the thread has made (never on what the
     model is shown), so every surface runs the same trajectory; output sizes follow
-    :meth:`lines_for`. Records each input (``seen``) and the tools bound to it
-    (``bound``); streams its answers word by word with tool-call chunks.
+    :meth:`lines_for`. Call number ``fail_at`` raises (a crash; its input is kept in
+    ``crashed_on``). Records each input
+    (``seen``) and the tools bound to it (``bound``); streams its answers word by word
+    with tool-call chunks.
     """
 
     steps: int = 20
@@ -173,6 +175,8 @@ class RoundScriptModel(BaseChatModel):
     small_lines: int = 12
     mid_lines: int = 34
     varied: bool = False
+    fail_at: int = -1
+    crashed_on: list = Field(default_factory=list)
     seen: list = Field(default_factory=list)
     bound: list = Field(default_factory=list)
     calls: dict = Field(default_factory=dict)
@@ -208,8 +212,11 @@ class RoundScriptModel(BaseChatModel):
 
     def _next(self, messages) -> AIMessage:
         thread = _script_thread()
-        self.seen.append(list(messages))
         n = self.calls.get(thread, 0)
+        if n == self.fail_at:
+            self.crashed_on.append(list(messages))
+            raise RuntimeError(f"the process died during model call {n}")
+        self.seen.append(list(messages))
         self.calls[thread] = n + 1
         r, p = divmod(n, self.steps + 1)
         if p == self.steps:
