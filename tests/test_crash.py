@@ -17,16 +17,17 @@ from __future__ import annotations
 
 import re
 import sqlite3
+import sys
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
-from _builders import ScriptedModel, bash
+from _builders import FunctionModel, ScriptedModel, bash, call, fetch, view_ids
 from conftest import open_sqlite
-from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.graph import START, StateGraph
@@ -48,6 +49,7 @@ CFG = AutoContextConfig(
 STEPS = 9
 THREAD = {"configurable": {"thread_id": "crashy"}, "recursion_limit": 200}
 OFFLOAD_ID = re.compile(r'offload_id="([^"]+)"')
+TOOLS_FILE = "langchain_autocontext/tools.py"
 START_MESSAGES = [SystemMessage("You are a coding agent."), HumanMessage("Fix the build.")]
 
 
@@ -71,12 +73,23 @@ class Faults:
     summarizer: int | None = None
     checkpoint: str | None = None  # "put_writes" or "put"
     writes: list[frozenset[str]] = field(default_factory=list)
+    in_tool: list[int] = field(default_factory=list)  # indices of writes made by a tool
     summaries: int = 0
     fired: str | None = None
 
     def crash(self, where: str) -> None:
         self.fired = where
         raise Crash(where)
+
+
+def _called_from_tools() -> bool:
+    """Whether one of the package's context tools is on the call stack."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_filename.endswith(TOOLS_FILE):
+            return True
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
 
 
 class CrashingStore(BaseStore):
@@ -93,6 +106,8 @@ class CrashingStore(BaseStore):
             return
         if not done:
             f.writes.append(kinds)
+            if _called_from_tools():
+                f.in_tool.append(len(f.writes) - 1)
         n = len(f.writes) - 1
         if n == f.write and done == f.after:
             f.crash(f"{'after' if done else 'before'} store write #{n} {sorted(kinds)}")
@@ -143,6 +158,14 @@ class CrashingSaver(SqliteSaver):
 
     def put_writes(self, config, writes, task_id, task_path=""):  # type: ignore[no-untyped-def]
         f = self.faults
+        if f.checkpoint and f.checkpoint.startswith("tool:") and not f.fired:
+            name = f.checkpoint[5:]
+            if any(
+                isinstance(m, ToolMessage) and m.name == name
+                for _chan, value in writes
+                for m in (value if isinstance(value, list) else [value])
+            ):
+                f.crash(f"before the state update of {name} is saved")
         if f.checkpoint == "put_writes" and not f.fired and _compressed(self.store):
             self.faults.crash("before the compressed state is saved (put_writes)")
         return super().put_writes(config, writes, task_id, task_path)
@@ -421,3 +444,149 @@ def test_summarizer_errors_fall_back_and_the_run_continues(tmp_path: Path) -> No
             assert any("provider down" in str(e.get("summarizer_errors")) for e in events)
     finally:
         backend.conn.close()
+
+
+# --- the model's tools: crash around their store writes and before their state updates ----
+TOOL_CFG = AutoContextConfig(max_tokens=6_000, last_keep=6, large_payload_threshold=3_000)
+
+
+def _tool_script(view: list[BaseMessage], n: int) -> AIMessage:
+    """fetch, fetch, update_message, delete_message, working_context_append,
+    search_history, done; targets are found by the ids the view shows."""
+
+    def shown(pred: Any) -> str | None:
+        hits = [sid for sid, m in view_ids(view) if pred(m)]
+        return hits[-1] if hits else None
+
+    if n < 2:
+        return AIMessage("", tool_calls=[call("fetch", {"name": ["alpha", "beta"][n], "size": 90})])
+    if n == 2:
+        target = shown(lambda m: isinstance(m, ToolMessage) and "alpha line 0" in text_of(m))
+        if target:
+            args = {"message_id": target, "content": "alpha: 90 lines, all fine"}
+            return AIMessage("", tool_calls=[call("update_message", args)])
+    if n == 3:
+        target = shown(
+            lambda m: (
+                isinstance(m, AIMessage)
+                and any(tc["args"].get("name") == "beta" for tc in m.tool_calls)
+            )
+        )
+        if target:
+            return AIMessage("", tool_calls=[call("delete_message", {"message_id": target})])
+    if n == 4:
+        args = {"text": "alpha is fine; beta was noise"}
+        return AIMessage("", tool_calls=[call("working_context_append", args)])
+    if n in (2, 3, 5):
+        return AIMessage("", tool_calls=[call("search_history", {"query": "value-beta"})])
+    return AIMessage("done")
+
+
+def tool_agent(ac: AutoContext, model: FunctionModel, store: BaseStore, saver: Any) -> Any:
+    g = StateGraph(AutoContextState)
+    g.add_node("autocontext", ac.node())
+    g.add_node("model", ac.model_node(model))
+    g.add_node("commands", ac.command_node())
+    g.add_node("tools", ToolNode([fetch, *ac.tools]))
+    g.add_edge(START, "autocontext")
+    g.add_edge("autocontext", "model")
+    g.add_edge("model", "commands")
+    g.add_conditional_edges("commands", tools_condition)
+    g.add_edge("tools", "autocontext")
+    return g.compile(store=store, checkpointer=saver)
+
+
+def _answers_saved(graph: Any) -> int:
+    return len(
+        {
+            m.id
+            for snap in graph.get_state_history(THREAD)
+            for m in snap.values.get("messages", [])
+            if isinstance(m, AIMessage) and marker(m) is None
+        }
+    )
+
+
+def tool_crash_and_restart(tmp_path: Path, faults: Faults) -> str | None:
+    store_path, ckpt_path = tmp_path / "store.db", tmp_path / "ckpt.db"
+    backend = open_sqlite(store_path)
+    try:
+        with sqlite_saver(ckpt_path, CrashingSaver) as saver:
+            saver.faults, saver.store = faults, backend
+            store = CrashingStore(backend, faults)
+            graph = tool_agent(
+                AutoContext(TOOL_CFG), FunctionModel(respond=_tool_script), store, saver
+            )
+            with suppress(Crash):
+                graph.invoke({"messages": START_MESSAGES}, THREAD)
+    finally:
+        backend.conn.close()
+    backend = open_sqlite(store_path)
+    try:
+        with sqlite_saver(ckpt_path) as saver:
+            probe = tool_agent(
+                AutoContext(TOOL_CFG), FunctionModel(respond=_tool_script), backend, saver
+            )
+            done = _answers_saved(probe)
+            model = FunctionModel(respond=_tool_script, seen=[[] for _ in range(done)])
+            graph = tool_agent(AutoContext(TOOL_CFG), model, backend, saver)
+            if faults.fired:
+                graph.invoke(None, THREAD)
+            final = graph.get_state(THREAD).values
+            msgs = final["messages"]
+            assert msgs[-1].content == "done" and not find_violations(msgs)
+            ost = OffloadStore.wrap(backend, prefix=TOOL_CFG.store_prefix)
+            history = {e.id: e.message for e in ost.iter_history("crashy")}
+            final_ids = {m.id for m in msgs}
+            for snap in graph.get_state_history(THREAD):
+                for m in snap.values.get("messages", []):
+                    if marker(m) is None and not isinstance(m, SystemMessage):
+                        assert m.id in history or m.id in final_ids, f"{m.type} {m.id} lost"
+                for oid in offload_refs(snap.values.get("messages", [])):
+                    assert ost.reload("crashy", oid).messages
+            alpha = [
+                m
+                for m in history.values()
+                if isinstance(m, ToolMessage) and m.name == "fetch" and "alpha line 0" in text_of(m)
+            ]
+            assert len(alpha) == 1  # the original survives its update
+            assert any(
+                isinstance(m, ToolMessage) and text_of(m) == "alpha: 90 lines, all fine"
+                for m in msgs
+            ), "the update was lost or applied twice"
+            assert "beta was noise" in str(final.get("autocontext", {}))
+            assert not any(  # the delete held: beta's call and result left the context
+                m.name == "fetch" and "beta line 0" in text_of(m)
+                for m in msgs
+                if isinstance(m, ToolMessage)
+            )
+    finally:
+        backend.conn.close()
+    return faults.fired
+
+
+@pytest.fixture(scope="module")
+def tool_plan(tmp_path_factory: pytest.TempPathFactory) -> Faults:
+    faults = Faults()
+    assert tool_crash_and_restart(tmp_path_factory.mktemp("tools-dry"), faults) is None
+    assert len(faults.in_tool) >= 3, "the tools wrote too little to sweep"
+    return faults
+
+
+@pytest.mark.parametrize("after", [False, True], ids=["before-write", "after-write"])
+def test_crash_around_every_store_write_of_the_tools(
+    tool_plan: Faults, tmp_path: Path, after: bool
+) -> None:
+    for n in tool_plan.in_tool:
+        sub = tmp_path / f"t{n}"
+        sub.mkdir()
+        assert tool_crash_and_restart(sub, Faults(write=n, after=after))
+
+
+@pytest.mark.parametrize(
+    "tool",
+    ["fetch", "update_message", "delete_message", "working_context_append", "search_history"],
+)
+def test_crash_before_a_tools_state_update_is_saved(tmp_path: Path, tool: str) -> None:
+    fired = tool_crash_and_restart(tmp_path, Faults(checkpoint=f"tool:{tool}"))
+    assert fired and tool in fired
