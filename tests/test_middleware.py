@@ -1,0 +1,315 @@
+"""``AutoContextMiddleware`` inside real ``langchain.agents.create_agent`` agents.
+
+Compression in ``before_model`` (persisted only when it changed), the model's view
+rendered in ``wrap_model_call`` and never persisted, the reply processed in
+``after_model`` (tags stripped, XML commands, ``<user>`` loops back to the model),
+the package's tools registered, the private ``autocontext`` state key, the system
+prompt learned per thread (and found again after a restart), and the fallback
+when a call's view would not fit.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from _builders import log_text, sh
+from langchain.agents import create_agent
+from langchain.agents.middleware import before_model
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.store.memory import InMemoryStore
+from pydantic import Field
+
+from langchain_autocontext import (
+    AutoContext,
+    AutoContextConfig,
+    AutoContextMiddleware,
+    OffloadStore,
+)
+from langchain_autocontext.history import surface_namespace
+from langchain_autocontext.messages import find_violations, text_of
+
+Reply = Callable[[list[BaseMessage], int], AIMessage]
+
+
+class ReplyModel(BaseChatModel):
+    """Answers with ``reply(messages, n)``; records inputs and bound tools."""
+
+    reply: Any
+    seen: list = Field(default_factory=list)
+    bound: list = Field(default_factory=list)
+
+    @property
+    def _llm_type(self) -> str:
+        return "reply-model"
+
+    def bind_tools(self, tools, **kwargs):
+        self.bound = list(tools)
+        return self
+
+    def _generate(self, messages, stop=None, run_manager=None, **kw):
+        self.seen.append(list(messages))
+        msg = self.reply(list(messages), len(self.seen) - 1)
+        return ChatResult(generations=[ChatGeneration(message=msg)])
+
+
+def call(name: str, args: dict[str, Any], n: int) -> AIMessage:
+    return AIMessage(
+        "", tool_calls=[{"name": name, "args": args, "id": f"c{n}", "type": "tool_call"}]
+    )
+
+
+def steps_then_answer(steps: int, lines: int = 40) -> Reply:
+    def reply(messages: list[BaseMessage], n: int) -> AIMessage:
+        if n < steps:
+            return call("sh", {"command": f"make {n}", "lines": lines}, n)
+        return AIMessage(f"done after {n} calls")
+
+    return reply
+
+
+def agent(
+    model: ReplyModel, ac: AutoContext, store=None, *, system: str | None = "Be brief.", extra=()
+):
+    return create_agent(
+        model,
+        [sh],
+        system_prompt=system,
+        middleware=[*extra, ac.middleware()],
+        checkpointer=InMemorySaver(),
+        store=store if store is not None else InMemoryStore(),
+    )
+
+
+CFG = AutoContextConfig(max_tokens=6000, token_ratio=0.6, target_ratio=0.4, last_keep=4)
+THREAD = {"configurable": {"thread_id": "t"}, "recursion_limit": 500}
+
+
+def assert_fits(model: ReplyModel, ac: AutoContext) -> None:
+    for sent in model.seen:
+        assert isinstance(sent[0], SystemMessage)
+        assert not find_violations(sent)
+        assert ac.counter.count(sent, model.bound) <= ac.config.max_tokens
+
+
+# --- construction -------------------------------------------------------------------------------
+def test_middleware_registers_the_package_tools_and_declares_its_state() -> None:
+    ac = AutoContext(CFG)
+    mw = ac.middleware()
+    assert isinstance(mw, AutoContextMiddleware)
+    assert [t.name for t in mw.tools] == [t.name for t in ac.tools]
+    assert "autocontext" in mw.state_schema.__annotations__
+    model = ReplyModel(reply=steps_then_answer(1))
+    graph = agent(model, ac)
+    graph.invoke({"messages": [HumanMessage("go")]}, THREAD)
+    # the model was offered the package's tools next to the agent's own
+    assert {t.name for t in model.bound} == {"sh", *(t.name for t in ac.tools)}
+    # the key is private: kept in the checkpoint, not part of the agent's input or output
+    assert "autocontext" in graph.get_state(THREAD).values
+    assert "autocontext" not in graph.get_input_jsonschema()["properties"]
+    assert "autocontext" not in graph.get_output_jsonschema()["properties"]
+
+
+def test_no_tools_when_self_management_is_off() -> None:
+    ac = AutoContext(CFG.model_copy(update={"self_management_tools": False}))
+    assert ac.middleware().tools == []
+
+
+def test_middleware_needs_an_autocontext() -> None:
+    with pytest.raises(TypeError, match="AutoContext"):
+        AutoContextMiddleware(object())  # type: ignore[arg-type]
+
+
+# --- the view ------------------------------------------------------------------------------------
+async def test_view_is_sent_but_never_persisted() -> None:
+    for run_async in (False, True):
+        ac = AutoContext(CFG)
+        model = ReplyModel(reply=steps_then_answer(3, lines=2))
+        graph = agent(model, ac)
+        if run_async:
+            await graph.ainvoke({"messages": [HumanMessage("go")]}, THREAD)
+        else:
+            graph.invoke({"messages": [HumanMessage("go")]}, THREAD)
+        last = model.seen[-1]
+        assert last[0].content.startswith("Be brief.")
+        assert "# Your context window" in last[0].content  # the generated section
+        assert all(text_of(m).startswith("<metadata id=") for m in last[1:])
+        state = graph.get_state(THREAD).values
+        assert not any(isinstance(m, SystemMessage) for m in state["messages"])
+        assert not any("<metadata" in text_of(m) for m in state["messages"])
+        assert state["messages"][-1].content == "done after 3 calls"
+        assert_fits(model, ac)
+
+
+def test_before_model_writes_only_when_something_changed() -> None:
+    ac = AutoContext(CFG)
+    graph = agent(ReplyModel(reply=steps_then_answer(1, lines=2)), ac)
+    updates = list(graph.stream({"messages": [HumanMessage("go")]}, THREAD, stream_mode="updates"))
+    ours = [
+        u["AutoContextMiddleware.before_model"]
+        for u in updates
+        if "AutoContextMiddleware.before_model" in u
+    ]
+    assert ours and all(u is None for u in ours)  # small context: nothing to write
+
+
+def test_compression_is_persisted_and_inputs_fit() -> None:
+    store = InMemoryStore()
+    ac = AutoContext(CFG)
+    model = ReplyModel(reply=steps_then_answer(30))
+    graph = agent(model, ac, store)
+    graph.invoke({"messages": [HumanMessage("go")]}, THREAD)
+    assert_fits(model, ac)
+    assert OffloadStore.wrap(store).list_events("t")
+    state = graph.get_state(THREAD).values["messages"]
+    assert len(state) < 1 + 30 * 2 + 1
+    assert OffloadStore.wrap(store).history_count("t") == 1 + 30 * 2
+
+
+# --- the system prompt: learned, remembered, and the fallback -----------------------------------
+BIG_SYSTEM = "You follow these rules.\n" + log_text(60, 7)  # ~1,400 tokens
+
+
+def test_system_prompt_is_learned_and_remembered_in_the_store() -> None:
+    store = InMemoryStore()
+    ac = AutoContext(CFG)
+    model = ReplyModel(reply=steps_then_answer(25))
+    graph = agent(model, ac, store, system=BIG_SYSTEM)
+    graph.invoke({"messages": [HumanMessage("go")]}, THREAD)
+    assert_fits(model, ac)
+    wrapped = OffloadStore.wrap(store)
+    record = wrapped.get(surface_namespace(wrapped, "t"), "model_request")
+    assert record is not None and record.value["system"]["data"]["content"] == BIG_SYSTEM
+    assert {t["function"]["name"] for t in record.value["tools"]} >= {"sh", "update_message"}
+    # a new process (new AutoContext, new middleware) knows it before its first call
+    fresh = AutoContext(CFG).middleware()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fresh.autocontext.store = OffloadStore.wrap(store)
+        shape = fresh._shape("t")
+    assert shape is not None and shape.system.content == BIG_SYSTEM
+    assert fresh._shape("another-thread") is None
+
+
+GROUPS = 13
+
+
+async def test_a_view_that_would_not_fit_is_compressed_on_the_spot(monkeypatch) -> None:
+    """First call of a process, a long round, a large system prompt it never saw: the
+    compression in before_model cannot count the prompt; wrap_model_call fits the view."""
+    cfg = CFG.model_copy(update={"token_ratio": 0.75, "target_ratio": 0.7})
+    system = "You follow these rules.\n" + log_text(110, 7)  # ~2,500 tokens
+    # ~2,800 tokens: under the trigger without the system prompt, over the budget with it
+    history: list[BaseMessage] = [HumanMessage("start", id="u0")]
+    for k in range(GROUPS):
+        history.append(
+            call("sh", {"command": f"make {k}", "lines": 5}, k).model_copy(update={"id": f"a{k}"})
+        )
+        history.append(ToolMessage(log_text(5, k), tool_call_id=f"c{k}", id=f"t{k}"))
+    fallbacks: list[bool] = []
+    prepare = AutoContextMiddleware._prepare
+
+    def spy(self, request, thread_id):
+        out = prepare(self, request, thread_id)
+        fallbacks.append(out[0] is None)
+        return out
+
+    monkeypatch.setattr(AutoContextMiddleware, "_prepare", spy)
+    for run_async in (False, True):
+        ac = AutoContext(cfg)
+        model = ReplyModel(reply=lambda m, n: AIMessage("finished"))
+        graph = agent(model, ac, system=system)
+        if run_async:
+            out = await graph.ainvoke({"messages": history}, THREAD)
+        else:
+            out = graph.invoke({"messages": history}, THREAD)
+        assert out["messages"][-1].content == "finished"
+        assert_fits(model, ac)
+        assert model.seen[0][0].content.startswith(system)
+    assert fallbacks == [True, True]  # the fallback was needed, in both runs
+
+
+# --- after_model: the reply -------------------------------------------------------------------------
+def test_tags_the_model_copies_are_stripped_from_state() -> None:
+    ac = AutoContext(CFG)
+
+    def reply(messages: list[BaseMessage], n: int) -> AIMessage:
+        return AIMessage(
+            '<metadata id="x" cumulative_message_token_count="9" message_token_count="3"/>\nok'
+        )
+
+    graph = agent(ReplyModel(reply=reply), ac)
+    out = graph.invoke({"messages": [HumanMessage("go")]}, THREAD)
+    assert out["messages"][-1].content == "ok"
+
+
+async def test_xml_user_command_calls_the_model_again() -> None:
+    for run_async in (False, True):
+        ac = AutoContext(CFG.model_copy(update={"xml_commands": True}))
+
+        def reply(messages: list[BaseMessage], n: int) -> AIMessage:
+            if n == 0:
+                return AIMessage("first part done. <user>now do the second part</user>")
+            return AIMessage("second part done")
+
+        model = ReplyModel(reply=reply)
+        graph = agent(model, ac)
+        inp = {"messages": [HumanMessage("do two parts")]}
+        out = await graph.ainvoke(inp, THREAD) if run_async else graph.invoke(inp, THREAD)
+        assert len(model.seen) == 2
+        assert "now do the second part" in text_of(model.seen[1][-1])
+        assert out["messages"][-1].content == "second part done"
+        assert [m.type for m in out["messages"]] == ["human", "ai", "human", "ai"]
+
+
+def test_xml_delete_command_edits_state_and_keeps_the_original() -> None:
+    store = InMemoryStore()
+    ac = AutoContext(CFG.model_copy(update={"xml_commands": True}))
+
+    def reply(messages: list[BaseMessage], n: int) -> AIMessage:
+        if n == 0:
+            return AIMessage("noted")
+        return AIMessage('<delete id="secret-1"/> forgot it')
+
+    graph = agent(ReplyModel(reply=reply), ac, store)
+    graph.invoke({"messages": [HumanMessage("my password is hunter2", id="secret-1")]}, THREAD)
+    out = graph.invoke({"messages": [HumanMessage("forget my password")]}, THREAD)
+    assert "secret-1" not in {m.id for m in out["messages"]}
+    original = OffloadStore.wrap(store).get_history_message("t", "secret-1")
+    assert original is not None and "hunter2" in original.message.content
+
+
+def test_working_context_tool_reaches_the_next_view() -> None:
+    ac = AutoContext(CFG)
+
+    def reply(messages: list[BaseMessage], n: int) -> AIMessage:
+        if n == 0:
+            return call("working_context_append", {"text": "User prefers tabs."}, n)
+        return AIMessage("ok")
+
+    model = ReplyModel(reply=reply)
+    graph = agent(model, ac)
+    graph.invoke({"messages": [HumanMessage("remember: tabs")]}, THREAD)
+    assert "User prefers tabs." in graph.get_state(THREAD).values["autocontext"]["working_context"]
+    assert "User prefers tabs." in model.seen[1][0].content  # shown in the system message
+
+
+def test_works_after_other_middleware() -> None:
+    """Another middleware's before_model runs first; ours (listed last) sees its update."""
+    seen_counts: list[int] = []
+
+    @before_model
+    def count_messages(state, runtime) -> None:
+        seen_counts.append(len(state["messages"]))
+
+    ac = AutoContext(CFG)
+    model = ReplyModel(reply=steps_then_answer(20))
+    graph = agent(model, ac, extra=[count_messages])
+    graph.invoke({"messages": [HumanMessage("go")]}, THREAD)
+    assert len(seen_counts) == 21
+    assert_fits(model, ac)
