@@ -1,0 +1,249 @@
+"""Chains: ``AutoContextChatMessageHistory`` and the Runnable of ``ac.as_runnable()``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from _builders import log_text, sh, tool_group
+from conftest import open_sqlite
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from langchain_core.messages import (
+    AIMessage,
+    AIMessageChunk,
+    BaseMessage,
+    HumanMessage,
+    SystemMessage,
+)
+from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
+from langgraph.store.memory import InMemoryStore
+
+from langchain_autocontext import (
+    AutoContext,
+    AutoContextChatMessageHistory,
+    AutoContextConfig,
+    AutoContextRunnable,
+    ExtractiveSummarizer,
+    OffloadStore,
+)
+from langchain_autocontext.messages import find_violations, text_of
+
+CFG = AutoContextConfig(max_tokens=4000, token_ratio=0.6, target_ratio=0.4, last_keep=4)
+
+
+def make_ac(store=None, **kw) -> AutoContext:
+    return AutoContext(CFG, store=store if store is not None else InMemoryStore(), **kw)
+
+
+def turn(k: int, lines: int = 30) -> list[BaseMessage]:
+    """One round: a user message, two tool calls with results, an answer (no ids)."""
+    msgs: list[BaseMessage] = [HumanMessage(f"request {k}")]
+    for m in tool_group("sh", {"command": f"make {k}"}, [log_text(lines, k), log_text(3, k)]):
+        msgs.append(m.model_copy(update={"id": None}))
+    msgs.append(AIMessage(f"answer {k}"))
+    return msgs
+
+
+# --- the chat-message history --------------------------------------------------------------------
+def test_history_adds_reads_and_compresses() -> None:
+    ac = make_ac()
+    hist = AutoContextChatMessageHistory("s1", ac)
+    assert hist.messages == []
+    added: list[BaseMessage] = []
+    for k in range(12):
+        hist.add_messages(turn(k))
+        added += turn(k)
+        working = hist.messages
+        assert not find_violations(working)
+        assert all(m.id for m in working)
+        assert ac.counter.count(working, ac.count_tools, tags=True) <= CFG.trigger_tokens
+    assert len(hist.messages) < len(added)  # compressed
+    assert [text_of(m) for m in hist.original_messages] == [text_of(m) for m in added]
+    assert OffloadStore.wrap(ac.store).list_events("s1")
+
+
+def test_history_normalizes_chunks_and_strips_tags() -> None:
+    hist = AutoContextChatMessageHistory("s", make_ac())
+    hist.add_messages(
+        [
+            HumanMessage("hi"),
+            AIMessageChunk(
+                '<metadata id="x" cumulative_message_token_count="1" message_token_count="1"/>\nhello'
+            ),
+        ]
+    )
+    last = hist.messages[-1]
+    assert type(last) is AIMessage and last.content == "hello"
+
+
+def test_history_clear_keeps_the_originals_and_sessions_are_apart() -> None:
+    ac = make_ac()
+    a = AutoContextChatMessageHistory("a", ac)
+    b = AutoContextChatMessageHistory("b", ac)
+    a.add_messages(turn(0, 3))
+    b.add_messages(turn(1, 3))
+    assert [text_of(m) for m in a.messages] == [text_of(m) for m in turn(0, 3)]
+    assert [text_of(m) for m in b.messages] == [text_of(m) for m in turn(1, 3)]
+    a.clear()
+    assert a.messages == [] and len(b.messages) == len(turn(1, 3))
+    assert [text_of(m) for m in a.original_messages] == [text_of(m) for m in turn(0, 3)]
+
+
+async def test_history_async_twins_match_sync() -> None:
+    sync_h = AutoContextChatMessageHistory("s", make_ac())
+    async_h = AutoContextChatMessageHistory("s", make_ac())
+    for k in range(8):
+        sync_h.add_messages(turn(k))
+        await async_h.aadd_messages(turn(k))
+    working = await async_h.aget_messages()
+    assert working and not find_violations(working)
+    assert len(working) < 8 * len(turn(0))  # compressed, like the sync twin
+    assert len(sync_h.messages) < 8 * len(turn(0))
+    originals = [text_of(e.message) async for e in async_h.store.aiter_history("s")]
+    assert originals == [text_of(m) for m in sync_h.original_messages]
+    await async_h.aclear()
+    assert await async_h.aget_messages() == []
+
+
+def test_history_is_found_again_by_new_objects(tmp_path: Path) -> None:
+    store = open_sqlite(tmp_path / "s.db")
+    first = AutoContextChatMessageHistory("s", make_ac(store))
+    for k in range(6):
+        first.add_messages(turn(k))
+    before = [(m.id, text_of(m)) for m in first.messages]
+    store.conn.close()
+    store = open_sqlite(tmp_path / "s.db")
+    try:
+        again = AutoContextChatMessageHistory("s", AutoContext(CFG), store=store)
+        assert [(m.id, text_of(m)) for m in again.messages] == before
+    finally:
+        store.conn.close()
+
+
+def test_history_rejects_bad_input() -> None:
+    with pytest.raises(ValueError, match="session_id"):
+        AutoContextChatMessageHistory("", make_ac())
+    with pytest.raises(TypeError, match="AutoContext"):
+        AutoContextChatMessageHistory("s", "not an AutoContext")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="LangChain messages"):
+        AutoContextChatMessageHistory("s", make_ac()).add_messages(["hello"])  # type: ignore[list-item]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    sizes=st.lists(st.integers(min_value=1, max_value=60), min_size=1, max_size=10),
+    split=st.lists(st.integers(min_value=1, max_value=5), min_size=1, max_size=10),
+)
+def test_history_property_valid_fitting_lossless(sizes: list[int], split: list[int]) -> None:
+    """Whatever the turns and however they are added, the working messages are valid and
+    fit, and the originals are exactly what was added."""
+    ac = make_ac()
+    hist = AutoContextChatMessageHistory("p", ac)
+    stream = [m for k, n in enumerate(sizes) for m in turn(k, n)]
+    added: list[BaseMessage] = []
+    i = 0
+    for cut in split * 20:
+        if i >= len(stream):
+            break
+        batch = stream[i : i + cut]
+        # never split a tool call from its results (a chain adds input + output together)
+        while i + len(batch) < len(stream) and stream[i + len(batch)].type == "tool":
+            batch.append(stream[i + len(batch)])
+        i += len(batch)
+        hist.add_messages(batch)
+        added += batch
+        working = hist.messages
+        assert not find_violations(working)
+        assert ac.counter.count(working, ac.count_tools, tags=True) <= CFG.max_tokens
+    assert [text_of(m) for m in hist.original_messages] == [text_of(m) for m in added]
+
+
+# --- the Runnable ----------------------------------------------------------------------------------
+PROMPT = ChatPromptTemplate([("system", "You are terse."), MessagesPlaceholder("messages")])
+
+
+def conversation(rounds: int) -> list[BaseMessage]:
+    return [m for k in range(rounds) for m in turn(k)]
+
+
+def test_runnable_in_a_chain_returns_the_managed_messages() -> None:
+    ac = make_ac(tools=[sh])
+    chain = PROMPT | ac.as_runnable()
+    assert isinstance(ac.as_runnable(), AutoContextRunnable)
+    out = chain.invoke({"messages": conversation(10)}, {"configurable": {"thread_id": "c"}})
+    assert isinstance(out[0], SystemMessage) and out[0].content == "You are terse."
+    assert not find_violations(out)
+    assert len(out) < 1 + len(conversation(10))
+    assert ac.counter.count(out, ac.count_tools, tags=True) <= CFG.max_tokens
+    assert OffloadStore.wrap(ac.store).list_events("c")
+
+
+def test_runnable_accepts_message_likes() -> None:
+    run = make_ac().as_runnable()
+    assert [m.type for m in run.invoke("hello")] == ["human"]
+    assert [m.type for m in run.invoke([("system", "s"), ("human", "h")])] == ["system", "human"]
+    assert [m.type for m in run.invoke(HumanMessage("x"))] == ["human"]
+    assert run.invoke(PROMPT.invoke({"messages": [("human", "q")]}))[-1].content == "q"
+    with pytest.raises(TypeError, match="prompt value"):
+        run.invoke(42)
+
+
+def test_runnable_reuses_its_last_result_and_ids() -> None:
+    """Called again with the same conversation (plus new messages), it compresses only
+    the extension: no span is offloaded or summarized twice, no original archived twice."""
+    summarizer = CountingSummarizer()
+    ac = make_ac(summarizer=summarizer)
+    run = ac.as_runnable()
+    cfg = {"configurable": {"thread_id": "r"}}
+    convo = conversation(10)
+    first = run.invoke(convo, cfg)
+    store = OffloadStore.wrap(ac.store)
+    offloads, calls, history = (
+        len(store.list_offloads("r")),
+        summarizer.calls,
+        store.history_count("r"),
+    )
+    assert offloads and calls
+    again = run.invoke(convo, cfg)  # the same input: nothing to do
+    assert [m.id for m in again] == [m.id for m in first]
+    assert (len(store.list_offloads("r")), summarizer.calls) == (offloads, calls)
+    assert store.history_count("r") == history
+    more = run.invoke([*convo, HumanMessage("one more thing")], cfg)
+    assert more[-1].content == "one more thing"
+    assert store.history_count("r") == history + 1
+    # a new process (new AutoContext, same store) picks up where this one stopped
+    fresh = AutoContext(CFG, store=ac.store, summarizer=summarizer).as_runnable()
+    fresh.invoke([*convo, HumanMessage("one more thing")], cfg)
+    assert store.history_count("r") == history + 1
+    # an edited past starts over (and says so in the events), still archiving nothing twice
+    edited = [convo[0].model_copy(update={"content": "request 0, edited"}), *convo[1:]]
+    run.invoke(edited, cfg)
+    assert summarizer.calls > calls
+    assert store.history_count("r") == history + 2  # only the edited message is new
+
+
+async def test_runnable_async_matches_sync_and_threads_are_apart() -> None:
+    ac = make_ac()
+    run = ac.as_runnable()
+    convo = conversation(8)
+    sync_out = run.invoke(convo, {"configurable": {"thread_id": "x"}})
+    async_out = await run.ainvoke(convo, {"configurable": {"thread_id": "y"}})
+    assert [m.type for m in sync_out] == [m.type for m in async_out]
+    store = OffloadStore.wrap(ac.store)
+    assert store.history_count("x") == store.history_count("y") == len(convo)
+    # the session id of RunnableWithMessageHistory names the thread too
+    run.invoke([HumanMessage("hi")], {"configurable": {"session_id": "sess"}})
+    assert store.history_count("sess") == 1
+
+
+class CountingSummarizer(ExtractiveSummarizer):
+    """The offline summarizer, counting its calls."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def summarize(self, request):
+        self.calls += 1
+        return super().summarize(request)
