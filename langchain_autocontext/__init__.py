@@ -4,7 +4,12 @@ The public API lives here and nowhere else.
 """
 
 from langchain_autocontext.config import AutoContextConfig
-from langchain_autocontext.engine import AutoContext, AutoContextState, CompressionResult
+from langchain_autocontext.engine import (
+    AutoContext,
+    AutoContextAgentState,
+    AutoContextState,
+    CompressionResult,
+)
 from langchain_autocontext.errors import (
     AutoContextError,
     CommandError,
@@ -31,6 +36,7 @@ from langchain_autocontext.tokens import TokenCounter, resolve_counter
 
 __all__ = [
     "AutoContext",
+    "AutoContextAgentState",
     "AutoContextChatMessageHistory",
     "AutoContextConfig",
     "AutoContextError",
