@@ -111,7 +111,7 @@ def test_invariants_hold_after_compression(msgs, max_tokens, last_keep, threshol
         res = ac.compress(msgs, thread_id="t")
     except ContextBudgetError:
         # only allowed when what can never be compressed does not fit
-        floor = ac.counter.count(minimal_context(msgs), ac.count_tools, tags=cfg.metadata_tags)
+        floor = _view_tokens(ac, minimal_context(msgs))
         # ...or, with the recursive summary's header (~60 tokens with its offload id),
         # the minimal context plus the last tool-call group.
         assert floor > max_tokens or _incompressible_tail(msgs, ac) + 100 > max_tokens
@@ -146,4 +146,13 @@ def _incompressible_tail(msgs, ac) -> int:
     last = msgs[groups[-1][0] :] if groups else []
     keep = {id(m) for m in minimal_context(msgs)} | {id(m) for m in last}
     kept = [m for m in msgs if id(m) in keep]
-    return ac.counter.count(kept, ac.count_tools, tags=ac.config.metadata_tags)
+    return _view_tokens(ac, kept)
+
+
+def _view_tokens(ac, msgs) -> int:
+    """Tokens of the model's view of ``msgs`` (generated section and tool schemas too)."""
+    budget = ac.config.max_tokens
+    big = ac.config.model_copy(update={"max_tokens": 10 * budget + 10_000})
+    probe = AutoContext(big, store=OffloadStore(InMemoryStore()))
+    view = probe.prepare_model_call(list(msgs), state={}, thread_id="probe").messages
+    return probe.counter.count(view, probe.count_tools)

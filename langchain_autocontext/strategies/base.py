@@ -87,6 +87,8 @@ class PassContext:
     tokens: int
     target_tokens: int
     target_messages: int
+    #: Names of the strategies that run after this one in the same pass.
+    later: frozenset[str] = frozenset()
 
     @property
     def system_index(self) -> int | None:
@@ -151,6 +153,7 @@ class PassContext:
         preview: str,
         messages: Sequence[BaseMessage] | None = None,
         span_tokens: int | None = None,
+        extra: dict[str, Any] | None = None,
     ) -> Job:
         """A job replacing ``messages[start:end]`` with a summary of about the ratio's size.
 
@@ -165,7 +168,9 @@ class PassContext:
             max_tokens=self.config.summary_max_tokens,
             target_tokens=self.summary_budget(tokens),
         )
-        return Job(start, end, name, build, request=request, preview=preview[:200])
+        return Job(
+            start, end, name, build, request=request, preview=preview[:200], extra=extra or {}
+        )
 
     def summary_budget(self, span_tokens: int, ratio: float | None = None) -> int:
         """Target size of a summary of ``span_tokens`` tokens."""

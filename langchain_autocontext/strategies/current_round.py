@@ -47,6 +47,12 @@ class CurrentRoundLargeMessages:
             if tokens < ctx.config.min_summary_span_tokens:
                 continue
             jobs.append(self._job(ctx, i, tokens))
+        # Strategy 6 summarizes this same span in one call: when even the best case
+        # of summarizing these messages one by one cannot reach the target, strategy 6
+        # will run anyway, and summarizing twice would only pay the summarizer twice.
+        best = sum(j.extra["tokens"] - ctx.summary_budget(j.extra["tokens"]) for j in jobs)
+        if CurrentRoundCompression.name in ctx.later and ctx.tokens - best > ctx.target_tokens:
+            return []
         return jobs
 
     def _job(self, ctx: PassContext, i: int, tokens: int) -> Job:
@@ -67,6 +73,7 @@ class CurrentRoundLargeMessages:
             strategy="large_message",
             span_tokens=tokens,
             preview=f"{original.type} message of {tokens} tokens",
+            extra={"tokens": tokens},
         )
 
 

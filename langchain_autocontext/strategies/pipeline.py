@@ -169,7 +169,15 @@ def run_pipeline(
     fifo_rounds = 0
     while queue and (force or not fits()):
         strategy = queue.pop(0)
-        ctx = PassContext(msgs, config, counter, tokens, target_tokens, target_messages)
+        ctx = PassContext(
+            msgs,
+            config,
+            counter,
+            tokens,
+            target_tokens,
+            target_messages,
+            later=frozenset(s.name for s in queue),
+        )
         jobs = strategy.plan(ctx)
         if not jobs:
             continue
