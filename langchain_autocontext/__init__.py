@@ -33,6 +33,7 @@ from langchain_autocontext.summarizers import (
     resolve_summarizer,
 )
 from langchain_autocontext.tokens import TokenCounter, resolve_counter
+from langchain_autocontext.view import ModelCall
 
 __all__ = [
     "AutoContext",
@@ -52,6 +53,7 @@ __all__ = [
     "InvalidConfigError",
     "InvariantViolationError",
     "LLMSummarizer",
+    "ModelCall",
     "OffloadNotFoundError",
     "OffloadRecord",
     "OffloadStore",

@@ -289,7 +289,8 @@ class _Call:
         The next model call would compress anyway, and might compress this call's
         result before the model reads it; compressing first keeps the result whole.
         """
-        return self.alone and self.used_tokens() + tokens + 160 > self.trigger_tokens
+        # + the tool message's own overhead and its metadata tag
+        return self.alone and self.used_tokens() + tokens + 64 > self.trigger_tokens
 
     def compress_first(self) -> None:
         """Compress the working messages now (see :meth:`lacks_room`)."""

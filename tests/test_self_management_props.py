@@ -292,7 +292,6 @@ def test_random_agents_through_create_react_agent(seed: int, turns: int) -> None
         assert not find_violations(sent)
         assert ac.counter.count(sent, ac.count_tools) <= CFG.max_tokens
     ws = OffloadStore.wrap(store)
-    history = {e.id for e in ws.iter_history("agent")}
     ac.compress(out["messages"], thread_id="agent", state=out.get("autocontext"))
     history = {e.id for e in ws.iter_history("agent")}
     for m in out["messages"]:
