@@ -218,6 +218,12 @@ class _Call:
         self.has_ac_key = raw_ac is not None
         self.ac = normalize_state(raw_ac)
         self.call_id = str(runtime.tool_call_id or "")
+        # the tool schemas sent with each request: the agent's (the runtime knows them)
+        # and the ones AutoContext was told about
+        known = list(engine.count_tools)
+        names = {getattr(t, "name", None) for t in known}
+        extra = [t for t in (getattr(runtime, "tools", None) or []) if t.name not in names]
+        self.schemas: list[Any] = known + extra
         config = runtime.config or {}
         from langchain_autocontext.engine import thread_id_of
 
@@ -289,8 +295,7 @@ class _Call:
         The next model call would compress anyway, and might compress this call's
         result before the model reads it; compressing first keeps the result whole.
         """
-        # + the tool message's own overhead and its metadata tag
-        return self.alone and self.used_tokens() + tokens + 64 > self.trigger_tokens
+        return self.alone and self.used_tokens() + tokens + _MESSAGE_OVERHEAD > self.trigger_tokens
 
     def compress_first(self) -> None:
         """Compress the working messages now (see :meth:`lacks_room`)."""
@@ -325,7 +330,7 @@ class _Call:
         msgs = self.messages if messages is None else messages
         extra = instructions_text(engine.config, self.ac)
         return (
-            engine.counter.count(msgs, engine.count_tools, tags=engine.config.metadata_tags)
+            engine.counter.count(msgs, self.schemas, tags=engine.config.metadata_tags)
             + (engine.counter.count_text(extra) + 8 if extra else 0)
             + (engine.counter.count_text(engine.system_prompt) + 4 if engine.system_prompt else 0)
         )
@@ -416,6 +421,8 @@ def _edit_tool(engine: AutoContext, name: str) -> StructuredTool:
 
 
 # --- reload_offloaded ----------------------------------------------------------------------------
+#: Tokens of a tool message beyond its content: role/name overhead and its metadata tag.
+_MESSAGE_OVERHEAD = 64
 _TRUNCATION_NOTE = (
     "\n[truncated to fit your context budget: characters 1,000,000-1,000,000 of 1,000,000 "
     'shown; call reload_offloaded(offload_id="{ref}", offset=1000000) to read on]'
@@ -617,7 +624,8 @@ def _reload_tool(engine: AutoContext) -> StructuredTool:
         # offloaded again before the model reads it. The note, the tool message's own
         # overhead and its metadata tag are kept free too.
         used = call.used_tokens()
-        overhead = engine.counter.count_text(_TRUNCATION_NOTE.format(ref=ref) + note) + 48
+        overhead = engine.counter.count_text(_TRUNCATION_NOTE.format(ref=ref) + note)
+        overhead += _MESSAGE_OVERHEAD
         budget = call.trigger_tokens - used - overhead
         if budget < 32:
             return call.error(
@@ -671,7 +679,8 @@ def _reload_tool(engine: AutoContext) -> StructuredTool:
         full = _render_record(
             record, entry.message if entry else None, entry.seq if entry else None
         )
-        return call.lacks_room(min(engine.counter.count_text(full[offset:]), 512))
+        want = min(engine.counter.count_text(full[offset:]), 512)
+        return call.lacks_room(want + engine.counter.count_text(_TRUNCATION_NOTE.format(ref=ref)))
 
     def check(ref: Any) -> str | None:
         if not isinstance(ref, str) or not ref.strip():

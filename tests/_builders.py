@@ -695,3 +695,17 @@ def self_managed_graph(ac: Any, model: Any, store: Any, *, tools: Sequence[Any] 
     g.add_conditional_edges("commands", tools_condition)
     g.add_edge("tools", "autocontext")
     return g.compile(store=store, checkpointer=InMemorySaver())
+
+
+def self_managed_create_agent(ac: Any, model: Any, store: Any, *, tools: Sequence[Any] = ()) -> Any:
+    """langchain's create_agent with the package's middleware (it adds the context tools)."""
+    from langchain.agents import create_agent
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    return create_agent(
+        model,
+        tools=list(tools),
+        middleware=[ac.middleware()],
+        checkpointer=InMemorySaver(),
+        store=store,
+    )

@@ -118,9 +118,15 @@ class KVAgent:
                 return self._finish_lookup(None)
             self.phase = "reload"
             return AIMessage("", tool_calls=[call("reload_offloaded", {"offload_id": holder})])
-        # phase "reload": read the exact value from the original
-        self.reloaded[self.key] = result  # type: ignore[index]
+        # phase "reload": read the exact value from the original (reading on if cut)
+        self.reloaded[self.key] = self.reloaded.get(self.key, "") + result  # type: ignore[arg-type,index]
         found = re.search(rf"key = {re.escape(self.key)}, value = ([0-9a-f-]{{36}})", result)  # type: ignore[arg-type]
+        more = re.search(
+            r'reload_offloaded\(offload_id="([^"]+)", offset=(\d+)\) to read on\]$', result
+        )
+        if found is None and more:
+            args = {"offload_id": more.group(1), "offset": int(more.group(2))}
+            return AIMessage("", tool_calls=[call("reload_offloaded", args)])
         return self._finish_lookup(found.group(1) if found else None)
 
     def _finish_lookup(self, value: str | None) -> AIMessage:

@@ -17,6 +17,7 @@ from _builders import (
     call,
     fetch,
     self_managed_agent,
+    self_managed_create_agent,
     self_managed_graph,
     view_ids,
 )
@@ -54,16 +55,25 @@ def last_result(view) -> ToolMessage:
     return [m for m in view if isinstance(m, ToolMessage)][-1]
 
 
+def saved(graph, config) -> dict:
+    """The checkpointed ``autocontext`` state (private in create_agent's output)."""
+    return graph.get_state(config).values.get("autocontext") or {}
+
+
 def check_state(state: dict) -> None:
     msgs = state["messages"]
     assert not find_violations(msgs)
     assert isinstance(msgs[0], SystemMessage)
 
 
-@pytest.fixture(params=["react", "graph"])
+@pytest.fixture(params=["react", "graph", "create_agent"])
 def build(request):
     """Each test runs on create_react_agent and on a hand-written StateGraph."""
-    return self_managed_agent if request.param == "react" else self_managed_graph
+    return {
+        "react": self_managed_agent,
+        "graph": self_managed_graph,
+        "create_agent": self_managed_create_agent,
+    }[request.param]
 
 
 # --- update_message / delete_message ------------------------------------------------------
@@ -508,7 +518,7 @@ def test_working_context_edits_persist_and_are_shown(build) -> None:
     model = FunctionModel(respond=respond)
     graph = build(ac, model, store)
     out = graph.invoke(start(), cfg("w"))
-    assert out["autocontext"]["working_context"] == "goal: ship v2\nowner: bo"
+    assert saved(graph, cfg("w"))["working_context"] == "goal: ship v2\nowner: bo"
     results = tool_results(out["messages"])
     assert [r.status for r in results] == ["success"] * 3 + ["error"] * 3
     assert "not found" in results[3].content
@@ -518,8 +528,9 @@ def test_working_context_edits_persist_and_are_shown(build) -> None:
     assert isinstance(system, SystemMessage)
     assert "<working_context>\ngoal: ship v2\nowner: bo\n</working_context>" in system.content
     # persisted by the checkpointer: a new turn sees it
-    again = graph.invoke({"messages": [HumanMessage("next")]}, cfg("w"))
-    assert again["autocontext"]["working_context"] == "goal: ship v2\nowner: bo"
+    graph.invoke({"messages": [HumanMessage("next")]}, cfg("w"))
+    assert saved(graph, cfg("w"))["working_context"] == "goal: ship v2\nowner: bo"
+    assert "goal: ship v2\nowner: bo\n</working_context>" in str(model.seen[-1][0].content)
 
 
 def test_parallel_working_context_edits_do_not_crash() -> None:
@@ -537,14 +548,15 @@ def test_parallel_working_context_edits_do_not_crash() -> None:
             )
         return AIMessage("done")
 
-    out = self_managed_agent(ac, FunctionModel(respond=respond), store).invoke(start(), cfg("pw"))
+    graph = self_managed_agent(ac, FunctionModel(respond=respond), store)
+    out = graph.invoke(start(), cfg("pw"))
     answers = {m.tool_call_id: m for m in tool_results(out["messages"])}
     assert answers["w1"].status == "success"
     assert (
         answers["w2"].status == "error"
         and "one working-context edit per turn" in answers["w2"].content
     )
-    assert out["autocontext"]["working_context"] == "one"
+    assert saved(graph, cfg("pw"))["working_context"] == "one"
 
 
 # --- schemas, switches, async, SQLite -------------------------------------------------------------
@@ -607,11 +619,10 @@ async def test_tools_async_in_both_graphs(build) -> None:
             return AIMessage("", tool_calls=[call("delete_message", {"message_id": target})])
         return AIMessage("done")
 
-    out = await build(ac, FunctionModel(respond=respond), store, tools=[fetch]).ainvoke(
-        start(), cfg("a")
-    )
+    graph = build(ac, FunctionModel(respond=respond), store, tools=[fetch])
+    out = await graph.ainvoke(start(), cfg("a"))
     check_state(out)
-    assert out["autocontext"]["working_context"] == "q done"
+    assert saved(graph, cfg("a"))["working_context"] == "q done"
     assert all(m.status == "success" for m in tool_results(out["messages"])), [
         m.content for m in tool_results(out["messages"])
     ]
