@@ -129,14 +129,6 @@ def snapshot(surface) -> dict[str, Any]:
     }
 
 
-def reference(kind: str) -> Any:
-    model = script_model(STEPS)
-    surface = build_surface(kind, model)
-    for r in range(ROUNDS):
-        surface.round(r)
-    return surface
-
-
 def crash_and_resume(kind: str, b: Backends, *, mode: str = "invoke") -> tuple[Any, dict, dict]:
     dying = script_model(STEPS).model_copy(update={"fail_at": CRASH_AT})
     first = build_surface(kind, dying, store=b.store, checkpointer=b.saver)
@@ -174,7 +166,6 @@ PAIRS = [(s, t) for s in ("memory", "sqlite") for t in ("memory", "sqlite")]
 
 @pytest.mark.parametrize(("saver", "store"), PAIRS, ids=[f"{s}-saver-{t}-store" for s, t in PAIRS])
 def test_resume_after_restart(saver: str, store: str, tmp_path: Path, serde_events) -> None:
-    ref = reference("middleware")
     with backends(saver, store, tmp_path) as b:
         (resumed, answer), before, after = crash_and_resume("middleware", b)
         # the new process sees exactly what the old one left
@@ -185,8 +176,6 @@ def test_resume_after_restart(saver: str, store: str, tmp_path: Path, serde_even
         assert history_originals(b.store, "t-1", answer) == expected_originals(ROUNDS, STEPS)
         check_model_inputs(resumed.model, resumed.ac)
         assert resumed.model.total_calls == ROUNDS * (STEPS + 1)
-        final = OffloadStore.wrap(b.store)
-        assert final.history_count("t-1") == OffloadStore.wrap(ref.store).history_count("t-1")
     assert serde_events == []  # no unregistered type was ever read from a checkpoint
 
 
