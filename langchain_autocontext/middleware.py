@@ -162,6 +162,7 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextMiddlewareState, Any, Any
         self._lock = threading.Lock()
         # thread id -> the request shape last seen or loaded for it (bounded)
         self._shapes: OrderedDict[str, _RequestShape] = OrderedDict()
+        self._last: tuple[Any, tuple[Any, ...], _RequestShape] | None = None
 
     @property
     def name(self) -> str:
@@ -179,15 +180,31 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextMiddlewareState, Any, Any
                 self._shapes.popitem(last=False)
         return old is None or old.fingerprint != shape.fingerprint
 
-    def _learn(self, request: ModelRequest[Any], thread_id: str) -> None:
+    def _shape_of(self, request: ModelRequest[Any]) -> _RequestShape:
+        """The request's shape; reused while the system message and tools are the same
+        objects (the usual case: ``create_agent`` builds them once)."""
+        system, tools = request.system_message, tuple(request.tools)
+        last = self._last
+        if (
+            last is not None
+            and last[0] is system
+            and len(last[1]) == len(tools)
+            and all(a is b for a, b in zip(last[1], tools, strict=True))
+        ):
+            return last[2]
         shape = _RequestShape.of(request)
+        self._last = (system, tools, shape)
+        return shape
+
+    def _learn(self, request: ModelRequest[Any], thread_id: str) -> None:
+        shape = self._shape_of(request)
         if self._remember(thread_id, shape):
             store = self.autocontext.resolve_store()
             ns = surface_namespace(store, thread_id)
             store.put(ns, _REQUEST_KEY, shape.to_json(), index=False)
 
     async def _alearn(self, request: ModelRequest[Any], thread_id: str) -> None:
-        shape = _RequestShape.of(request)
+        shape = self._shape_of(request)
         if self._remember(thread_id, shape):
             store = self.autocontext.resolve_store()
             ns = surface_namespace(store, thread_id)

@@ -313,3 +313,24 @@ def test_works_after_other_middleware() -> None:
     graph.invoke({"messages": [HumanMessage("go")]}, THREAD)
     assert len(seen_counts) == 21
     assert_fits(model, ac)
+
+
+def test_a_dynamic_prompt_is_followed() -> None:
+    """A middleware before ours changes the system prompt per call: the view and the
+    remembered shape follow it."""
+    from langchain.agents.middleware import dynamic_prompt
+
+    @dynamic_prompt
+    def numbered(request) -> str:
+        return f"Prompt for message {len(request.messages)}."
+
+    store = InMemoryStore()
+    ac = AutoContext(CFG)
+    model = ReplyModel(reply=steps_then_answer(3, lines=2))
+    graph = agent(model, ac, store, extra=[numbered])
+    graph.invoke({"messages": [HumanMessage("go")]}, THREAD)
+    firsts = [sent[0].content.split("\n")[0] for sent in model.seen]
+    assert firsts == [f"Prompt for message {n}." for n in (1, 3, 5, 7)]
+    wrapped = OffloadStore.wrap(store)
+    record = wrapped.get(surface_namespace(wrapped, "t"), "model_request")
+    assert record.value["system"]["data"]["content"] == "Prompt for message 7."
