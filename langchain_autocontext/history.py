@@ -31,6 +31,7 @@ from langchain_core.messages import (
 from langchain_core.prompt_values import PromptValue
 from langchain_core.runnables import RunnableConfig, RunnableSerializable
 from langgraph.store.base import BaseStore
+from pydantic import field_validator
 
 from langchain_autocontext.messages import dump_messages, load_messages
 from langchain_autocontext.metadata import strip_message_tags
@@ -251,6 +252,11 @@ class AutoContextRunnable(RunnableSerializable[Any, list[BaseMessage]]):
     """The :class:`~langchain_autocontext.AutoContext` doing the work."""
 
     name: str | None = "autocontext"
+
+    @field_validator("autocontext")
+    @classmethod
+    def _is_autocontext(cls, value: Any) -> Any:
+        return _default_autocontext(value)
 
     @classmethod
     def is_lc_serializable(cls) -> bool:

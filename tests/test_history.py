@@ -187,6 +187,8 @@ def test_runnable_accepts_message_likes() -> None:
     assert run.invoke(PROMPT.invoke({"messages": [("human", "q")]}))[-1].content == "q"
     with pytest.raises(TypeError, match="prompt value"):
         run.invoke(42)
+    with pytest.raises(TypeError, match="AutoContext"):
+        AutoContextRunnable(autocontext="not an AutoContext")
 
 
 def test_runnable_reuses_its_last_result_and_ids() -> None:
