@@ -226,7 +226,7 @@ def test_sample_replay_at_the_cli_budget_shows_the_manager_at_work() -> None:
     # Unmanaged, the run outgrows the budget; managed it never does.
     assert r.unmanaged_largest > DEFAULT_MAX_TOKENS and r.unmanaged_over_budget > 0
     assert r.largest <= DEFAULT_MAX_TOKENS and r.over_budget == 0 and r.invalid == 0
-    assert len(r.strategy_counts) >= 3 and r.compressions >= 2
+    assert r.compressions >= 1 and sum(r.strategy_counts.values()) == len(r.events)
     assert r.offloads > 0 and r.offloads_reloadable == r.offloads
     assert r.recoverable == r.originals == 120
     assert r.tokens_sent < r.unmanaged_tokens_sent
