@@ -329,10 +329,12 @@ class _Call:
         engine = self.engine
         msgs = self.messages if messages is None else messages
         extra = instructions_text(engine.config, self.ac)
+        # a system prompt the agent adds after this package runs (none in the messages)
+        agent_prompt = engine.system_prompt and not (msgs and isinstance(msgs[0], SystemMessage))
         return (
             engine.counter.count(msgs, self.schemas, tags=engine.config.metadata_tags)
             + (engine.counter.count_text(extra) + 8 if extra else 0)
-            + (engine.counter.count_text(engine.system_prompt) + 4 if engine.system_prompt else 0)
+            + (engine.counter.count_text(engine.system_prompt) + 4 if agent_prompt else 0)
         )
 
 

@@ -220,10 +220,10 @@ def test_recall_of_140_keys_after_compression(record: int, capsys) -> None:
     exact = sum(f"key = {k}, value = {kv[k]}" in agent.reloaded.get(k, "") for k in keys)
     # the offload route: every compressed page is reloadable by its offload id
     offloaded = {}
-    for record in store.list_offloads("kv"):
-        for m in record.messages:
+    for rec in store.list_offloads("kv"):
+        for m in rec.messages:
             if isinstance(m, ToolMessage) and m.name == "read_records":
-                offloaded.setdefault(m.id, record.id)
+                offloaded.setdefault(m.id, rec.id)
     with capsys.disabled():
         print(
             f"\nnested-kv recall, record {record} (140 keys, max_tokens={CFG.max_tokens}, {len(model.seen)} model "
