@@ -48,6 +48,7 @@ from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
+from langchain_autocontext.engine import _SYSTEM_PLACEHOLDER_ID
 from langchain_autocontext.errors import ContextBudgetError
 from langchain_autocontext.history import surface_namespace
 from langchain_autocontext.messages import dump_message, load_message
@@ -60,8 +61,9 @@ __all__ = ["AutoContextMiddleware", "AutoContextMiddlewareState"]
 
 #: Key of the model-request record in the thread's ``(prefix, thread, "surface")`` namespace.
 _REQUEST_KEY = "model_request"
-#: Id of the stand-in system message handed to the engine (never archived, never stored).
-_SYSTEM_STANDIN_ID = "autocontext-system-prompt"
+#: Id of the stand-in system message handed to the engine: the engine's own placeholder
+#: id, which it never archives; the middleware never writes it to state either.
+_SYSTEM_STANDIN_ID = _SYSTEM_PLACEHOLDER_ID
 _MAX_THREADS = 4096
 
 
