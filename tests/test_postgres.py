@@ -154,7 +154,7 @@ def _agent(ac: AutoContext, model: ScriptedModel, store: Any, saver: Any) -> Any
 
 def test_thread_resumes_after_restart_with_everything_recoverable(uri: str) -> None:
     cfg = AutoContextConfig(
-        max_tokens=3_000, last_keep=4, msg_threshold=30, store_prefix=unique_prefix()
+        max_tokens=6_000, last_keep=6, msg_threshold=40, store_prefix=unique_prefix()
     )
     thread = f"restart-{uuid.uuid4().hex[:8]}"  # checkpoints outlive a test run locally
     config = {"configurable": {"thread_id": thread}, "recursion_limit": 500}
@@ -173,6 +173,7 @@ def test_thread_resumes_after_restart_with_everything_recoverable(uri: str) -> N
         assert final[-1].content == "finished after 30 steps"
         assert not find_violations(final)
         ost = OffloadStore(store, prefix=cfg.store_prefix)
+        assert ost.list_events(thread), "compression never fired"
         history = {e.id: e.message for e in ost.iter_history(thread)}
         # every original ever checkpointed is in the history (or is the final answer)
         for snap in graph.get_state_history(config):
