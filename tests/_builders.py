@@ -293,7 +293,7 @@ SURFACE_SYSTEM = "You are a coding agent. Fix what the user asks, one command at
 SURFACE_CONFIG_KW: dict[str, Any] = {
     "max_tokens": 10_000,
     "token_ratio": 0.5,
-    "target_ratio": 0.35,
+    "target_ratio": 0.45,
     "last_keep": 4,
     "msg_threshold": 40,
     "min_consecutive_tool_messages": 8,

@@ -93,10 +93,16 @@ def test_offload_keeps_last_keep_then_offload_all() -> None:
         oid = OFFLOAD_ID.search(m.content).group(1)
         assert store.reload("t", oid).messages[0].content == big
         assert m.content.startswith(big[: cfg.offload_single_preview])
+    # strategy 3 ignores last_keep but leaves the freshest results (about to be read)
     ac3, _store3 = make(cfg, [LargeMessageOffload(keep_last=False)])
     res3 = ac3.compress(msgs, thread_id="t", force=True)
-    assert sum(k == "offloaded" for k in kinds(res3.messages)) == 4
+    assert sum(k == "offloaded" for k in kinds(res3.messages)) == 3
+    assert res3.messages[-1].content == big
     assert not find_violations(res3.messages)
+    # the last resort takes them too
+    ac4, _store4 = make(cfg, [LargeMessageOffload(keep_last=False, fresh=True)])
+    res4 = ac4.compress(msgs, thread_id="t", force=True)
+    assert sum(k == "offloaded" for k in kinds(res4.messages)) == 4
 
 
 def test_round_summary_keeps_user_messages() -> None:

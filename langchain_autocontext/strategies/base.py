@@ -23,6 +23,7 @@ from langchain_autocontext.messages import (
     new_id,
     pending_call_index,
     text_of,
+    tool_call_ids,
 )
 
 if TYPE_CHECKING:
@@ -123,6 +124,16 @@ class PassContext:
         lu = self.latest_user
         end = max(lu if lu is not None else self.body_start, n - self.config.last_keep)
         return group_start(self.messages, end)
+
+    @property
+    def fresh_start(self) -> int:
+        """Start of the freshest tool results: the last group, when it is a tool call
+        with its results (what the model is about to read); else the end."""
+        n = len(self.messages)
+        start = group_start(self.messages, n - 1) if n else 0
+        if n and start < n - 1 and tool_call_ids(self.messages[start]):
+            return start
+        return n
 
     def protected(self, i: int) -> bool:
         """System message, the latest user message and a pending last tool call."""

@@ -39,7 +39,7 @@ class CurrentRoundLargeMessages:
             return []
         floor = ctx.config.large_payload_threshold * ctx.config.current_round_compression_ratio
         jobs = []
-        for i in range(_round_start(ctx), len(ctx.messages)):
+        for i in range(_round_start(ctx), ctx.fresh_start):  # fresh results stay whole
             m = ctx.messages[i]
             if ctx.protected(i) or marker(m) or message_chars(m) <= floor:
                 continue
@@ -51,7 +51,11 @@ class CurrentRoundLargeMessages:
         # of summarizing these messages one by one cannot reach the target, strategy 6
         # will run anyway, and summarizing twice would only pay the summarizer twice.
         best = sum(j.extra["tokens"] - ctx.summary_budget(j.extra["tokens"]) for j in jobs)
-        if CurrentRoundCompression.name in ctx.later and ctx.tokens - best > ctx.target_tokens:
+        if (
+            ctx.tokens - best > ctx.target_tokens
+            and CurrentRoundCompression.name in ctx.later
+            and CurrentRoundCompression().plan(ctx)  # it would really act (plan is pure)
+        ):
             return []
         return jobs
 

@@ -46,18 +46,24 @@ class LargeMessageOffload:
 
     ``keep_last=True`` is strategy 2 (the last ``last_keep`` messages stay as they
     are); ``keep_last=False`` is strategy 3. The message keeps its id, role and
-    tool-call pairing; its content becomes a preview plus the offload id.
+    tool-call pairing; its content becomes a preview plus the offload id. Neither
+    touches the freshest tool results (the last tool-call group, which the model is
+    about to read) unless ``fresh=True``: the pipeline's last resort before
+    :class:`~langchain_autocontext.errors.ContextBudgetError`.
     """
 
-    def __init__(self, *, keep_last: bool) -> None:
+    def __init__(self, *, keep_last: bool, fresh: bool = False) -> None:
         self.keep_last = keep_last
-        self.name = "offload_history" if keep_last else "offload_all"
+        self.fresh = fresh
+        self.name = "offload_fresh" if fresh else "offload_history" if keep_last else "offload_all"
 
     def plan(self, ctx: PassContext) -> list[Job]:
         if not ctx.over_tokens:
             return []  # offloading never reduces the message count
         n = len(ctx.messages)
         end = n - ctx.config.last_keep if self.keep_last else n
+        if not self.fresh:
+            end = min(end, ctx.fresh_start)
         jobs = []
         for i in range(ctx.body_start, max(end, 0)):
             m = ctx.messages[i]

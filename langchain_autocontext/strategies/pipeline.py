@@ -164,23 +164,14 @@ def run_pipeline(
     def fits() -> bool:
         return tokens <= target_tokens and len(msgs) <= target_messages
 
-    # The strategies in order; the last one (FIFO) may repeat while it makes progress.
-    queue = list(strategies)
-    fifo_rounds = 0
-    while queue and (force or not fits()):
-        strategy = queue.pop(0)
+    def run_pass(strategy: Strategy, later: frozenset[str] = frozenset()) -> Any:
+        """Plan and apply one strategy; returns (messages, tokens) or None (no jobs)."""
         ctx = PassContext(
-            msgs,
-            config,
-            counter,
-            tokens,
-            target_tokens,
-            target_messages,
-            later=frozenset(s.name for s in queue),
+            msgs, config, counter, tokens, target_tokens, target_messages, later=later
         )
         jobs = strategy.plan(ctx)
         if not jobs:
-            continue
+            return None
         started = time.perf_counter()
         new, stats = yield from _apply_jobs(msgs, jobs, strategy.name, thread_id, ctx)
         _check_pass(msgs, new, strategy.name)
@@ -196,34 +187,33 @@ def run_pipeline(
         }
         yield EventOp(thread_id, event)
         events.append(event)
-        progressed = new_tokens < tokens or len(new) < len(msgs)
-        msgs, tokens = new, new_tokens
+        return new, new_tokens
+
+    # The strategies in order; the last one (FIFO) may repeat while it makes progress.
+    queue = list(strategies)
+    fifo_rounds = 0
+    while queue and (force or not fits()):
+        strategy = queue.pop(0)
+        done = yield from run_pass(strategy, frozenset(s.name for s in queue))
+        if done is None:
+            continue
+        progressed = done[1] < tokens or len(done[0]) < len(msgs)
+        msgs, tokens = done
         if isinstance(strategy, FifoEviction) and progressed and fifo_rounds < 3 and not fits():
             fifo_rounds += 1
             queue.append(strategy)
 
-    if tokens > config.max_tokens:
-        # Last resort before giving up: evict everything evictable into the summary.
-        squeeze = FifoEviction(squeeze=True)
-        ctx = PassContext(msgs, config, counter, tokens, target_tokens, target_messages)
-        jobs = squeeze.plan(ctx)
-        if jobs:
-            started = time.perf_counter()
-            new, stats = yield from _apply_jobs(msgs, jobs, squeeze.name, thread_id, ctx)
-            _check_pass(msgs, new, squeeze.name)
-            new_tokens = count(new)
-            event = {
-                "strategy": squeeze.name,
-                "tokens_before": tokens,
-                "tokens_after": new_tokens,
-                "messages_before": len(msgs),
-                "messages_after": len(new),
-                "seconds": round(time.perf_counter() - started, 6),
-                **stats,
-            }
-            yield EventOp(thread_id, event)
-            events.append(event)
-            msgs, tokens = new, new_tokens
+    # Last resorts before giving up: evict everything evictable into the summary,
+    # then offload even the freshest tool results (the model reloads what it needs).
+    for last_resort in (
+        FifoEviction(squeeze=True),
+        LargeMessageOffload(keep_last=False, fresh=True),
+    ):
+        if tokens <= config.max_tokens:
+            break
+        done = yield from run_pass(last_resort)
+        if done is not None:
+            msgs, tokens = done
     if tokens > config.max_tokens:
         msgs, tokens = _trim_summary(msgs, tokens, config, count)
     if tokens > config.max_tokens:
