@@ -218,7 +218,10 @@ class AutoContext:
         wrapped = self._wrapped.get(key)
         if wrapped is None or wrapped.backend is not store:
             wrapped = OffloadStore.wrap(store, prefix=self.config.store_prefix)
-            self._wrapped[key] = wrapped
+            with self._lock:
+                self._wrapped[key] = wrapped
+                while len(self._wrapped) > 64:  # a store per request must not pile up
+                    self._wrapped.pop(next(iter(self._wrapped)))
         return wrapped
 
     @property
@@ -365,6 +368,7 @@ class AutoContext:
             tags=self.config.metadata_tags,
             strategies=self.strategies,
             force=force,
+            reserved_tokens=self.config.max_tokens - (config or self.config).max_tokens,
         )
 
     def _finish(

@@ -135,8 +135,20 @@ def run_pipeline(
     tags: bool = False,
     strategies: Sequence[Strategy] | None = None,
     force: bool = False,
+    reserved_tokens: int = 0,
 ) -> Pipeline:
-    """Compress ``messages`` if triggered (or ``force``); see the module docstring."""
+    """Compress ``messages`` if triggered (or ``force``); see the module docstring.
+
+    ``config.max_tokens`` is what the messages may use; ``reserved_tokens`` is what
+    the model's view adds on top (so errors quote the budget the user configured).
+    """
+    configured = config.max_tokens + reserved_tokens
+    reserve_note = (
+        f" ({reserved_tokens} of the {configured} are reserved for what the model's view "
+        "adds: instructions, working context, notices)"
+        if reserved_tokens
+        else ""
+    )
     strategies = list(default_strategies() if strategies is None else strategies)
 
     def count(msgs: Sequence[BaseMessage]) -> int:
@@ -151,11 +163,12 @@ def run_pipeline(
     floor = count(minimal_context(msgs))
     if floor > config.max_tokens:
         raise ContextBudgetError(
-            f"The system prompt, tool schemas and latest user message alone count {floor} "
-            f"tokens, more than max_tokens={config.max_tokens}. Raise max_tokens, shorten "
-            "the system prompt or the user message, or send fewer tools. Nothing was sent.",
-            required_tokens=floor,
-            max_tokens=config.max_tokens,
+            f"The system prompt, tool schemas and latest user message alone count "
+            f"{floor + reserved_tokens} tokens, more than max_tokens={configured}{reserve_note}. "
+            "Raise max_tokens, shorten the system prompt or the user message, or send fewer "
+            "tools. Nothing was sent.",
+            required_tokens=floor + reserved_tokens,
+            max_tokens=configured,
         )
     target_tokens = config.target_tokens
     target_messages = max(2, int(config.msg_threshold * config.target_ratio))
@@ -218,12 +231,12 @@ def run_pipeline(
         msgs, tokens = _trim_summary(msgs, tokens, config, count)
     if tokens > config.max_tokens:
         raise ContextBudgetError(
-            f"After every strategy the context still counts {tokens} tokens, more than "
-            f"max_tokens={config.max_tokens}: what cannot be compressed (system prompt, tool "
-            "schemas, latest user message, the last tool call and its results) is too large. "
-            "Raise max_tokens or lower large_payload_threshold. Nothing was sent.",
-            required_tokens=tokens,
-            max_tokens=config.max_tokens,
+            f"After every strategy the context still counts {tokens + reserved_tokens} tokens, "
+            f"more than max_tokens={configured}{reserve_note}: what cannot be compressed "
+            "(system prompt, tool schemas, latest user message, a pending tool call) is too "
+            "large. Raise max_tokens or lower large_payload_threshold. Nothing was sent.",
+            required_tokens=tokens + reserved_tokens,
+            max_tokens=configured,
         )
     return PipelineResult(msgs, before, tokens, triggered=True, events=events)
 
