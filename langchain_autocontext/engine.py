@@ -461,79 +461,63 @@ class AutoContext:
         """
         engine = self
 
-        def measure(state: _NodeState, config: RunnableConfig) -> dict[str, Any]:
-            thread_id = thread_id_of(config)
-            st = engine.resolve_store()
-            msgs, ids_assigned, _virtual = engine._prepare(state.get("messages") or [])
-            engine.archive(
-                [m for m in msgs if m.id != _SYSTEM_PLACEHOLDER_ID], thread_id=thread_id, store=st
-            )
+        def archivable(state: _NodeState) -> tuple[list[BaseMessage], bool, bool, list[Any]]:
+            msgs, ids_assigned, virtual = engine._prepare(state.get("messages") or [])
+            return msgs, ids_assigned, virtual, [m for m in msgs if m.id != _SYSTEM_PLACEHOLDER_ID]
+
+        def measured(
+            state: _NodeState, msgs: list[BaseMessage], ids_assigned: bool, virtual: bool
+        ) -> dict[str, Any]:
+            """After the archive: repair, count what the view sends, decide."""
             msgs, repaired = engine._repair(msgs)
-            ids_assigned = ids_assigned or repaired
             ac_state = state.get("autocontext")
-            msgs, _, _ = engine._with_view(msgs, ac_state, _virtual)
+            msgs, _, _ = engine._with_view(msgs, ac_state, virtual)
             tokens = engine.counter.count(
                 msgs, engine.count_tools, tags=engine.config.metadata_tags
             )
             cfg = engine._budget(state.get("messages") or [], ac_state)
             triggered = tokens > cfg.trigger_tokens or len(msgs) > cfg.msg_threshold
-            return {
-                "ac_work": {"triggered": triggered, "ids_assigned": ids_assigned, "tokens": tokens}
-            }
+            work = {"triggered": triggered, "ids_assigned": ids_assigned or repaired}
+            return {"ac_work": {**work, "tokens": tokens}}
+
+        def measure(state: _NodeState, config: RunnableConfig) -> dict[str, Any]:
+            msgs, ids_assigned, virtual, originals = archivable(state)
+            engine.archive(originals, thread_id=thread_id_of(config), store=engine.resolve_store())
+            return measured(state, msgs, ids_assigned, virtual)
 
         async def ameasure(state: _NodeState, config: RunnableConfig) -> dict[str, Any]:
-            thread_id = thread_id_of(config)
-            st = engine.resolve_store()
-            msgs, ids_assigned, _virtual = engine._prepare(state.get("messages") or [])
+            msgs, ids_assigned, virtual, originals = archivable(state)
             await engine.aarchive(
-                [m for m in msgs if m.id != _SYSTEM_PLACEHOLDER_ID], thread_id=thread_id, store=st
+                originals, thread_id=thread_id_of(config), store=engine.resolve_store()
             )
-            msgs, repaired = engine._repair(msgs)
-            ids_assigned = ids_assigned or repaired
+            return measured(state, msgs, ids_assigned, virtual)
+
+        def pipeline(state: _NodeState, config: RunnableConfig) -> tuple[Any, bool, Any]:
+            msgs, _, virtual = engine._prepare(state.get("messages") or [])
+            msgs, _ = engine._repair(msgs)
             ac_state = state.get("autocontext")
-            msgs, _, _ = engine._with_view(msgs, ac_state, _virtual)
-            tokens = engine.counter.count(
-                msgs, engine.count_tools, tags=engine.config.metadata_tags
-            )
-            cfg = engine._budget(state.get("messages") or [], ac_state)
-            triggered = tokens > cfg.trigger_tokens or len(msgs) > cfg.msg_threshold
+            msgs, virtual, system = engine._with_view(msgs, ac_state, virtual)
+            budget = engine._budget(state.get("messages") or [], ac_state)
+            run = engine._pipeline(msgs, thread_id_of(config), None, False, budget)
+            return run, virtual, system
+
+        def compressed(
+            state: _NodeState, result: PipelineResult, virtual: bool, system: Any
+        ) -> dict[str, Any]:
+            out = engine._finish(result, 0, False, virtual, system).messages
             return {
-                "ac_work": {"triggered": triggered, "ids_assigned": ids_assigned, "tokens": tokens}
+                "ac_work": {**state.get("ac_work", {}), "result": out, "changed": result.changed}
             }
 
         def strategies(state: _NodeState, config: RunnableConfig) -> dict[str, Any]:
-            st = engine.resolve_store()
-            msgs, _, virtual = engine._prepare(state.get("messages") or [])
-            msgs, _ = engine._repair(msgs)
-            ac_state = state.get("autocontext")
-            msgs, virtual, system = engine._with_view(msgs, ac_state, virtual)
-            budget = engine._budget(state.get("messages") or [], ac_state)
-            result = drive(
-                engine._pipeline(msgs, thread_id_of(config), None, False, budget),
-                st,
-                engine.summarizer,
-            )
-            out = engine._finish(result, 0, False, virtual, system).messages
-            return {
-                "ac_work": {**state.get("ac_work", {}), "result": out, "changed": result.changed}
-            }
+            run, virtual, system = pipeline(state, config)
+            result = drive(run, engine.resolve_store(), engine.summarizer)
+            return compressed(state, result, virtual, system)
 
         async def astrategies(state: _NodeState, config: RunnableConfig) -> dict[str, Any]:
-            st = engine.resolve_store()
-            msgs, _, virtual = engine._prepare(state.get("messages") or [])
-            msgs, _ = engine._repair(msgs)
-            ac_state = state.get("autocontext")
-            msgs, virtual, system = engine._with_view(msgs, ac_state, virtual)
-            budget = engine._budget(state.get("messages") or [], ac_state)
-            result = await adrive(
-                engine._pipeline(msgs, thread_id_of(config), None, False, budget),
-                st,
-                engine.summarizer,
-            )
-            out = engine._finish(result, 0, False, virtual, system).messages
-            return {
-                "ac_work": {**state.get("ac_work", {}), "result": out, "changed": result.changed}
-            }
+            run, virtual, system = pipeline(state, config)
+            result = await adrive(run, engine.resolve_store(), engine.summarizer)
+            return compressed(state, result, virtual, system)
 
         def commit(state: _NodeState) -> dict[str, Any]:
             work = state.get("ac_work") or {}
