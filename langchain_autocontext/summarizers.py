@@ -27,7 +27,7 @@ import re
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -1316,8 +1316,10 @@ class LLMSummarizer(Summarizer):
         )
 
     # -- summarize --------------------------------------------------------------------------
-    def summarize(self, request: SummaryRequest) -> SummaryResult:
-        """Summarize with the model; retry, then fall back (or raise without a fallback)."""
+    def _attempts(self, request: SummaryRequest) -> Generator[tuple[str, Any], Any, SummaryResult]:
+        """The retry logic, once for both drivers: yields ``("sleep", seconds)``,
+        ``("invoke", (runnable, prompt, config))`` (answered with the response or a
+        :class:`_Raised`) and ``("fallback", request)`` (answered with its result)."""
         runnable = self._runnable(request)  # configuration errors raise here
         prompt = self.build_prompt(request)
         prompt_tokens = self._prompt_tokens(prompt)
@@ -1325,13 +1327,12 @@ class LLMSummarizer(Summarizer):
         last: BaseException | None = None
         for attempt in range(self.retries + 1):
             if attempt and (delay := self._delay(attempt)) > 0:
-                time.sleep(delay)
+                yield "sleep", delay
             calls += 1
-            try:
-                response = runnable.invoke(prompt, config=self.call_config(request))
-            except Exception as exc:
+            response = yield "invoke", (runnable, prompt, self.call_config(request))
+            if isinstance(response, _Raised):
                 input_tokens += prompt_tokens
-                last = exc
+                last = response.error
                 continue
             text, used_in, used_out = self._read(response, prompt_tokens)
             input_tokens += used_in
@@ -1352,47 +1353,59 @@ class LLMSummarizer(Summarizer):
         if self.fallback is None:
             raise last
         error = self._fail(calls, last)
-        fb = self.fallback.summarize(request)
+        fb = yield "fallback", request
         return self._fallback_result(fb, calls, input_tokens, output_tokens, error)
+
+    def summarize(self, request: SummaryRequest) -> SummaryResult:
+        """Summarize with the model; retry, then fall back (or raise without a fallback)."""
+        gen = self._attempts(request)
+        reply: Any = None
+        while True:
+            try:
+                kind, arg = gen.send(reply)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            reply = None
+            if kind == "sleep":
+                time.sleep(arg)
+            elif kind == "invoke":
+                runnable, prompt, config = arg
+                try:
+                    reply = runnable.invoke(prompt, config=config)
+                except Exception as exc:
+                    reply = _Raised(exc)
+            else:
+                assert self.fallback is not None
+                reply = self.fallback.summarize(arg)
 
     async def asummarize(self, request: SummaryRequest) -> SummaryResult:
         """Async :meth:`summarize` (``ainvoke``, ``asyncio.sleep`` between retries)."""
-        runnable = self._runnable(request)
-        prompt = self.build_prompt(request)
-        prompt_tokens = self._prompt_tokens(prompt)
-        calls = input_tokens = output_tokens = 0
-        last: BaseException | None = None
-        for attempt in range(self.retries + 1):
-            if attempt and (delay := self._delay(attempt)) > 0:
-                await asyncio.sleep(delay)
-            calls += 1
+        gen = self._attempts(request)
+        reply: Any = None
+        while True:
             try:
-                response = await runnable.ainvoke(prompt, config=self.call_config(request))
-            except Exception as exc:
-                input_tokens += prompt_tokens
-                last = exc
-                continue
-            text, used_in, used_out = self._read(response, prompt_tokens)
-            input_tokens += used_in
-            output_tokens += used_out
-            if not text:
-                last = _EmptySummaryError("the model returned an empty summary")
-                continue
-            return SummaryResult(
-                text=self._finish(text, request),
-                calls=calls,
-                input_tokens=input_tokens,
-                output_tokens=output_tokens,
-                fallback=False,
-                error=None,
-                summarizer=self.name,
-            )
-        assert last is not None
-        if self.fallback is None:
-            raise last
-        error = self._fail(calls, last)
-        fb = await self.fallback.asummarize(request)
-        return self._fallback_result(fb, calls, input_tokens, output_tokens, error)
+                kind, arg = gen.send(reply)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            reply = None
+            if kind == "sleep":
+                await asyncio.sleep(arg)
+            elif kind == "invoke":
+                runnable, prompt, config = arg
+                try:
+                    reply = await runnable.ainvoke(prompt, config=config)
+                except Exception as exc:
+                    reply = _Raised(exc)
+            else:
+                assert self.fallback is not None
+                reply = await self.fallback.asummarize(arg)
+
+
+@dataclass(frozen=True)
+class _Raised:
+    """A model call that raised (sent back into :meth:`LLMSummarizer._attempts`)."""
+
+    error: BaseException
 
 
 # --- resolution ---------------------------------------------------------------------------------
