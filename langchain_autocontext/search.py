@@ -21,6 +21,7 @@ is about 60 lines here.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 import re
@@ -36,7 +37,15 @@ from langchain_core.messages import BaseMessage, ToolMessage
 from langchain_autocontext.messages import marker, text_of
 from langchain_autocontext.store import HistoryEntry, OffloadStore, _search_text
 
-__all__ = ["BM25Index", "SearchHit", "asearch_history", "format_hits", "search_history", "tokenize"]
+__all__ = [
+    "BM25Index",
+    "SearchHit",
+    "asearch_history",
+    "format_hits",
+    "mark_in_context",
+    "search_history",
+    "tokenize",
+]
 
 #: Tools whose results only copy the history (searching them would find the copies
 #: before the originals): their calls and results are left out of the results.
@@ -298,6 +307,15 @@ def _context_states(working: Sequence[BaseMessage] | None) -> dict[str, str]:
         if m.id:
             states[m.id] = "shortened" if (marker(m) or {}).get("kind") else "yes"
     return states
+
+
+def mark_in_context(
+    hits: Sequence[SearchHit], working: Sequence[BaseMessage] | None
+) -> list[SearchHit]:
+    """``hits`` with ``in_context`` recomputed against new working messages (the ranking
+    does not depend on the context, so a changed context needs no second search)."""
+    states = _context_states(working)
+    return [dataclasses.replace(h, in_context=states.get(h.id, "no")) for h in hits]
 
 
 def _hits(

@@ -54,7 +54,12 @@ from langchain_autocontext.messages import (
     text_of,
     tool_call_ids,
 )
-from langchain_autocontext.search import asearch_history, format_hits, search_history
+from langchain_autocontext.search import (
+    asearch_history,
+    format_hits,
+    mark_in_context,
+    search_history,
+)
 from langchain_autocontext.store import OffloadRecord, OffloadStore
 from langchain_autocontext.view import instructions_text, normalize_state, resolve_message_ref
 
@@ -761,15 +766,8 @@ def _search_tool(engine: AutoContext) -> StructuredTool:
         text = format_hits(query.strip(), hits, total)
         if call.lacks_room(engine.counter.count_text(text)):
             call.compress_first()
-            hits = search_history(
-                call.store,
-                call.thread_id,
-                query,
-                limit,
-                working=call.messages,
-                exclude=[call.issuing_id] if call.issuing_id else [],
-            )
-            text = format_hits(query.strip(), hits, total)  # "in your context" changed
+            hits = mark_in_context(hits, call.messages)  # "in your context" changed
+            text = format_hits(query.strip(), hits, total)
         return call.reply(text)
 
     async def asearch(query: str, runtime: ToolRuntime, limit: int = 5) -> Command:
@@ -790,15 +788,8 @@ def _search_tool(engine: AutoContext) -> StructuredTool:
         text = format_hits(query.strip(), hits, total)
         if call.lacks_room(engine.counter.count_text(text)):
             await call.acompress_first()
-            hits = await asearch_history(
-                call.store,
-                call.thread_id,
-                query,
-                limit,
-                working=call.messages,
-                exclude=[call.issuing_id] if call.issuing_id else [],
-            )
-            text = format_hits(query.strip(), hits, total)  # "in your context" changed
+            hits = mark_in_context(hits, call.messages)  # "in your context" changed
+            text = format_hits(query.strip(), hits, total)
         return call.reply(text)
 
     return StructuredTool.from_function(
