@@ -140,6 +140,27 @@ def bash(command: str) -> str:
     return log_text(70, seed)
 
 
+def node_agent(ac: Any, model: Any, store: Any, checkpointer: Any) -> Any:
+    """The plain agent loop around ``ac.node()``: autocontext → model → bash tool → …"""
+    from langgraph.graph import START, StateGraph
+    from langgraph.prebuilt import ToolNode, tools_condition
+
+    from langchain_autocontext import AutoContextState
+
+    def call_model(state: AutoContextState) -> dict[str, Any]:
+        return {"messages": [model.invoke(state["messages"])]}
+
+    g = StateGraph(AutoContextState)
+    g.add_node("autocontext", ac.node())
+    g.add_node("model", call_model)
+    g.add_node("tools", ToolNode([bash]))
+    g.add_edge(START, "autocontext")
+    g.add_edge("autocontext", "model")
+    g.add_conditional_edges("model", tools_condition)
+    g.add_edge("tools", "autocontext")
+    return g.compile(store=store, checkpointer=checkpointer)
+
+
 # --- a multi-round, tool-calling, streaming script (the surfaces' end-to-end runs) --------
 from collections.abc import AsyncIterator  # noqa: E402
 

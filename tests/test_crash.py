@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _builders import FunctionModel, ScriptedModel, bash, call, fetch, view_ids
+from _builders import FunctionModel, ScriptedModel, call, fetch, node_agent, view_ids
 from conftest import open_sqlite
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langgraph.checkpoint.sqlite import SqliteSaver
@@ -178,23 +178,6 @@ class CrashingSaver(SqliteSaver):
 
 
 # --- the agent ------------------------------------------------------------------------------
-class _State(AutoContextState):
-    pass
-
-
-def build(ac: AutoContext, model: ScriptedModel, store: BaseStore, saver: Any) -> Any:
-    def call_model(state: _State) -> dict[str, Any]:
-        return {"messages": [model.invoke(state["messages"])]}
-
-    g = StateGraph(_State)
-    g.add_node("autocontext", ac.node())
-    g.add_node("model", call_model)
-    g.add_node("tools", ToolNode([bash]))
-    g.add_edge(START, "autocontext")
-    g.add_edge("autocontext", "model")
-    g.add_conditional_edges("model", tools_condition)
-    g.add_edge("tools", "autocontext")
-    return g.compile(store=store, checkpointer=saver)
 
 
 @contextmanager
@@ -271,7 +254,7 @@ def dry_run(tmp_path: Path) -> Faults:
     backend = open_sqlite(tmp_path / "dry-store.db")
     try:
         with sqlite_saver(tmp_path / "dry-ckpt.db") as saver:
-            graph = build(
+            graph = node_agent(
                 AutoContext(CFG, CrashingSummarizer(faults)),
                 ScriptedModel(steps=STEPS),
                 CrashingStore(backend, faults),
@@ -298,7 +281,7 @@ def crash_and_restart(tmp_path: Path, faults: Faults) -> str:
         with sqlite_saver(ckpt_path, CrashingSaver) as saver:
             store = CrashingStore(backend, faults)
             saver.faults, saver.store = faults, backend
-            graph = build(AutoContext(CFG, CrashingSummarizer(faults)), model, store, saver)
+            graph = node_agent(AutoContext(CFG, CrashingSummarizer(faults)), model, store, saver)
             with pytest.raises(Crash):
                 graph.invoke({"messages": START_MESSAGES}, THREAD)
     finally:
@@ -308,11 +291,11 @@ def crash_and_restart(tmp_path: Path, faults: Faults) -> str:
     backend = open_sqlite(store_path)
     try:
         with sqlite_saver(ckpt_path) as saver:
-            graph = build(AutoContext(CFG), ScriptedModel(), backend, saver)
+            graph = node_agent(AutoContext(CFG), ScriptedModel(), backend, saver)
             # the scripted "LLM service" continues after the last answer that was saved
             # (a call whose answer was lost in the crash is simply made again)
             resumed = ScriptedModel(steps=STEPS, calls=saved_steps(graph))
-            graph = build(AutoContext(CFG), resumed, backend, saver)
+            graph = node_agent(AutoContext(CFG), resumed, backend, saver)
             graph.invoke(None, THREAD)
             check_after_restart(graph, backend, resumed)
     finally:
@@ -386,7 +369,7 @@ async def test_async_crash_after_offload_write_then_resume(tmp_path: Path) -> No
         await backend.setup()
         faults.write = 10**9  # count only, then arm on the second offload write
         store = CrashingStore(backend, faults)
-        graph = build(AutoContext(CFG, CrashingSummarizer(faults)), model, store, saver)
+        graph = node_agent(AutoContext(CFG, CrashingSummarizer(faults)), model, store, saver)
 
         orig = store._check
 
@@ -407,7 +390,7 @@ async def test_async_crash_after_offload_write_then_resume(tmp_path: Path) -> No
         AsyncSqliteSaver.from_conn_string(ckpt_path) as saver,
     ):
         resumed = ScriptedModel(steps=STEPS, calls=model.calls)
-        graph = build(AutoContext(CFG), resumed, backend, saver)
+        graph = node_agent(AutoContext(CFG), resumed, backend, saver)
         await graph.ainvoke(None, THREAD)
         ost = OffloadStore.wrap(backend, prefix=CFG.store_prefix)
         final = (await graph.aget_state(THREAD)).values["messages"]
@@ -436,7 +419,7 @@ def test_summarizer_errors_fall_back_and_the_run_continues(tmp_path: Path) -> No
         with sqlite_saver(tmp_path / "ckpt.db") as saver:
             model = ScriptedModel(steps=STEPS)
             cfg = CFG.model_copy(update={"summarizer_retries": 0})
-            graph = build(AutoContext(cfg, Broken(responses=["x"])), model, backend, saver)
+            graph = node_agent(AutoContext(cfg, Broken(responses=["x"])), model, backend, saver)
             graph.invoke({"messages": START_MESSAGES}, THREAD)
             check_after_restart(graph, backend, model)
             events = OffloadStore.wrap(backend).list_events("crashy")

@@ -14,7 +14,15 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
-from _builders import FunctionModel, ScriptedModel, bash, call, log_text, self_managed_graph
+from _builders import (
+    FunctionModel,
+    ScriptedModel,
+    bash,
+    call,
+    log_text,
+    node_agent,
+    self_managed_graph,
+)
 from conftest import _param, sync_backend, unique_prefix
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -27,12 +35,10 @@ from langchain_core.messages import (
 )
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import START, StateGraph
-from langgraph.prebuilt import ToolNode, create_react_agent, tools_condition
+from langgraph.prebuilt import create_react_agent
 from langgraph.store.memory import InMemoryStore
 
 from langchain_autocontext import AutoContext, AutoContextConfig, ContextBudgetError, OffloadStore
-from langchain_autocontext.engine import AutoContextState
 from langchain_autocontext.messages import (
     clean_text,
     find_violations,
@@ -215,30 +221,11 @@ def test_repair_is_a_no_op_on_valid_sequences() -> None:
     assert out == msgs and all(a is b for a, b in zip(out, msgs, strict=True))
 
 
-class _State(AutoContextState):
-    pass
-
-
-def _graph(ac: AutoContext, model: ScriptedModel, store, checkpointer):
-    def call_model(state: _State):
-        return {"messages": [model.invoke(state["messages"])]}
-
-    g = StateGraph(_State)
-    g.add_node("autocontext", ac.node())
-    g.add_node("model", call_model)
-    g.add_node("tools", ToolNode([bash]))
-    g.add_edge(START, "autocontext")
-    g.add_edge("autocontext", "model")
-    g.add_conditional_edges("model", tools_condition)
-    g.add_edge("tools", "autocontext")
-    return g.compile(store=store, checkpointer=checkpointer)
-
-
 def test_broken_pairs_in_graph_state_are_repaired_before_the_model() -> None:
     store = InMemoryStore()
     ac = AutoContext(CFG)
     model = ScriptedModel(steps=2)
-    graph = _graph(ac, model, store, InMemorySaver())
+    graph = node_agent(ac, model, store, InMemorySaver())
     config = {"configurable": {"thread_id": "g"}}
     graph.invoke(
         {
@@ -454,7 +441,7 @@ def test_budget_smaller_than_the_system_prompt_is_a_clear_error_and_nothing_is_s
 
     # inside an agent: the model is never called, the error reaches the caller
     model = ScriptedModel(steps=1)
-    graph = _graph(ac, model, InMemoryStore(), InMemorySaver())
+    graph = node_agent(ac, model, InMemoryStore(), InMemorySaver())
     with pytest.raises(ContextBudgetError):
         graph.invoke({"messages": msgs}, {"configurable": {"thread_id": "g"}})
     assert model.calls == 0

@@ -22,24 +22,21 @@ import pytest
 from _builders import (
     FunctionModel,
     ScriptedModel,
-    bash,
     build_surface,
     call,
     check_model_inputs,
     expected_originals,
     history_originals,
     log_text,
+    node_agent,
     script_model,
     self_managed_graph,
 )
 from conftest import POSTGRES_ENV, TextCompareStore, _postgres_uri, unique_prefix
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
-from langgraph.graph import START, StateGraph
-from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.store.base import SearchOp
 
 from langchain_autocontext import AutoContext, AutoContextConfig, OffloadStore
-from langchain_autocontext.engine import AutoContextState
 from langchain_autocontext.messages import find_violations, marker, text_of
 
 pytestmark = pytest.mark.postgres
@@ -133,23 +130,6 @@ async def test_surface_runs_on_async_postgres(uri: str, kind: str) -> None:
 
 
 # --- restart: new connections, new objects, same thread ----------------------------------
-class _State(AutoContextState):
-    pass
-
-
-def _agent(ac: AutoContext, model: ScriptedModel, store: Any, saver: Any) -> Any:
-    def call_model(state: _State) -> dict[str, Any]:
-        return {"messages": [model.invoke(state["messages"])]}
-
-    g = StateGraph(_State)
-    g.add_node("autocontext", ac.node())
-    g.add_node("model", call_model)
-    g.add_node("tools", ToolNode([bash]))
-    g.add_edge(START, "autocontext")
-    g.add_edge("autocontext", "model")
-    g.add_conditional_edges("model", tools_condition)
-    g.add_edge("tools", "autocontext")
-    return g.compile(store=store, checkpointer=saver)
 
 
 def test_thread_resumes_after_restart_with_everything_recoverable(uri: str) -> None:
@@ -160,13 +140,13 @@ def test_thread_resumes_after_restart_with_everything_recoverable(uri: str) -> N
     config = {"configurable": {"thread_id": thread}, "recursion_limit": 500}
     with pg(uri) as (store, saver):
         first = ScriptedModel(steps=20)
-        graph = _agent(AutoContext(cfg), first, store, saver)
+        graph = node_agent(AutoContext(cfg), first, store, saver)
         graph.invoke({"messages": [SystemMessage("You code."), HumanMessage("fix it")]}, config)
         before = graph.get_state(config).values["messages"]
     # a new process: new connections, engine, graph
     with pg(uri) as (store, saver):
         model = ScriptedModel(steps=30, calls=first.calls)
-        graph = _agent(AutoContext(cfg), model, store, saver)
+        graph = node_agent(AutoContext(cfg), model, store, saver)
         assert [m.id for m in graph.get_state(config).values["messages"]] == [m.id for m in before]
         graph.invoke({"messages": [HumanMessage("now the docs")]}, config)
         final = graph.get_state(config).values["messages"]
