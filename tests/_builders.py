@@ -674,6 +674,11 @@ def fetch(name: str, size: int = 40) -> str:
     return "\n".join(f"{name} line {i}: value-{name}-{i * 7919 % 1000:03d}" for i in range(size))
 
 
+def saved(graph: Any, config: Any) -> dict:
+    """The checkpointed ``autocontext`` state (private in create_agent's output)."""
+    return graph.get_state(config).values.get("autocontext") or {}
+
+
 def self_managed_agent(ac: Any, model: Any, store: Any, *, tools: Sequence[Any] = ()) -> Any:
     """create_react_agent with the package's hooks, tools and state schema."""
     import warnings

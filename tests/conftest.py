@@ -179,3 +179,15 @@ async def any_store(
     else:
         async with async_backend(kind, path) as store:
             yield OffloadStore(store, prefix=unique_prefix()), True
+
+
+@pytest.fixture(params=["react", "graph", "create_agent"])
+def build(request: pytest.FixtureRequest) -> Any:
+    """A self-managed agent builder: create_react_agent, a StateGraph, create_agent."""
+    from _builders import self_managed_agent, self_managed_create_agent, self_managed_graph
+
+    return {
+        "react": self_managed_agent,
+        "graph": self_managed_graph,
+        "create_agent": self_managed_create_agent,
+    }[request.param]

@@ -9,9 +9,7 @@ from _builders import (
     FunctionModel,
     call,
     fetch,
-    self_managed_agent,
-    self_managed_create_agent,
-    self_managed_graph,
+    saved,
     view_ids,
 )
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
@@ -168,20 +166,6 @@ def start() -> dict:
 
 def cfg(thread: str) -> dict:
     return {"configurable": {"thread_id": thread}, "recursion_limit": 60}
-
-
-def saved(graph, config) -> dict:
-    """The checkpointed ``autocontext`` state (private in create_agent's output)."""
-    return graph.get_state(config).values.get("autocontext") or {}
-
-
-@pytest.fixture(params=["react", "graph", "create_agent"])
-def build(request):
-    return {
-        "react": self_managed_agent,
-        "graph": self_managed_graph,
-        "create_agent": self_managed_create_agent,
-    }[request.param]
 
 
 def test_commands_edit_the_state_and_keep_originals(build) -> None:

@@ -11,14 +11,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import pytest
 from _builders import (
     FunctionModel,
     call,
     fetch,
+    saved,
     self_managed_agent,
-    self_managed_create_agent,
-    self_managed_graph,
     view_ids,
 )
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
@@ -55,25 +53,10 @@ def last_result(view) -> ToolMessage:
     return [m for m in view if isinstance(m, ToolMessage)][-1]
 
 
-def saved(graph, config) -> dict:
-    """The checkpointed ``autocontext`` state (private in create_agent's output)."""
-    return graph.get_state(config).values.get("autocontext") or {}
-
-
 def check_state(state: dict) -> None:
     msgs = state["messages"]
     assert not find_violations(msgs)
     assert isinstance(msgs[0], SystemMessage)
-
-
-@pytest.fixture(params=["react", "graph", "create_agent"])
-def build(request):
-    """Each test runs on create_react_agent and on a hand-written StateGraph."""
-    return {
-        "react": self_managed_agent,
-        "graph": self_managed_graph,
-        "create_agent": self_managed_create_agent,
-    }[request.param]
 
 
 # --- update_message / delete_message ------------------------------------------------------
