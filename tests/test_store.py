@@ -665,6 +665,19 @@ async def test_sync_and_async_twins_agree() -> None:
     assert views[0] == views[1]
 
 
+def _record_answer_record(record: Any, answer: Any, store: BaseStore) -> Any:
+    """A graph that records the history, answers, and records again."""
+    graph = StateGraph(MessagesState)
+    graph.add_node("record_in", record)
+    graph.add_node("answer", answer)
+    graph.add_node("record_out", record)
+    graph.add_edge(START, "record_in")
+    graph.add_edge("record_in", "answer")
+    graph.add_edge("answer", "record_out")
+    graph.add_edge("record_out", END)
+    return graph.compile(checkpointer=InMemorySaver(), store=store)
+
+
 # --- inside a LangGraph graph ------------------------------------------------------------------------
 def _thread_id() -> str:
     return str(get_config()["configurable"]["thread_id"])
@@ -690,15 +703,7 @@ def test_as_the_store_of_a_compiled_graph(backend: BaseStore) -> None:
         store.record_event(thread, {"history": n})
         return {"messages": [AIMessage(f"history has {n}; offload {rec.id}")]}
 
-    graph = StateGraph(MessagesState)
-    graph.add_node("record_in", record)
-    graph.add_node("answer", answer)
-    graph.add_node("record_out", record)
-    graph.add_edge(START, "record_in")
-    graph.add_edge("record_in", "answer")
-    graph.add_edge("answer", "record_out")
-    graph.add_edge("record_out", END)
-    app = graph.compile(checkpointer=InMemorySaver(), store=offload_store)
+    app = _record_answer_record(record, answer, offload_store)
 
     config: RunnableConfig = {"configurable": {"thread_id": "session.42"}}
     app.invoke({"messages": [HumanMessage("hi")]}, config)
@@ -734,15 +739,7 @@ async def test_as_the_store_of_an_async_graph(abackend: BaseStore) -> None:
         await store.arecord_event(_thread_id(), {"history": n})
         return {"messages": [AIMessage(f"history has {n}")]}
 
-    graph = StateGraph(MessagesState)
-    graph.add_node("record_in", record)
-    graph.add_node("answer", answer)
-    graph.add_node("record_out", record)
-    graph.add_edge(START, "record_in")
-    graph.add_edge("record_in", "answer")
-    graph.add_edge("answer", "record_out")
-    graph.add_edge("record_out", END)
-    app = graph.compile(checkpointer=InMemorySaver(), store=offload_store)
+    app = _record_answer_record(record, answer, offload_store)
     config: RunnableConfig = {"configurable": {"thread_id": "a/b"}}
     await app.ainvoke({"messages": [HumanMessage("hi")]}, config)
     state = await app.ainvoke({"messages": [HumanMessage("again")]}, config)
