@@ -47,6 +47,13 @@ class AutoContextConfig(BaseModel):
             "(hysteresis: compaction stays rare, so the provider's prompt cache survives)."
         ),
     )
+    keep_ratio: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="Share of the target kept verbatim at the newest end (the working set): "
+        "no strategy offloads or summarizes these messages unless nothing else fits.",
+    )
     last_keep: int = Field(
         50,
         ge=0,

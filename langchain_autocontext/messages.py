@@ -29,6 +29,7 @@ from langchain_autocontext.errors import InvariantViolationError
 
 __all__ = [
     "AC_KEY",
+    "PIN_KEY",
     "assert_valid_sequence",
     "atomic_groups",
     "clean_text",
@@ -37,6 +38,7 @@ __all__ = [
     "ensure_ids",
     "find_violations",
     "group_start",
+    "is_pinned",
     "is_real_user",
     "latest_user_index",
     "load_message",
@@ -47,6 +49,7 @@ __all__ = [
     "message_chars",
     "new_id",
     "pending_call_index",
+    "pin",
     "repair_tool_pairs",
     "round_starts",
     "sanitize_message",
@@ -57,6 +60,25 @@ __all__ = [
 #: Key in ``additional_kwargs`` of every message this package writes (summaries,
 #: previews, notices). Plain JSON, so checkpoints hold no custom classes.
 AC_KEY = "autocontext"
+
+#: Key in ``additional_kwargs`` that pins a message: no strategy summarizes,
+#: offloads, masks or evicts a pinned message (nor the tool calls/results paired with it).
+PIN_KEY = "autocontext_pinned"
+
+
+def is_pinned(message: BaseMessage) -> bool:
+    """Whether ``message`` is pinned (see :data:`PIN_KEY`)."""
+    return bool(message.additional_kwargs.get(PIN_KEY))
+
+
+def pin(message: BaseMessage, pinned: bool = True) -> BaseMessage:
+    """Return a copy of ``message`` with its pin set (or cleared); same id."""
+    extra = dict(message.additional_kwargs)
+    if pinned:
+        extra[PIN_KEY] = True
+    else:
+        extra.pop(PIN_KEY, None)
+    return message.model_copy(update={"additional_kwargs": extra})
 
 
 # --- serialization --------------------------------------------------------------

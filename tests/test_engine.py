@@ -48,7 +48,9 @@ def kinds(messages) -> list[str | None]:
 
 # --- each strategy alone ------------------------------------------------------------------
 def test_tool_run_compression_replaces_long_runs_in_history() -> None:
-    cfg = AutoContextConfig(max_tokens=200_000, last_keep=4, min_consecutive_tool_messages=6)
+    cfg = AutoContextConfig(
+        max_tokens=200_000, last_keep=4, min_consecutive_tool_messages=6, target_ratio=0.01
+    )
     ac, store = make(cfg, [ToolRunCompression()])
     msgs = coding_run(12, output_lines=5)
     res = ac.compress(msgs, thread_id="t", force=True)
@@ -64,12 +66,14 @@ def test_tool_run_compression_replaces_long_runs_in_history() -> None:
 
 
 def test_tool_run_plan_note_tools_are_one_line() -> None:
-    cfg = AutoContextConfig(max_tokens=200_000, last_keep=2, min_consecutive_tool_messages=2)
+    cfg = AutoContextConfig(
+        max_tokens=200_000, last_keep=2, min_consecutive_tool_messages=2, target_ratio=0.01
+    )
     ac, _ = make(cfg, [ToolRunCompression()])
     msgs = [SystemMessage("s", id=uid()), HumanMessage("task", id=uid())]
     msgs += tool_group("write_todos", {"todos": ["SECRET-PLAN-DETAIL " * 20]}, ["ok"])
-    msgs += tool_group("bash", {"command": "ls"}, ["a.py"])
-    msgs += tool_group("bash", {"command": "cat a.py"}, ["print(1)"])
+    msgs += tool_group("bash", {"command": "ls"}, [log_text(40)])
+    msgs += tool_group("bash", {"command": "cat a.py"}, [log_text(40)])
     msgs += [AIMessage("done", id=uid())]
     res = ac.compress(msgs, thread_id="t", force=True)
     text = next(m.content for m in res.messages if (marker(m) or {}).get("kind") == "tool_run")

@@ -9,12 +9,14 @@ and only then builds the replacements, so a crash in between loses nothing.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, Protocol
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
 from langchain_autocontext.messages import (
+    atomic_groups,
     group_start,
     latest_user_index,
     mark,
@@ -32,10 +34,13 @@ if TYPE_CHECKING:
     from langchain_autocontext.tokens import TokenCounter
 
 __all__ = [
+    "SUMMARY_KINDS",
     "Job",
     "JobOutput",
     "PassContext",
     "Strategy",
+    "clip_text",
+    "is_summary",
     "offload_note",
     "replacement_ai",
     "summary_body",
@@ -48,6 +53,36 @@ KIND_TOOL_RUN = "tool_run"
 KIND_ROUND = "round_summary"
 KIND_CURRENT = "current_round_summary"
 KIND_RECURSIVE = "summary"  # the MemGPT recursive summary, first after the system message
+#: Kinds whose text is a summary: carried over as it is, never summarized again.
+SUMMARY_KINDS = frozenset({KIND_SUMMARIZED, KIND_TOOL_RUN, KIND_ROUND, KIND_CURRENT, KIND_RECURSIVE})
+
+
+def is_summary(message: BaseMessage) -> bool:
+    """Whether ``message`` is a summary the package wrote."""
+    return (marker(message) or {}).get("kind") in SUMMARY_KINDS
+
+
+def clip_text(text: str, max_tokens: int, counter: TokenCounter, *, keep: str = "start") -> str:
+    """``text`` cut at line (else character) boundaries to at most ``max_tokens``.
+
+    ``keep="end"`` drops from the front (the oldest lines of a recursive summary).
+    A few proportional cuts, each one count: linear in the text, never a loop per line.
+    """
+    tokens = counter.count_text(text)
+    if tokens <= max_tokens:
+        return text
+    if max_tokens <= 0:
+        return ""
+    while tokens > max_tokens and text:
+        chars = max(0, int(len(text) * max_tokens / tokens * 0.95) - 1)
+        cut = text[-chars:] if keep == "end" else text[:chars]
+        if chars and keep == "end" and "\n" in cut[: len(cut) // 4]:
+            cut = cut.split("\n", 1)[1]  # start at a whole line
+        elif chars and keep != "end" and "\n" in cut[-len(cut) // 4 :]:
+            cut = cut.rsplit("\n", 1)[0]  # end at a whole line
+        text = cut if chars else ""
+        tokens = counter.count_text(text)
+    return text
 
 
 @dataclass(frozen=True)
@@ -90,6 +125,12 @@ class PassContext:
     target_messages: int
     #: Names of the strategies that run after this one in the same pass.
     later: frozenset[str] = frozenset()
+    #: ``False`` for the last resorts: the protected tail may then be compressed
+    #: too (everything but the freshest group), rather than fail the call.
+    keep_tail: bool = True
+    #: What can never be compressed (system prompt, tool schemas, latest user
+    #: message, a pending call): the protected tail is a share of the rest.
+    floor_tokens: int = 0
 
     @property
     def system_index(self) -> int | None:
@@ -123,7 +164,7 @@ class PassContext:
         n = len(self.messages)
         lu = self.latest_user
         end = max(lu if lu is not None else self.body_start, n - self.config.last_keep)
-        return group_start(self.messages, end)
+        return min(group_start(self.messages, end), self.tail_start)
 
     @property
     def fresh_start(self) -> int:
@@ -134,6 +175,67 @@ class PassContext:
         if n and start < n - 1 and tool_call_ids(self.messages[start]):
             return start
         return n
+
+    @cached_property
+    def tail_start(self) -> int:
+        """Start of the protected tail: the newest whole groups whose tokens add up to
+        at most ``keep_ratio`` of the room the target leaves beside what can never be
+        compressed (the freshest group always belongs).
+
+        No strategy summarizes or offloads a message from here on (only the last
+        resorts, ``keep_tail=False``, may reach into it, down to the freshest group).
+        The tail is the agent's working set: what it read and did last is what its
+        next step most often reuses.
+        """
+        n = len(self.messages)
+        groups = atomic_groups(self.messages, self.body_start, n)
+        if not groups:
+            return n
+        fresh = min(groups[-1][0], self.fresh_start)
+        if not self.keep_tail:
+            return fresh
+        budget = int(max(0, self.target_tokens - self.floor_tokens) * self.config.keep_ratio)
+        start, used = groups[-1][0], self.tokens_of(*groups[-1])
+        for a, b in reversed(groups[:-1]):
+            used += self.tokens_of(a, b)
+            if used > budget:
+                break
+            start = a
+        return min(start, fresh)
+
+    @property
+    def need_tokens(self) -> int:
+        """Tokens to free to reach the target (0 when already there)."""
+        return max(0, self.tokens - self.target_tokens)
+
+    @property
+    def need_messages(self) -> int:
+        """Messages to remove to reach the message target (0 when already there)."""
+        return max(0, len(self.messages) - self.target_messages)
+
+    def take_until_target(self, candidates: Sequence[tuple[Job, int, int]]) -> list[Job]:
+        """The first of ``candidates`` (oldest first) that together reach the target.
+
+        Each candidate is ``(job, tokens it frees, messages it removes)``. Compression
+        stops at the target rather than below it: what is not needed to get there
+        stays verbatim (and the provider's prompt cache keeps more of its prefix).
+        """
+        need_t, need_m = self.need_tokens, self.need_messages
+        jobs: list[Job] = []
+        for job, freed, removed in candidates:
+            if need_t <= 0 and need_m <= 0:
+                break
+            if freed <= 0 and (need_m <= 0 or removed <= 0):
+                continue  # would not move us towards what is still needed
+            jobs.append(job)
+            need_t -= freed
+            need_m -= removed
+        return jobs
+
+    def summary_cap(self) -> int:
+        """The most tokens one summary may take: ``summary_max_tokens``, and never more
+        than an eighth of the window (a summary must not crowd out the working set)."""
+        return max(48, min(self.config.summary_max_tokens, self.config.max_tokens // 8))
 
     def protected(self, i: int) -> bool:
         """System message, the latest user message and a pending last tool call."""
@@ -163,30 +265,65 @@ class PassContext:
         strategy: str,
         preview: str,
         messages: Sequence[BaseMessage] | None = None,
-        span_tokens: int | None = None,
         extra: dict[str, Any] | None = None,
     ) -> Job:
         """A job replacing ``messages[start:end]`` with a summary of about the ratio's size.
 
-        ``messages`` is what the summarizer reads (default: the span itself).
+        ``messages`` is what the summarizer reads (default: the span itself). Summaries
+        the package wrote earlier are not read again: their text is carried into the
+        new summary as it is (each original token is summarized at most once).
         """
         from langchain_autocontext.summarizers import SummaryRequest
 
-        tokens = self.tokens_of(start, end) if span_tokens is None else span_tokens
-        request = SummaryRequest(
-            messages=list(self.messages[start:end] if messages is None else messages),
-            strategy=strategy,
-            max_tokens=self.config.summary_max_tokens,
-            target_tokens=self.summary_budget(tokens),
+        source = list(self.messages[start:end] if messages is None else messages)
+        to_read = [m for m in source if not is_summary(m)]
+        carried = [summary_body(m) for m in source if is_summary(m)]
+        read_tokens = sum(self.counter.count_message(m) for m in to_read)
+        cap = self.summary_cap()
+        request = (
+            SummaryRequest(
+                messages=to_read,
+                strategy=strategy,
+                max_tokens=cap,
+                target_tokens=self.summary_budget(read_tokens),
+            )
+            if to_read and read_tokens
+            else None
         )
+        counter = self.counter
+
+        def build_with_carried(out: JobOutput) -> list[BaseMessage]:
+            if carried:
+                text = "\n".join(p for p in (*carried, out.summary or "") if p.strip())
+                out = replace(out, summary=clip_text(text, cap, counter, keep="end"))
+            return build(out)
+
         return Job(
-            start, end, name, build, request=request, preview=preview[:200], extra=extra or {}
+            start,
+            end,
+            name,
+            build_with_carried,
+            request=request,
+            preview=preview[:200],
+            extra=extra or {},
         )
+
+    def expected_summary(self, span_tokens: int) -> int:
+        """Tokens a summary of ``span_tokens`` tokens is expected to take, header included."""
+        return self.summary_budget(span_tokens) + 64
 
     def summary_budget(self, span_tokens: int, ratio: float | None = None) -> int:
         """Target size of a summary of ``span_tokens`` tokens."""
         ratio = self.config.current_round_compression_ratio if ratio is None else ratio
-        return max(48, min(self.config.summary_max_tokens, int(span_tokens * ratio)))
+        return max(48, min(self.summary_cap(), int(span_tokens * ratio)))
+
+    def worth_summarizing(self, span_tokens: int) -> bool:
+        """Whether a summary of ``span_tokens`` tokens can be smaller than the span:
+        at least ``min_summary_span_tokens``, and twice the summary it would get plus
+        the replacement's header (a summary is never larger than what it replaces)."""
+        return span_tokens >= max(
+            self.config.min_summary_span_tokens, 2 * self.summary_budget(span_tokens) + 64
+        )
 
 
 class Strategy(Protocol):

@@ -38,15 +38,16 @@ class CurrentRoundLargeMessages:
         if not ctx.over_tokens:
             return []
         floor = ctx.config.large_payload_threshold * ctx.config.current_round_compression_ratio
-        jobs = []
-        for i in range(_round_start(ctx), ctx.fresh_start):  # fresh results stay whole
+        candidates = []
+        for i in range(_round_start(ctx), ctx.tail_start):  # the working set stays whole
             m = ctx.messages[i]
             if ctx.protected(i) or marker(m) or message_chars(m) <= floor:
                 continue
             tokens = ctx.counter.count_message(m)
-            if tokens < ctx.config.min_summary_span_tokens:
+            if not ctx.worth_summarizing(tokens):
                 continue
-            jobs.append(self._job(ctx, i, tokens))
+            candidates.append((self._job(ctx, i, tokens), tokens - ctx.expected_summary(tokens), 0))
+        jobs = ctx.take_until_target(candidates)
         # Strategy 6 summarizes this same span in one call: when even the best case
         # of summarizing these messages one by one cannot reach the target, strategy 6
         # will run anyway, and summarizing twice would only pay the summarizer twice.
@@ -75,7 +76,6 @@ class CurrentRoundLargeMessages:
             self.name,
             build,
             strategy="large_message",
-            span_tokens=tokens,
             preview=f"{original.type} message of {tokens} tokens",
             extra={"tokens": tokens},
         )
@@ -92,17 +92,23 @@ class CurrentRoundCompression:
 
     def plan(self, ctx: PassContext) -> list[Job]:
         start = _round_start(ctx)
-        groups = atomic_groups(ctx.messages, start, len(ctx.messages))
-        if len(groups) < 2:
+        limit = min(ctx.tail_start, ctx.fresh_start)  # the working set stays whole
+        groups = atomic_groups(ctx.messages, start, limit)
+        if not groups:
             return []
-        end = groups[-1][0]  # keep the last group
+        if any(ctx.protected(k) for k in range(start, groups[-1][1])):
+            return []
+        # The oldest groups, just enough to reach the target (counting the summary).
+        end, tokens = start, 0
+        for a, b in groups:
+            end, tokens = b, tokens + ctx.tokens_of(a, b)
+            freed = tokens - ctx.expected_summary(tokens)
+            if freed >= ctx.need_tokens and (end - start - 1) >= ctx.need_messages:
+                break
         span = ctx.messages[start:end]
         if len(span) == 1 and marker(span[0]):
             return []  # already compressed
-        if any(ctx.protected(k) for k in range(start, end)):
-            return []
-        tokens = ctx.tokens_of(start, end)
-        if not ctx.over_messages and tokens < ctx.config.min_summary_span_tokens:
+        if not ctx.worth_summarizing(tokens) and not (ctx.over_messages and end - start > 2):
             return []
         n = end - start
 
@@ -117,7 +123,6 @@ class CurrentRoundCompression:
                 self.name,
                 build,
                 strategy="current_round",
-                span_tokens=tokens,
-                preview=f"current round, {n} messages",
+                    preview=f"current round, {n} messages",
             )
         ]

@@ -10,6 +10,8 @@ from langchain_autocontext.strategies.base import (
     Job,
     JobOutput,
     PassContext,
+    clip_text,
+    is_summary,
     replacement_summary,
     summary_body,
 )
@@ -17,14 +19,24 @@ from langchain_autocontext.summarizers import SummaryRequest
 
 __all__ = ["FifoEviction"]
 
+#: Tokens of the recursive summary's header line (count and offload id).
+HEADER_TOKENS = 40
+
 
 class FifoEviction:
-    """Move the oldest messages into the recursive summary until the budget holds.
+    """Move the oldest messages into the recursive summary until the target holds.
 
-    Evicts whole tool-call groups (never half a pair), oldest first, stopping
-    before the latest user message; the old summary is folded into the new one.
-    If the context is still too large, the current round's older groups follow
-    (the last group always stays).
+    Evicts whole tool-call groups (never half a pair), oldest first, hopping over
+    the latest user message (kept in place) and stopping at the protected tail.
+    It evicts just enough to reach the target, counting the summary it writes
+    against what it frees (the old summary it replaces included).
+
+    The recursive summary *extends itself*: the evicted originals are summarized
+    once, the result is appended to the previous summary, and summaries the
+    package wrote earlier (of tool runs, rounds, the current round) are appended
+    with their full text rather than summarized again. When the summary outgrows
+    its cap, its oldest lines go (they stay in the offload chain: the summary's
+    offload holds the previous summary).
     """
 
     name = "fifo"
@@ -39,23 +51,43 @@ class FifoEviction:
         has_summary = ctx.body_start > sys_end
         first = ctx.body_start
         lu = ctx.latest_user
+        end = ctx.tail_start
         groups = atomic_groups(ctx.messages, first, len(ctx.messages))
         if len(groups) <= 1:
             return []
+        old_tokens = ctx.counter.count_message(ctx.messages[sys_end]) if has_summary else 0
+        cap = ctx.summary_cap()
         evict_end = first
-        freed = 0
-        need_tokens = ctx.tokens - ctx.target_tokens + ctx.config.summary_max_tokens
-        need_msgs = len(ctx.messages) - ctx.target_messages + 1
+        freed = 0  # tokens of the evicted messages
+        fresh_tokens = 0  # of those, what the summarizer reads (not earlier summaries)
+        kept_tokens = 0  # earlier summaries' text, appended as it is
+        removed = 0
         for k, (a, b) in enumerate(groups):
-            if k == len(groups) - 1:
-                break  # the last group (the model's freshest input) always stays
+            if k == len(groups) - 1 or a >= end:
+                break  # the protected tail (and always the freshest group) stays
             if any(ctx.protected(i) for i in range(a, b)):
                 if lu is not None and a <= lu < b:
                     continue  # hop over the latest user message (kept in place)
                 break
             evict_end = b
-            freed += ctx.tokens_of(a, b)
-            if not self.squeeze and freed >= need_tokens and (b - first) >= need_msgs:
+            for m in ctx.messages[a:b]:
+                t = ctx.counter.count_message(m)
+                freed += t
+                if is_summary(m):
+                    kept_tokens += t
+                else:
+                    fresh_tokens += t
+            removed += b - a
+            if self.squeeze:
+                continue
+            expected = HEADER_TOKENS + min(
+                cap, (old_tokens - HEADER_TOKENS if has_summary else 0) + kept_tokens
+                + (ctx.summary_budget(fresh_tokens) if fresh_tokens else 0)
+            )
+            if (
+                freed + old_tokens - expected >= ctx.need_tokens
+                and removed - (0 if has_summary else 1) >= ctx.need_messages
+            ):
                 break
         if evict_end == first:
             return []
@@ -64,27 +96,32 @@ class FifoEviction:
         else:
             spans = [(first, evict_end)]
         spans = [(a, b) for a, b in spans if b > a]
-        prev = summary_body(ctx.messages[sys_end]) if has_summary else None
+        prev = summary_body(ctx.messages[sys_end]) if has_summary else ""
         start = sys_end if has_summary else first
-        evicted_msgs = [m for a, b in spans for m in ctx.messages[a:b]]
+        evicted = [m for a, b in spans for m in ctx.messages[a:b]]
         previous_count = (
             int((marker(ctx.messages[sys_end]) or {}).get("evicted", 0)) if has_summary else 0
         )
-        total = previous_count + len(evicted_msgs)
-        tokens = sum(ctx.counter.count_message(m) for m in evicted_msgs)
-        originals = ([ctx.messages[sys_end]] if has_summary else []) + evicted_msgs
+        total = previous_count + len(evicted)
+        to_read = [m for m in evicted if not is_summary(m)]
+        carried = [summary_body(m) for m in evicted if is_summary(m)]
+        originals = ([ctx.messages[sys_end]] if has_summary else []) + evicted
+        counter = ctx.counter
 
         def build(out: JobOutput) -> list[BaseMessage]:
-            return [replacement_summary(out.summary or "", out, total)]
+            parts = [p for p in (prev, *carried, out.summary or "") if p.strip()]
+            body = clip_text("\n".join(parts), cap, counter, keep="end")
+            return [replacement_summary(body, out, total)]
 
-        request = SummaryRequest(
-            messages=evicted_msgs,
-            strategy="recursive",
-            max_tokens=ctx.config.summary_max_tokens,
-            previous_summary=prev,
-            target_tokens=ctx.summary_budget(
-                tokens + (ctx.counter.count_text(prev) if prev else 0)
-            ),
+        request = (
+            SummaryRequest(
+                messages=to_read,
+                strategy="recursive",
+                max_tokens=cap,
+                target_tokens=ctx.summary_budget(fresh_tokens),
+            )
+            if to_read
+            else None
         )
         # The summary replaces the old summary and the evicted span before the latest
         # user message (an insertion when that span is empty).

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 from langchain_autocontext.messages import mark, marker, message_chars, text_of
 from langchain_autocontext.strategies.base import (
@@ -41,15 +41,25 @@ def preview_of(message: BaseMessage, size: int) -> str:
     return text[:size]
 
 
-class LargeMessageOffload:
-    """Move messages over ``large_payload_threshold`` characters into the store.
+#: Tokens of the note an offloaded message carries (its size and the offload id).
+NOTE_TOKENS = 48
+#: An offload that frees fewer tokens than this is not worth a store record.
+MIN_SAVING = 64
 
-    ``keep_last=True`` is strategy 2 (the last ``last_keep`` messages stay as they
-    are); ``keep_last=False`` is strategy 3. The message keeps its id, role and
-    tool-call pairing; its content becomes a preview plus the offload id. Neither
-    touches the freshest tool results (the last tool-call group, which the model is
-    about to read) unless ``fresh=True``: the pipeline's last resort before
-    :class:`~langchain_autocontext.errors.ContextBudgetError`.
+
+class LargeMessageOffload:
+    """Move messages into the store, leaving a preview and the offload id.
+
+    ``keep_last=True`` is strategy 2: messages over ``large_payload_threshold``
+    characters, except the last ``last_keep`` messages. ``keep_last=False`` is
+    strategy 3, which also masks tool results of any size outside the protected tail
+    ("observation masking": the result becomes a preview of its first
+    ``offload_single_preview`` characters plus the offload id). Both work oldest
+    first and stop once the target is reached; neither touches the protected tail
+    (:attr:`PassContext.tail_start`). The message keeps its id, role and tool-call
+    pairing. ``fresh=True`` is the pipeline's last resort before
+    :class:`~langchain_autocontext.errors.ContextBudgetError`: any tool result or
+    large message, the freshest group's included, largest first.
     """
 
     def __init__(self, *, keep_last: bool, fresh: bool = False) -> None:
@@ -57,27 +67,40 @@ class LargeMessageOffload:
         self.fresh = fresh
         self.name = "offload_fresh" if fresh else "offload_history" if keep_last else "offload_all"
 
+    def _maskable(self, ctx: PassContext, i: int) -> bool:
+        """Large messages (any role); for strategy 3 and the last resort, tool results too."""
+        m = ctx.messages[i]
+        if ctx.protected(i) or marker(m):
+            return False
+        return ctx.is_large(i) or (not self.keep_last and isinstance(m, ToolMessage))
+
     def plan(self, ctx: PassContext) -> list[Job]:
         if not ctx.over_tokens:
             return []  # offloading never reduces the message count
         n = len(ctx.messages)
-        end = n - ctx.config.last_keep if self.keep_last else n
-        if not self.fresh:
-            end = min(end, ctx.fresh_start)
-        jobs = []
+        end = n if self.fresh else ctx.tail_start
+        if self.keep_last:
+            end = min(end, n - ctx.config.last_keep)
+        candidates = []
         for i in range(ctx.body_start, max(end, 0)):
-            m = ctx.messages[i]
-            if ctx.protected(i) or marker(m) or not ctx.is_large(i):
+            if not self._maskable(ctx, i):
                 continue
-            jobs.append(self._job(ctx, i))
-        return jobs
+            job, freed = self._job(ctx, i)
+            if freed >= MIN_SAVING:
+                candidates.append((job, freed, 0))
+        if self.fresh:  # last resort: the largest first, fewest messages touched
+            candidates.sort(key=lambda c: -c[1])
+        return ctx.take_until_target(candidates)
 
-    def _job(self, ctx: PassContext, i: int) -> Job:
+    def _job(self, ctx: PassContext, i: int) -> tuple[Job, int]:
         original = ctx.messages[i]
         size = ctx.config.offload_single_preview
         preview = preview_of(original, size)
         chars = message_chars(original)
         tokens = ctx.counter.count_message(original)
+        freed = tokens - ctx.counter.count_text(preview) - NOTE_TOKENS
+        if isinstance(original, AIMessage) and original.tool_calls:
+            freed -= ctx.counter.count_text(json.dumps([tc["args"] for tc in original.tool_calls])[:size])
 
         def build(out: JobOutput) -> list[BaseMessage]:
             note = (
@@ -94,4 +117,4 @@ class LargeMessageOffload:
             replaced = original.model_copy(update=update)
             return [mark(replaced, KIND_OFFLOADED, offload_id=out.offload_id, chars=chars)]
 
-        return Job(i, i + 1, self.name, build, request=None, preview=preview)
+        return Job(i, i + 1, self.name, build, request=None, preview=preview), freed

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Generator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from langchain_core.messages import BaseMessage, SystemMessage
@@ -29,6 +29,7 @@ from langchain_autocontext.strategies.base import (
     JobOutput,
     PassContext,
     Strategy,
+    clip_text,
 )
 from langchain_autocontext.strategies.current_round import (
     CurrentRoundCompression,
@@ -51,11 +52,17 @@ __all__ = [
 
 
 def default_strategies() -> list[Strategy]:
-    """The seven strategies, cheapest and most lossless first."""
+    """The seven strategies, lossless and free first, then summaries oldest first.
+
+    Offloading (2, 3) needs no summarizer and loses nothing (the preview and the
+    offload id stay in place), so it runs before any summary; tool-run compression
+    (1) is the first summary. Every strategy leaves the protected tail alone, works
+    oldest first and stops at the target.
+    """
     return [
-        ToolRunCompression(),
         LargeMessageOffload(keep_last=True),
         LargeMessageOffload(keep_last=False),
+        ToolRunCompression(),
         RoundSummary(),
         CurrentRoundLargeMessages(),
         CurrentRoundCompression(),
@@ -177,10 +184,24 @@ def run_pipeline(
     def fits() -> bool:
         return tokens <= target_tokens and len(msgs) <= target_messages
 
-    def run_pass(strategy: Strategy, later: frozenset[str] = frozenset()) -> Any:
+    def run_pass(
+        strategy: Strategy,
+        later: frozenset[str] = frozenset(),
+        *,
+        target: int | None = None,
+        keep_tail: bool = True,
+    ) -> Any:
         """Plan and apply one strategy; returns (messages, tokens) or None (no jobs)."""
         ctx = PassContext(
-            msgs, config, counter, tokens, target_tokens, target_messages, later=later
+            msgs,
+            config,
+            counter,
+            tokens,
+            target_tokens if target is None else target,
+            target_messages,
+            later=later,
+            keep_tail=keep_tail,
+            floor_tokens=floor,
         )
         jobs = strategy.plan(ctx)
         if not jobs:
@@ -216,15 +237,18 @@ def run_pipeline(
             fifo_rounds += 1
             queue.append(strategy)
 
-    # Last resorts before giving up: evict everything evictable into the summary,
-    # then offload even the freshest tool results (the model reloads what it needs).
+    # Last resorts, only to get under the hard budget: the protected tail gives way
+    # (its tool results become previews, then it is evicted into the summary), and
+    # finally even the freshest tool results are offloaded, whatever their size (the
+    # model reloads what it needs); a call is never refused for what can be offloaded.
     for last_resort in (
+        LargeMessageOffload(keep_last=False),
         FifoEviction(squeeze=True),
         LargeMessageOffload(keep_last=False, fresh=True),
     ):
         if tokens <= config.max_tokens:
             break
-        done = yield from run_pass(last_resort)
+        done = yield from run_pass(last_resort, target=config.max_tokens, keep_tail=False)
         if done is not None:
             msgs, tokens = done
     if tokens > config.max_tokens:
@@ -275,7 +299,7 @@ def _apply_jobs(
             summary=res.text if res else None,
             span_tokens=items[k][3],
         )
-        new[job.start : job.end] = job.build(out)
+        new[job.start : job.end] = _no_larger(job, out, ctx.counter)
         touched += job.end - job.start
     stats = {
         "messages_touched": touched,
@@ -287,6 +311,22 @@ def _apply_jobs(
         "summarizer_errors": [r.error for r in results if r.error],
     }
     return new, stats
+
+
+def _no_larger(job: Job, out: JobOutput, counter: TokenCounter) -> list[BaseMessage]:
+    """The job's replacement, its summary clipped when it would not be smaller than
+    the span it replaces (a summary never grows the context)."""
+    built = job.build(out)
+    if not out.summary or not out.span_tokens:
+        return built
+    for _ in range(3):
+        size = sum(counter.count_message(m) for m in built)
+        if size < out.span_tokens or not out.summary:
+            break
+        room = counter.count_text(out.summary) - (size - out.span_tokens) - 8
+        out = replace(out, summary=clip_text(out.summary, max(0, room), counter))
+        built = job.build(out)
+    return built
 
 
 def _trim_summary(

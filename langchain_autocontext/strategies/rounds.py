@@ -28,21 +28,25 @@ class RoundSummary:
     def plan(self, ctx: PassContext) -> list[Job]:
         starts = [s for s in round_starts(ctx.messages) if s >= ctx.body_start]
         latest = ctx.latest_user
-        jobs = []
-        for k, s in enumerate(starts):
+        candidates = []
+        for k, s in enumerate(starts):  # oldest first, until the target
             if s == latest:
                 break
             end = starts[k + 1] if k + 1 < len(starts) else len(ctx.messages)
+            if end > ctx.tail_start:
+                break  # the protected tail stays verbatim
             a = s + 1
             if end - a < 1:
                 continue
             span = ctx.messages[a:end]
             if len(span) == 1 and marker(span[0]):
                 continue  # already one summary
-            if len(span) == 1 and not ctx.over_tokens:
-                continue  # a lone answer: nothing to gain in message count
-            jobs.append(self._job(ctx, a, end))
-        return jobs
+            tokens = ctx.tokens_of(a, end)
+            if not ctx.worth_summarizing(tokens):
+                continue  # its summary would not be smaller than the round
+            freed = tokens - ctx.expected_summary(tokens)
+            candidates.append((self._job(ctx, a, end), freed, end - a - 1))
+        return ctx.take_until_target(candidates)
 
     def _job(self, ctx: PassContext, start: int, end: int) -> Job:
         n = end - start
@@ -51,13 +55,8 @@ class RoundSummary:
             header = f"Summary of the {n} messages that answered the user message above"
             return [replacement_ai(KIND_ROUND, header, out.summary or "", out, messages=n)]
 
-        # The summarizer also reads the user message (for context); it stays in place.
+        # The user message stays in place verbatim: the summarizer reads only the
+        # span it replaces (every original token is summarized at most once).
         return ctx.summary_job(
-            start,
-            end,
-            self.name,
-            build,
-            strategy="round",
-            messages=ctx.messages[start - 1 : end],
-            preview=f"round of {n} messages",
+            start, end, self.name, build, strategy="round", preview=f"round of {n} messages"
         )

@@ -48,7 +48,13 @@ class ToolRunCompression:
         if run_start is not None:
             runs.append((run_start, run_end))
         limit = ctx.config.min_consecutive_tool_messages
-        return [self._job(ctx, a, b) for a, b in runs if b - a > limit]
+        candidates = []
+        for a, b in runs:  # oldest first, until the target
+            tokens = ctx.tokens_of(a, b)
+            if b - a > limit and ctx.worth_summarizing(tokens):
+                freed = tokens - ctx.expected_summary(tokens)
+                candidates.append((self._job(ctx, a, b), freed, b - a - 1))
+        return ctx.take_until_target(candidates)
 
     def _job(self, ctx: PassContext, start: int, end: int) -> Job:
         span = ctx.messages[start:end]
