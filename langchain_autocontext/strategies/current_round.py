@@ -91,12 +91,18 @@ class CurrentRoundCompression:
     name = "current_round"
 
     def plan(self, ctx: PassContext) -> list[Job]:
+        if ctx.need_tokens <= 0 and ctx.need_messages <= 0:
+            return []  # already at the target
         start = _round_start(ctx)
         limit = min(ctx.tail_start, ctx.fresh_start)  # the working set stays whole
         groups = atomic_groups(ctx.messages, start, limit)
+        # Only the groups before the first protected (pinned) one: the summary takes
+        # one contiguous span and a pinned message stays verbatim where it is.
+        for k, (a, b) in enumerate(groups):
+            if any(ctx.protected(i) for i in range(a, b)):
+                groups = groups[:k]
+                break
         if not groups:
-            return []
-        if any(ctx.protected(k) for k in range(start, groups[-1][1])):
             return []
         # The oldest groups, just enough to reach the target (counting the summary).
         end, tokens = start, 0
@@ -123,6 +129,6 @@ class CurrentRoundCompression:
                 self.name,
                 build,
                 strategy="current_round",
-                    preview=f"current round, {n} messages",
+                preview=f"current round, {n} messages",
             )
         ]

@@ -52,6 +52,8 @@ class FifoEviction:
         first = ctx.body_start
         lu = ctx.latest_user
         end = ctx.tail_start
+        if not self.squeeze and ctx.need_tokens <= 0 and ctx.need_messages <= 0:
+            return []  # already at the target: nothing to evict
         groups = atomic_groups(ctx.messages, first, len(ctx.messages))
         if len(groups) <= 1:
             return []
@@ -66,8 +68,10 @@ class FifoEviction:
             if k == len(groups) - 1 or a >= end:
                 break  # the protected tail (and always the freshest group) stays
             if any(ctx.protected(i) for i in range(a, b)):
-                if lu is not None and a <= lu < b:
-                    continue  # hop over the latest user message (kept in place)
+                if (lu is not None and a <= lu < b) or all(
+                    i in ctx.pinned_indices for i in range(a, b)
+                ):
+                    continue  # hop over the latest user message and pins (kept in place)
                 break
             evict_end = b
             for m in ctx.messages[a:b]:
@@ -91,11 +95,9 @@ class FifoEviction:
                 break
         if evict_end == first:
             return []
-        if lu is not None and first <= lu < evict_end:
-            spans = [(first, lu), (lu + 1, evict_end)]
-        else:
-            spans = [(first, evict_end)]
-        spans = [(a, b) for a, b in spans if b > a]
+        # What stays in place (the latest user message, pins) cuts the evicted range.
+        spans = ctx.spans_between_protected(first, evict_end)
+        kept_at = next((i for i in range(first, evict_end) if ctx.protected(i)), None)
         prev = summary_body(ctx.messages[sys_end]) if has_summary else ""
         start = sys_end if has_summary else first
         evicted = [m for a, b in spans for m in ctx.messages[a:b]]
@@ -125,7 +127,7 @@ class FifoEviction:
         )
         # The summary replaces the old summary and the evicted span before the latest
         # user message (an insertion when that span is empty).
-        summary_end = lu if lu is not None and first <= lu < evict_end else evict_end
+        summary_end = evict_end if kept_at is None else kept_at
         jobs = [
             Job(
                 start,
@@ -138,9 +140,9 @@ class FifoEviction:
                 extra={"kind": KIND_RECURSIVE},
             )
         ]
-        # Older work of the current round (after the kept latest user message) is
-        # removed: its originals are in the summary's offload above, whose id is shown.
+        # What was evicted after a kept message is removed: its originals are in the
+        # summary's offload above, whose id is shown.
         for a2, b2 in spans:
-            if lu is not None and a2 > lu:
+            if a2 >= summary_end:
                 jobs.append(Job(a2, b2, self.name, lambda out: [], offload=False))
         return jobs

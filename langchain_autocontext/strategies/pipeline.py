@@ -332,7 +332,8 @@ def _no_larger(job: Job, out: JobOutput, counter: TokenCounter) -> list[BaseMess
 def _trim_summary(
     msgs: list[BaseMessage], tokens: int, config: AutoContextConfig, count: Any
 ) -> tuple[list[BaseMessage], int]:
-    """Last resort: shorten the recursive summary until the hard budget holds."""
+    """Last resort: shorten the recursive summary until the hard budget holds (drop it
+    when even its header does not fit)."""
     idx = 1 if msgs and isinstance(msgs[0], SystemMessage) else 0
     if idx >= len(msgs) or (marker(msgs[idx]) or {}).get("kind") != KIND_RECURSIVE:
         return msgs, tokens
@@ -344,6 +345,11 @@ def _trim_summary(
             update={"content": f"{header}\n{body}… [summary trimmed to fit]" if body else header}
         )
         msgs = [*msgs[:idx], trimmed, *msgs[idx + 1 :]]
+        tokens = count(msgs)
+    if tokens > config.max_tokens:
+        # Even its header does not fit: the summary goes. Nothing is lost: every
+        # original it stood for stays in the thread's history (search_history).
+        msgs = [*msgs[:idx], *msgs[idx + 1 :]]
         tokens = count(msgs)
     return msgs, tokens
 

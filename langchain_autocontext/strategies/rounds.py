@@ -35,17 +35,16 @@ class RoundSummary:
             end = starts[k + 1] if k + 1 < len(starts) else len(ctx.messages)
             if end > ctx.tail_start:
                 break  # the protected tail stays verbatim
-            a = s + 1
-            if end - a < 1:
-                continue
-            span = ctx.messages[a:end]
-            if len(span) == 1 and marker(span[0]):
-                continue  # already one summary
-            tokens = ctx.tokens_of(a, end)
-            if not ctx.worth_summarizing(tokens):
-                continue  # its summary would not be smaller than the round
-            freed = tokens - ctx.expected_summary(tokens)
-            candidates.append((self._job(ctx, a, end), freed, end - a - 1))
+            # Pinned messages stay verbatim in place: the round is summarized around them.
+            for a, b in ctx.spans_between_protected(s + 1, end):
+                span = ctx.messages[a:b]
+                if len(span) == 1 and marker(span[0]):
+                    continue  # already one summary
+                tokens = ctx.tokens_of(a, b)
+                if not ctx.worth_summarizing(tokens):
+                    continue  # its summary would not be smaller than the round
+                freed = tokens - ctx.expected_summary(tokens)
+                candidates.append((self._job(ctx, a, b), freed, b - a - 1))
         return ctx.take_until_target(candidates)
 
     def _job(self, ctx: PassContext, start: int, end: int) -> Job:
