@@ -13,7 +13,13 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Protocol
 
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
 
 from langchain_autocontext.messages import (
     atomic_groups,
@@ -44,6 +50,9 @@ __all__ = [
     "is_summary",
     "offload_note",
     "replacement_ai",
+    "shrink_args",
+    "summarizer_input",
+    "summarizer_view",
     "summary_body",
 ]
 
@@ -235,8 +244,10 @@ class PassContext:
 
     def summary_cap(self) -> int:
         """The most tokens one summary may take: ``summary_max_tokens``, and never more
-        than an eighth of the window (a summary must not crowd out the working set)."""
-        return max(48, min(self.config.summary_max_tokens, self.config.max_tokens // 8))
+        than an eighth of the room the target leaves beside what can never be
+        compressed (a summary must not crowd out the working set); at least 48."""
+        room = max(0, self.target_tokens - self.floor_tokens)
+        return max(48, min(self.config.summary_max_tokens, room // 8))
 
     def protected(self, i: int) -> bool:
         """System message, the latest user message, a pending last tool call, and
@@ -309,7 +320,8 @@ class PassContext:
         from langchain_autocontext.summarizers import SummaryRequest
 
         source = list(self.messages[start:end] if messages is None else messages)
-        to_read = [m for m in source if not is_summary(m)]
+        chars = self.config.offload_single_preview
+        to_read = summarizer_input([m for m in source if not is_summary(m)], chars)
         carried = [summary_body(m) for m in source if is_summary(m)]
         read_tokens = sum(self.counter.count_message(m) for m in to_read)
         cap = self.summary_cap()
@@ -370,6 +382,62 @@ class Strategy(Protocol):
 
 
 # --- replacement builders -----------------------------------------------------------
+def summarizer_view(message: BaseMessage, preview_chars: int) -> BaseMessage:
+    """What the summarizer reads of a working message.
+
+    A masked (offloaded) message is read as its preview alone: the reload note is for
+    the model. Long string arguments of tool calls (a file written through a heredoc,
+    a long script) are read as their first ``preview_chars`` characters, the preview
+    an offload leaves: a summary records which action was taken, not its payload. The
+    originals stay whole in the offload chain of the summary that replaces them.
+    """
+    info = marker(message) or {}
+    if info.get("kind") == KIND_OFFLOADED and isinstance(message.content, str):
+        preview = message.content.rsplit("\n[Offloaded ", 1)[0]
+        return message.model_copy(update={"content": f"{preview} [rest offloaded]"})
+    if isinstance(message, AIMessage) and message.tool_calls:
+        keep = max(preview_chars, 32)
+        calls = [{**tc, "args": shrink_args(tc["args"], keep)} for tc in message.tool_calls]
+        if calls != message.tool_calls:
+            return message.model_copy(update={"tool_calls": calls, "invalid_tool_calls": []})
+    return message
+
+
+def summarizer_input(messages: Sequence[BaseMessage], preview_chars: int) -> list[BaseMessage]:
+    """The messages a summarizer reads for a span: each as :func:`summarizer_view` has
+    it, and provider tool-call ids (``call_00_q49iXkS1…``, ~15 tokens each, twice per
+    call) renamed ``c1``, ``c2``… consistently across calls and results; the
+    summary never needs them, and the originals keep theirs in the offload."""
+    names: dict[str, str] = {}
+
+    def short(call_id: str | None) -> str | None:
+        if not call_id:
+            return call_id
+        return names.setdefault(call_id, f"c{len(names) + 1}")
+
+    out: list[BaseMessage] = []
+    for m in messages:
+        v = summarizer_view(m, preview_chars)
+        if isinstance(v, AIMessage) and v.tool_calls:
+            calls = [{**tc, "id": short(tc.get("id"))} for tc in v.tool_calls]
+            v = v.model_copy(update={"tool_calls": calls, "invalid_tool_calls": []})
+        elif isinstance(v, ToolMessage):
+            v = v.model_copy(update={"tool_call_id": short(v.tool_call_id) or ""})
+        out.append(v)
+    return out
+
+
+def shrink_args(value: Any, keep: int) -> Any:
+    """Tool-call arguments with long strings cut to ``keep`` characters (still valid JSON)."""
+    if isinstance(value, str) and len(value) > keep:
+        return value[:keep] + f"… [{len(value) - keep} characters offloaded]"
+    if isinstance(value, dict):
+        return {k: shrink_args(v, keep) for k, v in value.items()}
+    if isinstance(value, list):
+        return [shrink_args(v, keep) for v in value]
+    return value
+
+
 def offload_note(offload_id: str) -> str:
     """How the model is told to get a replaced span back."""
     return f'originals: reload_offloaded(offload_id="{offload_id}")'

@@ -13,6 +13,7 @@ from langchain_autocontext.strategies.base import (
     clip_text,
     is_summary,
     replacement_summary,
+    summarizer_input,
     summary_body,
 )
 from langchain_autocontext.summarizers import SummaryRequest
@@ -105,7 +106,8 @@ class FifoEviction:
             int((marker(ctx.messages[sys_end]) or {}).get("evicted", 0)) if has_summary else 0
         )
         total = previous_count + len(evicted)
-        to_read = [m for m in evicted if not is_summary(m)]
+        preview = ctx.config.offload_single_preview
+        to_read = summarizer_input([m for m in evicted if not is_summary(m)], preview)
         carried = [summary_body(m) for m in evicted if is_summary(m)]
         originals = ([ctx.messages[sys_end]] if has_summary else []) + evicted
         counter = ctx.counter

@@ -14,20 +14,10 @@ from langchain_autocontext.strategies.base import (
     JobOutput,
     PassContext,
     offload_note,
+    shrink_args,
 )
 
 __all__ = ["LargeMessageOffload"]
-
-
-def _shrink_args(value: Any, keep: int) -> Any:
-    """Tool-call arguments with long strings cut to ``keep`` characters (still valid JSON)."""
-    if isinstance(value, str) and len(value) > keep:
-        return value[:keep] + f"… [{len(value) - keep} characters offloaded]"
-    if isinstance(value, dict):
-        return {k: _shrink_args(v, keep) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_shrink_args(v, keep) for v in value]
-    return value
 
 
 def preview_of(message: BaseMessage, size: int) -> str:
@@ -110,7 +100,7 @@ class LargeMessageOffload:
             update: dict[str, Any] = {"content": content}
             if isinstance(original, AIMessage) and original.tool_calls:
                 update["tool_calls"] = [
-                    {**tc, "args": _shrink_args(tc["args"], max(size, 32))}
+                    {**tc, "args": shrink_args(tc["args"], max(size, 32))}
                     for tc in original.tool_calls
                 ]
                 update["invalid_tool_calls"] = []
