@@ -49,7 +49,7 @@ def kinds(messages) -> list[str | None]:
 # --- each strategy alone ------------------------------------------------------------------
 def test_tool_run_compression_replaces_long_runs_in_history() -> None:
     cfg = AutoContextConfig(
-        max_tokens=200_000, last_keep=4, min_consecutive_tool_messages=6, target_ratio=0.01
+        max_tokens=8_000, last_keep=4, min_consecutive_tool_messages=6, target_ratio=0.3
     )
     ac, store = make(cfg, [ToolRunCompression()])
     msgs = coding_run(12, output_lines=5)
@@ -67,7 +67,7 @@ def test_tool_run_compression_replaces_long_runs_in_history() -> None:
 
 def test_tool_run_plan_note_tools_are_one_line() -> None:
     cfg = AutoContextConfig(
-        max_tokens=200_000, last_keep=2, min_consecutive_tool_messages=2, target_ratio=0.01
+        max_tokens=8_000, last_keep=2, min_consecutive_tool_messages=2, target_ratio=0.1
     )
     ac, _ = make(cfg, [ToolRunCompression()])
     msgs = [SystemMessage("s", id=uid()), HumanMessage("task", id=uid())]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from langchain_core.messages import BaseMessage
+from typing import Any
+
+from langchain_core.messages import AIMessage, BaseMessage
 
 from langchain_autocontext.messages import atomic_groups, mark, marker, message_chars
 from langchain_autocontext.strategies.base import (
@@ -13,6 +15,7 @@ from langchain_autocontext.strategies.base import (
     PassContext,
     offload_note,
     replacement_ai,
+    shrink_args,
 )
 
 __all__ = ["CurrentRoundCompression", "CurrentRoundLargeMessages"]
@@ -63,11 +66,20 @@ class CurrentRoundLargeMessages:
     def _job(self, ctx: PassContext, i: int, tokens: int) -> Job:
         original = ctx.messages[i]
 
+        keep = max(ctx.config.offload_single_preview, 32)
+
         def build(out: JobOutput) -> list[BaseMessage]:
             content = f"[Summarized from {tokens} tokens; {offload_note(out.offload_id)}]\n" + (
                 out.summary or ""
             )
-            replaced = original.model_copy(update={"content": content.rstrip()})
+            update: dict[str, Any] = {"content": content.rstrip()}
+            if isinstance(original, AIMessage) and original.tool_calls:
+                # the call stays (its result answers it), its long arguments as previews
+                update["tool_calls"] = [
+                    {**tc, "args": shrink_args(tc["args"], keep)} for tc in original.tool_calls
+                ]
+                update["invalid_tool_calls"] = []
+            replaced = original.model_copy(update=update)
             return [mark(replaced, KIND_SUMMARIZED, offload_id=out.offload_id)]
 
         return ctx.summary_job(

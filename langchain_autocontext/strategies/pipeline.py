@@ -216,6 +216,7 @@ def run_pipeline(
             "tokens_after": new_tokens,
             "messages_before": len(msgs),
             "messages_after": len(new),
+            "target_tokens": ctx.target_tokens,
             "seconds": round(time.perf_counter() - started, 6),
             **stats,
         }
@@ -299,7 +300,7 @@ def _apply_jobs(
             summary=res.text if res else None,
             span_tokens=items[k][3],
         )
-        new[job.start : job.end] = _no_larger(job, out, ctx.counter)
+        new[job.start : job.end] = _no_larger(job, out, ctx.counter, msgs[job.start : job.end])
         touched += job.end - job.start
     stats = {
         "messages_touched": touched,
@@ -313,9 +314,12 @@ def _apply_jobs(
     return new, stats
 
 
-def _no_larger(job: Job, out: JobOutput, counter: TokenCounter) -> list[BaseMessage]:
+def _no_larger(
+    job: Job, out: JobOutput, counter: TokenCounter, span: list[BaseMessage]
+) -> list[BaseMessage]:
     """The job's replacement, its summary clipped when it would not be smaller than
-    the span it replaces (a summary never grows the context)."""
+    the span it replaces; a replacement that still is not smaller leaves the span as
+    it was (a summary never grows the context; the offload written for it is kept)."""
     built = job.build(out)
     if not out.summary or not out.span_tokens:
         return built
@@ -326,6 +330,8 @@ def _no_larger(job: Job, out: JobOutput, counter: TokenCounter) -> list[BaseMess
         room = counter.count_text(out.summary) - (size - out.span_tokens) - 8
         out = replace(out, summary=clip_text(out.summary, max(0, room), counter))
         built = job.build(out)
+    if job.originals is None and sum(counter.count_message(m) for m in built) >= out.span_tokens:
+        return span  # nothing else rides on this job: keep the span verbatim
     return built
 
 
