@@ -32,7 +32,10 @@ Prints one markdown table per data set and writes ``compare_peers.md`` and
 from __future__ import annotations
 
 import argparse
+import builtins
 import json
+import keyword
+import re
 import statistics
 import sys
 import threading
@@ -97,6 +100,145 @@ SUMMARY_150_WORDS = (
     "cause, the fix, and the tests that cover it, naming the two adjusted tests."
 )
 assert len(SUMMARY_150_WORDS.split()) == 150
+
+
+# --- next-action support -----------------------------------------------------------------------
+#: Distinctive tokens: paths and dotted names, identifiers, numbers of 3+ digits, and the
+#: insides of quoted strings.
+_FACT = re.compile(
+    r"""(?x)
+    (?:[A-Za-z0-9_.-]*/[A-Za-z0-9_./-]+)      # a path
+    | [A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+   # a dotted name
+    | [A-Za-z_][A-Za-z0-9_]{3,}               # an identifier or word of 4+ characters
+    | \d{3,}                                  # a number of 3+ digits
+    """
+)
+_QUOTED = re.compile(r"'([^'\n]{4,80})'|\"([^\"\n]{4,80})\"")
+#: Words no answer is "about": Python's keywords and builtins, and English function words.
+_COMMON = {w.lower() for w in (*keyword.kwlist, *dir(builtins))} | set(
+    ["that", "this", "with", "from", "have", "will", "what", "when", "then", "there", "their", "they", "them", "these", "those", "which", "would", "could", "should", "about", "into", "your", "some", "more", "only", "also", "just", "like", "than", "each", "other", "been", "were", "does", "make", "need", "here", "file", "line"]
+)
+#: A token in more than this share of a data set's trajectories is boilerplate there
+#: (prompt templates, tool names, common commands), not a fact of one run.
+DF_CUT = 0.2
+#: Distance buckets (tokens back the fact was last seen).
+DISTANCES = (
+    (0, 2_000, "<2k"),
+    (2_000, 4_000, "2-4k"),
+    (4_000, 8_000, "4-8k"),
+    (8_000, 16_000, "8-16k"),
+    (16_000, 10**12, ">16k"),
+)
+
+
+def message_text(message: BaseMessage) -> str:
+    """A message's text and its tool calls' arguments (what a fact can be read from)."""
+    text = text_of(message)
+    if isinstance(message, AIMessage) and message.tool_calls:
+        text += "\n" + "\n".join(
+            json.dumps(tc["args"], ensure_ascii=False) for tc in message.tool_calls
+        )
+    return text
+
+
+def raw_facts(text: str) -> set[str]:
+    """Every candidate fact of ``text`` (before the common-word and frequency cuts)."""
+    out = {t.strip(".-/") for t in _FACT.findall(text)}
+    out |= {a or b for a, b in _QUOTED.findall(text)}
+    return {t for t in out if len(t) >= 3 and t.lower() not in _COMMON}
+
+
+def frequent_tokens(trajectories: Sequence[Trajectory], cut: float = DF_CUT) -> frozenset[str]:
+    """Tokens found in more than ``cut`` of the trajectories (document frequency)."""
+    df: Counter[str] = Counter()
+    for t in trajectories:
+        df.update(set().union(*(raw_facts(message_text(m)) for m in t.messages)))
+    floor = max(2, cut * len(trajectories))
+    return frozenset(tok for tok, n in df.items() if n > floor)
+
+
+def original_text(message: BaseMessage) -> str:
+    """What of a sent message is original conversation text: summaries the package wrote
+    and the peers' summaries (the fake summarizer's fixed text) do not count; an
+    offloaded message counts for the verbatim preview it still shows."""
+    from langchain_autocontext.messages import marker
+    from langchain_autocontext.strategies.base import SUMMARY_KINDS
+
+    if isinstance(message, SystemMessage):
+        return ""  # the system prompt and any generated section: never a needed fact
+    if (marker(message) or {}).get("kind") in SUMMARY_KINDS:
+        return ""
+    return message_text(message).replace(SUMMARY_150_WORDS, "")
+
+
+@dataclass
+class Support:
+    """Needed facts of the recorded next actions, and how many were in what was sent."""
+
+    needed: int = 0
+    present: int = 0
+    over_needed: int = 0
+    over_present: int = 0
+    by_distance: Counter[str] = field(default_factory=Counter)
+    by_distance_present: Counter[str] = field(default_factory=Counter)
+
+    def add(self, other: Support) -> None:
+        self.needed += other.needed
+        self.present += other.present
+        self.over_needed += other.over_needed
+        self.over_present += other.over_present
+        self.by_distance.update(other.by_distance)
+        self.by_distance_present.update(other.by_distance_present)
+
+    @property
+    def share(self) -> float:
+        return self.present / self.needed if self.needed else 1.0
+
+    @property
+    def over_share(self) -> float:
+        return self.over_present / self.over_needed if self.over_needed else 1.0
+
+    def distance_share(self, label: str) -> float | None:
+        n = self.by_distance[label]
+        return self.by_distance_present[label] / n if n else None
+
+
+class FactTracker:
+    """Walks one trajectory: the facts of each recorded next action that an earlier
+    message holds (and not the system prompt or the task statement), with how many
+    tokens back each was last seen."""
+
+    def __init__(self, messages: Sequence[BaseMessage], common: frozenset[str], counter: Any):
+        self.messages = messages
+        self.facts = [raw_facts(message_text(m)) - common for m in messages]
+        self.tokens = [counter.count_message(m) for m in messages]
+        first_user = next((k for k, m in enumerate(messages) if m.type == "human"), None)
+        self.task = set().union(
+            *(
+                self.facts[k]
+                for k, m in enumerate(messages)
+                if isinstance(m, SystemMessage) or k == first_user
+            )
+        )
+        self.last_seen: dict[str, int] = {}
+        self.cursor = 0
+
+    def needed(self, point: int) -> dict[str, int]:
+        """Needed facts of the assistant message at ``point`` → distance in tokens."""
+        for k in range(self.cursor, point):
+            for f in self.facts[k]:
+                self.last_seen[f] = k
+        self.cursor = point
+        out: dict[str, int] = {}
+        for f in self.facts[point] - self.task:
+            k = self.last_seen.get(f)
+            if k is not None:
+                out[f] = sum(self.tokens[k + 1 : point])
+        return out
+
+    @staticmethod
+    def bucket(distance: int) -> str:
+        return next(label for lo, hi, label in DISTANCES if lo <= distance < hi)
 
 
 # --- the shared fake summarizer --------------------------------------------------------------
@@ -434,6 +576,7 @@ class Row:
     recoverable: int = 0
     count_checks: int = 0
     count_mismatches: int = 0
+    support: Support = field(default_factory=Support)
 
     @property
     def effective(self) -> float:
@@ -477,6 +620,13 @@ class Row:
             "originals": self.originals,
             "recoverable": self.recoverable,
             "count_mismatches": self.count_mismatches,
+            "support": round(self.support.share, 4),
+            "support_over_budget": round(self.support.over_share, 4),
+            "needed_facts": self.support.needed,
+            "needed_facts_over_budget": self.support.over_needed,
+            "support_by_distance": {
+                label: self.support.distance_share(label) for _, _, label in DISTANCES
+            },
         }
 
 
@@ -498,9 +648,15 @@ def replay_one(
     row: Row,
     *,
     check_every: int = 25,
+    common: frozenset[str] = frozenset(),
 ) -> None:
-    """Replay one trajectory through ``runner``, adding its measurements to ``row``."""
+    """Replay one trajectory through ``runner``, adding its measurements to ``row``.
+
+    ``common`` are the data set's boilerplate tokens (see :func:`frequent_tokens`),
+    never counted as facts the next action needs.
+    """
     msgs = trajectory.messages
+    facts = FactTracker(msgs, common, runner.counter)
     system = msgs[0] if msgs and isinstance(msgs[0], SystemMessage) else None
     runner.start(system)
     calls_before = runner.summarizer.calls
@@ -534,6 +690,21 @@ def replay_one(
             # messages (the reply priming closes the request, it is never a prefix).
             row.cached += sent.base - runner.counter.reply_priming + sum(sent.counts[:common])
         previous = keys
+        unmanaged = sum(facts.tokens[:point])  # what an unmanaged agent would send
+        needed = facts.needed(point)
+        if needed:
+            text = "\n".join(original_text(m) for m in runner.context_messages(sent))
+            over = unmanaged > runner.budget
+            for fact, distance in needed.items():
+                hit = fact in text
+                label = FactTracker.bucket(distance)
+                row.support.needed += 1
+                row.support.present += hit
+                row.support.by_distance[label] += 1
+                row.support.by_distance_present[label] += hit
+                if over:
+                    row.support.over_needed += 1
+                    row.support.over_present += hit
         row.calls += 1
         row.sent += total
         row.largest = max(row.largest, total)
@@ -573,6 +744,7 @@ def run(
 ) -> list[Row]:
     """Replay every trajectory of ``path`` through every system at every budget."""
     trajectories = load_trajectories(path, limit=limit)
+    common = frequent_tokens(trajectories)
     counter = default_counter()
     rows = []
     for system in systems:
@@ -581,7 +753,9 @@ def run(
             started = time.perf_counter()
             for t in trajectories:
                 summarizer = CountingSummarizer(counter=counter)
-                replay_one(t, make_runner(system, budget, counter, summarizer), row)
+                replay_one(
+                    t, make_runner(system, budget, counter, summarizer), row, common=common
+                )
             rows.append(row)
             if progress is not None:
                 progress(f"{path.name} {system} {budget}: {time.perf_counter() - started:.1f}s")
@@ -590,10 +764,10 @@ def run(
 
 # --- output -----------------------------------------------------------------------------------
 HEADER = (
-    "| system | budget | largest sent | calls over budget | invalid seqs | tokens sent | "
-    "cached prefix | effective cost | summarizer calls | summarizer input | "
-    "overhead p50 ms | p99 ms | recoverable |\n"
-    "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    "| system | budget | support (all calls) | support (over budget) | largest sent | "
+    "calls over budget | invalid seqs | tokens sent | cached prefix | effective cost | "
+    "summarizer calls | summarizer input | overhead p50 ms | p99 ms | recoverable |\n"
+    "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 )
 
 
@@ -601,11 +775,28 @@ def table(rows: Sequence[Row]) -> str:
     lines = [HEADER]
     for r in rows:
         lines.append(
-            f"| {r.system} | {r.budget // 1000}k | {r.largest:,} | {r.over_budget:,} | "
+            f"| {r.system} | {r.budget // 1000}k | {r.support.share:.1%} | "
+            f"{r.support.over_share:.1%} | {r.largest:,} | {r.over_budget:,} | "
             f"{r.invalid:,} | {r.sent:,} | {r.cached_share:.1%} | {r.effective:,.0f} | "
             f"{r.summarizer_calls:,} | {r.summarizer_input:,} | {r.p50_ms:.2f} | "
             f"{r.p99_ms:.1f} | {r.recoverable_share:.1%} |"
         )
+    return "\n".join(lines)
+
+
+def distance_table(rows: Sequence[Row]) -> str:
+    """Support by how far back the needed fact was last seen."""
+    labels = [label for _, _, label in DISTANCES]
+    lines = [
+        "| system | budget | " + " | ".join(f"last seen {lb} back" for lb in labels) + " |",
+        "|---|---:|" + "---:|" * len(labels),
+    ]
+    for r in rows:
+        cells = []
+        for lb in labels:
+            share = r.support.distance_share(lb)
+            cells.append("–" if share is None else f"{share:.0%} ({r.support.by_distance[lb]:,})")
+        lines.append(f"| {r.system} | {r.budget // 1000}k | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -624,33 +815,89 @@ def notes(rows: Sequence[Row]) -> list[str]:
     return out
 
 
-def comparison(rows: Sequence[Row], budget: int = 16_000) -> list[str]:
-    """Our numbers against the best peer at ``budget`` (the issue's targets)."""
-    at = {r.system: r for r in rows if r.budget == budget}
-    peers = [at[s] for s in ("langmem", "middleware") if s in at]
+def comparison(rows: Sequence[Row]) -> list[str]:
+    """The defaults against the peers at every budget (issue 11's targets), misses named."""
     out = []
-    if not peers:
-        return out
-    best = min(peers, key=lambda r: r.effective)
-    for name in ("ours", "ours-lean"):
-        r = at.get(name)
-        if r is None:
+    for budget in sorted({r.budget for r in rows}):
+        at = {r.system: r for r in rows if r.budget == budget}
+        ours, mw, lm = at.get("ours"), at.get("middleware"), at.get("langmem")
+        if ours is None:
             continue
-        ratio = r.effective / best.effective if best.effective else 1.0
-        out.append(
-            f"- {name} at {budget // 1000}k: effective cost {r.effective:,.0f} = {ratio:.2f}x the "
-            f"best peer's ({best.system}, {best.effective:,.0f}; target: at most 0.80x); "
-            f"recoverable {r.recoverable_share:.1%} (best peer: {best.recoverable_share:.1%})"
-        )
-    lm = at.get("langmem")
-    ours = at.get("ours")
-    if lm is not None and ours is not None and lm.summarizer_input:
-        out.append(
-            f"- ours at {budget // 1000}k: summarizer input {ours.summarizer_input:,} = "
-            f"{ours.summarizer_input / lm.summarizer_input:.2f}x LangMem's "
-            f"({lm.summarizer_input:,}; target: at most 0.50x)"
-        )
+        k = f"{budget // 1000}k"
+        if mw is not None:
+            ok = ours.support.over_share >= mw.support.over_share
+            out.append(
+                f"- {k}: support on over-budget calls {ours.support.over_share:.1%} vs the "
+                f"middleware's {mw.support.over_share:.1%} ({'met' if ok else 'MISSED'}: at least)"
+            )
+        if lm is not None:
+            ok = ours.effective <= lm.effective
+            out.append(
+                f"- {k}: effective cost {ours.effective:,.0f} vs LangMem's {lm.effective:,.0f} "
+                f"({'met' if ok else 'MISSED'}: at most)"
+            )
+            if lm.summarizer_input:
+                ratio = ours.summarizer_input / lm.summarizer_input
+                out.append(
+                    f"- {k}: summarizer input {ours.summarizer_input:,} = {ratio:.2f}x LangMem's "
+                    f"({'met' if ratio <= 0.5 else 'MISSED'}: at most 0.50x)"
+                )
+        none = at.get("none")
+        if none is not None and none.over_budget == 0 and none.effective:
+            ratio = ours.effective / none.effective
+            out.append(
+                f"- {k}: nothing needs compressing; the defaults cost {ratio:.2f}x the unmanaged "
+                f"agent ({'met' if ratio <= 1.05 else 'MISSED'}: at most 1.05x)"
+            )
     return out
+
+
+def frontier(results: dict[str, list[Row]], path: Path) -> Path | None:
+    """Support on over-budget calls against effective cost: one point per system x budget."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no plot (pip install -e '.[bench]')", file=sys.stderr)
+        return None
+    datasets = [d for d, rows in results.items() if any(r.support.over_needed for r in rows)]
+    if not datasets:
+        return None
+    fig, axes = plt.subplots(1, len(datasets), figsize=(6.5 * len(datasets), 4.6), squeeze=False)
+    markers = {8_000: "o", 16_000: "s", 32_000: "^"}
+    for d, name in enumerate(datasets):
+        ax = axes[0][d]
+        rows = [r for r in results[name] if r.system != "none"]
+        for s, system in enumerate(dict.fromkeys(r.system for r in rows)):
+            pts = sorted((r for r in rows if r.system == system), key=lambda r: r.budget)
+            color = f"C{s}"
+            ax.plot(
+                [r.effective / 1e6 for r in pts],
+                [100 * r.support.over_share for r in pts],
+                color=color,
+                linewidth=0.8,
+                alpha=0.6,
+            )
+            for r in pts:
+                ax.scatter(
+                    r.effective / 1e6,
+                    100 * r.support.over_share,
+                    color=color,
+                    marker=markers.get(r.budget, "o"),
+                    label=f"{LABELS.get(system, system)} {r.budget // 1000}k",
+                )
+        ax.set_xlabel("effective cost (M tokens): lower is better")
+        ax.set_ylabel("next-action support on over-budget calls (%)")
+        ax.set_title(name, fontsize=10)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6.5, ncol=2)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def plot(results: dict[str, list[Row]], path: Path) -> Path | None:
@@ -743,6 +990,9 @@ def main(argv: list[str] | None = None) -> int:
             f"\n### {name} ({n_traj} trajectories, {n_calls:,} model calls)\n",
             table(rows),
             "",
+            "Next-action support by how far back the needed fact was last seen:\n",
+            distance_table(rows),
+            "",
             *notes(rows),
             *comparison(rows),
         ]
@@ -761,6 +1011,9 @@ def main(argv: list[str] | None = None) -> int:
         png = plot(results, args.out / "compare_peers.png")
         if png is not None:
             print(f"\nplot: {png}", file=sys.stderr)
+        png = frontier(results, args.out / "frontier.png")
+        if png is not None:
+            print(f"frontier: {png}", file=sys.stderr)
     return 0
 
 
