@@ -441,12 +441,13 @@ class MiddlewareRunner(Runner):
 
 
 class OursRunner(Runner):
-    """``AutoContext`` driven as its ``pre_model_hook`` drives it.
+    """``AutoContext`` driven as its ``create_agent`` middleware drives it.
 
     Each call: ``compress`` the working messages (with the graph's ``autocontext``
     state), then ``prepare_model_call`` builds the model's input view (generated
     system section, metadata tags, notices); the view is what is sent, with the
-    tool schemas ``ac.count_tools`` (the package's own tools when enabled).
+    tool schemas the middleware sends: the package's own tools once the view shows
+    the package (``call.engaged``, see ``AutoContextConfig.disclosure``).
     """
 
     name = "ours"
@@ -483,14 +484,19 @@ class OursRunner(Runner):
             self.working, thread_id=self.thread, store=self.store, state=self.ac_state
         )
         self.working = list(result.messages)
-        call = self.ac.prepare_model_call(self.working, state=self.ac_state)
+        engaged = self.ac.engaged(self.working, self.ac_state)
+        own = {t.name for t in self.ac.tools}
+        self.tools_sent = [
+            t for t in self.ac.count_tools if engaged or getattr(t, "name", None) not in own
+        ]
+        call = self.ac.prepare_model_call(self.working, state=self.ac_state, tools=self.tools_sent)
         if call.state_update:
             self.ac_state = call.state_update
         self.engine_tokens = call.tokens
         return call.messages
 
     def measure(self, sent: list[BaseMessage]) -> Sent:
-        tools = self.ac.count_tools
+        tools = self.tools_sent
         return Sent(
             sent,
             self.counter.message_counts(sent),

@@ -135,6 +135,8 @@ def _add_config_options(parser: argparse.ArgumentParser) -> None:
             kwargs.update(type=_float, metavar="X")
         elif typing.get_origin(annotation) is tuple:
             kwargs.update(type=_names, metavar="A,B,…")
+        elif typing.get_origin(annotation) is typing.Literal:
+            kwargs.update(type=str, choices=list(typing.get_args(annotation)))
         else:
             kwargs.update(type=str, metavar="TEXT")
         group.add_argument(*flags, **kwargs)

@@ -8,7 +8,9 @@ semantics and their error messages:
 - :func:`delete_op` removes a message; an AI message that called tools takes its
   tool results with it, so no call/result pair ever breaks;
 - :func:`update_op` replaces a message's content, keeping its id and role (and
-  the tool calls of an AI message, the ``tool_call_id`` of a tool result).
+  the tool calls of an AI message, the ``tool_call_id`` of a tool result);
+- :func:`pin_op` pins (or unpins) a message: no strategy compresses a pinned
+  message; pins together may take ``config.pin_limit`` tokens.
 
 Neither may touch the system message, the latest user message, the message that
 issued the command, or a tool call still waiting for its result. Every refusal
@@ -20,12 +22,13 @@ The XML protocol (:func:`parse_commands`, :func:`process_reply`)::
     <delete id="ID"/>                      (or <delete id="ID"></delete>)
     <update id="ID">new content</update>
     <user>the next user message</user>
+    <pin id="ID"/>  <unpin id="ID"/>
 
 Commands are read from the model's *own* reply only (never from tool outputs or
 user messages). Text inside markdown code (fenced blocks, inline code spans) is
 not a command, nor is anything written with XML entities (``&lt;delete …/&gt;``):
 that is how a model mentions a command without running it. Deletes run first,
-then updates, then ``<user>`` commands, each group in the order written.
+then updates, pins, unpins, then ``<user>`` commands, each group in the order written.
 
 Everything here is pure (no I/O): the engine archives the originals, records the
 events and persists the result.
@@ -50,14 +53,17 @@ from langchain_core.messages import (
 from langchain_autocontext.config import AutoContextConfig
 from langchain_autocontext.messages import (
     find_violations,
+    is_pinned,
     latest_user_index,
     message_chars,
     new_id,
     pending_call_index,
+    pin,
     text_of,
     tool_call_ids,
 )
 from langchain_autocontext.metadata import strip_message_tags, strip_tags
+from langchain_autocontext.tokens import resolve_counter
 from langchain_autocontext.view import normalize_state, resolve_message_ref
 
 __all__ = [
@@ -69,6 +75,8 @@ __all__ = [
     "delete_op",
     "diff_updates",
     "parse_commands",
+    "pin_op",
+    "pinned_tokens",
     "process_reply",
     "protected_reasons",
     "update_op",
@@ -266,6 +274,56 @@ def update_op(
     )
 
 
+def pinned_tokens(messages: Sequence[BaseMessage], counter: Any) -> int:
+    """Tokens of the pinned messages of ``messages`` (see :func:`~.messages.is_pinned`)."""
+    return sum(counter.count_message(m) for m in messages if is_pinned(m))
+
+
+def pin_op(
+    messages: Sequence[BaseMessage],
+    ref: Any,
+    pinned: bool = True,
+    *,
+    counter: Any,
+    limit: int,
+    via: str = "tool",
+) -> Edit:
+    """Pin (or unpin) the working message ``ref`` names: no strategy summarizes,
+    offloads or evicts a pinned message. Refused past ``limit`` pinned tokens."""
+    verb = "pin" if pinned else "unpin"
+    idx, refused = _resolve(messages, ref, verb)
+    if refused is not None:
+        return refused
+    assert idx is not None
+    target = messages[idx]
+    mid = str(target.id)
+    if is_pinned(target) == pinned:
+        state = "pinned" if pinned else "not pinned"
+        return Edit(True, f"Message {mid} is already {state}; nothing changed.", list(messages))
+    if pinned:
+        used = pinned_tokens(messages, counter)
+        size = counter.count_message(target)
+        if used + size > limit:
+            return _refuse(
+                messages,
+                "limit",
+                f"Message {mid} ({size:,} tokens) was not pinned: pins may take {limit:,} "
+                f"tokens and {used:,} are in use. Unpin a message first (pinned=false), or "
+                "save the part that matters in your working context.",
+            )
+    new = list(messages)
+    new[idx] = pin(target, pinned)
+    done = "Pinned" if pinned else "Unpinned"
+    note = " It stays in your context verbatim until you unpin it." if pinned else ""
+    return Edit(
+        True,
+        f"{done} message {mid}.{note}",
+        new,
+        originals=[target],
+        event=_event(verb, via, message_ids=[mid]),
+    )
+
+
 def diff_updates(old: Sequence[BaseMessage], new: Sequence[BaseMessage]) -> list[BaseMessage]:
     """The ``add_messages`` update that turns ``old`` into ``new``.
 
@@ -294,7 +352,7 @@ def diff_updates(old: Sequence[BaseMessage], new: Sequence[BaseMessage]) -> list
 class XmlCommand:
     """One command found in a reply."""
 
-    op: Literal["delete", "update", "user"]
+    op: Literal["delete", "update", "user", "pin", "unpin"]
     id: str | None
     content: str | None
     start: int
@@ -313,7 +371,7 @@ class ParsedCommands:
 
 
 _FENCE_RE = re.compile(r"^[ \t]{0,3}(`{3,}|~{3,})", re.M)
-_OPEN_RE = re.compile(r"<\s*(delete|update|user)\b([^<>]*)>", re.I)
+_OPEN_RE = re.compile(r"<\s*(delete|update|user|pin|unpin)\b([^<>]*)>", re.I)
 _ATTR_RE = re.compile(r"""\s*([A-Za-z_][\w.-]*)\s*=\s*(?:"([^"]*)"|'([^']*)')""")
 
 
@@ -422,15 +480,15 @@ def parse_commands(text: str) -> ParsedCommands:
             error = (
                 f'{_short(raw_open)} is not a valid command: only an id="…" attribute is allowed'
             )
-        elif op in ("delete", "update") and not attrs.get("id", "").strip():
+        elif op in ("delete", "update", "pin", "unpin") and not attrs.get("id", "").strip():
             error = f'{_short(raw_open)} has no id: write <{op} id="ID"…>'
         elif op == "user" and attrs:
             error = f"{_short(raw_open)}: <user> takes no attributes"
-        elif op == "delete":
+        elif op in ("delete", "pin", "unpin"):
             if not self_closing:
-                close = re.compile(r"\s*<\s*/\s*delete\s*>", re.I).match(masked, end)
+                close = re.compile(rf"\s*<\s*/\s*{op}\s*>", re.I).match(masked, end)
                 if close is None:
-                    error = f'{_short(raw_open)} is not closed: write <delete id="ID"/>'
+                    error = f'{_short(raw_open)} is not closed: write <{op} id="ID"/>'
                 else:
                     end = close.end()
         else:
@@ -521,6 +579,7 @@ def process_reply(
     *,
     config: AutoContextConfig,
     state: Mapping[str, Any] | None = None,
+    counter: Any = None,
 ) -> ReplyOutcome:
     """Strip copied metadata tags from the last reply and apply its XML commands.
 
@@ -558,10 +617,20 @@ def process_reply(
 
         _map_text(reply, collect)
         issuing = str(reply.id) if reply.id else None
-        ordered = [c for c in found if c.op == "delete"] + [c for c in found if c.op == "update"]
+        ordered = [c for op in ("delete", "update", "pin", "unpin") for c in found if c.op == op]
+        pin_counter = resolve_counter(counter)
         for cmd in ordered:
             if cmd.op == "delete":
                 edit = delete_op(working, cmd.id, issuing_id=issuing, via="xml")
+            elif cmd.op in ("pin", "unpin"):
+                edit = pin_op(
+                    working,
+                    cmd.id,
+                    cmd.op == "pin",
+                    counter=pin_counter,
+                    limit=config.pin_limit,
+                    via="xml",
+                )
             else:
                 edit = update_op(working, cmd.id, cmd.content, issuing_id=issuing, via="xml")
             if edit.ok:
@@ -569,7 +638,8 @@ def process_reply(
                 originals.extend(edit.originals)
                 if edit.event:
                     events.append(edit.event)
-                    receipts[(cmd.start, cmd.end)] = f"[{cmd.op}d {cmd.id}]"
+                    done = {"pin": "pinned", "unpin": "unpinned"}.get(cmd.op, f"{cmd.op}d")
+                    receipts[(cmd.start, cmd.end)] = f"[{done} {cmd.id}]"
                 else:
                     receipts[(cmd.start, cmd.end)] = f"[{cmd.op}: no change to {cmd.id}]"
             else:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -104,10 +104,35 @@ class AutoContextConfig(BaseModel):
         description="Prefix every message of the model's input view with a <metadata …/> tag "
         "(id and exact token counts) so the model can edit its context by id.",
     )
+    pin_max_tokens: int | None = Field(
+        None,
+        ge=0,
+        description="Most tokens pinned messages may take together (default: an eighth of "
+        "max_tokens); a pin past it is refused with an error that says the limit and the use.",
+    )
+    disclosure: Literal["when_needed", "always"] = Field(
+        "when_needed",
+        description="'when_needed': the metadata tags, the generated section and (with the "
+        "middleware) the package's tools appear once the context first passes warning_ratio "
+        "of max_tokens or something was compressed, then stay (one change of the prompt "
+        "prefix); a short conversation costs nothing extra. 'always': from the first call.",
+    )
+    tag_format: Literal["compact", "seed"] = Field(
+        "compact",
+        description="Format of the metadata tags: 'compact' (<id tokens/total/>, about 10 "
+        "tokens) or 'seed' (<metadata id cumulative_message_token_count "
+        "message_token_count/>, about 24 tokens).",
+    )
     self_management_tools: bool = Field(
         True,
-        description="Give the model update_message, delete_message, reload_offloaded, "
+        description="Give the model update_message, delete_message, pin_message, reload_offloaded, "
         "search_history and the working-context tools.",
+    )
+    instructions: Literal["compact", "full"] = Field(
+        "compact",
+        description="How the package explains itself to the model: 'compact' (a few lines "
+        "of system section and one-sentence tool descriptions, ~300 tokens with every "
+        "feature on) or 'full' (the detailed section and tool descriptions, ~1,300 tokens).",
     )
     xml_commands: bool = Field(
         False,
@@ -156,6 +181,17 @@ class AutoContextConfig(BaseModel):
         return self
 
     # Derived budgets -----------------------------------------------------------
+    @property
+    def pin_limit(self) -> int:
+        """Tokens pinned messages may take together (``pin_max_tokens`` or an eighth of the
+        window: pins are never compressed, so they must leave room for the working set)."""
+        return self.max_tokens // 8 if self.pin_max_tokens is None else self.pin_max_tokens
+
+    @property
+    def tags_mode(self) -> str | bool:
+        """What the counter's ``tags=`` takes: the tag format, or ``False`` without tags."""
+        return self.tag_format if self.metadata_tags else False
+
     @property
     def trigger_tokens(self) -> int:
         """Token count above which compression starts."""

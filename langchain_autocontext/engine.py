@@ -49,6 +49,7 @@ from langchain_autocontext.view import (
     augment_system,
     build_view,
     instructions_text,
+    normalize_state,
     view_reserve,
 )
 
@@ -172,7 +173,7 @@ class AutoContext:
         self.system_prompt = system_prompt
         if system_prompt:  # a budget that can never hold the prompt: say so now, not mid-run
             floor = self.counter.count(
-                [SystemMessage(system_prompt)], self.agent_tools, tags=self.config.metadata_tags
+                [SystemMessage(system_prompt)], self.agent_tools, tags=self.config.tags_mode
             )
             if floor > self.config.max_tokens:
                 raise ContextBudgetError(
@@ -314,7 +315,7 @@ class AutoContext:
         """
         if virtual:  # the agent adds its own system prompt: the view reserves the rest
             return msgs, True, None
-        text = instructions_text(self.config, state)
+        text = instructions_text(self.view_config(msgs, state), state)
         if not text:
             return msgs, False, None
         if msgs and isinstance(msgs[0], SystemMessage):
@@ -331,15 +332,14 @@ class AutoContext:
         reserving their tokens keeps the view itself within ``max_tokens``.
         """
         owns_system = bool(messages) and isinstance(messages[0], SystemMessage)
+        config = self.view_config(messages, state)
         reserve = view_reserve(
-            self.config,
+            config,
             self.counter,
             state,
             separate_instructions=bool(self.system_prompt) and not owns_system,
         )
-        return self.config.model_copy(
-            update={"max_tokens": max(1, self.config.max_tokens - reserve)}
-        )
+        return config.model_copy(update={"max_tokens": max(1, config.max_tokens - reserve)})
 
     @staticmethod
     def _repair(messages: list[BaseMessage]) -> tuple[list[BaseMessage], bool]:
@@ -365,7 +365,7 @@ class AutoContext:
             counter=self.counter,
             thread_id=thread_id,
             tools=self.count_tools if tools is None else list(tools),
-            tags=self.config.metadata_tags,
+            tags=(config or self.config).tags_mode,
             strategies=self.strategies,
             force=force,
             reserved_tokens=self.config.max_tokens - (config or self.config).max_tokens,
@@ -473,7 +473,7 @@ class AutoContext:
             ac_state = state.get("autocontext")
             msgs, _, _ = engine._with_view(msgs, ac_state, virtual)
             tokens = engine.counter.count(
-                msgs, engine.count_tools, tags=engine.config.metadata_tags
+                msgs, engine.count_tools, tags=engine.config.tags_mode
             )
             cfg = engine._budget(state.get("messages") or [], ac_state)
             triggered = tokens > cfg.trigger_tokens or len(msgs) > cfg.msg_threshold
@@ -608,13 +608,53 @@ class AutoContext:
         del thread_id  # the view needs no store; kept for symmetry with the other calls
         msgs = list(messages)
         owns_system = bool(msgs) and isinstance(msgs[0], SystemMessage)
-        return build_view(
+        engaged = self.engaged(msgs, state)
+        call = build_view(
             msgs,
-            config=self.config,
+            config=self.config if engaged else self.view_config(msgs, state),
             counter=self.counter,
             tools=self.count_tools if tools is None else list(tools),
             state=state,
             agent_system_prompt=None if owns_system else self.system_prompt,
+        )
+        call.engaged = engaged
+        if (
+            engaged
+            and self.config.disclosure == "when_needed"
+            and not normalize_state(state).get("engaged")
+        ):
+            base = call.state_update or normalize_state(state)
+            call.state_update = {**base, "engaged": True}
+        return call
+
+    def engaged(self, messages: Sequence[BaseMessage], state: Mapping[str, Any] | None) -> bool:
+        """Whether the model is shown the package's tags, section and tools on this call.
+
+        With ``config.disclosure == "when_needed"``: once the context first passes
+        ``warning_ratio`` of ``max_tokens``, or once something was compressed (a message
+        the package wrote is in it); from then on for good (``state["engaged"]``), so the
+        prompt prefix changes once. Before that the model sees the conversation alone:
+        a short conversation costs nothing extra.
+        """
+        cfg = self.config
+        if cfg.disclosure == "always" or not (cfg.metadata_tags or cfg.self_management_tools):
+            return True
+        if normalize_state(state).get("engaged"):
+            return True
+        msgs = list(messages)
+        if any(marker(m) for m in msgs):
+            return True
+        return self.counter.count(msgs, self.count_tools) > cfg.warning_tokens
+
+    def view_config(
+        self, messages: Sequence[BaseMessage], state: Mapping[str, Any] | None
+    ) -> AutoContextConfig:
+        """The config the view of this call is built with: without tags and without the
+        tools' section until :meth:`engaged` (the tools stay registered)."""
+        if self.engaged(messages, state):
+            return self.config
+        return self.config.model_copy(
+            update={"metadata_tags": False, "self_management_tools": False}
         )
 
     def after_model_call(
@@ -637,7 +677,7 @@ class AutoContext:
         ``update["autocontext"]["autonomous_pending"]`` is True and the update ends
         with the new user message: call the model again.
         """
-        outcome = process_reply(messages, config=self.config, state=state)
+        outcome = process_reply(messages, config=self.config, state=state, counter=self.counter)
         if not outcome.changed and not outcome.state_changed:
             return {}
         if outcome.changed:
@@ -656,7 +696,7 @@ class AutoContext:
         store: BaseStore | None = None,
     ) -> dict[str, Any]:
         """Async twin of :meth:`after_model_call`."""
-        outcome = process_reply(messages, config=self.config, state=state)
+        outcome = process_reply(messages, config=self.config, state=state, counter=self.counter)
         if not outcome.changed and not outcome.state_changed:
             return {}
         if outcome.changed:

@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     import tiktoken
 
 __all__ = [
+    "TAG_FORMATS",
     "TAG_PATTERN",
     "ViewCounts",
     "render_tag",
@@ -70,7 +71,8 @@ _ATTR = _ATTRS + r"""\s*=\s*(?:"[^"]*"|'[^']*')"""
 #: ``message_token_count`` match, so ordinary XML such as Maven's ``<metadata>``
 #: is left alone.
 TAG_PATTERN = re.compile(
-    rf"<metadata(?:\s+{_ATTR})+\s*(?:/>|>(?:[ \t]*</metadata>)?)(?:\r?\n)?",
+    rf"<metadata(?:\s+{_ATTR})+\s*(?:/>|>(?:[ \t]*</metadata>)?)(?:\r?\n)?"
+    r'|<(?:[\w.:-]+|"[^"<>]*") \d+/\d+/>(?:\r?\n)?',
 )
 
 
@@ -78,12 +80,25 @@ def _escape(value: str) -> str:
     return _ESCAPE_RE.sub(lambda m: _ESCAPES[m.group()], value)
 
 
-def render_tag(message_id: str, cumulative: int, count: int) -> str:
-    """The metadata tag of one message; attribute values are XML-escaped.
+#: Tag formats: ``"compact"`` (``<id tokens/total/>``, ~10 tokens with a short id) and
+#: ``"seed"`` (the "Auto" design's ``<metadata id cumulative_message_token_count
+#: message_token_count/>``, ~24 tokens).
+TAG_FORMATS = ("compact", "seed")
+_PLAIN_ID = re.compile(r"[\w.:-]+")
+
+
+def render_tag(message_id: str, cumulative: int, count: int, fmt: str = "seed") -> str:
+    """The metadata tag of one message; values are escaped.
 
     >>> render_tag('a"b', 120, 15)
     '<metadata id="a&quot;b" cumulative_message_token_count="120" message_token_count="15"/>'
+    >>> render_tag("3f2a", 120, 15, "compact")
+    '<3f2a 15/120/>'
     """
+    if fmt == "compact":
+        mid = str(message_id)
+        shown = mid if _PLAIN_ID.fullmatch(mid) else f'"{_escape(mid)}"'
+        return f"<{shown} {int(count)}/{int(cumulative)}/>"
     return (
         f'<metadata id="{_escape(str(message_id))}" '
         f'cumulative_message_token_count="{int(cumulative)}" '
@@ -97,7 +112,7 @@ def strip_tags(text: str) -> str:
     Meant for what a model wrote: it may imitate the tags it sees. Text that is
     not a metadata tag is returned unchanged, character for character.
     """
-    if "<metadata" not in text:
+    if "<" not in text:
         return text
     return TAG_PATTERN.sub("", text)
 
@@ -186,22 +201,24 @@ def view_counts(
     counter: Any = None,
     *,
     tools: Sequence[Any] | None = None,
+    fmt: str = "seed",
 ) -> ViewCounts:
     """Exact token counts of the tagged view of ``messages``, without building it.
 
     ``counter`` is anything :func:`~langchain_autocontext.tokens.resolve_counter`
-    accepts. This is what ``TokenCounter.count(..., tags=True)`` returns (as
-    ``.total``); :func:`render_view` uses the same numbers.
+    accepts; ``fmt`` one of :data:`TAG_FORMATS`. This is what
+    ``TokenCounter.count(..., tags=fmt)`` returns (as ``.total``); :func:`render_view`
+    uses the same numbers.
     """
     tc = resolve_counter(counter)
     base = tc.reply_priming + tc.count_tools(tools)
-    state = _state(tc)
+    state = _state(tc, fmt)
     if state.fast:
         try:
             return _fast_counts(messages, tc, state, base)
         except _FastPathMismatchError as exc:  # pragma: no cover - self-tested arithmetic
             _disable_fast(state, str(exc))
-    return _slow_counts(messages, tc, base)
+    return _slow_counts(messages, tc, base, fmt)
 
 
 def render_view(
@@ -209,6 +226,7 @@ def render_view(
     counter: Any = None,
     *,
     tools: Sequence[Any] | None = None,
+    fmt: str = "seed",
 ) -> list[BaseMessage]:
     """The model's input view: copies of ``messages`` with metadata tags.
 
@@ -231,26 +249,26 @@ def render_view(
             totals).
     """
     tc = resolve_counter(counter)
-    state = _state(tc)
+    state = _state(tc, fmt)
     fast = state.fast
-    vc = view_counts(messages, tc, tools=tools)
-    tags = _tags(messages, vc)
+    vc = view_counts(messages, tc, tools=tools, fmt=fmt)
+    tags = _tags(messages, vc, fmt)
     if fast and state.fast:
         try:
             _verify_tags(state, messages, vc, tags)
         except _FastPathMismatchError as exc:
             _disable_fast(state, str(exc))
-            vc = _slow_counts(messages, tc, vc.base)
-            tags = _tags(messages, vc)
+            vc = _slow_counts(messages, tc, vc.base, fmt)
+            tags = _tags(messages, vc, fmt)
     return [
         message if tag is None else _render_message(message, tag)
         for message, tag in zip(messages, tags, strict=True)
     ]
 
 
-def _tags(messages: Sequence[BaseMessage], vc: ViewCounts) -> list[str | None]:
+def _tags(messages: Sequence[BaseMessage], vc: ViewCounts, fmt: str) -> list[str | None]:
     return [
-        render_tag(message.id or "", cumulative, count) if tagged else None
+        render_tag(message.id or "", cumulative, count, fmt) if tagged else None
         for message, tagged, cumulative, count in zip(
             messages, vc.tagged, vc.cumulative, vc.counts, strict=True
         )
@@ -289,7 +307,9 @@ def _solve(fn: Callable[[int], int], start: int) -> int:
     return n  # pragma: no cover
 
 
-def _slow_counts(messages: Sequence[BaseMessage], tc: TokenCounter, base: int) -> ViewCounts:
+def _slow_counts(
+    messages: Sequence[BaseMessage], tc: TokenCounter, base: int, fmt: str = "seed"
+) -> ViewCounts:
     """Exact by construction: counts each rendered candidate message with ``tc``."""
     bases = tc.message_counts(messages)
     running = base
@@ -304,7 +324,7 @@ def _slow_counts(messages: Sequence[BaseMessage], tc: TokenCounter, base: int) -
             def rendered(
                 n: int, message: BaseMessage = message, prev: int = prev, mid: str = mid
             ) -> int:
-                tag = render_tag(mid, prev + n, n)
+                tag = render_tag(mid, prev + n, n, fmt)
                 return tc.count_message(_render_message(message, tag))
 
             count = _solve(rendered, plain)
@@ -323,9 +343,11 @@ class _FastPathMismatchError(Exception):
     """A verified tag disagreed with the fast-path arithmetic."""
 
 
-_REF_TAG = render_tag("", 0, 0)
-_END = '"/>'
-_SELF_TEST: dict[str, tuple[bool, bool]] = {}
+#: Per format: a reference tag and its closing characters (the last pre-token
+#: starts there; see :meth:`_TagState.join`).
+_REF_TAGS = {fmt: render_tag("", 0, 0, fmt) for fmt in TAG_FORMATS}
+_ENDS = {"seed": '"/>', "compact": "/>"}
+_SELF_TEST: dict[tuple[str, str], tuple[bool, bool]] = {}
 _SELF_TEST_LOCK = threading.Lock()
 
 
@@ -336,20 +358,26 @@ class _TagState:
         "digits",
         "digits_by_length",
         "enc",
+        "end",
         "extras",
         "fast",
+        "fmt",
         "maxsize",
         "pattern",
         "ref_end",
+        "ref_tag",
         "skeletons",
         "verified",
     )
 
-    def __init__(self, enc: tiktoken.Encoding | None, maxsize: int) -> None:
+    def __init__(self, enc: tiktoken.Encoding | None, maxsize: int, fmt: str = "seed") -> None:
         self.enc = enc
+        self.fmt = fmt
+        self.ref_tag = _REF_TAGS[fmt]
+        self.end = _ENDS[fmt]
         self.maxsize = maxsize
         self.pattern: Any = _pretokenizer(enc) if enc is not None else None
-        self.ref_end = len(enc.encode_ordinary(_END)) if enc is not None else 0
+        self.ref_end = len(enc.encode_ordinary(self.end)) if enc is not None else 0
         self.fast = False
         self.digits_by_length = False
         self.digits: dict[str, int] = {}
@@ -374,7 +402,7 @@ class _TagState:
         if got is None:
             if len(self.skeletons) > 200_000:
                 self.skeletons.clear()
-            tag = render_tag(message_id, 0, 0)
+            tag = render_tag(message_id, 0, 0, self.fmt)
             got = len(self.enc.encode_ordinary(tag)) - 2 * self.digit_tokens(0)  # type: ignore[union-attr]
             self.skeletons[message_id] = got
         return got
@@ -389,15 +417,16 @@ class _TagState:
         """
         enc = self.enc
         assert enc is not None
-        joined = f"{_REF_TAG}\n{content}"
-        start = len(_REF_TAG) - len(_END)
+        ref = self.ref_tag
+        joined = f"{ref}\n{content}"
+        start = len(ref) - len(self.end)
         match = self.pattern.match(joined, start)
-        if match is not None and match.end() > len(_REF_TAG):
+        if match is not None and match.end() > len(ref):
             end = match.end()
             piece = joined[start:end]
             whole = self.pattern.match(piece)
             if whole is not None and whole.end() == len(piece):
-                absorbed = end - len(_REF_TAG) - 1
+                absorbed = end - len(ref) - 1
                 rest = (
                     content_tokens
                     if absorbed == 0
@@ -405,7 +434,7 @@ class _TagState:
                 )
                 return len(enc.encode_ordinary(piece)) - self.ref_end + rest - content_tokens
         full = len(enc.encode_ordinary(joined))
-        return full - len(enc.encode_ordinary(_REF_TAG)) - content_tokens
+        return full - len(enc.encode_ordinary(ref)) - content_tokens
 
 
 def _pretokenizer(enc: tiktoken.Encoding) -> Any:
@@ -423,16 +452,16 @@ def _pretokenizer(enc: tiktoken.Encoding) -> Any:
         return None
 
 
-def _self_test(enc: tiktoken.Encoding, pattern: Any) -> tuple[bool, bool]:
+def _self_test(enc: tiktoken.Encoding, pattern: Any, fmt: str = "seed") -> tuple[bool, bool]:
     """Check the fast-path arithmetic against real encodes, once per encoding.
 
     Returns ``(fast path exact, digit tokens depend only on the number of digits)``.
     """
     with _SELF_TEST_LOCK:
-        known = _SELF_TEST.get(enc.name)
+        known = _SELF_TEST.get((enc.name, fmt))
     if known is not None:
         return known
-    scratch = _TagState(enc, 1024)
+    scratch = _TagState(enc, 1024, fmt)
     encode = enc.encode_ordinary
     ids = [
         "",
@@ -468,10 +497,10 @@ def _self_test(enc: tiktoken.Encoding, pattern: Any) -> tuple[bool, bool]:
     ok = True
     by_length = False
     try:
-        ok = encode(_REF_TAG)[-scratch.ref_end :] == encode(_END)
+        ok = encode(scratch.ref_tag)[-scratch.ref_end :] == encode(scratch.end)
         for mid in ids:
             for n1, n2 in numbers:
-                tag = render_tag(mid, n1, n2)
+                tag = render_tag(mid, n1, n2, fmt)
                 expected = (
                     scratch.skeleton(mid) + scratch.digit_tokens(n1) + scratch.digit_tokens(n2)
                 )
@@ -492,18 +521,23 @@ def _self_test(enc: tiktoken.Encoding, pattern: Any) -> tuple[bool, bool]:
         ok = False
     result = (ok, ok and by_length)
     with _SELF_TEST_LOCK:
-        _SELF_TEST[enc.name] = result
+        _SELF_TEST[(enc.name, fmt)] = result
     return result
 
 
-def _state(tc: TokenCounter) -> _TagState:
+def _state(tc: TokenCounter, fmt: str = "seed") -> _TagState:
+    if fmt not in _REF_TAGS:
+        raise ValueError(f"unknown tag format {fmt!r}; expected one of {', '.join(TAG_FORMATS)}")
     enc = tc.encoding if tc._fn is None else None
-    state = tc._tag_state
+    states = tc._tag_state
+    if not isinstance(states, dict):
+        states = tc._tag_state = {}
+    state = states.get(fmt)
     if state is None or state.enc is not enc:
-        state = _TagState(enc, tc._cache.maxsize)
+        state = _TagState(enc, tc._cache.maxsize, fmt)
         if enc is not None and state.pattern is not None:
-            state.fast, state.digits_by_length = _self_test(enc, state.pattern)
-        tc._tag_state = state
+            state.fast, state.digits_by_length = _self_test(enc, state.pattern, fmt)
+        states[fmt] = state
     return state
 
 
@@ -511,7 +545,7 @@ def _disable_fast(state: _TagState, detail: str) -> None:
     state.fast = False
     if state.enc is not None:
         with _SELF_TEST_LOCK:
-            _SELF_TEST[state.enc.name] = (False, False)
+            _SELF_TEST[(state.enc.name, state.fmt)] = (False, False)
     warnings.warn(
         "langchain-autocontext: the fast metadata-tag count disagreed with a real encode "
         f"({detail}); counting rendered messages directly from now on (exact, slower).",

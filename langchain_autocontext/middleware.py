@@ -291,16 +291,29 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextMiddlewareState, Any, Any
             return list(request.messages), None
         return [_standin(system), *request.messages], system
 
+    def _sent_tools(self, request: ModelRequest[Any], msgs: list[BaseMessage]) -> list[Any]:
+        """The request's tools, the package's own left out until the model is shown the
+        package (``config.disclosure``; see :meth:`AutoContext.engaged`)."""
+        tools = list(request.tools)
+        if self.autocontext.engaged(msgs, request.state.get("autocontext")):
+            return tools
+        own = {t.name for t in self.autocontext.tools}
+        return [t for t in tools if getattr(t, "name", None) not in own]
+
     def _view_request(
-        self, request: ModelRequest[Any], call: ModelCall, system: SystemMessage | None
+        self,
+        request: ModelRequest[Any],
+        call: ModelCall,
+        system: SystemMessage | None,
+        tools: list[Any],
     ) -> ModelRequest[Any]:
         view = list(call.messages)
         if view and isinstance(view[0], SystemMessage):
             first = view[0]
             if first.id == _SYSTEM_STANDIN_ID and system is not None:
                 first = first.model_copy(update={"id": system.id})
-            return request.override(system_message=first, messages=view[1:])
-        return request.override(system_message=None, messages=view)
+            return request.override(system_message=first, messages=view[1:], tools=tools)
+        return request.override(system_message=None, messages=view, tools=tools)
 
     @staticmethod
     def _finish(
@@ -316,19 +329,20 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextMiddlewareState, Any, Any
 
     def _prepare(
         self, request: ModelRequest[Any], thread_id: str
-    ) -> tuple[ModelCall | None, list[BaseMessage], SystemMessage | None]:
+    ) -> tuple[ModelCall | None, list[BaseMessage], SystemMessage | None, list[Any]]:
         msgs, system = self._request_messages(request)
         ac_state = request.state.get("autocontext")
+        tools = self._sent_tools(request, msgs)
         try:
             call = self.autocontext.prepare_model_call(
-                msgs, state=ac_state, tools=request.tools, thread_id=thread_id
+                msgs, state=ac_state, tools=tools, thread_id=thread_id
             )
         except ContextBudgetError:
             # before_model ran without this request's system prompt/tools (the first call
             # of a process, or another middleware changed them): fit this call's view;
             # the state follows at the next before_model, which knows them now.
-            return None, msgs, system
-        return call, msgs, system
+            return None, msgs, system, tools
+        return call, msgs, system, tools
 
     def wrap_model_call(
         self,
@@ -338,16 +352,16 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextMiddlewareState, Any, Any
         """Send the model its input view (tags, working context, notices), not the state."""
         thread_id = _thread_id(request.runtime)
         self._learn(request, thread_id)
-        call, msgs, system = self._prepare(request, thread_id)
+        call, msgs, system, tools = self._prepare(request, thread_id)
         if call is None:
             ac_state = request.state.get("autocontext")
             fitted = self.autocontext.compress(
-                msgs, thread_id=thread_id, tools=request.tools, force=True, state=ac_state
+                msgs, thread_id=thread_id, tools=tools, force=True, state=ac_state
             )
             call = self.autocontext.prepare_model_call(
-                fitted.messages, state=ac_state, tools=request.tools, thread_id=thread_id
+                fitted.messages, state=ac_state, tools=tools, thread_id=thread_id
             )
-        return self._finish(handler(self._view_request(request, call, system)), call)
+        return self._finish(handler(self._view_request(request, call, system, tools)), call)
 
     async def awrap_model_call(
         self,
@@ -357,16 +371,18 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextMiddlewareState, Any, Any
         """Async twin of :meth:`wrap_model_call`."""
         thread_id = _thread_id(request.runtime)
         await self._alearn(request, thread_id)
-        call, msgs, system = self._prepare(request, thread_id)
+        call, msgs, system, tools = self._prepare(request, thread_id)
         if call is None:
             ac_state = request.state.get("autocontext")
             fitted = await self.autocontext.acompress(
-                msgs, thread_id=thread_id, tools=request.tools, force=True, state=ac_state
+                msgs, thread_id=thread_id, tools=tools, force=True, state=ac_state
             )
             call = self.autocontext.prepare_model_call(
-                fitted.messages, state=ac_state, tools=request.tools, thread_id=thread_id
+                fitted.messages, state=ac_state, tools=tools, thread_id=thread_id
             )
-        return self._finish(await handler(self._view_request(request, call, system)), call)
+        return self._finish(
+            await handler(self._view_request(request, call, system, tools)), call
+        )
 
     # --- after_model: the model's reply ------------------------------------------------------
     @staticmethod

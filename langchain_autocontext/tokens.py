@@ -701,19 +701,20 @@ class TokenCounter:
         messages: Sequence[BaseMessage],
         tools: Sequence[Any] | None = None,
         *,
-        tags: bool = False,
+        tags: bool | str = False,
     ) -> int:
         """Tokens of the whole request: messages, tool schemas and reply priming.
 
-        With ``tags=True`` the messages are counted as the model sees them with
-        metadata tags (:func:`langchain_autocontext.metadata.render_view`); the
+        With ``tags=True`` (the seed format) or a format name (``"compact"``,
+        ``"seed"``) the messages are counted as the model sees them with metadata tags (:func:`langchain_autocontext.metadata.render_view`); the
         result equals counting the rendered view message by message, and it is the
         ``cumulative_message_token_count`` of the last tag.
         """
         if tags:
             from langchain_autocontext.metadata import view_counts
 
-            return view_counts(messages, self, tools=tools).total
+            fmt = tags if isinstance(tags, str) else "seed"
+            return view_counts(messages, self, tools=tools, fmt=fmt).total
         return self.count_messages(messages) + self.count_tools(tools)
 
     # --- cache ----------------------------------------------------------------------------------

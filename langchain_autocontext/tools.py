@@ -43,9 +43,10 @@ from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.prebuilt import ToolRuntime
 from langgraph.types import Command
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic.fields import FieldInfo
 
-from langchain_autocontext.commands import Edit, delete_op, diff_updates, update_op
+from langchain_autocontext.commands import Edit, delete_op, diff_updates, pin_op, update_op
 from langchain_autocontext.errors import OffloadNotFoundError
 from langchain_autocontext.messages import (
     find_violations,
@@ -76,12 +77,13 @@ __all__ = [
 TOOL_NAMES = (
     "update_message",
     "delete_message",
+    "pin_message",
     "reload_offloaded",
     "search_history",
     "working_context_append",
     "working_context_replace",
 )
-EDIT_TOOLS = frozenset({"update_message", "delete_message", "reload_offloaded"})
+EDIT_TOOLS = frozenset({"update_message", "delete_message", "pin_message", "reload_offloaded"})
 WORKING_CONTEXT_TOOLS = frozenset({"working_context_append", "working_context_replace"})
 
 _STRICT = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
@@ -98,6 +100,15 @@ class UpdateMessageArgs(BaseModel):
     content: str = Field(
         description="The complete new content. It replaces the old content entirely."
     )
+    runtime: ToolRuntime
+
+
+class PinMessageArgs(BaseModel):
+    """Arguments of pin_message."""
+
+    model_config = _STRICT
+    message_id: str = Field(description="Id of the message to pin, as its tag shows it.")
+    pinned: bool = Field(True, description="False to unpin it.")
     runtime: ToolRuntime
 
 
@@ -184,6 +195,11 @@ _DESCRIPTIONS = {
         "to what fits; the note says which offset to pass to read on. With restore=true the "
         "originals are also put back into your context in place of their summary or "
         "preview, when they fit."
+    ),
+    "pin_message": (
+        "Pin a message so that it stays in your context verbatim: no summary, offload or "
+        "eviction touches it (the task statement, a constraint, a plan). Pins together may "
+        "take a limited number of tokens; pinned=false unpins."
     ),
     "search_history": (
         "Search the complete history of this conversation, including messages no longer "
@@ -337,7 +353,7 @@ class _Call:
         # a system prompt the agent adds after this package runs (none in the messages)
         agent_prompt = engine.system_prompt and not (msgs and isinstance(msgs[0], SystemMessage))
         return (
-            engine.counter.count(msgs, self.schemas, tags=engine.config.metadata_tags)
+            engine.counter.count(msgs, self.schemas, tags=engine.config.tags_mode)
             + (engine.counter.count_text(extra) + 8 if extra else 0)
             + (engine.counter.count_text(engine.system_prompt) + 4 if agent_prompt else 0)
         )
@@ -424,6 +440,51 @@ def _edit_tool(engine: AutoContext, name: str) -> StructuredTool:
         name=name,
         description=_DESCRIPTIONS[name],
         args_schema=DeleteMessageArgs,
+    )
+
+
+def _pin_tool(engine: AutoContext) -> StructuredTool:
+    name = "pin_message"
+
+    def run(call: _Call, message_id: str, pinned: bool) -> Edit:
+        return pin_op(
+            call.messages,
+            message_id,
+            pinned,
+            counter=engine.counter,
+            limit=engine.config.pin_limit,
+        )
+
+    def pin_message(message_id: str, runtime: ToolRuntime, pinned: bool = True) -> Command:
+        call = _Call(engine, runtime, name)
+        edit = run(call, message_id, pinned)
+        early, _originals = _edit_result(call, edit)
+        if early is not None:
+            return early
+        call.store.record_event(
+            call.thread_id, {**(edit.event or {}), "tool_call_id": call.call_id}
+        )
+        return call.reply(edit.text, updates=diff_updates(call.messages, edit.messages))
+
+    async def apin_message(
+        message_id: str, runtime: ToolRuntime, pinned: bool = True
+    ) -> Command:
+        call = _Call(engine, runtime, name)
+        edit = run(call, message_id, pinned)
+        early, _originals = _edit_result(call, edit)
+        if early is not None:
+            return early
+        await call.store.arecord_event(
+            call.thread_id, {**(edit.event or {}), "tool_call_id": call.call_id}
+        )
+        return call.reply(edit.text, updates=diff_updates(call.messages, edit.messages))
+
+    return StructuredTool.from_function(
+        func=pin_message,
+        coroutine=apin_message,
+        name=name,
+        description=_DESCRIPTIONS[name],
+        args_schema=PinMessageArgs,
     )
 
 
@@ -894,12 +955,28 @@ def _wc_tools(engine: AutoContext) -> list[StructuredTool]:
     ]
 
 
+def _compact_args(schema: Any) -> Any:
+    """``schema`` without field descriptions (same fields, defaults and constraints)."""
+    fields: dict[str, Any] = {}
+    for name, info in schema.model_fields.items():
+        copy = info._copy() if hasattr(info, "_copy") else FieldInfo.merge_field_infos(info)
+        copy.description = None
+        fields[name] = (info.annotation, copy)
+    return create_model(schema.__name__, __config__=_STRICT, **fields)
+
+
 def make_tools(engine: AutoContext) -> list[BaseTool]:
-    """The six tools bound to ``engine`` (its config, counter and store)."""
-    return [
+    """The seven tools bound to ``engine`` (its config, counter and store)."""
+    tools = [
         _edit_tool(engine, "update_message"),
         _edit_tool(engine, "delete_message"),
+        _pin_tool(engine),
         _reload_tool(engine),
         _search_tool(engine),
         *_wc_tools(engine),
     ]
+    if engine.config.instructions == "compact":
+        for tool in tools:
+            tool.description = ""  # the names say it; markers show the calls to make
+            tool.args_schema = _compact_args(tool.args_schema)
+    return tools

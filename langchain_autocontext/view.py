@@ -28,6 +28,7 @@ errors, autonomous step count) is plain JSON under the graph state key
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -67,6 +68,7 @@ VIEW_ONLY_IDS = frozenset({INSTRUCTIONS_ID, NOTICE_ID})
 
 #: Keys of ``state["autocontext"]`` owned by the self-management layer.
 STATE_KEYS = {
+    "engaged": "True once the tags, section and tools are shown (config.disclosure)",
     "working_context": "the MemGPT working-context block (str)",
     "pressure_warned": "True after a memory-pressure notice, until the context falls back below",
     "command_errors": "errors of the last XML commands, shown to the model next turn (list[str])",
@@ -117,6 +119,8 @@ def system_section(config: AutoContextConfig) -> str:
     tags, tools, xml = config.metadata_tags, config.self_management_tools, config.xml_commands
     if not (tags or tools or xml):
         return ""
+    if config.instructions == "compact":
+        return _compact_section(config)
     lines = [
         "# Your context window",
         f"Your context window holds at most {config.max_tokens:,} tokens. A context manager "
@@ -195,8 +199,32 @@ def system_section(config: AutoContextConfig) -> str:
     return "\n".join(lines)
 
 
-def working_context_block(text: str, max_chars: int) -> str:
+def _compact_section(config: AutoContextConfig) -> str:
+    """The few lines ``instructions="compact"`` sends: what the model must know to use
+    what it has; the tools describe themselves, the pressure notice says what to do."""
+    tags, xml = config.metadata_tags, config.xml_commands
+    line = f"# Context: {config.max_tokens:,} tokens."
+    if tags:
+        shape = "<id tokens/total/>" if config.tag_format == "compact" else "<metadata …/>"
+        line += f" Tags: {shape}"
+    lines = [line]
+    if xml:
+        lines.append(
+            'Reply commands: <delete id="ID"/>, <update id="ID">text</update>, '
+            f"<user>next request</user> (at most {config.max_autonomous_steps} in a row)."
+        )
+    return "\n".join(lines)
+
+
+def working_context_block(text: str, max_chars: int, *, compact: bool = False) -> str:
     """The working-context block as rendered into the system prompt."""
+    if compact:  # empty: the working-context tools say it exists
+        if not text:
+            return ""
+        return (
+            f"# Working context ({len(text):,}/{max_chars:,} chars)\n"
+            f"<working_context>\n{text}\n</working_context>"
+        )
     body = text if text else "(empty: save here what you must not forget)"
     return (
         f"# Working context ({len(text):,}/{max_chars:,} characters)\n"
@@ -210,8 +238,12 @@ def instructions_text(config: AutoContextConfig, state: Mapping[str, Any] | None
     wc = str((state or {}).get("working_context") or "")
     parts = [section] if section else []
     if config.self_management_tools or wc:
-        parts.append(working_context_block(wc, config.working_context_max_chars))
-    return "\n\n".join(parts)
+        parts.append(
+            working_context_block(
+                wc, config.working_context_max_chars, compact=config.instructions == "compact"
+            )
+        )
+    return "\n\n".join(p for p in parts if p)
 
 
 def augment_system(system: SystemMessage, text: str) -> SystemMessage:
@@ -227,24 +259,40 @@ def augment_system(system: SystemMessage, text: str) -> SystemMessage:
 
 
 # --- short ids --------------------------------------------------------------------------
-def short_id_map(ids: Sequence[str | None]) -> dict[str, str]:
+def short_id_map(
+    ids: Sequence[str | None], min_length: int = 8, aliases: bool = False
+) -> dict[str, str]:
     """See :func:`_short_id_map`; remembered for the last few id lists (every model
     call renders the view of mostly the same ids)."""
-    key = tuple(ids)
+    key = (min_length, aliases, *ids)
     hit = _SHORT_IDS.get(key)
     if hit is None:
-        hit = _short_id_map(key)
+        hit = _short_id_map(tuple(ids), min_length, aliases)
         if len(_SHORT_IDS) >= 8:
             _SHORT_IDS.pop(next(iter(_SHORT_IDS)))
         _SHORT_IDS[key] = hit
     return dict(hit)
 
 
-_SHORT_IDS: dict[tuple[str | None, ...], dict[str, str]] = {}
+_SHORT_IDS: dict[tuple[Any, ...], dict[str, str]] = {}
 
 
-def _short_id_map(ids: Sequence[str | None]) -> dict[str, str]:
-    """Shortest unique prefixes (at least 8 characters) of the uuid4 ids.
+def id_alias(message_id: str) -> str:
+    """A stable short name for an id that is not a uuid4 (``lc_run--…`` run ids, custom
+    ids): 16 letters from ``g``-``v`` (never hex, so an alias prefix is never a uuid
+    prefix) of the id's BLAKE2b digest. :func:`resolve_message_ref` accepts any
+    unique prefix of it."""
+    digest = hashlib.blake2b(message_id.encode("utf-8"), digest_size=8).hexdigest()
+    return digest.translate(_ALIAS_LETTERS)
+
+
+_ALIAS_LETTERS = str.maketrans("0123456789abcdef", "ghijklmnopqrstuv")
+
+
+def _short_id_map(
+    ids: Sequence[str | None], min_length: int = _MIN_SHORT, aliases: bool = False
+) -> dict[str, str]:
+    """Shortest unique prefixes (at least ``min_length`` characters) of the uuid4 ids.
 
     Only random ids are shortened: a uuid4 (what LangGraph gives messages) is random
     from its first character, so a prefix that is unique now stays unique with
@@ -268,16 +316,31 @@ def _short_id_map(ids: Sequence[str | None]) -> dict[str, str]:
             while n < min(len(mid), len(other)) and mid[n] == other[n]:
                 n += 1
             shared = max(shared, n)
-        n = max(_MIN_SHORT, shared + 1)
+        n = max(min_length, shared + 1)
         while n < len(mid) and (mid[n - 1] == "-" or mid[:n] in id_set):
             n += 1
         if n <= len(mid) - 4:
             out[mid] = mid[:n]
+    if aliases:  # the other ids by the shortest unique prefix of their alias
+        others = sorted((id_alias(i), i) for i in all_ids if not _UUID4_RE.match(i))
+        for k, (alias, mid) in enumerate(others):
+            shared = 0
+            for j in (k - 1, k + 1):
+                if 0 <= j < len(others):
+                    other = others[j][0]
+                    n = 0
+                    while n < len(alias) and alias[n] == other[n]:
+                        n += 1
+                    shared = max(shared, n)
+            short = alias[: max(min_length, shared + 1)]
+            if len(short) < len(mid):
+                out[mid] = short
     return out
 
 
 def resolve_message_ref(messages: Sequence[BaseMessage], ref: str) -> tuple[int | None, str | None]:
-    """Index of the working message ``ref`` names (a full id or a unique prefix).
+    """Index of the working message ``ref`` names (a full id, a unique prefix of one,
+    or a unique prefix of an id's alias, :func:`id_alias`).
 
     Returns ``(index, None)`` or ``(None, reason)`` where reason is ``"missing"``,
     ``"view-only"`` or ``"ambiguous: id1, id2, …"``.
@@ -290,12 +353,21 @@ def resolve_message_ref(messages: Sequence[BaseMessage], ref: str) -> tuple[int 
             return i, None
     if len(ref) >= 4:
         hits = [i for i, m in enumerate(messages) if m.id and m.id.startswith(ref)]
+        if not hits and set(ref) <= _ALIAS_CHARS:  # an alias (see :func:`id_alias`)
+            hits = [
+                i
+                for i, m in enumerate(messages)
+                if m.id and not _UUID4_RE.match(m.id) and id_alias(m.id).startswith(ref)
+            ]
         if len(hits) == 1:
             return hits[0], None
         if len(hits) > 1:
             shown = ", ".join(str(messages[i].id) for i in hits[:5])
             return None, f"ambiguous: {shown}"
     return None, "missing"
+
+
+_ALIAS_CHARS = frozenset("ghijklmnopqrstuv")
 
 
 # --- notices ----------------------------------------------------------------------------
@@ -364,7 +436,7 @@ def view_reserve(
             extra.append(_instructions_message(text))
     total = 0
     for m in extra:
-        tag = render_tag(str(m.id), width, width)
+        tag = render_tag(str(m.id), width, width, config.tag_format)
         total += counter.count_message(m.model_copy(update={"content": f"{tag}\n{m.content}"}))
         total += 2  # the tag/newline join and rounding slack
     return total
@@ -383,6 +455,8 @@ class ModelCall:
         tokens: exact tokens of the view plus the tool schemas sent with it.
         pressure: whether the memory-pressure notice is in this view.
         id_map: full id -> id shown in the tags (only ids that were shortened).
+        engaged: whether the package's tags, section and tools are shown on this call
+            (see :meth:`AutoContext.engaged`); the middleware sends its tools only then.
     """
 
     messages: list[BaseMessage]
@@ -390,6 +464,8 @@ class ModelCall:
     tokens: int = 0
     pressure: bool = False
     id_map: dict[str, str] = field(default_factory=dict)
+    #: Whether the package's tags, section and tools are shown (``disclosure``).
+    engaged: bool = True
 
     def update(self, *messages: BaseMessage) -> dict[str, Any]:
         """A LangGraph state update: ``messages`` plus ``autocontext`` when it changed.
@@ -458,7 +534,11 @@ def build_view(
         if not config.metadata_tags:
             return view_msgs, {}
         id_map = (
-            short_id_map([m.id for m in messages if not isinstance(m, SystemMessage)])
+            short_id_map(
+                [m.id for m in messages if not isinstance(m, SystemMessage)],
+                min_length=4 if config.tag_format == "compact" else _MIN_SHORT,
+                aliases=config.tag_format == "compact",
+            )
             if short
             else {}
         )
@@ -470,8 +550,9 @@ def build_view(
         ]
         if extra_tokens:  # the agent's own system prompt comes first: count it in the totals
             head = SystemMessage(agent_system_prompt or "")
-            return render_view([head, *shown], counter, tools=tools)[1:], id_map
-        return render_view(shown, counter, tools=tools), id_map
+            fmt = config.tag_format
+            return render_view([head, *shown], counter, tools=tools, fmt=fmt)[1:], id_map
+        return render_view(shown, counter, tools=tools, fmt=config.tag_format), id_map
 
     base, _ = render(msgs, short=True)
     tokens = count(base)

@@ -662,9 +662,11 @@ def view_ids(messages: Sequence[BaseMessage]) -> list[tuple[str, BaseMessage]]:
     out = []
     for m in messages:
         text = m.content if isinstance(m.content, str) else str(m.content)
-        found = re.match(r'(?:\[\{.*?)?<metadata id="([^"]*)"', text)
+        found = re.match(
+            r'(?:\[\{.*?)?(?:<metadata id="([^"]*)"|<([\w.:-]+|"[^"<>]*") \d+/\d+/>)', text
+        )
         if found:
-            out.append((found.group(1), m))
+            out.append(((found.group(1) or found.group(2) or "").strip('"'), m))
     return out
 
 

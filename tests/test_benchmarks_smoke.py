@@ -111,8 +111,39 @@ def test_compare_main_writes_table_json_and_plot(cp: ModuleType, tmp_path: Path,
     assert "| ours-lean | 8k |" in out
     data = json.loads((tmp_path / "compare_peers.json").read_text())
     assert {r["system"] for r in data["tau-bench-airline.jsonl"]} == {"none", "ours-lean"}
-    assert (tmp_path / "compare_peers.md").read_text().count("| none | 8k |") == 2
+    # per data set: the main table and the support-by-distance table
+    assert (tmp_path / "compare_peers.md").read_text().count("| none | 8k |") == 4
     assert (tmp_path / "compare_peers.png").stat().st_size > 10_000
+    assert (tmp_path / "frontier.png").stat().st_size > 10_000
+    row = data["mini-swe-agent-dev.jsonl"][0]
+    assert row["system"] == "none" and row["support"] == 1.0 and row["needed_facts"] > 0
+
+
+def test_support_counts_only_original_text_still_sent(cp: ModuleType) -> None:
+    """A needed fact counts when an original message still holds it verbatim; text the
+    manager wrote (our summaries, the peers' fixed summary) does not."""
+    from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+
+    from langchain_autocontext.messages import mark
+    from langchain_autocontext.tokens import default_counter
+
+    call = {"name": "bash", "args": {"command": "cat src/pkg/models.py"}, "id": "c1"}
+    msgs = [
+        SystemMessage("You are a coding agent."),
+        HumanMessage("Fix the bug in the parser."),
+        AIMessage("", tool_calls=[call]),
+        ToolMessage("class QueryBuilder: defined at line 4817", tool_call_id="c1"),
+        AIMessage("QueryBuilder at line 4817 of src/pkg/models.py needs the fix"),
+    ]
+    tracker = cp.FactTracker(msgs, frozenset(), default_counter())
+    needed = tracker.needed(4)
+    assert {"QueryBuilder", "4817", "src/pkg/models.py"} <= set(needed)
+    assert "parser" not in needed  # in the task statement
+    summary = mark(AIMessage("QueryBuilder 4817 src/pkg/models.py"), "current_round_summary")
+    assert cp.original_text(summary) == ""
+    peer = AIMessage(f"{cp.SUMMARY_150_WORDS}")
+    assert "QueryBuilder" not in cp.original_text(peer)
+    assert "QueryBuilder" in cp.original_text(msgs[3])
 
 
 def test_compare_rejects_unknown_system(cp: ModuleType) -> None:

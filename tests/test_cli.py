@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -147,8 +148,13 @@ def _other_value(name: str) -> tuple[list[str], Any]:
         return [flag, str(value)], value
     if isinstance(default, tuple):
         return [flag, "plan_a, plan_b"], ["plan_a", "plan_b"]
+    if typing.get_origin(info.annotation) is typing.Literal:
+        other = next(c for c in typing.get_args(info.annotation) if c != default)
+        return [flag, other], other
     if isinstance(default, str):
         return [flag, default + "x"], default + "x"
+    if default is None and int in typing.get_args(info.annotation):
+        return [flag, "1000"], 1000
     raise AssertionError(f"no test value for {name} ({info.annotation})")
 
 

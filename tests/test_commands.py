@@ -20,7 +20,9 @@ from langchain_autocontext.commands import code_spans, parse_commands, process_r
 from langchain_autocontext.messages import find_violations
 from langchain_autocontext.store import OffloadStore
 
-XML = AutoContextConfig(max_tokens=8_000, xml_commands=True, max_autonomous_steps=3)
+XML = AutoContextConfig(
+    max_tokens=8_000, xml_commands=True, max_autonomous_steps=3, disclosure="always"
+)
 
 
 # --- parsing -----------------------------------------------------------------------------------

@@ -49,7 +49,7 @@ def kinds(messages) -> list[str | None]:
 # --- each strategy alone ------------------------------------------------------------------
 def test_tool_run_compression_replaces_long_runs_in_history() -> None:
     cfg = AutoContextConfig(
-        max_tokens=8_000, last_keep=4, min_consecutive_tool_messages=6, target_ratio=0.3
+        max_tokens=8_000, last_keep=4, min_consecutive_tool_messages=6, target_ratio=0.2
     )
     ac, store = make(cfg, [ToolRunCompression()])
     msgs = coding_run(12, output_lines=5)

@@ -57,7 +57,7 @@ def test_history_adds_reads_and_compresses() -> None:
         working = hist.messages
         assert not find_violations(working)
         assert all(m.id for m in working)
-        assert ac.counter.count(working, ac.count_tools, tags=True) <= CFG.trigger_tokens
+        assert ac.counter.count(working, ac.count_tools, tags=CFG.tags_mode) <= CFG.trigger_tokens
     assert len(hist.messages) < len(added)  # compressed
     assert [text_of(m) for m in hist.original_messages] == [text_of(m) for m in added]
     assert OffloadStore.wrap(ac.store).list_events("s1")
@@ -155,7 +155,7 @@ def test_history_property_valid_fitting_lossless(sizes: list[int], split: list[i
         added += batch
         working = hist.messages
         assert not find_violations(working)
-        assert ac.counter.count(working, ac.count_tools, tags=True) <= CFG.max_tokens
+        assert ac.prepare_model_call(working).tokens <= CFG.max_tokens
     assert [text_of(m) for m in hist.original_messages] == [text_of(m) for m in added]
 
 
@@ -175,7 +175,7 @@ def test_runnable_in_a_chain_returns_the_managed_messages() -> None:
     assert isinstance(out[0], SystemMessage) and out[0].content == "You are terse."
     assert not find_violations(out)
     assert len(out) < 1 + len(conversation(10))
-    assert ac.counter.count(out, ac.count_tools, tags=True) <= CFG.max_tokens
+    assert ac.prepare_model_call(out).tokens <= CFG.max_tokens
     assert OffloadStore.wrap(ac.store).list_events("c")
 
 

@@ -151,7 +151,7 @@ def _incompressible_tail(msgs, ac) -> int:
 
 def _view_tokens(ac, msgs) -> int:
     """Tokens of the model's view of ``msgs`` (generated section and tool schemas too)."""
-    big = ac.config.model_copy(update={"max_tokens": 10_000_000})
+    big = ac.config.model_copy(update={"max_tokens": 10_000_000, "disclosure": "always"})
     probe = AutoContext(big, store=OffloadStore(InMemoryStore()))
     view = probe.prepare_model_call(list(msgs), state={}, thread_id="probe").messages
     return probe.counter.count(view, probe.count_tools)

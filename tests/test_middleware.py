@@ -10,6 +10,7 @@ when a call's view would not fit.
 
 from __future__ import annotations
 
+import re
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -86,6 +87,8 @@ def agent(
     )
 
 
+#: A compact metadata tag at the start of a message's text.
+TAG = re.compile(r'<[\w.:-]+ \d+/\d+/>(\n|$)')
 CFG = AutoContextConfig(max_tokens=6000, token_ratio=0.6, target_ratio=0.4, last_keep=4)
 THREAD = {"configurable": {"thread_id": "t"}, "recursion_limit": 500}
 
@@ -99,7 +102,7 @@ def assert_fits(model: ReplyModel, ac: AutoContext) -> None:
 
 # --- construction -------------------------------------------------------------------------------
 def test_middleware_registers_the_package_tools_and_declares_its_state() -> None:
-    ac = AutoContext(CFG)
+    ac = AutoContext(CFG.model_copy(update={"disclosure": "always"}))
     mw = ac.middleware()
     assert isinstance(mw, AutoContextMiddleware)
     assert [t.name for t in mw.tools] == [t.name for t in ac.tools]
@@ -109,6 +112,11 @@ def test_middleware_registers_the_package_tools_and_declares_its_state() -> None
     graph.invoke({"messages": [HumanMessage("go")]}, THREAD)
     # the model was offered the package's tools next to the agent's own
     assert {t.name for t in model.bound} == {"sh", *(t.name for t in ac.tools)}
+    # by default they are offered only once the context needs them: not on a short run
+    quiet = ReplyModel(reply=steps_then_answer(1))
+    agent(quiet, AutoContext(CFG)).invoke({"messages": [HumanMessage("go")]}, THREAD)
+    assert {t.name for t in quiet.bound} == {"sh"}
+    assert all(not TAG.match(text_of(m)) for m in quiet.seen[-1][1:])
     # the key is private: kept in the checkpoint, not part of the agent's input or output
     assert "autocontext" in graph.get_state(THREAD).values
     assert "autocontext" not in graph.get_input_jsonschema()["properties"]
@@ -128,7 +136,7 @@ def test_middleware_needs_an_autocontext() -> None:
 # --- the view ------------------------------------------------------------------------------------
 async def test_view_is_sent_but_never_persisted() -> None:
     for run_async in (False, True):
-        ac = AutoContext(CFG)
+        ac = AutoContext(CFG.model_copy(update={"disclosure": "always"}))
         model = ReplyModel(reply=steps_then_answer(3, lines=2))
         graph = agent(model, ac)
         if run_async:
@@ -137,8 +145,8 @@ async def test_view_is_sent_but_never_persisted() -> None:
             graph.invoke({"messages": [HumanMessage("go")]}, THREAD)
         last = model.seen[-1]
         assert last[0].content.startswith("Be brief.")
-        assert "# Your context window" in last[0].content  # the generated section
-        assert all(text_of(m).startswith("<metadata id=") for m in last[1:])
+        assert "# Context: " in last[0].content  # the generated section
+        assert all(TAG.match(text_of(m)) for m in last[1:])
         state = graph.get_state(THREAD).values
         assert not any(isinstance(m, SystemMessage) for m in state["messages"])
         assert not any("<metadata" in text_of(m) for m in state["messages"])
@@ -204,13 +212,13 @@ async def test_a_view_that_would_not_fit_is_compressed_on_the_spot(monkeypatch) 
     compression in before_model cannot count the prompt; wrap_model_call fits the view."""
     cfg = CFG.model_copy(update={"token_ratio": 0.75, "target_ratio": 0.7})
     system = "You follow these rules.\n" + log_text(110, 7)  # ~2,500 tokens
-    # ~2,800 tokens: under the trigger without the system prompt, over the budget with it
+    # ~3,800 tokens: under the trigger without the system prompt, over the budget with it
     history: list[BaseMessage] = [HumanMessage("start", id="u0")]
     for k in range(GROUPS):
         history.append(
             call("sh", {"command": f"make {k}", "lines": 5}, k).model_copy(update={"id": f"a{k}"})
         )
-        history.append(ToolMessage(log_text(5, k), tool_call_id=f"c{k}", id=f"t{k}"))
+        history.append(ToolMessage(log_text(11, k), tool_call_id=f"c{k}", id=f"t{k}"))
     fallbacks: list[bool] = []
     prepare = AutoContextMiddleware._prepare
 

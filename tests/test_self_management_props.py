@@ -109,6 +109,8 @@ class World:
             }
         elif name == "working_context_append":
             args = {"text": r.choice(WC_TEXTS)}
+        elif name == "pin_message":
+            args = {"message_id": self.pick_ref(), "pinned": r.random() < 0.7}
         else:
             args = {"old": r.choice(["goal", "42", "", "nothing"]), "new": r.choice(["G", ""])}
         return {"name": name, "args": args, "id": new_id(), "type": "tool_call"}

@@ -27,7 +27,10 @@ from langchain_autocontext.messages import find_violations, marker
 from langchain_autocontext.metadata import strip_tags
 from langchain_autocontext.store import OffloadStore
 
-CFG = AutoContextConfig(max_tokens=8_000)
+#: The tool behaviours are checked with the detailed instructions and the seed's tags
+#: (the budgets below were sized for them); the compact defaults: test_overhead.py.
+DETAILED: dict[str, Any] = {"instructions": "full", "tag_format": "seed", "disclosure": "always"}
+CFG = AutoContextConfig(max_tokens=8_000, **DETAILED)
 
 
 def start(system: str = "You are a careful agent.", user: str = "Collect the documents.") -> dict:
@@ -241,6 +244,7 @@ def test_two_edits_of_one_message_in_one_turn_apply_once(build) -> None:
 
 # --- reload_offloaded ------------------------------------------------------------------------
 SMALL = AutoContextConfig(
+    **DETAILED,
     max_tokens=3_000,
     large_payload_threshold=600,
     offload_single_preview=80,
@@ -341,7 +345,7 @@ def test_reload_with_restore_puts_a_single_offload_back(build) -> None:
 def test_reload_restores_a_summarized_span_in_place() -> None:
     """A summary's offload goes back as the original messages, in the summary's place."""
     store = InMemoryStore()
-    cfg_ = AutoContextConfig(max_tokens=4_000, msg_threshold=30, last_keep=4)
+    cfg_ = AutoContextConfig(max_tokens=4_000, msg_threshold=30, last_keep=4, **DETAILED)
     ac = AutoContext(cfg_, store=store)
     state: dict[str, Any] = {}
 
@@ -374,7 +378,7 @@ def test_reload_restores_a_summarized_span_in_place() -> None:
 
 def test_restore_is_refused_when_it_does_not_fit() -> None:
     store = InMemoryStore()
-    cfg_ = AutoContextConfig(max_tokens=4_000, msg_threshold=12, last_keep=4)
+    cfg_ = AutoContextConfig(max_tokens=4_000, msg_threshold=12, last_keep=4, **DETAILED)
     ac = AutoContext(cfg_, store=store)
     state: dict[str, Any] = {}
 
@@ -550,6 +554,7 @@ def test_tool_schemas_are_strict_and_counted() -> None:
     assert names == [
         "update_message",
         "delete_message",
+        "pin_message",
         "reload_offloaded",
         "search_history",
         "working_context_append",

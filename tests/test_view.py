@@ -26,7 +26,10 @@ from langchain_autocontext.view import (
     system_section,
 )
 
-CFG = AutoContextConfig(max_tokens=8_000)
+#: This module checks the detailed modes: the full section and the seed's tags (the
+#: compact defaults are checked in test_overhead.py).
+DETAILED = {"instructions": "full", "tag_format": "seed", "disclosure": "always"}
+CFG = AutoContextConfig(max_tokens=8_000, **DETAILED)
 TAG = re.compile(
     r'<metadata id="([^"]*)" cumulative_message_token_count="(\d+)" message_token_count="(\d+)"/>'
 )
@@ -84,7 +87,7 @@ def test_without_a_system_message_the_section_is_one() -> None:
 def test_an_agent_owned_prompt_gets_the_instructions_as_a_message_after_the_summary() -> None:
     """create_react_agent(prompt=…) adds its own system message: no second one from us."""
     store = InMemoryStore()
-    cfg = AutoContextConfig(max_tokens=3_000, msg_threshold=20, last_keep=4)
+    cfg = AutoContextConfig(max_tokens=3_000, msg_threshold=20, last_keep=4, **DETAILED)
     ac = AutoContext(cfg, store=store, system_prompt="You are an airline agent.")
     history = chat_rounds(8)[1:]  # no system message: the agent adds it
     result = ac.compress(history, thread_id="t", state={"working_context": "PNR R0003"})
@@ -158,7 +161,7 @@ def test_ambiguous_and_view_only_refs() -> None:
 
 # --- memory pressure ------------------------------------------------------------------------------
 def test_pressure_notice_once_per_crossing_and_rearmed() -> None:
-    cfg = AutoContextConfig(max_tokens=4_000, warning_ratio=0.5)
+    cfg = AutoContextConfig(max_tokens=4_000, warning_ratio=0.5, **DETAILED)
     ac = AutoContext(cfg)
     base = convo(1)
     big = [*base, AIMessage("z " * 1_400, id=str(uuid.uuid4())), HumanMessage("go", id="u-last")]
@@ -178,7 +181,7 @@ def test_pressure_notice_once_per_crossing_and_rearmed() -> None:
 
 
 def test_a_notice_never_breaks_the_budget() -> None:
-    cfg = AutoContextConfig(max_tokens=2_000, warning_ratio=0.1)
+    cfg = AutoContextConfig(max_tokens=2_000, warning_ratio=0.1, **DETAILED)
     ac = AutoContext(cfg, token_counter=TokenCounter())
     msgs = convo(1)
     filler = AIMessage("", id=str(uuid.uuid4()))
@@ -267,7 +270,7 @@ def test_every_view_sent_fits_max_tokens_in_a_long_run(owned_prompt: bool) -> No
         assert not find_violations(sent)
         assert sum(isinstance(m, SystemMessage) for m in sent) == 1
         assert ac.counter.count(sent, ac.count_tools) <= cfg.max_tokens
-        assert "<working_context>" in str(sent[0].content) or any(
+        assert "# Context: 5,000 tokens" in str(sent[0].content) or any(
             m.id == INSTRUCTIONS_ID for m in sent
         )
         notice = any(m.id == NOTICE_ID and "Memory pressure" in m.content for m in sent)

@@ -18,6 +18,7 @@ from langchain_autocontext.config import AutoContextConfig
 from langchain_autocontext.errors import ContextBudgetError, InvariantViolationError
 from langchain_autocontext.messages import (
     assert_valid_sequence,
+    is_pinned,
     latest_user_index,
     marker,
     pending_call_index,
@@ -122,14 +123,34 @@ def _check_pass(before: Sequence[BaseMessage], after: Sequence[BaseMessage], str
 
 
 def minimal_context(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
-    """What can never be compressed: system message, latest user message, pending call."""
+    """What can never be compressed: system message, latest user message, pending call,
+    and pinned messages."""
     keep: list[int] = []
     if messages and isinstance(messages[0], SystemMessage):
         keep.append(0)
     for idx in (latest_user_index(messages), pending_call_index(messages)):
         if idx is not None and idx not in keep:
             keep.append(idx)
+    keep.extend(i for i, m in enumerate(messages) if is_pinned(m) and i not in keep)
     return [messages[i] for i in sorted(keep)]
+
+
+def _check_pins(msgs: Sequence[BaseMessage], limit: int, counter: TokenCounter) -> None:
+    """Pins set by the developer (``messages.pin``) past the pin limit: a clear error
+    (the model's pins are refused before they pass it)."""
+    pinned = [m for m in msgs if is_pinned(m)]
+    if not pinned:
+        return
+    used = sum(counter.count_message(m) for m in pinned)
+    if used > limit:
+        raise ContextBudgetError(
+            f"{len(pinned)} pinned message(s) take {used} tokens, more than the pin limit of "
+            f"{limit} (pin_max_tokens, default max_tokens // 8): pinned messages are "
+            "never compressed. Unpin some (langchain_autocontext.messages.pin(m, False)) or "
+            "raise pin_max_tokens. Nothing was sent.",
+            required_tokens=used,
+            max_tokens=limit,
+        )
 
 
 def run_pipeline(
@@ -139,7 +160,7 @@ def run_pipeline(
     counter: TokenCounter,
     thread_id: str,
     tools: Sequence[Any] | None = None,
-    tags: bool = False,
+    tags: bool | str = False,
     strategies: Sequence[Strategy] | None = None,
     force: bool = False,
     reserved_tokens: int = 0,
@@ -162,6 +183,7 @@ def run_pipeline(
         return counter.count(msgs, tools, tags=tags)
 
     msgs = list(messages)
+    _check_pins(msgs, config.model_copy(update={"max_tokens": configured}).pin_limit, counter)
     tokens = count(msgs)
     before = tokens
     triggered = force or tokens > config.trigger_tokens or len(msgs) > config.msg_threshold

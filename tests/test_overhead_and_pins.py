@@ -1,0 +1,154 @@
+"""What the package costs the model with its defaults, and pinned messages.
+
+Overhead (issue 11): a system prompt plus "hi" costs at most 350 tokens more with the
+defaults than without the package; a metadata tag at most 12 tokens; the seed's tag
+format and the full instructions stay available. Pins: the developer (a flag on a
+message), the model (the ``pin_message`` tool, the ``<pin>`` command) pin a message,
+no strategy compresses it, it survives a restart, and pins have a limit.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from typing import Any
+
+import pytest
+from _builders import FunctionModel, call, fetch, self_managed_agent
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+from langgraph.store.memory import InMemoryStore
+
+from langchain_autocontext import AutoContext, AutoContextConfig
+from langchain_autocontext.commands import pin_op, process_reply
+from langchain_autocontext.errors import ContextBudgetError
+from langchain_autocontext.messages import is_pinned, pin
+from langchain_autocontext.metadata import strip_tags
+from langchain_autocontext.view import resolve_message_ref
+
+COMPACT_TAG = re.compile(r"^<([\w.:-]+) (\d+)/(\d+)/>")
+
+
+def hi() -> list:
+    return [SystemMessage("You are a helpful assistant.", id="s"), HumanMessage("hi", id=str(uuid.uuid4()))]
+
+
+@pytest.mark.parametrize("budget", [4_000, 8_000, 16_000, 32_000, 128_000])
+def test_defaults_add_at_most_350_tokens_to_a_system_prompt_and_hi(budget: int) -> None:
+    bare = AutoContext(
+        AutoContextConfig(max_tokens=budget, self_management_tools=False, metadata_tags=False)
+    )
+    base = bare.prepare_model_call(hi()).tokens
+    ac = AutoContext(AutoContextConfig(max_tokens=budget, disclosure="always"))
+    assert AutoContext(AutoContextConfig(max_tokens=budget)).prepare_model_call(hi()).messages[
+        0
+    ].content == "You are a helpful assistant."  # shown only when needed
+    for _ in range(5):  # ids are random: their short forms vary in tokens
+        call_ = ac.prepare_model_call(hi())
+        assert call_.tokens == ac.counter.count(call_.messages, ac.count_tools)
+        assert call_.tokens - base <= 350
+    full = AutoContext(
+        AutoContextConfig(max_tokens=budget, instructions="full", disclosure="always")
+    )
+    assert full.prepare_model_call(hi()).tokens - base > 1_000  # the detailed mode stays
+
+
+def test_compact_tags_cost_at_most_12_tokens_and_address_every_id() -> None:
+    ac = AutoContext(AutoContextConfig(max_tokens=16_000, disclosure="always"))
+    msgs: list = [SystemMessage("s", id="s")]
+    for k in range(30):
+        msgs.append(HumanMessage(f"question {k}", id=str(uuid.uuid4())))
+        # LangChain's run ids: time-ordered, shown by their alias
+        msgs.append(AIMessage(f"answer {k}", id=f"lc_run--01a20ba8-{k:04x}-7187-a237-ee8b7eead32e-0"))
+    view = ac.prepare_model_call(msgs).messages
+    counter = ac.counter
+    for sent, original in zip(view[1:], msgs[1:], strict=True):
+        tag = COMPACT_TAG.match(sent.content)
+        assert tag, sent.content
+        assert counter.count_text(tag.group(0)) <= 12
+        idx, why = resolve_message_ref(msgs, tag.group(1))
+        assert why is None and msgs[idx] is original
+        assert strip_tags(sent.content) == original.content  # a copied tag is removed
+    seed = AutoContext(
+        AutoContextConfig(max_tokens=16_000, tag_format="seed", disclosure="always")
+    )
+    assert seed.prepare_model_call(msgs).messages[1].content.startswith('<metadata id="')
+
+
+# --- pins ----------------------------------------------------------------------------------------
+def test_pin_op_limits_and_unpins() -> None:
+    counter = AutoContext(AutoContextConfig(max_tokens=4_000)).counter
+    msgs = [
+        SystemMessage("s", id="s"),
+        HumanMessage("the plan: " + "step " * 200, id="plan"),
+        HumanMessage("now go", id="u"),
+    ]
+    refused = pin_op(msgs, "plan", counter=counter, limit=100)
+    assert not refused.ok and "100" in refused.text and refused.reason == "limit"
+    done = pin_op(msgs, "plan", counter=counter, limit=1_000)
+    assert done.ok and is_pinned(done.messages[1]) and done.messages[1].id == "plan"
+    again = pin_op(done.messages, "plan", counter=counter, limit=1_000)
+    assert again.ok and again.event is None  # already pinned: nothing changed
+    off = pin_op(done.messages, "plan", False, counter=counter, limit=1_000)
+    assert off.ok and not is_pinned(off.messages[1])
+
+
+def test_xml_pin_command() -> None:
+    cfg = AutoContextConfig(max_tokens=8_000, xml_commands=True)
+    msgs = [
+        SystemMessage("s", id="s"),
+        HumanMessage("Constraint: never book red-eye flights.", id="c1"),
+        HumanMessage("book it", id="u"),
+        AIMessage('Noted. <pin id="c1"/>', id="a"),
+    ]
+    out = process_reply(msgs, config=cfg)
+    assert not out.errors and is_pinned(out.messages[1])
+    assert "<pin" not in out.messages[-1].content and "[pinned c1]" in out.messages[-1].content
+
+
+def test_developer_pins_past_the_limit_are_a_clear_error() -> None:
+    ac = AutoContext(AutoContextConfig(max_tokens=4_000, pin_max_tokens=50), store=InMemoryStore())
+    msgs = [
+        SystemMessage("s", id="s"),
+        pin(HumanMessage("rules: " + "be careful " * 100, id="r")),
+        HumanMessage("go", id="u"),
+    ]
+    with pytest.raises(ContextBudgetError, match="pin limit of 50"):
+        ac.compress(msgs, thread_id="t")
+
+
+def test_the_model_pins_a_result_and_it_survives_compression_and_a_restart() -> None:
+    store = InMemoryStore()
+    cfg = AutoContextConfig(max_tokens=3_000, msg_threshold=20, disclosure="always")
+    ac = AutoContext(cfg, store=store)
+    state: dict[str, Any] = {}
+
+    def respond(view: list, n: int) -> AIMessage:
+        if n == 0:
+            return AIMessage("", tool_calls=[call("fetch", {"name": "contract", "size": 6})])
+        if n == 1:  # pin the contract, by the id its tag shows
+            result = next(m for m in reversed(view) if isinstance(m, ToolMessage))
+            state["shown"] = COMPACT_TAG.match(result.content).group(1)
+            return AIMessage("", tool_calls=[call("pin_message", {"message_id": state["shown"]})])
+        if n < 40:
+            return AIMessage("", tool_calls=[call("fetch", {"name": f"doc{n}", "size": 30})])
+        return AIMessage("done")
+
+    model = FunctionModel(respond=respond)
+    agent = self_managed_agent(ac, model, store, tools=[fetch])
+    config = {"configurable": {"thread_id": "pins"}, "recursion_limit": 200}
+    out = agent.invoke({"messages": [SystemMessage("Be exact."), HumanMessage("Read it all.")]}, config)
+    assert out["messages"][-1].content == "done"
+    pinned = [m for m in out["messages"] if is_pinned(m)]
+    assert len(pinned) == 1 and "contract line 0" in pinned[0].content
+    receipt = [m for m in model.seen[2] if isinstance(m, ToolMessage)][-1]
+    assert receipt.status == "success" and "Pinned" in receipt.content
+    # every model call after the pin saw the contract verbatim, through every compression
+    later = model.seen[2:]
+    assert len(later) > 30
+    for view in later:
+        assert any(strip_tags(m.content) == pinned[0].content for m in view if isinstance(m.content, str))
+    # a restart (new graph, same checkpointer): the pin is in the checkpointed message
+    again = self_managed_agent(ac, model, store, tools=[fetch])
+    again.checkpointer = agent.checkpointer
+    restored = again.get_state(config).values["messages"]
+    assert [m.id for m in restored if is_pinned(m)] == [pinned[0].id]
