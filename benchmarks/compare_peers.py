@@ -950,6 +950,107 @@ def plot(results: dict[str, list[Row]], path: Path) -> Path | None:
     return path
 
 
+# --- long chats: LoCoMo ----------------------------------------------------------------------------
+LOCOMO = "locomo-dev.json"
+CHAT_BUDGETS = (4_000, 8_000)
+CHAT_SYSTEMS = ("langmem", "middleware", "ours", "ours-lean")
+
+
+def locomo_chats(path: Path) -> list[tuple[Trajectory, dict[str, str], list[dict[str, Any]]]]:
+    """Each LoCoMo conversation as a chat: the first speaker's turns are user messages,
+    the second speaker's assistant messages, each ``"Name (session date): text"`` (what a
+    chat app that stores both sides would keep); with the text of each ``dia_id`` and
+    the questions of categories 1-4."""
+    from langchain_core.messages import HumanMessage
+
+    out = []
+    for conv in json.loads(path.read_text(encoding="utf-8")):
+        c = conv["conversation"]
+        first = c["speaker_a"]
+        msgs: list[BaseMessage] = [
+            SystemMessage(f"You are {c['speaker_b']}, chatting with {first}.", id="system")
+        ]
+        texts: dict[str, str] = {}
+        k = 1
+        while f"session_{k}" in c:
+            date = c.get(f"session_{k}_date_time", "")
+            for turn in c[f"session_{k}"]:
+                text = f"{turn['speaker']} ({date}): {turn['text']}"
+                texts[turn["dia_id"]] = text
+                cls = HumanMessage if turn["speaker"] == first else AIMessage
+                msgs.append(cls(text, id=f"{conv['sample_id']}-{turn['dia_id']}"))
+            k += 1
+        qa = [q for q in conv["qa"] if q.get("category") in (1, 2, 3, 4) and q.get("evidence")]
+        out.append((Trajectory(str(conv["sample_id"]), msgs), texts, qa))
+    return out
+
+
+@dataclass
+class ChatRow:
+    """Evidence of LoCoMo's questions at the end of each conversation."""
+
+    system: str
+    budget: int
+    questions: int = 0
+    in_context: int = 0
+    findable: int = 0  # in context, or an evidence turn in search_history's top 5
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "system": self.system,
+            "budget": self.budget,
+            "questions": self.questions,
+            "evidence_in_context": round(self.in_context / max(self.questions, 1), 4),
+            "in_context_or_search_top5": round(self.findable / max(self.questions, 1), 4),
+        }
+
+
+def run_chats(path: Path, systems: Sequence[str], budgets: Sequence[int]) -> list[ChatRow]:
+    """Replay every conversation; at its end, which questions' evidence is still there."""
+    from langchain_autocontext.search import search_history
+
+    chats = locomo_chats(path)
+    counter = default_counter()
+    rows = []
+    for system in systems:
+        for budget in budgets:
+            row = ChatRow(system, budget)
+            for trajectory, texts, qa in chats:
+                runner = make_runner(system, budget, counter, CountingSummarizer(counter=counter))
+                replay_one(trajectory, runner, Row(system, budget, path.name), check_every=10**9)
+                last = runner.measure(runner.step([]))
+                context = "\n".join(original_text(m) for m in runner.context_messages(last))
+                for q in qa:
+                    wanted = [texts[e] for e in q["evidence"] if e in texts]
+                    here = any(t in context for t in wanted)
+                    found = here
+                    if not here and isinstance(runner, OursRunner):
+                        ids = {f"{trajectory.id}-{e}" for e in q["evidence"]}
+                        hits = search_history(runner.store, runner.thread, str(q["question"]), 5)
+                        found = any(h.id in ids for h in hits)
+                    row.questions += 1
+                    row.in_context += here
+                    row.findable += found
+            rows.append(row)
+    return rows
+
+
+def chat_table(rows: Sequence[ChatRow]) -> str:
+    lines = [
+        "| system | budget | questions | evidence turn in context | in context or in "
+        "search_history's top 5 |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        d = r.as_dict()
+        findable = f"{d['in_context_or_search_top5']:.2f}" if r.system.startswith("ours") else "–"
+        lines.append(
+            f"| {r.system} | {r.budget // 1000}k | {r.questions} | "
+            f"{d['evidence_in_context']:.2f} | {findable} |"
+        )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -961,6 +1062,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data", type=Path, default=DATA)
     ap.add_argument("--out", type=Path, default=OUT, help="where the .md, .json and .png go")
     ap.add_argument("--no-plot", action="store_true")
+    ap.add_argument(
+        "--chats",
+        action="store_true",
+        help=f"also the long-chat benchmark on {LOCOMO} (4k and 8k budgets)",
+    )
     args = ap.parse_args(argv)
     budgets = [int(b) for b in args.budgets.split(",") if b]
     systems = []
@@ -1004,13 +1110,31 @@ def main(argv: list[str] | None = None) -> int:
         ]
         print("\n".join(section), flush=True)
         report.extend(section)
+    chats: list[ChatRow] = []
+    if args.chats and (args.data / LOCOMO).is_file():
+        chat_systems = [s for s in systems if s in CHAT_SYSTEMS]
+        chats = run_chats(args.data / LOCOMO, chat_systems, CHAT_BUDGETS)
+        section = [
+            f"\n### {LOCOMO} (long chats; at the end of each conversation, the questions "
+            "of categories 1-4 whose evidence turn is still there)\n",
+            chat_table(chats),
+        ]
+        print("\n".join(section), flush=True)
+        report.extend(section)
     if not results:
         print("no data: nothing to compare", file=sys.stderr)
         return 1
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "compare_peers.md").write_text("\n".join(report) + "\n", encoding="utf-8")
     (args.out / "compare_peers.json").write_text(
-        json.dumps({k: [r.as_dict() for r in v] for k, v in results.items()}, indent=1) + "\n",
+        json.dumps(
+            {
+                **{k: [r.as_dict() for r in v] for k, v in results.items()},
+                **({LOCOMO: [r.as_dict() for r in chats]} if chats else {}),
+            },
+            indent=1,
+        )
+        + "\n",
         encoding="utf-8",
     )
     if not args.no_plot:
