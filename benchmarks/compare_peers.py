@@ -858,8 +858,8 @@ def comparison(rows: Sequence[Row]) -> list[str]:
     return out
 
 
-def frontier(results: dict[str, list[Row]], path: Path) -> Path | None:
-    """Support on over-budget calls against effective cost: one point per system x budget."""
+def _pyplot() -> Any:
+    """``matplotlib.pyplot`` on the Agg backend, or ``None`` (said) when not installed."""
     try:
         import matplotlib
 
@@ -867,6 +867,14 @@ def frontier(results: dict[str, list[Row]], path: Path) -> Path | None:
         import matplotlib.pyplot as plt
     except ImportError:
         print("matplotlib is not installed: no plot (pip install -e '.[bench]')", file=sys.stderr)
+        return None
+    return plt
+
+
+def frontier(results: dict[str, list[Row]], path: Path) -> Path | None:
+    """Support on over-budget calls against effective cost: one point per system x budget."""
+    plt = _pyplot()
+    if plt is None:
         return None
     datasets = [d for d, rows in results.items() if any(r.support.over_needed for r in rows)]
     if not datasets:
@@ -908,13 +916,8 @@ def frontier(results: dict[str, list[Row]], path: Path) -> Path | None:
 
 def plot(results: dict[str, list[Row]], path: Path) -> Path | None:
     """Effective cost, largest context sent and recoverable share, per data set."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed: no plot (pip install -e '.[bench]')", file=sys.stderr)
+    plt = _pyplot()
+    if plt is None:
         return None
     datasets = list(results)
     fig, axes = plt.subplots(len(datasets), 3, figsize=(15, 4.2 * len(datasets)), squeeze=False)

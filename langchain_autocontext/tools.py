@@ -278,12 +278,22 @@ class _Call:
         return out
 
     def claimed(self) -> set[str]:
-        """Message ids edited by earlier edit calls of this turn."""
+        """Message ids edited (updated, deleted, pinned) by earlier calls of this turn:
+        LangGraph applies parallel updates in no fixed order, so a message is edited
+        once per turn."""
         ids: set[str] = set()
-        for tc in self.earlier_calls({"update_message", "delete_message"}):
+        for tc in self.earlier_calls({"update_message", "delete_message", "pin_message"}):
             args = tc.get("args") or {}
             if tc["name"] == "delete_message":
                 edit = delete_op(self.messages, args.get("message_id"), issuing_id=self.issuing_id)
+            elif tc["name"] == "pin_message":
+                edit = pin_op(
+                    self.messages,
+                    args.get("message_id"),
+                    bool(args.get("pinned", True)),
+                    counter=self.engine.counter,
+                    limit=self.engine.config.pin_limit,
+                )
             else:
                 edit = update_op(
                     self.messages,
@@ -377,16 +387,35 @@ def _edit_result(call: _Call, edit: Edit) -> tuple[Command | None, list[BaseMess
     return None, edit.originals
 
 
+def _structured(func: Any, coroutine: Any, name: str, schema: type[BaseModel]) -> StructuredTool:
+    """A tool of the package: sync and async bodies, its description and strict schema."""
+    return StructuredTool.from_function(
+        func=func,
+        coroutine=coroutine,
+        name=name,
+        description=_DESCRIPTIONS[name],
+        args_schema=schema,
+    )
+
+
 def _edit_tool(engine: AutoContext, name: str) -> StructuredTool:
-    def run_op(call: _Call, message_id: str, content: str | None) -> Edit:
+    def run_op(call: _Call, message_id: str, content: Any) -> Edit:
         if name == "delete_message":
             return delete_op(call.messages, message_id, issuing_id=call.issuing_id)
+        if name == "pin_message":  # ``content`` is the pinned flag
+            return pin_op(
+                call.messages,
+                message_id,
+                bool(content),
+                counter=engine.counter,
+                limit=engine.config.pin_limit,
+            )
         return update_op(call.messages, message_id, content, issuing_id=call.issuing_id)
 
     def finish(call: _Call, edit: Edit) -> Command:
         return call.reply(edit.text, updates=diff_updates(call.messages, edit.messages))
 
-    def sync(runtime: ToolRuntime, message_id: str, content: str | None = None) -> Command:
+    def sync(runtime: ToolRuntime, message_id: str, content: Any = None) -> Command:
         call = _Call(engine, runtime, name)
         edit = run_op(call, message_id, content)
         early, originals = _edit_result(call, edit)
@@ -399,7 +428,7 @@ def _edit_tool(engine: AutoContext, name: str) -> StructuredTool:
         )
         return finish(call, edit)
 
-    async def asyn(runtime: ToolRuntime, message_id: str, content: str | None = None) -> Command:
+    async def asyn(runtime: ToolRuntime, message_id: str, content: Any = None) -> Command:
         call = _Call(engine, runtime, name)
         edit = run_op(call, message_id, content)
         early, originals = _edit_result(call, edit)
@@ -420,13 +449,19 @@ def _edit_tool(engine: AutoContext, name: str) -> StructuredTool:
         async def aupdate_message(message_id: str, content: str, runtime: ToolRuntime) -> Command:
             return await asyn(runtime, message_id, content)
 
-        return StructuredTool.from_function(
-            func=update_message,
-            coroutine=aupdate_message,
-            name=name,
-            description=_DESCRIPTIONS[name],
-            args_schema=UpdateMessageArgs,
-        )
+        return _structured(update_message, aupdate_message, name, UpdateMessageArgs)
+
+    if name == "pin_message":
+
+        def pin_message(message_id: str, runtime: ToolRuntime, pinned: bool = True) -> Command:
+            return sync(runtime, message_id, pinned)
+
+        async def apin_message(
+            message_id: str, runtime: ToolRuntime, pinned: bool = True
+        ) -> Command:
+            return await asyn(runtime, message_id, pinned)
+
+        return _structured(pin_message, apin_message, name, PinMessageArgs)
 
     def delete_message(message_id: str, runtime: ToolRuntime) -> Command:
         return sync(runtime, message_id)
@@ -434,58 +469,7 @@ def _edit_tool(engine: AutoContext, name: str) -> StructuredTool:
     async def adelete_message(message_id: str, runtime: ToolRuntime) -> Command:
         return await asyn(runtime, message_id)
 
-    return StructuredTool.from_function(
-        func=delete_message,
-        coroutine=adelete_message,
-        name=name,
-        description=_DESCRIPTIONS[name],
-        args_schema=DeleteMessageArgs,
-    )
-
-
-def _pin_tool(engine: AutoContext) -> StructuredTool:
-    name = "pin_message"
-
-    def run(call: _Call, message_id: str, pinned: bool) -> Edit:
-        return pin_op(
-            call.messages,
-            message_id,
-            pinned,
-            counter=engine.counter,
-            limit=engine.config.pin_limit,
-        )
-
-    def pin_message(message_id: str, runtime: ToolRuntime, pinned: bool = True) -> Command:
-        call = _Call(engine, runtime, name)
-        edit = run(call, message_id, pinned)
-        early, _originals = _edit_result(call, edit)
-        if early is not None:
-            return early
-        call.store.record_event(
-            call.thread_id, {**(edit.event or {}), "tool_call_id": call.call_id}
-        )
-        return call.reply(edit.text, updates=diff_updates(call.messages, edit.messages))
-
-    async def apin_message(
-        message_id: str, runtime: ToolRuntime, pinned: bool = True
-    ) -> Command:
-        call = _Call(engine, runtime, name)
-        edit = run(call, message_id, pinned)
-        early, _originals = _edit_result(call, edit)
-        if early is not None:
-            return early
-        await call.store.arecord_event(
-            call.thread_id, {**(edit.event or {}), "tool_call_id": call.call_id}
-        )
-        return call.reply(edit.text, updates=diff_updates(call.messages, edit.messages))
-
-    return StructuredTool.from_function(
-        func=pin_message,
-        coroutine=apin_message,
-        name=name,
-        description=_DESCRIPTIONS[name],
-        args_schema=PinMessageArgs,
-    )
+    return _structured(delete_message, adelete_message, name, DeleteMessageArgs)
 
 
 # --- reload_offloaded ----------------------------------------------------------------------------
@@ -970,7 +954,7 @@ def make_tools(engine: AutoContext) -> list[BaseTool]:
     tools = [
         _edit_tool(engine, "update_message"),
         _edit_tool(engine, "delete_message"),
-        _pin_tool(engine),
+        _edit_tool(engine, "pin_message"),
         _reload_tool(engine),
         _search_tool(engine),
         *_wc_tools(engine),
