@@ -10,6 +10,7 @@ when a call's view would not fit.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import warnings
 from collections.abc import Callable
@@ -22,6 +23,7 @@ from langchain.agents.middleware import before_model
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.memory import InMemoryStore
 from pydantic import Field
@@ -342,3 +344,48 @@ def test_a_dynamic_prompt_is_followed() -> None:
     wrapped = OffloadStore.wrap(store)
     record = wrapped.get(surface_namespace(wrapped, "t"), "model_request")
     assert record.value["system"]["data"]["content"] == "Prompt for message 7."
+
+
+# --- issue 13, item 1: parallel results just under the offload threshold --------------------------
+@tool
+def read(path: str) -> str:
+    """Read a file."""
+    digest = hashlib.sha256(path.encode()).hexdigest()
+    lines = [f"{k:04d} {hashlib.sha256(f'{digest}{k}'.encode()).hexdigest()}" for k in range(80)]
+    return "\n".join(lines)[:4_990]  # just under large_payload_threshold (5,120 characters)
+
+
+async def test_parallel_results_just_under_the_offload_threshold_keep_the_run_alive() -> None:
+    """Seven parallel reads of ~5,000 characters at 16k (issue 13): the next call used to
+    raise ContextBudgetError, and every later one; now the freshest results are offloaded
+    (the model reloads what it needs) and the run goes on, every request within budget."""
+    ac = AutoContext(AutoContextConfig(max_tokens=16_000))
+
+    def reply(messages: list[BaseMessage], n: int) -> AIMessage:
+        if n == 0:
+            calls = [
+                {"name": "read", "args": {"path": f"src/m{k}.py"}, "id": f"r{k}", "type": "tool_call"}
+                for k in range(7)
+            ]
+            return AIMessage("", tool_calls=calls)
+        return AIMessage(f"read them ({n})")
+
+    for run_async in (False, True):
+        model = ReplyModel(reply=reply)
+        graph = create_agent(
+            model,
+            [read],
+            system_prompt="Be brief.",
+            middleware=[ac.middleware()],
+            checkpointer=InMemorySaver(),
+            store=InMemoryStore(),
+        )
+        msgs = {"messages": [HumanMessage("read the seven modules")]}
+        out = await graph.ainvoke(msgs, THREAD) if run_async else graph.invoke(msgs, THREAD)
+        assert out["messages"][-1].content.startswith("read them")
+        assert len(model.seen) == 2
+        assert_fits(model, ac)
+        # a later turn of the same thread runs too
+        more = {"messages": [HumanMessage("and now?")]}
+        out = await graph.ainvoke(more, THREAD) if run_async else graph.invoke(more, THREAD)
+        assert out["messages"][-1].content.startswith("read them")
