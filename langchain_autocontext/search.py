@@ -22,7 +22,9 @@ is about 60 lines here.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import heapq
+import itertools
 import math
 import re
 import threading
@@ -51,50 +53,71 @@ __all__ = [
 #: before the originals): their calls and results are left out of the results.
 COPY_TOOLS = frozenset({"search_history", "reload_offloaded"})
 
-_TOKEN_RE = re.compile(r"[0-9a-z_]+(?:[-./:@=+][0-9a-z_]+)*")
-_PART_RE = re.compile(r"[0-9a-z]+")
-_STOP = frozenset(
-    [
-        "a",
-        "an",
-        "and",
-        "are",
-        "as",
-        "at",
-        "be",
-        "by",
-        "for",
-        "from",
-        "has",
-        "have",
-        "in",
-        "is",
-        "it",
-        "of",
-        "on",
-        "or",
-        "that",
-        "the",
-        "this",
-        "to",
-        "was",
-        "were",
-        "will",
-        "with",
-    ]
-)
+#: A term: a run of letters, digits and ``_`` of any script, joined into one
+#: identifier by ``- . / : @ = +`` (paths, dotted names, uuids, key=value).
+_TOKEN_RE = re.compile(r"\w+(?:[-./:@=+]\w+)*")
+#: The parts of an identifier: its runs of letters and digits.
+_PART_RE = re.compile(r"[^\W_]+")
+#: Scripts written without spaces: indexed as overlapping character pairs.
+_CJK_RE = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
+#: English function words and question words: they carry no topic, and a question
+#: ("When did Caroline go to the support group?") is mostly made of them. The list
+#: is the closed classes (articles, pronouns, auxiliaries, prepositions, conjunctions,
+#: question words), not words fitted to any data.
+_STOPWORDS = """
+    a an the this that these those i me my mine myself you your yours yourself we us our
+    ours he him his she her hers it its they them their theirs what which who whom whose
+    when where why how am is are was were be been being have has had having do does did
+    doing will would shall should can could may might must and but or nor if then else so
+    than too very of at by for with about against between into through during before after
+    above below to from up down in out on off over under again further once here there all
+    any both each few more most other some such no not only own same just as until while
+    also yes
+"""
+_STOP = frozenset(_STOPWORDS.split())
+
+
+def _stemmer() -> Any:
+    """The Snowball English stemmer (``snowballstemmer``), or ``None`` when missing."""
+    try:
+        import snowballstemmer
+    except ImportError:  # pragma: no cover - a core dependency
+        return None
+    return snowballstemmer.stemmer("english")
+
+
+_STEM = _stemmer()
+_STEM_LOCK = threading.Lock()
+
+
+@functools.lru_cache(maxsize=200_000)
+def _stem(word: str) -> str:
+    """``word``'s stem (``painted``/``paints`` -> ``paint``); cached, thread-safe."""
+    if _STEM is None or not word.isalpha() or len(word) <= 3 or not word.isascii():
+        return word
+    with _STEM_LOCK:  # Snowball stemmer objects keep state between calls
+        return str(_STEM.stemWord(word))
+
+
+def _part_terms(part: str) -> list[str]:
+    """Terms of one alphanumeric run: its stem, or character pairs of CJK text."""
+    if _CJK_RE.search(part):
+        chars = list(part)
+        return chars if len(chars) == 1 else [a + b for a, b in itertools.pairwise(chars)]
+    return [] if part in _STOP else [_stem(part)]
 
 
 def tokenize(text: str) -> list[str]:
-    """Lower-cased terms: compound identifiers whole, plus their alphanumeric parts."""
+    """Lower-cased terms of any script: compound identifiers whole, plus their parts;
+    parts stemmed (English Snowball), CJK runs as character pairs, function words and
+    question words dropped."""
     out: list[str] = []
     for tok in _TOKEN_RE.findall(text.lower()):
         parts = _PART_RE.findall(tok)
         if len(parts) > 1 or tok not in parts:
-            out.append(tok)
-            out.extend(p for p in parts if p not in _STOP)
-        elif tok not in _STOP:
-            out.append(tok)
+            out.append(tok)  # the identifier whole, as written
+        for part in parts:
+            out.extend(_part_terms(part))
     return out
 
 
@@ -105,17 +128,24 @@ class BM25Index:
         self.k1 = k1
         self.b = b
         self.keys: list[str] = []
-        self.lengths: list[int] = []
-        self.postings: dict[str, list[tuple[int, int]]] = {}
-        self.total_length = 0
+        self.lengths: list[float] = []
+        self.postings: dict[str, list[tuple[int, float]]] = {}
+        self.total_length = 0.0
 
     def __len__(self) -> int:
         return len(self.keys)
 
-    def add(self, key: str, text: str) -> None:
-        """Index one document under ``key``."""
+    def add(self, key: str, text: str, context: str = "", weight: float = 0.5) -> None:
+        """Index one document under ``key``; the terms of ``context`` (a neighbouring
+        message) that the document lacks count ``weight`` times as much as its own: the
+        context lets a message be found by words it does not use, never outranks it for
+        words it does."""
         doc = len(self.keys)
-        terms = Counter(tokenize(text))
+        terms: dict[str, float] = dict(Counter(tokenize(text)))
+        if context:
+            for term, tf in Counter(tokenize(context)).items():
+                if term not in terms:
+                    terms[term] = weight * tf
         self.keys.append(key)
         length = sum(terms.values())
         self.lengths.append(length)
@@ -155,6 +185,7 @@ class _ThreadIndex:
     meta: dict[str, tuple[int, str, str | None]]  # id -> (seq, role, tool name)
     noise: set[str] = field(default_factory=set)  # copies: COPY_TOOLS calls and results
     next_seq: int = 0
+    last_text: str = ""  # the previous message's text: context for the next one
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -200,8 +231,14 @@ def _add_locked(index: _ThreadIndex, entries: Iterable[HistoryEntry]) -> None:
         if e.id in index.texts:
             continue
         text = _search_text(e.message)
-        index.bm25.add(e.id, text)
+        if e.message.name and not isinstance(e.message, ToolMessage):
+            text = f"{e.message.name}: {text}"  # the speaker is searchable
+        # The turn before is indexed with it: an answer ("Yes, last Sunday") is found by
+        # the words of the question it answers.
+        index.bm25.add(e.id, text, index.last_text)
         index.texts[e.id] = text
+        if not _is_copy(e.message):
+            index.last_text = text[:2_000]
         name = e.message.name if isinstance(e.message, ToolMessage) else None
         index.meta[e.id] = (e.seq, _role(e.message), name)
         if _is_copy(e.message):

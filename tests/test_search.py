@@ -174,3 +174,53 @@ def test_bad_input_and_formatting() -> None:
     text = format_hits("page 1", search_history(store, "t", "page 1", 1), 5)
     assert text.startswith("1 result(s) for 'page 1' among 5 messages")
     assert 'reload_offloaded("t-t1") returns it in full' in text
+
+
+# --- every script, word forms, question words, the turn before ---------------------------------
+@pytest.mark.parametrize(
+    ("text", "query"),
+    [
+        ("Привет мир, встреча в четверг", "встреча"),
+        ("Η συνάντηση είναι την Πέμπτη", "συνάντηση"),
+        ("会议在星期四下午举行", "星期四"),
+        ("会議は木曜日です", "木曜日"),
+        ("Le café et le résumé sont prêts", "résumé"),
+        ("Party 🎉 at the lake house", "🎉 lake"),
+    ],
+)
+def test_text_of_every_script_is_found_by_its_words(text: str, query: str) -> None:
+    store = OffloadStore(InMemoryStore())
+    noise = [HumanMessage(f"unrelated message number {k}", id=f"n{k}") for k in range(5)]
+    store.append_history("t", [*noise, HumanMessage(text, id="hit")])
+    assert [h.id for h in search_history(store, "t", query, 1)] == ["hit"]
+
+
+def test_word_forms_and_question_words() -> None:
+    """"painted" finds "paints"; "When did she …" is searched by its content words."""
+    store = OffloadStore(InMemoryStore())
+    store.append_history(
+        "t",
+        [
+            HumanMessage("When did you arrive? What did she do then?", id="questions"),
+            HumanMessage("Melanie paints sunrises over the lake", id="paints"),
+            HumanMessage("We went hiking last weekend", id="hike"),
+        ],
+    )
+    hits = search_history(store, "t", "When did Melanie paint a sunrise?", 3)
+    assert hits[0].id == "paints"
+    assert tokenize("painted paints painting") == ["paint", "paint", "paint"]
+    assert tokenize("what did she do when") == []  # question and function words only
+
+
+def test_an_answer_is_found_by_the_question_it_answers() -> None:
+    store = OffloadStore(InMemoryStore())
+    store.append_history(
+        "t",
+        [
+            HumanMessage("Which city did you move to in March?", id="q"),
+            AIMessage("Lisbon, and I love it.", id="a"),
+            *[HumanMessage(f"small talk {k}", id=f"s{k}") for k in range(4)],
+        ],
+    )
+    ids = [h.id for h in search_history(store, "t", "city moved March", 2)]
+    assert set(ids) == {"q", "a"} and ids[0] == "q"  # the words' own message first
