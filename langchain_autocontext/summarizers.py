@@ -246,9 +246,16 @@ def _clip_to_tokens(text: str, limit: int, count: Callable[[str], int], note: st
     tail = f"\n{note}" if note else ""
     if note and count(note) > limit:
         tail = ""
-    # Drop whole lines while more than one remains.
-    while len(lines) > 1 and count("\n".join(lines) + tail) > limit:
-        lines.pop()
+    # Keep the most whole lines that fit (at least one): a binary search on how many,
+    # so a long text is counted O(log lines) times, never once per line.
+    lo, hi = 1, len(lines)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if count("\n".join(lines[:mid]) + tail) <= limit:
+            lo = mid
+        else:
+            hi = mid - 1
+    lines = lines[:lo]
     candidate = "\n".join(lines) + tail
     if count(candidate) <= limit:
         return candidate

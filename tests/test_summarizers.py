@@ -1015,3 +1015,24 @@ def test_plain_invoke_would_leak_into_the_stream() -> None:
         graph.compile().stream({"messages": [], "summary_chars": 0}, stream_mode="messages")
     )
     assert SECRET in repr(items)
+
+
+def test_clipping_a_long_summary_counts_it_a_logarithmic_number_of_times() -> None:
+    """Issue 13: a summarizer that repeats itself for 4,000 lines was clipped one line at
+    a time (one count per line, ~30 s); the cut is now a binary search."""
+    from langchain_autocontext.summarizers import _clip_to_tokens
+
+    calls = 0
+
+    def count(text: str) -> int:
+        nonlocal calls
+        calls += 1
+        return len(text) // 4
+
+    text = "\n".join(f"line {k}: the same thing again and again" for k in range(4_000))
+    out = _clip_to_tokens(text, 500, count, note="[truncated]")
+    assert count(out) <= 500 and out.endswith("[truncated]")
+    assert out.startswith("line 0:") and "line 40:" in out  # the most whole lines that fit
+    kept = out.split("\n")[:-1]
+    assert count("\n".join(text.split("\n")[: len(kept) + 1]) + "\n[truncated]") > 500
+    assert calls < 40
