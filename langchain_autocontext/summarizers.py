@@ -43,7 +43,13 @@ from langchain_core.messages import (
 from langchain_core.runnables import Runnable, RunnableBinding, RunnableConfig
 from langchain_core.runnables.config import run_in_executor
 
-from langchain_autocontext.messages import is_real_user, marker, message_chars, text_of
+from langchain_autocontext.messages import (
+    clean_text,
+    is_real_user,
+    marker,
+    message_chars,
+    text_of,
+)
 
 __all__ = [
     "DEFAULT_PROMPTS",
@@ -1290,7 +1296,9 @@ class LLMSummarizer(Summarizer):
             usage = getattr(response, "usage_metadata", None)
         else:
             text, usage = str(response), None
-        text = str(text).strip()
+        # cleaned like every input: a lone surrogate or a NUL from a model would make the
+        # summary unstorable (PostgreSQL's jsonb rejects NUL) and kill the thread
+        text = clean_text(str(text)).strip()
         if usage:
             return text, int(usage.get("input_tokens", 0)), int(usage.get("output_tokens", 0))
         return text, prompt_tokens, self.count(text)

@@ -787,10 +787,20 @@ def _reload_tool(engine: AutoContext) -> StructuredTool:
 
 
 # --- search_history ------------------------------------------------------------------------------
+#: A search query is a few keywords or an identifier: a longer one (a pasted document)
+#: is answered with an error instead of echoing it into the context (issue 13).
+_MAX_QUERY_CHARS = 1_000
+
+
 def _search_tool(engine: AutoContext) -> StructuredTool:
     def bad_query(query: Any) -> str | None:
         if not isinstance(query, str) or not query.strip():
             return "The query is empty: give keywords or an exact identifier to search for."
+        if len(query) > _MAX_QUERY_CHARS:
+            return (
+                f"The query has {len(query):,} characters, more than {_MAX_QUERY_CHARS:,}: "
+                "search for a few keywords or one identifier, not a whole text."
+            )
         return None
 
     def search(query: str, runtime: ToolRuntime, limit: int = 5) -> Command:

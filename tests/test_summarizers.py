@@ -1036,3 +1036,14 @@ def test_clipping_a_long_summary_counts_it_a_logarithmic_number_of_times() -> No
     kept = out.split("\n")[:-1]
     assert count("\n".join(text.split("\n")[: len(kept) + 1]) + "\n[truncated]") > 500
     assert calls < 40
+
+
+def test_a_summary_with_a_lone_surrogate_or_nul_is_cleaned_and_stored() -> None:
+    """Issue 13: the model's reply is cleaned like every input, so the summary is stored
+    (PostgreSQL's jsonb rejects NUL; UTF-8 cannot encode a lone surrogate)."""
+    reply = "The agent fixed the parser\x00 and wrote \ud800 a test."
+    s = LLMSummarizer(FakeListChatModel(responses=[reply]), token_counter=WordCounter())
+    result = s.summarize(request(strategy="tool_run", max_tokens=1000))
+    assert "\x00" not in result.text and "\ud800" not in result.text
+    assert "fixed the parser" in result.text
+    result.text.encode("utf-8")  # would raise on a lone surrogate

@@ -485,6 +485,28 @@ def test_search_history_bad_query() -> None:
     assert b.status == "error"  # the schema rejects limit=0 (ge=1)
 
 
+def test_a_huge_search_query_is_an_error_and_the_run_goes_on() -> None:
+    """Issue 13: a 100 KB query at 6,000 tokens escaped as ContextBudgetError from the
+    tools node (and again on resume); it is an error result now, and the run goes on."""
+    store = InMemoryStore()
+    ac = AutoContext(CFG.model_copy(update={"max_tokens": 6_000}), store=store)
+    huge = "lorem ipsum dolor " * 6_000  # ~100 KB
+
+    def respond(view, n):
+        if n == 0:
+            return AIMessage("", tool_calls=[call("search_history", {"query": huge})])
+        return AIMessage("done")
+
+    model = FunctionModel(respond=respond)
+    out = self_managed_agent(ac, model, store).invoke(start(), cfg("huge"))
+    assert out["messages"][-1].content == "done"
+    (result,) = tool_results(out["messages"])
+    assert result.status == "error" and "a few keywords" in result.content
+    assert len(result.content) < 500
+    for view in model.seen:
+        assert ac.counter.count(view, ac.count_tools) <= 6_000
+
+
 # --- the working context -----------------------------------------------------------------------
 def test_working_context_edits_persist_and_are_shown(build) -> None:
     store = InMemoryStore()
