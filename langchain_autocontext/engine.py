@@ -114,6 +114,34 @@ class CompressionResult:
         return bool(self.events) or self.ids_assigned
 
 
+def _has_system(messages: Sequence[BaseMessage]) -> bool:
+    return any(isinstance(m, SystemMessage) for m in messages)
+
+
+def merge_system_messages(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+    """One system message, first: every system message's content, in order, merged into
+    the first one (its id kept). Some providers reject a second system message or one
+    that is not first; a prompt template with instructions and a knowledge block, or an
+    input system message next to ``create_agent(system_prompt=…)``, makes two."""
+    systems = [m for m in messages if isinstance(m, SystemMessage)]
+    if not systems:
+        return list(messages)
+    rest = [m for m in messages if not isinstance(m, SystemMessage)]
+    if len(systems) == 1:
+        return [systems[0], *rest]
+    if all(isinstance(m.content, str) for m in systems):
+        content: Any = "\n\n".join(str(m.content) for m in systems if m.content)
+    else:
+        content = [
+            block
+            for m in systems
+            for block in (
+                [{"type": "text", "text": m.content}] if isinstance(m.content, str) else m.content
+            )
+        ]
+    return [systems[0].model_copy(update={"content": content}), *rest]
+
+
 class AutoContext:
     """Keeps an agent's context under budget; see the package README.
 
@@ -297,6 +325,11 @@ class AutoContext:
         # "the working messages differ from the input": the surfaces write them back.
         fixed = ensure_ids([sanitize_message(m) for m in messages])
         ids_assigned = any(a is not b for a, b in zip(fixed, messages, strict=True))
+        if sum(isinstance(m, SystemMessage) for m in fixed) > 1 or (
+            fixed and not isinstance(fixed[0], SystemMessage) and _has_system(fixed)
+        ):
+            fixed = merge_system_messages(fixed)
+            ids_assigned = True
         virtual_system = False
         if self.system_prompt and not (fixed and isinstance(fixed[0], SystemMessage)):
             fixed = [SystemMessage(self.system_prompt, id=_SYSTEM_PLACEHOLDER_ID), *fixed]

@@ -179,6 +179,27 @@ def test_runnable_in_a_chain_returns_the_managed_messages() -> None:
     assert OffloadStore.wrap(ac.store).list_events("c")
 
 
+def test_two_system_entries_become_one_system_message_on_every_call() -> None:
+    """Issue 13: a template with instructions and a knowledge block sent two system
+    messages, then 'strategy round broke the sequence' on every later turn."""
+    prompt = ChatPromptTemplate(
+        [
+            ("system", "You are terse."),
+            ("system", "Knowledge: the office opens at 9."),
+            MessagesPlaceholder("messages"),
+        ]
+    )
+    ac = make_ac(tools=[sh])
+    chain = prompt | ac.as_runnable()
+    for rounds in (2, 10, 14):  # the last ones compress
+        out = chain.invoke({"messages": conversation(rounds)}, {"configurable": {"thread_id": "k"}})
+        assert [type(m) for m in out].count(SystemMessage) == 1
+        assert out[0].content == "You are terse.\n\nKnowledge: the office opens at 9."
+        assert not find_violations(out)
+        assert ac.prepare_model_call(out).tokens <= CFG.max_tokens
+    assert OffloadStore.wrap(ac.store).list_events("k")  # it did compress
+
+
 def test_runnable_accepts_message_likes() -> None:
     run = make_ac().as_runnable()
     assert [m.type for m in run.invoke("hello")] == ["human"]
