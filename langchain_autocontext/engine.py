@@ -640,6 +640,10 @@ class AutoContext:
         """
         del thread_id  # the view needs no store; kept for symmetry with the other calls
         msgs = list(messages)
+        if sum(isinstance(m, SystemMessage) for m in msgs) > 1 or (
+            msgs and not isinstance(msgs[0], SystemMessage) and _has_system(msgs)
+        ):
+            msgs = merge_system_messages(msgs)  # one system message, first, in the view too
         owns_system = bool(msgs) and isinstance(msgs[0], SystemMessage)
         engaged = self.engaged(msgs, state)
         call = build_view(
@@ -651,6 +655,10 @@ class AutoContext:
             agent_system_prompt=None if owns_system else self.system_prompt,
         )
         call.engaged = engaged
+        if self.config.self_management_tools and "working_context" not in (
+            call.state_update or normalize_state(state)
+        ):  # the key exists from the first call on, shown or not
+            call.state_update = {**(call.state_update or normalize_state(state)), "working_context": ""}
         if (
             engaged
             and self.config.disclosure == "when_needed"

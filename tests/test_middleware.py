@@ -389,3 +389,19 @@ async def test_parallel_results_just_under_the_offload_threshold_keep_the_run_al
         more = {"messages": [HumanMessage("and now?")]}
         out = await graph.ainvoke(more, THREAD) if run_async else graph.invoke(more, THREAD)
         assert out["messages"][-1].content.startswith("read them")
+
+
+async def test_an_input_system_message_next_to_system_prompt_is_sent_as_one() -> None:
+    """Issue 13: create_agent(system_prompt=…) with a system message in the input passed
+    two system messages through; the model gets one, first, on every call."""
+    ac = AutoContext(CFG)
+    for run_async in (False, True):
+        model = ReplyModel(reply=steps_then_answer(12, lines=30))
+        graph = agent(model, ac, system="Be brief.")
+        msgs = {"messages": [SystemMessage("Policy: never delete files."), HumanMessage("go")]}
+        out = await graph.ainvoke(msgs, THREAD) if run_async else graph.invoke(msgs, THREAD)
+        assert out["messages"][-1].content.startswith("done")
+        for sent in model.seen:
+            assert [type(m) for m in sent].count(SystemMessage) == 1
+            assert "Be brief." in sent[0].content and "never delete files" in sent[0].content
+        assert_fits(model, ac)
