@@ -899,6 +899,18 @@ def _wc_edit(engine: AutoContext, call: _Call, op: str, a: Any, b: Any = None) -
             f"limit of {limit:,} (it holds {len(current):,} now). Make room first with "
             "working_context_replace (shorten or remove entries), then try again with less text."
         )
+    # Always in view and never compressed: like pins, at most an eighth of the window in
+    # tokens (4,900 characters of Japanese are ~4,700 tokens; the character limit alone
+    # let such a note fill a 6,000-token budget for good).
+    token_limit = max(1, engine.config.max_tokens // 8)
+    tokens = engine.counter.count_text(new)
+    if tokens > token_limit:
+        return call.error(
+            f"Not applied: your working context would take {tokens:,} tokens, over its limit "
+            f"of {token_limit:,} (an eighth of your {engine.config.max_tokens:,}-token "
+            "context). Keep it to the essentials: shorten or remove entries with "
+            "working_context_replace, then add less text."
+        )
     if not call.has_ac_key and not _warned_no_state_key:
         _warned_no_state_key = True
         warnings.warn(

@@ -665,3 +665,29 @@ def test_tools_on_a_sqlite_store(tmp_path) -> None:
         assert reloaded.status == "success" and "value-d0-919" in reloaded.content
     finally:
         backend.conn.close()
+
+
+def test_the_working_context_is_limited_in_tokens_too() -> None:
+    """Issue 13: 4,900 characters of Japanese (~4,700 tokens) fit the 5,000-character
+    limit and then filled a 6,000-token budget for good; the note is refused now, and the
+    run goes on within budget."""
+    store = InMemoryStore()
+    ac = AutoContext(CFG.model_copy(update={"max_tokens": 6_000}), store=store)
+    note = ("会議は木曜日の午後三時から始まります。" * 300)[:4_900]
+
+    def respond(view, n):
+        if n == 0:
+            return AIMessage("", tool_calls=[call("working_context_append", {"text": note})])
+        if n == 1:
+            return AIMessage("", tool_calls=[call("working_context_append", {"text": "Thu 15:00"})])
+        return AIMessage("done")
+
+    model = FunctionModel(respond=respond)
+    out = self_managed_agent(ac, model, store).invoke(start(), cfg("wc-tokens"))
+    assert out["messages"][-1].content == "done"
+    refused, accepted = tool_results(out["messages"])
+    assert refused.status == "error" and "tokens" in refused.content
+    assert accepted.status == "success"
+    assert out["autocontext"]["working_context"] == "Thu 15:00"
+    for view in model.seen:
+        assert ac.counter.count(view, ac.count_tools) <= 6_000

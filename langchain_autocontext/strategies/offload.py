@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolMessage
 
 from langchain_autocontext.messages import mark, marker, message_chars, text_of
 from langchain_autocontext.strategies.base import (
@@ -58,10 +58,14 @@ class LargeMessageOffload:
         self.name = "offload_fresh" if fresh else "offload_history" if keep_last else "offload_all"
 
     def _maskable(self, ctx: PassContext, i: int) -> bool:
-        """Large messages (any role); for strategy 3 and the last resort, tool results too."""
+        """Large messages (any role); for strategy 3 and the last resort, tool results too;
+        for the last resort anything whose offload frees tokens (a long tool-call
+        argument is measured in tokens there: 4,900 characters of Japanese are ~4,700)."""
         m = ctx.messages[i]
         if ctx.protected(i) or marker(m):
             return False
+        if self.fresh and not isinstance(m, SystemMessage):
+            return True
         return ctx.is_large(i) or (not self.keep_last and isinstance(m, ToolMessage))
 
     def plan(self, ctx: PassContext) -> list[Job]:
