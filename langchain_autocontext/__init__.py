@@ -21,6 +21,7 @@ from langchain_autocontext.errors import (
     UnknownMessageError,
 )
 from langchain_autocontext.history import AutoContextChatMessageHistory, AutoContextRunnable
+from langchain_autocontext.messages import is_pinned, pin
 from langchain_autocontext.metadata import render_view, strip_message_tags, strip_tags
 from langchain_autocontext.middleware import AutoContextMiddleware, AutoContextMiddlewareState
 from langchain_autocontext.store import HistoryEntry, OffloadRecord, OffloadStore
@@ -63,6 +64,8 @@ __all__ = [
     "SummaryResult",
     "TokenCounter",
     "UnknownMessageError",
+    "is_pinned",
+    "pin",
     "render_view",
     "resolve_counter",
     "resolve_summarizer",

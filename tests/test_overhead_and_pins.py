@@ -152,3 +152,16 @@ def test_the_model_pins_a_result_and_it_survives_compression_and_a_restart() -> 
     again.checkpointer = agent.checkpointer
     restored = again.get_state(config).values["messages"]
     assert [m.id for m in restored if is_pinned(m)] == [pinned[0].id]
+
+
+def test_the_readme_pins_snippet_runs_as_written(capsys) -> None:
+    """The README's pins block, executed; each commented print must print that value."""
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("<!-- section:pins -->", 1)[1].split("<!-- /section:pins -->", 1)[0]
+    (block,) = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    exec(compile(block, "README.md:pins", "exec"), {})
+    printed = capsys.readouterr().out.splitlines()
+    expected = re.findall(r"^print\(.*\)\s+# (.+)$", block, flags=re.M)
+    assert printed == expected
