@@ -114,6 +114,24 @@ class CompressionResult:
         return bool(self.events) or self.ids_assigned
 
 
+def config_with(config: AutoContextConfig | None, fields: Mapping[str, Any]) -> AutoContextConfig:
+    """``config`` (default: the defaults) with ``fields`` set, validated as a whole.
+
+    An unknown name is a ``TypeError`` that lists the known ones, as for any keyword
+    argument; a bad value is the config's own ``ValidationError``.
+    """
+    unknown = sorted(set(fields) - set(AutoContextConfig.model_fields))
+    if unknown:
+        raise TypeError(
+            f"unknown argument(s) {', '.join(map(repr, unknown))}: not an AutoContextConfig "
+            f"field; the fields are {', '.join(AutoContextConfig.model_fields)}"
+        )
+    if not fields:
+        return config or AutoContextConfig()
+    base = config.model_dump(exclude_unset=True) if config is not None else {}
+    return AutoContextConfig(**{**base, **fields})
+
+
 def _has_system(messages: Sequence[BaseMessage]) -> bool:
     return any(isinstance(m, SystemMessage) for m in messages)
 
@@ -172,12 +190,13 @@ class AutoContext:
         tools: Sequence[Any] | None = None,
         system_prompt: str | None = None,
         strategies: Sequence[Strategy] | None = None,
+        **fields: Any,
     ) -> None:
-        self.config = config or AutoContextConfig()
-        if not isinstance(self.config, AutoContextConfig):
-            raise TypeError(
-                f"config must be an AutoContextConfig, not {type(self.config).__name__}"
-            )
+        """``fields`` are :class:`AutoContextConfig` fields (``AutoContext(max_tokens=8_000)``),
+        applied over ``config`` when both are given, and validated like it."""
+        if config is not None and not isinstance(config, AutoContextConfig):
+            raise TypeError(f"config must be an AutoContextConfig, not {type(config).__name__}")
+        self.config = config_with(config, fields)
         self.counter: TokenCounter = resolve_counter(token_counter)
         self.summarizer: Summarizer = resolve_summarizer(
             summarizer,

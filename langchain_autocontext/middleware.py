@@ -48,6 +48,7 @@ from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
+from langchain_autocontext.config import AutoContextConfig
 from langchain_autocontext.engine import _SYSTEM_PLACEHOLDER_ID
 from langchain_autocontext.errors import ContextBudgetError
 from langchain_autocontext.history import surface_namespace
@@ -150,13 +151,27 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextMiddlewareState, Any, Any
 
     state_schema = AutoContextMiddlewareState
 
-    def __init__(self, autocontext: AutoContext) -> None:
+    def __init__(
+        self, autocontext: AutoContext | AutoContextConfig | None = None, /, **kwargs: Any
+    ) -> None:
+        """Build it the LangChain way, ``AutoContextMiddleware(max_tokens=8_000,
+        summarizer=…, store=…)`` (any :class:`AutoContextConfig` field and any
+        :class:`AutoContext` argument), from an ``AutoContextConfig``, or around an
+        existing ``AutoContext`` (what ``ac.middleware()`` does)."""
         from langchain_autocontext.engine import AutoContext
 
+        if autocontext is None or isinstance(autocontext, AutoContextConfig):
+            autocontext = AutoContext(autocontext, **kwargs)
+        elif kwargs:
+            raise TypeError(
+                "give an AutoContext or keyword arguments to build one, not both "
+                f"(got {', '.join(sorted(kwargs))})"
+            )
         if not isinstance(autocontext, AutoContext):
             raise TypeError(
-                "AutoContextMiddleware needs an AutoContext, got "
-                f"{type(autocontext).__name__}; build it with ac.middleware()"
+                "AutoContextMiddleware needs an AutoContext, an AutoContextConfig or its "
+                f"fields as keyword arguments, got {type(autocontext).__name__}; build it "
+                "with AutoContextMiddleware(max_tokens=…) or ac.middleware()"
             )
         super().__init__()
         self.autocontext = autocontext

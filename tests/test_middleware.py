@@ -32,6 +32,7 @@ from langchain_autocontext import (
     AutoContext,
     AutoContextConfig,
     AutoContextMiddleware,
+    InvalidConfigError,
     OffloadStore,
 )
 from langchain_autocontext.history import surface_namespace
@@ -405,3 +406,33 @@ async def test_an_input_system_message_next_to_system_prompt_is_sent_as_one() ->
             assert [type(m) for m in sent].count(SystemMessage) == 1
             assert "Be brief." in sent[0].content and "never delete files" in sent[0].content
         assert_fits(model, ac)
+
+
+# --- issue 12, item 1: built the LangChain way ------------------------------------------------------
+async def test_the_middleware_is_built_from_config_fields_like_langchains_own() -> None:
+    for run_async in (False, True):
+        model = ReplyModel(reply=steps_then_answer(12, lines=30))
+        mw = AutoContextMiddleware(max_tokens=6_000, token_ratio=0.6, target_ratio=0.4)
+        graph = create_agent(
+            model,
+            [sh],
+            system_prompt="Be brief.",
+            middleware=[mw],
+            checkpointer=InMemorySaver(),
+            store=InMemoryStore(),
+        )
+        msgs = {"messages": [HumanMessage("go")]}
+        out = await graph.ainvoke(msgs, THREAD) if run_async else graph.invoke(msgs, THREAD)
+        assert out["messages"][-1].content.startswith("done")
+        assert mw.autocontext.config.max_tokens == 6_000
+        assert_fits(model, mw.autocontext)
+    built = AutoContextMiddleware(AutoContextConfig(max_tokens=5_000))
+    assert built.autocontext.config.max_tokens == 5_000
+    ac = AutoContext(AutoContextConfig(max_tokens=5_000, last_keep=3), token_ratio=0.6)
+    assert (ac.config.max_tokens, ac.config.last_keep, ac.config.token_ratio) == (5_000, 3, 0.6)
+    with pytest.raises(TypeError, match="max_tokenz"):
+        AutoContext(max_tokenz=1)
+    with pytest.raises(TypeError, match="not both"):
+        AutoContextMiddleware(ac, max_tokens=1_000)
+    with pytest.raises(InvalidConfigError, match="max_tokens"):
+        AutoContextMiddleware(max_tokens=-5)
