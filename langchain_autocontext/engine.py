@@ -14,7 +14,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any, NotRequired
 
-from langchain_core.messages import AnyMessage, BaseMessage, RemoveMessage, SystemMessage
+from langchain_core.messages import (
+    AnyMessage,
+    BaseMessage,
+    RemoveMessage,
+    SystemMessage,
+    convert_to_messages,
+)
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from langchain_core.tools import BaseTool
 from langgraph.graph import END, START, StateGraph
@@ -112,6 +118,15 @@ class CompressionResult:
     def changed(self) -> bool:
         """True when the working messages differ from the input."""
         return bool(self.events) or self.ids_assigned
+
+
+def as_messages(messages: Any) -> list[BaseMessage]:
+    """``messages`` as LangChain messages: message-likes (``("user", "hi")``, dicts,
+    strings) converted as the rest of LangChain converts them."""
+    msgs = list(messages) if not isinstance(messages, (str, dict, tuple)) else [messages]
+    if all(isinstance(m, BaseMessage) for m in msgs):
+        return msgs
+    return list(convert_to_messages(msgs))
 
 
 def config_with(config: AutoContextConfig | None, fields: Mapping[str, Any]) -> AutoContextConfig:
@@ -342,6 +357,7 @@ class AutoContext:
         # Hostile input: ids for messages without one (or a duplicated one), text every
         # store and provider accepts (no lone surrogates, no NUL). "ids_assigned" means
         # "the working messages differ from the input": the surfaces write them back.
+        messages = as_messages(messages)
         fixed = ensure_ids([sanitize_message(m) for m in messages])
         ids_assigned = any(a is not b for a, b in zip(fixed, messages, strict=True))
         if sum(isinstance(m, SystemMessage) for m in fixed) > 1 or (
@@ -467,6 +483,7 @@ class AutoContext:
         user message alone exceed ``max_tokens``.
         """
         st = self.resolve_store(store)
+        messages = as_messages(messages)
         msgs, ids_assigned, virtual = self._prepare(messages)
         archived = self.archive(
             [m for m in msgs if m.id != _SYSTEM_PLACEHOLDER_ID], thread_id=thread_id, store=st
@@ -490,6 +507,7 @@ class AutoContext:
     ) -> CompressionResult:
         """Async twin of :meth:`compress`."""
         st = self.resolve_store(store)
+        messages = as_messages(messages)
         msgs, ids_assigned, virtual = self._prepare(messages)
         archived = await self.aarchive(
             [m for m in msgs if m.id != _SYSTEM_PLACEHOLDER_ID], thread_id=thread_id, store=st
@@ -658,7 +676,7 @@ class AutoContext:
                 were not compressed with the same ``state`` (see :meth:`compress`).
         """
         del thread_id  # the view needs no store; kept for symmetry with the other calls
-        msgs = list(messages)
+        msgs = as_messages(messages)
         if sum(isinstance(m, SystemMessage) for m in msgs) > 1 or (
             msgs and not isinstance(msgs[0], SystemMessage) and _has_system(msgs)
         ):
@@ -701,7 +719,7 @@ class AutoContext:
             return True
         if normalize_state(state).get("engaged"):
             return True
-        msgs = list(messages)
+        msgs = as_messages(messages)
         if any(marker(m) for m in msgs):
             return True
         return self.counter.count(msgs, self.count_tools) > cfg.warning_tokens

@@ -280,3 +280,16 @@ async def test_async_parity_with_sync() -> None:
     # offload ids are random uuids, whose token counts differ slightly
     assert abs(sync.tokens_after - asyn.tokens_after) <= 0.02 * sync.tokens_after
     assert [type(m) for m in sync.messages] == [type(m) for m in asyn.messages]
+
+
+async def test_message_likes_are_accepted_like_everywhere_in_langchain() -> None:
+    """Issue 12: ``compress([("system", "s"), ("user", "hi")])`` raised 'cannot create
+    weak reference to tuple'; tuples, dicts and strings are converted as LangChain does."""
+    ac, store = make(AutoContextConfig(max_tokens=4_000))
+    out = ac.compress([("system", "s"), ("user", "hi")], thread_id="likes")
+    assert [(m.type, m.content) for m in out.messages] == [("system", "s"), ("human", "hi")]
+    out = await ac.acompress([{"role": "user", "content": "hello"}], thread_id="likes2")
+    assert [m.type for m in out.messages] == ["human"]
+    view = ac.prepare_model_call([("system", "s"), ("user", "hi")])
+    assert [m.type for m in view.messages] == ["system", "human"]
+    assert [e.message.content for e in store.iter_history("likes")] == ["s", "hi"]
