@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import importlib.util
 import json
 import re
 import threading
@@ -1094,6 +1095,22 @@ def _model_name(model: Any) -> str:
     return type(model).__name__
 
 
+def _missing_provider_package(spec: str) -> str | None:
+    """The pip name of the package ``init_chat_model`` needs for ``spec``
+    (``"openai:gpt-4o-mini"`` -> ``langchain-openai``) when it is not installed; ``None``
+    when it is, or when the provider is not one LangChain knows (then
+    ``init_chat_model`` says what is wrong at the first call)."""
+    try:
+        from langchain.chat_models.base import _BUILTIN_PROVIDERS, _parse_model
+
+        _, provider = _parse_model(spec, None)
+        module = str(_BUILTIN_PROVIDERS[provider][0])
+    except Exception:  # another langchain layout, an unknown provider
+        return None
+    top = module.split(".")[0]
+    return None if importlib.util.find_spec(top) is not None else top.replace("_", "-")
+
+
 class LLMSummarizer(Summarizer):
     """Summaries written by a chat model, with retries, a fallback and hidden calls.
 
@@ -1149,6 +1166,13 @@ class LLMSummarizer(Summarizer):
         if isinstance(model, str):
             if not model.strip():
                 raise ValueError("LLMSummarizer needs a model: got an empty string")
+            missing = _missing_provider_package(model)
+            if missing:  # fail now, not 15 tool calls later inside before_model
+                raise ImportError(
+                    f"The summarizer {model!r} needs the package {missing!r}, which is not "
+                    f"installed: pip install {missing} (or pass a chat model instance, or "
+                    "summarizer='offline' for the offline extractive summarizer)."
+                )
         elif not isinstance(model, Runnable):
             raise TypeError(
                 f"LLMSummarizer needs a LangChain chat model or a 'provider:model' string, "

@@ -1047,3 +1047,15 @@ def test_a_summary_with_a_lone_surrogate_or_nul_is_cleaned_and_stored() -> None:
     assert "\x00" not in result.text and "\ud800" not in result.text
     assert "fixed the parser" in result.text
     result.text.encode("utf-8")  # would raise on a lone surrogate
+
+
+def test_a_summarizer_spec_without_its_provider_package_fails_at_construction() -> None:
+    """Issue 12: the spec was accepted and the agent crashed 15 tool calls later."""
+    import importlib.util
+
+    from langchain_autocontext import AutoContext
+
+    if importlib.util.find_spec("langchain_mistralai") is not None:
+        pytest.skip("langchain-mistralai is installed here: no missing provider to show")
+    with pytest.raises(ImportError, match="pip install langchain-mistralai"):
+        AutoContext(max_tokens=8_000, summarizer="mistralai:mistral-small-latest")
