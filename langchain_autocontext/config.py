@@ -169,6 +169,18 @@ class AutoContextConfig(BaseModel):
             )
             raise InvalidConfigError(f"Invalid AutoContextConfig: {problems}") from None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _target_follows_trigger(cls, data: Any) -> Any:
+        """``target_ratio`` not given and a ``token_ratio`` below its default: the target
+        keeps the defaults' proportion to the trigger (0.5 / 0.75) instead of failing."""
+        if isinstance(data, dict) and "token_ratio" in data and "target_ratio" not in data:
+            trigger, target = data["token_ratio"], cls.model_fields["target_ratio"].default
+            default_trigger = cls.model_fields["token_ratio"].default
+            if isinstance(trigger, int | float) and 0 < trigger < target:
+                data = {**data, "target_ratio": round(trigger * target / default_trigger, 6)}
+        return data
+
     @model_validator(mode="after")
     def _check_ratios(self) -> AutoContextConfig:
         if self.target_ratio > self.token_ratio:

@@ -9,7 +9,7 @@ from _builders import chat_rounds, coding_run, log_text, tool_group, uid
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 from langgraph.store.memory import InMemoryStore
 
-from langchain_autocontext import AutoContextConfig, ContextBudgetError
+from langchain_autocontext import AutoContextConfig, ContextBudgetError, InvalidConfigError
 from langchain_autocontext.engine import AutoContext
 from langchain_autocontext.messages import find_violations, marker
 from langchain_autocontext.store import OffloadStore
@@ -293,3 +293,13 @@ async def test_message_likes_are_accepted_like_everywhere_in_langchain() -> None
     view = ac.prepare_model_call([("system", "s"), ("user", "hi")])
     assert [m.type for m in view.messages] == ["system", "human"]
     assert [e.message.content for e in store.iter_history("likes")] == ["s", "hi"]
+
+
+def test_target_ratio_follows_a_lowered_token_ratio_when_not_given() -> None:
+    """Issue 12: lowering token_ratio alone was rejected (the default target_ratio, 0.5,
+    was then above it); the target keeps the defaults' proportion to the trigger."""
+    cfg = AutoContextConfig(token_ratio=0.3)
+    assert (cfg.token_ratio, cfg.target_ratio) == (0.3, 0.2)
+    assert AutoContextConfig(token_ratio=0.6).target_ratio == 0.5  # not below: unchanged
+    with pytest.raises(InvalidConfigError, match="target_ratio"):
+        AutoContextConfig(token_ratio=0.3, target_ratio=0.5)  # given: checked as given
