@@ -323,8 +323,14 @@ def _rank(
     skip = index.noise | exclude
     lexical = [kv for kv in index.bm25.search(query, pool + len(exclude)) if kv[0] not in skip]
     semantic = [k for k in semantic if k not in skip]
+    # The whole query as a phrase, on word boundaries ("red car" is not in "tired car")
     q = " ".join(query.lower().split())
-    exact = {key for key, _ in lexical if q and q in " ".join(index.texts[key].lower().split())}
+    phrase = re.compile(rf"(?<!\w){re.escape(q)}(?!\w)") if q else None
+    exact = {
+        key
+        for key, _ in lexical
+        if phrase is not None and phrase.search(" ".join(index.texts[key].lower().split()))
+    }
     if semantic:
         fused: dict[str, float] = {}
         for ranking in ([k for k, _ in lexical], list(semantic)):

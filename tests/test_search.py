@@ -224,3 +224,19 @@ def test_an_answer_is_found_by_the_question_it_answers() -> None:
     )
     ids = [h.id for h in search_history(store, "t", "city moved March", 2)]
     assert set(ids) == {"q", "a"} and ids[0] == "q"  # the words' own message first
+
+
+def test_the_phrase_rule_respects_word_boundaries() -> None:
+    """Issue 14: for "red car", "tired car trips" (a raw substring match) outranked "a red
+    sports car"; the phrase counts on word boundaries only."""
+    store = OffloadStore(InMemoryStore())
+    store.append_history(
+        "t",
+        [
+            HumanMessage("I get so tired car trips bore me", id="tired"),
+            HumanMessage("We bought a red sports car", id="red"),
+            HumanMessage("The red car is parked outside", id="phrase"),
+        ],
+    )
+    ids = [h.id for h in search_history(store, "t", "red car", 3)]
+    assert ids[0] == "phrase" and ids.index("red") < ids.index("tired")
