@@ -429,6 +429,26 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextMiddlewareState, Any, Any
         )
         return self._after(update)
 
+    # --- after_agent: the run's last messages reach the history -------------------------------
+    def after_agent(
+        self, state: AutoContextMiddlewareState, runtime: Runtime[Any]
+    ) -> dict[str, Any] | None:
+        """Archive what the run added since the last model call (its final answer):
+        otherwise it would reach the history store only at the next model call."""
+        ac = self.autocontext
+        ac.archive(state["messages"], thread_id=_thread_id(runtime), store=ac.resolve_store())
+        return None
+
+    async def aafter_agent(
+        self, state: AutoContextMiddlewareState, runtime: Runtime[Any]
+    ) -> dict[str, Any] | None:
+        """Async twin of :meth:`after_agent`."""
+        ac = self.autocontext
+        await ac.aarchive(
+            state["messages"], thread_id=_thread_id(runtime), store=ac.resolve_store()
+        )
+        return None
+
 
 def _standin(system: SystemMessage) -> SystemMessage:
     """The system message under the stand-in id: never archived, never persisted."""

@@ -179,7 +179,8 @@ def test_compression_is_persisted_and_inputs_fit() -> None:
     assert OffloadStore.wrap(store).list_events("t")
     state = graph.get_state(THREAD).values["messages"]
     assert len(state) < 1 + 30 * 2 + 1
-    assert OffloadStore.wrap(store).history_count("t") == 1 + 30 * 2
+    # every original, the final answer included (archived when the run ends)
+    assert OffloadStore.wrap(store).history_count("t") == 1 + 30 * 2 + 1
 
 
 # --- the system prompt: learned, remembered, and the fallback -----------------------------------
@@ -436,3 +437,18 @@ async def test_the_middleware_is_built_from_config_fields_like_langchains_own() 
         AutoContextMiddleware(ac, max_tokens=1_000)
     with pytest.raises(InvalidConfigError, match="max_tokens"):
         AutoContextMiddleware(max_tokens=-5)
+
+
+async def test_the_final_answer_is_archived_when_the_run_ends() -> None:
+    """Issue 13: a run's final answer reached the history store only at the next model
+    call (it existed only in the checkpoint until then)."""
+    for run_async in (False, True):
+        store = InMemoryStore()
+        ac = AutoContext(CFG, store=store)
+        graph = agent(ReplyModel(reply=steps_then_answer(2, lines=3)), ac, store)
+        msgs = {"messages": [HumanMessage("go")]}
+        out = await graph.ainvoke(msgs, THREAD) if run_async else graph.invoke(msgs, THREAD)
+        final = out["messages"][-1]
+        assert final.content.startswith("done")
+        history = [e.message for e in OffloadStore.wrap(store).iter_history("t")]
+        assert history[-1].id == final.id and history[-1].content == final.content
