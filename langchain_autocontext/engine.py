@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import warnings
+import weakref
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -40,7 +41,7 @@ from langchain_autocontext.messages import (
     repair_tool_pairs,
     sanitize_message,
 )
-from langchain_autocontext.store import OffloadStore
+from langchain_autocontext.store import OffloadStore, on_thread_deleted
 from langchain_autocontext.strategies.base import Strategy
 from langchain_autocontext.strategies.pipeline import (
     PipelineResult,
@@ -147,6 +148,19 @@ def config_with(config: AutoContextConfig | None, fields: Mapping[str, Any]) -> 
     return AutoContextConfig(**{**base, **fields})
 
 
+#: Every live AutoContext: a thread deleted from a store is forgotten by each.
+_ENGINES: weakref.WeakSet[AutoContext] = weakref.WeakSet()
+
+
+def _forget_thread(store: OffloadStore, thread_id: str) -> None:
+    for engine in list(_ENGINES):
+        with engine._lock:
+            engine._archived.pop((id(store.backend), thread_id), None)
+
+
+on_thread_deleted(_forget_thread)
+
+
 def _has_system(messages: Sequence[BaseMessage]) -> bool:
     return any(isinstance(m, SystemMessage) for m in messages)
 
@@ -251,6 +265,7 @@ class AutoContext:
         self._own_store: OffloadStore | None = None
         self._archived: OrderedDict[tuple[int, str], set[str]] = OrderedDict()
         self._tools: list[BaseTool] | None = None
+        _ENGINES.add(self)  # a deleted thread's archived-ids memo is dropped (delete_thread)
 
     # --- store and thread resolution ---------------------------------------------------
     def resolve_store(self, store: BaseStore | None = None) -> OffloadStore:

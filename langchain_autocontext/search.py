@@ -37,7 +37,12 @@ from typing import Any
 from langchain_core.messages import BaseMessage, ToolMessage
 
 from langchain_autocontext.messages import marker, text_of
-from langchain_autocontext.store import HistoryEntry, OffloadStore, _search_text
+from langchain_autocontext.store import (
+    HistoryEntry,
+    OffloadStore,
+    _search_text,
+    on_thread_deleted,
+)
 
 __all__ = [
     "BM25Index",
@@ -215,6 +220,20 @@ class _Cache:
 
 
 _CACHE = _Cache()
+
+
+def _drop_index(store: OffloadStore, thread_id: str) -> None:
+    """Forget the in-process index of a deleted thread."""
+    with _CACHE.lock:
+        try:
+            per = _CACHE._by_backend.get(store.backend)
+        except TypeError:  # an unhashable backend: nothing was cached
+            return
+        if per is not None:
+            per.pop((store.prefix, thread_id), None)
+
+
+on_thread_deleted(_drop_index)
 
 
 def _role(message: BaseMessage) -> str:

@@ -40,7 +40,15 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Generator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Callable,
+    Generator,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
@@ -196,6 +204,21 @@ def _check_message(message: Any, where: str) -> BaseMessage:
     return message
 
 
+#: In-process caches of a thread's data, dropped when the thread is deleted: callables
+#: ``(store, thread_id)`` registered by the modules that keep them.
+_THREAD_CACHES: list[Callable[[OffloadStore, str], None]] = []
+
+
+def on_thread_deleted(drop: Callable[[OffloadStore, str], None]) -> None:
+    """Register ``drop(store, thread_id)``, called by :meth:`OffloadStore.delete_thread`."""
+    _THREAD_CACHES.append(drop)
+
+
+def _drop_thread_caches(store: OffloadStore, thread_id: str) -> None:
+    for drop in list(_THREAD_CACHES):
+        drop(store, thread_id)
+
+
 def _search_text(message: BaseMessage) -> str:
     """Flattened text of a message for search: content plus tool-call names and args."""
     text = text_of(message)
@@ -344,6 +367,44 @@ class OffloadStore(BaseStore):
             except NotImplementedError:
                 self._async_via_thread = True
         return await asyncio.to_thread(self._backend.batch, ops)
+
+    # --- deleting a thread ------------------------------------------------------------------
+    def thread_namespace(self, thread_id: str) -> tuple[str, str]:
+        """``(prefix, encoded thread id)``: the namespace prefix of everything this package
+        keeps for the thread (history, offloads, events, surface records)."""
+        return (self._prefix, encode_thread_id(thread_id))
+
+    def delete_thread(self, thread_id: str) -> int:
+        """Delete everything this package keeps for ``thread_id`` and drop every
+        in-process cache of it (search index, archived-ids memo, request shapes), so a
+        thread id used again starts empty. Returns how many items were deleted. The
+        graph's checkpoints are the checkpointer's: delete them with it
+        (``checkpointer.delete_thread(thread_id)``)."""
+        prefix = self.thread_namespace(thread_id)
+        deleted = 0
+        while True:
+            items = self._backend.search(prefix, limit=500)
+            if not items:
+                break
+            for item in items:
+                self._backend.delete(item.namespace, item.key)
+            deleted += len(items)
+        _drop_thread_caches(self, thread_id)
+        return deleted
+
+    async def adelete_thread(self, thread_id: str) -> int:
+        """Async twin of :meth:`delete_thread`."""
+        prefix = self.thread_namespace(thread_id)
+        deleted = 0
+        while True:
+            items = await self._backend.asearch(prefix, limit=500)
+            if not items:
+                break
+            for item in items:
+                await self._backend.adelete(item.namespace, item.key)
+            deleted += len(items)
+        _drop_thread_caches(self, thread_id)
+        return deleted
 
     # --- namespaces ----------------------------------------------------------------------
     def namespace(self, thread_id: str, kind: Kind) -> tuple[str, str, str]:

@@ -240,3 +240,26 @@ def test_the_phrase_rule_respects_word_boundaries() -> None:
     )
     ids = [h.id for h in search_history(store, "t", "red car", 3)]
     assert ids[0] == "phrase" and ids.index("red") < ids.index("tired")
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+async def test_a_deleted_thread_is_forgotten_and_its_id_starts_empty(use_async: bool) -> None:
+    """Issue 13 item 5: after deleting a thread's data (as the docs say), the in-process
+    index still returned a deleted message (an SSN) and never indexed the new messages
+    at the old positions."""
+    from langchain_autocontext import AutoContext, AutoContextConfig
+
+    store = OffloadStore(InMemoryStore())
+    ac = AutoContext(AutoContextConfig(max_tokens=8_000), store=store)
+    old = [HumanMessage("my SSN is 078-05-1120", id="ssn"), AIMessage("noted", id="ack")]
+    ac.archive(old, thread_id="user-1", store=store)
+    assert [h.id for h in search_history(store, "user-1", "SSN", 1)] == ["ssn"]
+    deleted = await store.adelete_thread("user-1") if use_async else store.delete_thread("user-1")
+    assert deleted >= 2
+    assert store.history_count("user-1") == 0
+    assert search_history(store, "user-1", "SSN", 5) == []
+    # the id is reused: the same message ids, new text, at the old positions
+    new = [HumanMessage("my favourite colour is teal", id="ssn"), AIMessage("nice", id="ack")]
+    assert ac.archive(new, thread_id="user-1", store=store) == 2
+    assert [h.id for h in search_history(store, "user-1", "colour teal", 1)] == ["ssn"]
+    assert search_history(store, "user-1", "SSN 078", 5) == []
