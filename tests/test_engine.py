@@ -303,3 +303,15 @@ def test_target_ratio_follows_a_lowered_token_ratio_when_not_given() -> None:
     assert AutoContextConfig(token_ratio=0.6).target_ratio == 0.5  # not below: unchanged
     with pytest.raises(InvalidConfigError, match="target_ratio"):
         AutoContextConfig(token_ratio=0.3, target_ratio=0.5)  # given: checked as given
+
+
+def test_the_budget_error_says_what_takes_the_room() -> None:
+    """Issue 12: the error blamed "the system prompt, tool schemas and latest user
+    message" without counts; it lists each part and the switches that shrink it."""
+    ac, _store = make(AutoContextConfig(max_tokens=600, disclosure="always"))
+    with pytest.raises(ContextBudgetError) as info:
+        ac.compress([SystemMessage("rules " * 200), HumanMessage("hi")], thread_id="room")
+    text = str(info.value)
+    assert "What takes the room" in text
+    assert re.search(r"the system message \d+", text) and re.search(r"7 tool schemas \d+", text)
+    assert "self_management_tools=False" in text and "the latest user message" in text

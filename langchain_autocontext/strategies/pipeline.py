@@ -135,6 +135,36 @@ def minimal_context(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
     return [messages[i] for i in sorted(keep)]
 
 
+def _room_report(
+    msgs: Sequence[BaseMessage], counter: TokenCounter, tools: Any, reserved: int
+) -> str:
+    """What the incompressible part is made of, with the switches that shrink each."""
+    parts: list[str] = []
+    if msgs and isinstance(msgs[0], SystemMessage):
+        parts.append(
+            f"the system message {counter.count_message(msgs[0])} (your prompt plus the "
+            "package's section: instructions='compact', metadata_tags=False and "
+            "self_management_tools=False shrink the section)"
+        )
+    if tools:
+        parts.append(
+            f"{len(tools)} tool schemas {counter.count_tools(tools)} (the package's own: "
+            "self_management_tools=False)"
+        )
+    lu = latest_user_index(msgs)
+    if lu is not None:
+        parts.append(f"the latest user message {counter.count_message(msgs[lu])}")
+    pc = pending_call_index(msgs)
+    if pc is not None:
+        parts.append(f"a pending tool call {counter.count_message(msgs[pc])}")
+    pinned = [m for m in msgs if is_pinned(m)]
+    if pinned:
+        parts.append(f"{len(pinned)} pinned messages {sum(map(counter.count_message, pinned))}")
+    if reserved:
+        parts.append(f"the view's reserve {reserved} (notices; warning_ratio)")
+    return "; ".join(parts)
+
+
 def _check_pins(msgs: Sequence[BaseMessage], limit: int, counter: TokenCounter) -> None:
     """Pins set by the developer (``messages.pin``) past the pin limit: a clear error
     (the model's pins are refused before they pass it)."""
@@ -194,6 +224,7 @@ def run_pipeline(
         raise ContextBudgetError(
             f"The system prompt, tool schemas and latest user message alone count "
             f"{floor + reserved_tokens} tokens, more than max_tokens={configured}{reserve_note}. "
+            f"What takes the room: {_room_report(msgs, counter, tools, reserved_tokens)}. "
             "Raise max_tokens, shorten the system prompt or the user message, or send fewer "
             "tools. Nothing was sent.",
             required_tokens=floor + reserved_tokens,
