@@ -35,6 +35,7 @@ is overwritten.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import re
 import threading
@@ -179,18 +180,59 @@ class OffloadRecord:
 
 
 # --- helpers --------------------------------------------------------------------------
+#: Key of the plain-JSON stand-in of a value JSON cannot hold (see :func:`_plain`).
+SERIALIZED_KEY = "__autocontext_serde__"
+_SERDE: Any = None
+
+
+def _serde() -> Any:
+    global _SERDE
+    if _SERDE is None:
+        from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+        _SERDE = JsonPlusSerializer()
+    return _SERDE
+
+
+def _encode(obj: Any) -> dict[str, Any]:
+    """A value JSON cannot hold (``datetime``, ``Decimal``, ``bytes``, sets, pydantic
+    models… in a tool's artifact or a message's ``additional_kwargs``), encoded by
+    LangGraph's own checkpoint serializer; what even that cannot encode is kept as a
+    marker with its type and ``repr`` (never an error that stops the thread)."""
+    try:
+        typ, data = _serde().dumps_typed(obj)
+        return {SERIALIZED_KEY: typ, "data": base64.b64encode(data).decode("ascii")}
+    except Exception:
+        return {SERIALIZED_KEY: "unserializable", "type": type(obj).__name__, "repr": repr(obj)[:2_000]}
+
+
+def revive(value: Any) -> Any:
+    """Inverse of the encoding in :func:`_plain`: stand-ins back to their values (a
+    marker of an unserializable value stays a marker)."""
+    if isinstance(value, dict):
+        typ = value.get(SERIALIZED_KEY)
+        if isinstance(typ, str) and typ != "unserializable" and isinstance(value.get("data"), str):
+            try:
+                return _serde().loads_typed((typ, base64.b64decode(value["data"])))
+            except Exception:
+                return value
+        return {k: revive(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [revive(v) for v in value]
+    return value
+
+
 def _plain(value: Any, what: str) -> Any:
-    """Return ``value`` as plain JSON (lists, dicts, str, numbers) or raise TypeError.
+    """Return ``value`` as plain JSON (lists, dicts, str, numbers).
 
     Normalizing here makes every backend behave alike (``InMemoryStore`` would keep
-    tuples and arbitrary objects that SQLite and Postgres cannot hold).
+    tuples and arbitrary objects that SQLite and Postgres cannot hold). Values JSON
+    cannot hold are encoded (:func:`_encode`) and come back with :func:`revive`.
     """
     try:
-        return json.loads(json.dumps(value, ensure_ascii=False))
-    except (TypeError, ValueError) as exc:
-        raise TypeError(
-            f"{what} is not JSON-serializable ({exc}); the store keeps plain JSON only"
-        ) from exc
+        return json.loads(json.dumps(value, ensure_ascii=False, default=_encode))
+    except (TypeError, ValueError) as exc:  # e.g. a circular structure
+        raise TypeError(f"{what} cannot be stored as JSON ({exc})") from exc
 
 
 def _check_message(message: Any, where: str) -> BaseMessage:
@@ -577,7 +619,7 @@ class OffloadStore(BaseStore):
         return HistoryEntry(
             seq=int(value["seq"]),
             id=item.key,
-            message=load_message(value["message"]),
+            message=load_message(revive(value["message"])),
             ts=float(value["ts"]),
         )
 
@@ -739,9 +781,9 @@ class OffloadStore(BaseStore):
             tokens=value["tokens"],
             replacement_tokens=value.get("replacement_tokens"),
             message_ids=tuple(value["message_ids"]),
-            messages=tuple(load_message(d) for d in value["messages"]),
+            messages=tuple(load_message(revive(d)) for d in value["messages"]),
             ts=float(value["ts"]),
-            extra=dict(value.get("extra") or {}),
+            extra=dict(revive(value.get("extra") or {})),
         )
 
     def _reload_plan(self, thread_id: str, offload_id: str) -> _Plan[OffloadRecord]:
