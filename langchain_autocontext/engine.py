@@ -700,7 +700,7 @@ class AutoContext:
         engaged = self.engaged(msgs, state)
         call = build_view(
             msgs,
-            config=self.config if engaged else self.view_config(msgs, state),
+            config=self._config_shown(engaged),
             counter=self.counter,
             tools=self.count_tools if tools is None else list(tools),
             state=state,
@@ -744,7 +744,10 @@ class AutoContext:
     ) -> AutoContextConfig:
         """The config the view of this call is built with: without tags and without the
         tools' section until :meth:`engaged` (the tools stay registered)."""
-        if self.engaged(messages, state):
+        return self._config_shown(self.engaged(messages, state))
+
+    def _config_shown(self, engaged: bool) -> AutoContextConfig:
+        if engaged:
             return self.config
         return self.config.model_copy(
             update={"metadata_tags": False, "self_management_tools": False}
