@@ -161,18 +161,17 @@ def _forget_thread(store: OffloadStore, thread_id: str) -> None:
 on_thread_deleted(_forget_thread)
 
 
-def _has_system(messages: Sequence[BaseMessage]) -> bool:
-    return any(isinstance(m, SystemMessage) for m in messages)
-
-
-def merge_system_messages(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+def merge_system_messages(messages: list[BaseMessage]) -> list[BaseMessage]:
     """One system message, first: every system message's content, in order, merged into
     the first one (its id kept). Some providers reject a second system message or one
     that is not first; a prompt template with instructions and a knowledge block, or an
-    input system message next to ``create_agent(system_prompt=…)``, makes two."""
+    input system message next to ``create_agent(system_prompt=…)``, makes two.
+
+    Returns ``messages`` itself when it already has at most one system message, first.
+    """
     systems = [m for m in messages if isinstance(m, SystemMessage)]
-    if not systems:
-        return list(messages)
+    if not systems or (len(systems) == 1 and messages[0] is systems[0]):
+        return messages
     rest = [m for m in messages if not isinstance(m, SystemMessage)]
     if len(systems) == 1:
         return [systems[0], *rest]
@@ -372,14 +371,11 @@ class AutoContext:
         # Hostile input: ids for messages without one (or a duplicated one), text every
         # store and provider accepts (no lone surrogates, no NUL). "ids_assigned" means
         # "the working messages differ from the input": the surfaces write them back.
-        messages = as_messages(messages)
         fixed = ensure_ids([sanitize_message(m) for m in messages])
         ids_assigned = any(a is not b for a, b in zip(fixed, messages, strict=True))
-        if sum(isinstance(m, SystemMessage) for m in fixed) > 1 or (
-            fixed and not isinstance(fixed[0], SystemMessage) and _has_system(fixed)
-        ):
-            fixed = merge_system_messages(fixed)
-            ids_assigned = True
+        merged = merge_system_messages(fixed)
+        if merged is not fixed:
+            fixed, ids_assigned = merged, True
         virtual_system = False
         if self.system_prompt and not (fixed and isinstance(fixed[0], SystemMessage)):
             fixed = [SystemMessage(self.system_prompt, id=_SYSTEM_PLACEHOLDER_ID), *fixed]
@@ -387,18 +383,23 @@ class AutoContext:
         return fixed, ids_assigned, virtual_system
 
     def _with_view(
-        self, msgs: list[BaseMessage], state: Mapping[str, Any] | None, virtual: bool
+        self,
+        msgs: list[BaseMessage],
+        state: Mapping[str, Any] | None,
+        virtual: bool,
+        shown: AutoContextConfig,
     ) -> tuple[list[BaseMessage], bool, SystemMessage | None]:
         """The messages with the system message as the model's view has it.
 
         The generated section and the working context (``state``) are appended to
         the system message, or form a virtual one, so the pipeline counts them.
-        Returns the messages, whether the first one is virtual, and the system
-        message to put back afterwards (``None`` when unchanged).
+        ``shown`` is the call's :meth:`view_config`. Returns the messages, whether the
+        first one is virtual, and the system message to put back afterwards (``None``
+        when unchanged).
         """
         if virtual:  # the agent adds its own system prompt: the view reserves the rest
             return msgs, True, None
-        text = instructions_text(self.view_config(msgs, state), state)
+        text = instructions_text(shown, state)
         if not text:
             return msgs, False, None
         if msgs and isinstance(msgs[0], SystemMessage):
@@ -406,16 +407,20 @@ class AutoContext:
         return [SystemMessage(text, id=_SYSTEM_PLACEHOLDER_ID), *msgs], True, None
 
     def _budget(
-        self, messages: Sequence[BaseMessage], state: Mapping[str, Any] | None
+        self,
+        messages: Sequence[BaseMessage],
+        state: Mapping[str, Any] | None,
+        shown: AutoContextConfig | None = None,
     ) -> AutoContextConfig:
         """The config the pipeline runs with: ``max_tokens`` minus what the view may add.
 
         The view may add a notice (memory pressure, command errors) and, when the
         agent owns the system prompt, the instructions as a message of their own;
-        reserving their tokens keeps the view itself within ``max_tokens``.
+        reserving their tokens keeps the view itself within ``max_tokens``. ``shown``:
+        the call's :meth:`view_config`, when the caller has it already.
         """
         owns_system = bool(messages) and isinstance(messages[0], SystemMessage)
-        config = self.view_config(messages, state)
+        config = self.view_config(messages, state) if shown is None else shown
         reserve = view_reserve(
             config,
             self.counter,
@@ -505,8 +510,9 @@ class AutoContext:
         )
         msgs, repaired = self._repair(msgs)
         ids_assigned = ids_assigned or repaired
-        msgs, virtual, system = self._with_view(msgs, state, virtual)
-        budget = self._budget(messages, state)
+        shown = self.view_config(msgs, state)
+        msgs, virtual, system = self._with_view(msgs, state, virtual, shown)
+        budget = self._budget(messages, state, shown)
         result = drive(self._pipeline(msgs, thread_id, tools, force, budget), st, self.summarizer)
         return self._finish(result, archived, ids_assigned, virtual, system)
 
@@ -529,8 +535,9 @@ class AutoContext:
         )
         msgs, repaired = self._repair(msgs)
         ids_assigned = ids_assigned or repaired
-        msgs, virtual, system = self._with_view(msgs, state, virtual)
-        budget = self._budget(messages, state)
+        shown = self.view_config(msgs, state)
+        msgs, virtual, system = self._with_view(msgs, state, virtual, shown)
+        budget = self._budget(messages, state, shown)
         result = await adrive(
             self._pipeline(msgs, thread_id, tools, force, budget), st, self.summarizer
         )
@@ -556,11 +563,10 @@ class AutoContext:
             """After the archive: repair, count what the view sends, decide."""
             msgs, repaired = engine._repair(msgs)
             ac_state = state.get("autocontext")
-            msgs, _, _ = engine._with_view(msgs, ac_state, virtual)
-            tokens = engine.counter.count(
-                msgs, engine.count_tools, tags=engine.config.tags_mode
-            )
-            cfg = engine._budget(state.get("messages") or [], ac_state)
+            shown = engine.view_config(msgs, ac_state)
+            msgs, _, _ = engine._with_view(msgs, ac_state, virtual, shown)
+            tokens = engine.counter.count(msgs, engine.count_tools, tags=shown.tags_mode)
+            cfg = engine._budget(state.get("messages") or [], ac_state, shown)
             triggered = tokens > cfg.trigger_tokens or len(msgs) > cfg.msg_threshold
             work = {"triggered": triggered, "ids_assigned": ids_assigned or repaired}
             return {"ac_work": {**work, "tokens": tokens}}
@@ -581,8 +587,9 @@ class AutoContext:
             msgs, _, virtual = engine._prepare(state.get("messages") or [])
             msgs, _ = engine._repair(msgs)
             ac_state = state.get("autocontext")
-            msgs, virtual, system = engine._with_view(msgs, ac_state, virtual)
-            budget = engine._budget(state.get("messages") or [], ac_state)
+            shown = engine.view_config(msgs, ac_state)
+            msgs, virtual, system = engine._with_view(msgs, ac_state, virtual, shown)
+            budget = engine._budget(state.get("messages") or [], ac_state, shown)
             run = engine._pipeline(msgs, thread_id_of(config), None, False, budget)
             return run, virtual, system
 
@@ -691,11 +698,7 @@ class AutoContext:
                 were not compressed with the same ``state`` (see :meth:`compress`).
         """
         del thread_id  # the view needs no store; kept for symmetry with the other calls
-        msgs = as_messages(messages)
-        if sum(isinstance(m, SystemMessage) for m in msgs) > 1 or (
-            msgs and not isinstance(msgs[0], SystemMessage) and _has_system(msgs)
-        ):
-            msgs = merge_system_messages(msgs)  # one system message, first, in the view too
+        msgs = merge_system_messages(as_messages(messages))  # one system message, in the view too
         owns_system = bool(msgs) and isinstance(msgs[0], SystemMessage)
         engaged = self.engaged(msgs, state)
         call = build_view(
