@@ -396,7 +396,9 @@ class SurfaceRun:
         if mode == "invoke":
             state = self.runner.invoke(self._graph_input(r), self.config)
         else:
-            for chunk in self.runner.stream(self._graph_input(r), self.config, stream_mode="values"):
+            for chunk in self.runner.stream(
+                self._graph_input(r), self.config, stream_mode="values"
+            ):
                 state = chunk
         return state["messages"][-1].content
 

@@ -78,7 +78,9 @@ def _replay(
         before = list(working)
         result = ac.compress(working, thread_id="t")
         working = list(result.messages)
-        calls.append({"before": before, "result": result, "pinned": pin_at is not None and pin_at < point})
+        calls.append(
+            {"before": before, "result": result, "pinned": pin_at is not None and pin_at < point}
+        )
     return ac, summarizer, calls
 
 

@@ -91,7 +91,7 @@ def agent(
 
 
 #: A compact metadata tag at the start of a message's text.
-TAG = re.compile(r'<[\w.:-]+ \d+/\d+/>(\n|$)')
+TAG = re.compile(r"<[\w.:-]+ \d+/\d+/>(\n|$)")
 CFG = AutoContextConfig(max_tokens=6000, token_ratio=0.6, target_ratio=0.4, last_keep=4)
 THREAD = {"configurable": {"thread_id": "t"}, "recursion_limit": 500}
 
@@ -366,7 +366,12 @@ async def test_parallel_results_just_under_the_offload_threshold_keep_the_run_al
     def reply(messages: list[BaseMessage], n: int) -> AIMessage:
         if n == 0:
             calls = [
-                {"name": "read", "args": {"path": f"src/m{k}.py"}, "id": f"r{k}", "type": "tool_call"}
+                {
+                    "name": "read",
+                    "args": {"path": f"src/m{k}.py"},
+                    "id": f"r{k}",
+                    "type": "tool_call",
+                }
                 for k in range(7)
             ]
             return AIMessage("", tool_calls=calls)

@@ -30,7 +30,7 @@ from jupyter_client.manager import AsyncKernelManager  # noqa: E402
 from jupyter_core.utils import run_sync  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-NOTEBOOKS = ROOT / "notebooks"
+NOTEBOOKS = ROOT / "docs" / "notebooks"
 README = ROOT / "README.md"
 KERNEL = "autocontext-tests"
 #: The notebooks issue 7 asks for (one per way of using the package).

@@ -29,7 +29,10 @@ COMPACT_TAG = re.compile(r"^<([\w.:-]+) (\d+)/(\d+)/>")
 
 
 def hi() -> list:
-    return [SystemMessage("You are a helpful assistant.", id="s"), HumanMessage("hi", id=str(uuid.uuid4()))]
+    return [
+        SystemMessage("You are a helpful assistant.", id="s"),
+        HumanMessage("hi", id=str(uuid.uuid4())),
+    ]
 
 
 @pytest.mark.parametrize("budget", [4_000, 8_000, 16_000, 32_000, 128_000])
@@ -39,9 +42,13 @@ def test_defaults_add_at_most_350_tokens_to_a_system_prompt_and_hi(budget: int) 
     )
     base = bare.prepare_model_call(hi()).tokens
     ac = AutoContext(AutoContextConfig(max_tokens=budget, disclosure="always"))
-    assert AutoContext(AutoContextConfig(max_tokens=budget)).prepare_model_call(hi()).messages[
-        0
-    ].content == "You are a helpful assistant."  # shown only when needed
+    assert (
+        AutoContext(AutoContextConfig(max_tokens=budget))
+        .prepare_model_call(hi())
+        .messages[0]
+        .content
+        == "You are a helpful assistant."
+    )  # shown only when needed
     for _ in range(5):  # ids are random: their short forms vary in tokens
         call_ = ac.prepare_model_call(hi())
         assert call_.tokens == ac.counter.count(call_.messages, ac.count_tools)
@@ -58,7 +65,9 @@ def test_compact_tags_cost_at_most_12_tokens_and_address_every_id() -> None:
     for k in range(30):
         msgs.append(HumanMessage(f"question {k}", id=str(uuid.uuid4())))
         # LangChain's run ids: time-ordered, shown by their alias
-        msgs.append(AIMessage(f"answer {k}", id=f"lc_run--01a20ba8-{k:04x}-7187-a237-ee8b7eead32e-0"))
+        msgs.append(
+            AIMessage(f"answer {k}", id=f"lc_run--01a20ba8-{k:04x}-7187-a237-ee8b7eead32e-0")
+        )
     view = ac.prepare_model_call(msgs).messages
     counter = ac.counter
     for sent, original in zip(view[1:], msgs[1:], strict=True):
@@ -68,9 +77,7 @@ def test_compact_tags_cost_at_most_12_tokens_and_address_every_id() -> None:
         idx, why = resolve_message_ref(msgs, tag.group(1))
         assert why is None and msgs[idx] is original
         assert strip_tags(sent.content) == original.content  # a copied tag is removed
-    seed = AutoContext(
-        AutoContextConfig(max_tokens=16_000, tag_format="seed", disclosure="always")
-    )
+    seed = AutoContext(AutoContextConfig(max_tokens=16_000, tag_format="seed", disclosure="always"))
     assert seed.prepare_model_call(msgs).messages[1].content.startswith('<metadata id="')
 
 
@@ -136,7 +143,9 @@ def test_the_model_pins_a_result_and_it_survives_compression_and_a_restart() -> 
     model = FunctionModel(respond=respond)
     agent = self_managed_agent(ac, model, store, tools=[fetch])
     config = {"configurable": {"thread_id": "pins"}, "recursion_limit": 200}
-    out = agent.invoke({"messages": [SystemMessage("Be exact."), HumanMessage("Read it all.")]}, config)
+    out = agent.invoke(
+        {"messages": [SystemMessage("Be exact."), HumanMessage("Read it all.")]}, config
+    )
     assert out["messages"][-1].content == "done"
     pinned = [m for m in out["messages"] if is_pinned(m)]
     assert len(pinned) == 1 and "contract line 0" in pinned[0].content
@@ -146,22 +155,11 @@ def test_the_model_pins_a_result_and_it_survives_compression_and_a_restart() -> 
     later = model.seen[2:]
     assert len(later) > 30
     for view in later:
-        assert any(strip_tags(m.content) == pinned[0].content for m in view if isinstance(m.content, str))
+        assert any(
+            strip_tags(m.content) == pinned[0].content for m in view if isinstance(m.content, str)
+        )
     # a restart (new graph, same checkpointer): the pin is in the checkpointed message
     again = self_managed_agent(ac, model, store, tools=[fetch])
     again.checkpointer = agent.checkpointer
     restored = again.get_state(config).values["messages"]
     assert [m.id for m in restored if is_pinned(m)] == [pinned[0].id]
-
-
-def test_the_readme_pins_snippet_runs_as_written(capsys) -> None:
-    """The README's pins block, executed; each commented print must print that value."""
-    from pathlib import Path
-
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    section = readme.split("<!-- section:pins -->", 1)[1].split("<!-- /section:pins -->", 1)[0]
-    (block,) = re.findall(r"```python\n(.*?)```", section, flags=re.S)
-    exec(compile(block, "README.md:pins", "exec"), {})
-    printed = capsys.readouterr().out.splitlines()
-    expected = re.findall(r"^print\(.*\)\s+# (.+)$", block, flags=re.M)
-    assert printed == expected

@@ -196,7 +196,7 @@ def test_text_of_every_script_is_found_by_its_words(text: str, query: str) -> No
 
 
 def test_word_forms_and_question_words() -> None:
-    """"painted" finds "paints"; "When did she …" is searched by its content words."""
+    """ "painted" finds "paints"; "When did she …" is searched by its content words."""
     store = OffloadStore(InMemoryStore())
     store.append_history(
         "t",

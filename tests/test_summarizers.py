@@ -1055,4 +1055,3 @@ def test_a_summary_with_a_lone_surrogate_or_nul_is_cleaned_and_stored() -> None:
     assert "\x00" not in result.text and "\ud800" not in result.text
     assert "fixed the parser" in result.text
     result.text.encode("utf-8")  # would raise on a lone surrogate
-

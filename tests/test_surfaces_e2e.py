@@ -13,12 +13,6 @@ seven strategies fires at least once.
 
 from __future__ import annotations
 
-import contextlib
-import io
-import re
-import warnings
-from pathlib import Path
-
 import pytest
 from _builders import (
     ALL_STRATEGIES,
@@ -103,36 +97,3 @@ async def test_graph_surfaces_persist_the_compressed_context() -> None:
         if kind == "node":
             assert state["task_label"] == f"T-{SHORT_ROUNDS - 1}"
             assert state["turns"] == [f"T-{r}" for r in range(SHORT_ROUNDS)]
-
-
-# --- the README's "Where to plug it in" section runs as written ---------------------------------
-README = Path(__file__).resolve().parents[1] / "README.md"
-_BLOCK = re.compile(r"```python\n(.*?)```", re.S)
-_EXPECT = re.compile(r"^print\(.*\)\s+# (.+)$")
-
-
-def readme_blocks(section: str) -> list[str]:
-    text = README.read_text(encoding="utf-8")
-    start = text.index(f"<!-- section:{section} ")
-    end = text.index(f"<!-- /section:{section} -->")
-    return _BLOCK.findall(text[start:end])
-
-
-def test_readme_surfaces_section_runs_as_written(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Every python block of the section, in order, in one namespace (they build on each
-    other); each commented ``print(...)  # value`` must print that value."""
-    blocks = readme_blocks("surfaces")
-    assert len(blocks) >= 8
-    monkeypatch.chdir(tmp_path)  # the persistence snippet writes SQLite files
-    namespace: dict[str, object] = {"__name__": "readme"}
-    for k, block in enumerate(blocks):
-        out = io.StringIO()
-        with contextlib.redirect_stdout(out), warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            exec(compile(block, f"README surfaces block {k}", "exec"), namespace)
-        expected = [m.group(1) for line in block.splitlines() if (m := _EXPECT.match(line))]
-        if expected:
-            assert out.getvalue().splitlines() == expected, f"block {k}"
-    assert (tmp_path / "checkpoints.db").is_file() and (tmp_path / "store.db").is_file()
