@@ -8,6 +8,7 @@ store and the token counter.
 from __future__ import annotations
 
 import threading
+import uuid
 import warnings
 import weakref
 from collections import OrderedDict
@@ -571,17 +572,20 @@ class AutoContext:
             work = {"triggered": triggered, "ids_assigned": ids_assigned or repaired}
             return {"ac_work": {**work, "tokens": tokens}}
 
+        def with_thread(update: dict[str, Any], made: dict[str, Any] | None) -> dict[str, Any]:
+            return {**update, "autocontext": made} if made is not None else update
+
         def measure(state: _NodeState, config: RunnableConfig) -> dict[str, Any]:
             msgs, ids_assigned, virtual, originals = archivable(state)
-            engine.archive(originals, thread_id=thread_id_of(config), store=engine.resolve_store())
-            return measured(state, msgs, ids_assigned, virtual)
+            thread, made = run_thread(config, state.get("autocontext"))
+            engine.archive(originals, thread_id=thread, store=engine.resolve_store())
+            return with_thread(measured(state, msgs, ids_assigned, virtual), made)
 
         async def ameasure(state: _NodeState, config: RunnableConfig) -> dict[str, Any]:
             msgs, ids_assigned, virtual, originals = archivable(state)
-            await engine.aarchive(
-                originals, thread_id=thread_id_of(config), store=engine.resolve_store()
-            )
-            return measured(state, msgs, ids_assigned, virtual)
+            thread, made = run_thread(config, state.get("autocontext"))
+            await engine.aarchive(originals, thread_id=thread, store=engine.resolve_store())
+            return with_thread(measured(state, msgs, ids_assigned, virtual), made)
 
         def pipeline(state: _NodeState, config: RunnableConfig) -> tuple[Any, bool, Any]:
             msgs, _, virtual = engine._prepare(state.get("messages") or [])
@@ -590,7 +594,8 @@ class AutoContext:
             shown = engine.view_config(msgs, ac_state)
             msgs, virtual, system = engine._with_view(msgs, ac_state, virtual, shown)
             budget = engine._budget(state.get("messages") or [], ac_state, shown)
-            run = engine._pipeline(msgs, thread_id_of(config), None, False, budget)
+            thread = thread_id_of(config, ac_state)
+            run = engine._pipeline(msgs, thread, None, False, budget)
             return run, virtual, system
 
         def compressed(
@@ -646,30 +651,33 @@ class AutoContext:
         engine = self
 
         def hook(state: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
-            ac_state = state.get("autocontext")
-            result = engine.compress(
-                state.get("messages") or [], thread_id=thread_id_of(config), state=ac_state
-            )
-            return engine._hook_update(result, ac_state)
+            thread, made = run_thread(config, state.get("autocontext"))
+            ac_state = made or state.get("autocontext")
+            result = engine.compress(state.get("messages") or [], thread_id=thread, state=ac_state)
+            return engine._hook_update(result, ac_state, made is not None)
 
         async def ahook(state: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
-            ac_state = state.get("autocontext")
+            thread, made = run_thread(config, state.get("autocontext"))
+            ac_state = made or state.get("autocontext")
             result = await engine.acompress(
-                state.get("messages") or [], thread_id=thread_id_of(config), state=ac_state
+                state.get("messages") or [], thread_id=thread, state=ac_state
             )
-            return engine._hook_update(result, ac_state)
+            return engine._hook_update(result, ac_state, made is not None)
 
         return RunnableLambda(hook, afunc=ahook, name="autocontext_pre_model_hook")
 
     def _hook_update(
-        self, result: CompressionResult, ac_state: Mapping[str, Any] | None = None
+        self,
+        result: CompressionResult,
+        ac_state: Mapping[str, Any] | None = None,
+        new_state: bool = False,
     ) -> dict[str, Any]:
         call = self.prepare_model_call(result.messages, state=ac_state)
         update: dict[str, Any] = {"llm_input_messages": call.messages}
         if result.changed:
             update["messages"] = [RemoveMessage(id=REMOVE_ALL_MESSAGES), *result.messages]
-        if call.state_update:
-            update["autocontext"] = call.state_update
+        if call.state_update or new_state:
+            update["autocontext"] = call.state_update or dict(ac_state or {})
         return update
 
     # --- the model managing its own context ------------------------------------------
@@ -713,7 +721,10 @@ class AutoContext:
         if self.config.self_management_tools and "working_context" not in (
             call.state_update or normalize_state(state)
         ):  # the key exists from the first call on, shown or not
-            call.state_update = {**(call.state_update or normalize_state(state)), "working_context": ""}
+            call.state_update = {
+                **(call.state_update or normalize_state(state)),
+                "working_context": "",
+            }
         if (
             engaged
             and self.config.disclosure == "when_needed"
@@ -825,7 +836,7 @@ class AutoContext:
                 engine.after_model_call(
                     state.get("messages") or [],
                     state=state.get("autocontext"),
-                    thread_id=thread_id_of(config),
+                    thread_id=thread_id_of(config, state.get("autocontext")),
                 )
             )
 
@@ -834,7 +845,7 @@ class AutoContext:
                 await engine.aafter_model_call(
                     state.get("messages") or [],
                     state=state.get("autocontext"),
-                    thread_id=thread_id_of(config),
+                    thread_id=thread_id_of(config, state.get("autocontext")),
                 )
             )
 
@@ -861,7 +872,7 @@ class AutoContext:
             view = engine.prepare_model_call(
                 state.get("messages") or [],
                 state=state.get("autocontext"),
-                thread_id=thread_id_of(config),
+                thread_id=thread_id_of(config, state.get("autocontext")),
             )
             return view.update(model.invoke(view.messages, config))
 
@@ -869,7 +880,7 @@ class AutoContext:
             view = engine.prepare_model_call(
                 state.get("messages") or [],
                 state=state.get("autocontext"),
-                thread_id=thread_id_of(config),
+                thread_id=thread_id_of(config, state.get("autocontext")),
             )
             return view.update(await model.ainvoke(view.messages, config))
 
@@ -896,11 +907,60 @@ class AutoContext:
         return AutoContextRunnable(autocontext=self)
 
 
-def thread_id_of(config: RunnableConfig | None) -> str:
-    """The LangGraph thread id of a run (``"default"`` outside a threaded run)."""
+#: Key of ``state["autocontext"]`` naming the thread of a run that has no ``thread_id``.
+RUN_THREAD_KEY = "run_thread"
+
+
+def configured_thread(config: RunnableConfig | None) -> str | None:
+    """``config["configurable"]["thread_id"]`` as a string, or None when absent."""
     configurable = (config or {}).get("configurable") or {}
     value = configurable.get("thread_id")
-    return str(value) if value not in (None, "") else "default"
+    return str(value) if value not in (None, "") else None
+
+
+def thread_id_of(config: RunnableConfig | None, state: Mapping[str, Any] | None = None) -> str:
+    """The thread a graph run files its history under.
+
+    The run's ``thread_id``; without one, the per-run thread recorded in the package's
+    state (``state["autocontext"]["run_thread"]``, see :func:`run_thread`); else
+    ``"default"`` (plain function calls outside a graph).
+    """
+    configured = configured_thread(config)
+    if configured is not None:
+        return configured
+    run = (state or {}).get(RUN_THREAD_KEY)
+    return str(run) if isinstance(run, str) and run else "default"
+
+
+_warned_run_thread = False
+
+
+def run_thread(
+    config: RunnableConfig | None, state: Mapping[str, Any] | None
+) -> tuple[str, dict[str, Any] | None]:
+    """The thread of a graph run, making one for a run without ``thread_id``.
+
+    Stateless requests (no checkpointer, no ``thread_id``) must not share one history:
+    a store shared by several users would let one user's ``search_history`` find
+    another's messages. Such a run gets a thread of its own, ``run-<uuid4>``, kept in
+    ``state["autocontext"]`` for the rest of the run (so its offloads reload and its
+    search finds its own history), and a warning says so once per process. Returns the
+    thread id and the state to persist when a new thread was made (else None).
+    """
+    global _warned_run_thread
+    if configured_thread(config) is not None or (state or {}).get(RUN_THREAD_KEY):
+        return thread_id_of(config, state), None
+    thread = f"run-{uuid.uuid4().hex}"
+    if not _warned_run_thread:
+        _warned_run_thread = True
+        warnings.warn(
+            "langchain-autocontext: this run has no thread_id, so its history, offloads "
+            f"and events are filed under a thread of its own ({thread}) that later requests "
+            "will not find. Pass config={'configurable': {'thread_id': ...}} (with a "
+            "checkpointer) to keep a conversation's history across requests.",
+            stacklevel=3,
+        )
+    return thread, {**normalize_state(state), RUN_THREAD_KEY: thread}
 
 
 def _graph_store() -> BaseStore | None:

@@ -80,19 +80,25 @@ class AutoContextMiddlewareState(AgentState[Any]):
     autocontext: NotRequired[Annotated[dict[str, Any], PrivateStateAttr]]
 
 
-def _thread_id(runtime: Runtime[Any] | None) -> str:
+def _run_config(runtime: Runtime[Any] | None) -> dict[str, Any]:
+    """The run's thread as a config (``{"configurable": {"thread_id": …}}`` or empty)."""
     info = getattr(runtime, "execution_info", None)
     value = getattr(info, "thread_id", None)
     if value not in (None, ""):
-        return str(value)
-    from langchain_autocontext.engine import thread_id_of
-
+        return {"configurable": {"thread_id": str(value)}}
     try:
         from langgraph.config import get_config
 
-        return thread_id_of(get_config())
+        return dict(get_config())
     except RuntimeError:  # outside a runnable context
-        return "default"
+        return {}
+
+
+def _thread_id(runtime: Runtime[Any] | None, ac_state: Any = None) -> str:
+    """The run's thread: its ``thread_id``, else the per-run thread in the state."""
+    from langchain_autocontext.engine import thread_id_of
+
+    return thread_id_of(_run_config(runtime), ac_state)  # type: ignore[arg-type]
 
 
 def _tool_schema(tool: Any) -> dict[str, Any]:
@@ -268,34 +274,45 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextMiddlewareState, Any, Any
         return msgs, (shape.tools if shape is not None else None)
 
     @staticmethod
-    def _compressed(result: CompressionResult) -> dict[str, Any] | None:
-        if not result.changed:
-            return None
-        kept = [m for m in result.messages if m.id != _SYSTEM_STANDIN_ID]
-        return {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *kept]}
+    def _thread(runtime: Runtime[Any], state: Any) -> tuple[str, dict[str, Any] | None]:
+        """The run's thread, and the state to persist when a run without ``thread_id``
+        got a thread of its own (:func:`~langchain_autocontext.engine.run_thread`)."""
+        from langchain_autocontext.engine import run_thread
+
+        return run_thread(_run_config(runtime), state.get("autocontext"))  # type: ignore[arg-type]
+
+    @staticmethod
+    def _compressed(
+        result: CompressionResult, made: dict[str, Any] | None = None
+    ) -> dict[str, Any] | None:
+        update: dict[str, Any] = {} if made is None else {"autocontext": made}
+        if result.changed:
+            kept = [m for m in result.messages if m.id != _SYSTEM_STANDIN_ID]
+            update["messages"] = [RemoveMessage(id=REMOVE_ALL_MESSAGES), *kept]
+        return update or None
 
     # --- before_model: compression ------------------------------------------------------------
     def before_model(
         self, state: AutoContextMiddlewareState, runtime: Runtime[Any]
     ) -> dict[str, Any] | None:
         """Archive new originals and compress; replace ``messages`` when they changed."""
-        thread_id = _thread_id(runtime)
+        thread_id, made = self._thread(runtime, state)
         msgs, tools = self._inputs(state["messages"], self._shape(thread_id))
         result = self.autocontext.compress(
-            msgs, thread_id=thread_id, tools=tools, state=state.get("autocontext")
+            msgs, thread_id=thread_id, tools=tools, state=made or state.get("autocontext")
         )
-        return self._compressed(result)
+        return self._compressed(result, made)
 
     async def abefore_model(
         self, state: AutoContextMiddlewareState, runtime: Runtime[Any]
     ) -> dict[str, Any] | None:
         """Async twin of :meth:`before_model`."""
-        thread_id = _thread_id(runtime)
+        thread_id, made = self._thread(runtime, state)
         msgs, tools = self._inputs(state["messages"], await self._ashape(thread_id))
         result = await self.autocontext.acompress(
-            msgs, thread_id=thread_id, tools=tools, state=state.get("autocontext")
+            msgs, thread_id=thread_id, tools=tools, state=made or state.get("autocontext")
         )
-        return self._compressed(result)
+        return self._compressed(result, made)
 
     # --- wrap_model_call: the model's input view ---------------------------------------------
     @staticmethod
@@ -365,7 +382,7 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextMiddlewareState, Any, Any
         handler: Callable[[ModelRequest[Any]], ModelResponse],
     ) -> ModelResponse | AIMessage | ExtendedModelResponse:
         """Send the model its input view (tags, working context, notices), not the state."""
-        thread_id = _thread_id(request.runtime)
+        thread_id = _thread_id(request.runtime, request.state.get("autocontext"))
         self._learn(request, thread_id)
         call, msgs, system, tools = self._prepare(request, thread_id)
         if call is None:
@@ -384,7 +401,7 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextMiddlewareState, Any, Any
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse]],
     ) -> ModelResponse | AIMessage | ExtendedModelResponse:
         """Async twin of :meth:`wrap_model_call`."""
-        thread_id = _thread_id(request.runtime)
+        thread_id = _thread_id(request.runtime, request.state.get("autocontext"))
         await self._alearn(request, thread_id)
         call, msgs, system, tools = self._prepare(request, thread_id)
         if call is None:
@@ -395,9 +412,7 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextMiddlewareState, Any, Any
             call = self.autocontext.prepare_model_call(
                 fitted.messages, state=ac_state, tools=tools, thread_id=thread_id
             )
-        return self._finish(
-            await handler(self._view_request(request, call, system, tools)), call
-        )
+        return self._finish(await handler(self._view_request(request, call, system, tools)), call)
 
     # --- after_model: the model's reply ------------------------------------------------------
     @staticmethod
@@ -415,7 +430,9 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextMiddlewareState, Any, Any
     ) -> dict[str, Any] | None:
         """Strip tags the model copied into its reply; apply its XML commands when enabled."""
         update = self.autocontext.after_model_call(
-            state["messages"], state=state.get("autocontext"), thread_id=_thread_id(runtime)
+            state["messages"],
+            state=state.get("autocontext"),
+            thread_id=_thread_id(runtime, state.get("autocontext")),
         )
         return self._after(update)
 
@@ -425,7 +442,9 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextMiddlewareState, Any, Any
     ) -> dict[str, Any] | None:
         """Async twin of :meth:`after_model`."""
         update = await self.autocontext.aafter_model_call(
-            state["messages"], state=state.get("autocontext"), thread_id=_thread_id(runtime)
+            state["messages"],
+            state=state.get("autocontext"),
+            thread_id=_thread_id(runtime, state.get("autocontext")),
         )
         return self._after(update)
 
@@ -436,7 +455,11 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextMiddlewareState, Any, Any
         """Archive what the run added since the last model call (its final answer):
         otherwise it would reach the history store only at the next model call."""
         ac = self.autocontext
-        ac.archive(state["messages"], thread_id=_thread_id(runtime), store=ac.resolve_store())
+        ac.archive(
+            state["messages"],
+            thread_id=_thread_id(runtime, state.get("autocontext")),
+            store=ac.resolve_store(),
+        )
         return None
 
     async def aafter_agent(
@@ -445,7 +468,9 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextMiddlewareState, Any, Any
         """Async twin of :meth:`after_agent`."""
         ac = self.autocontext
         await ac.aarchive(
-            state["messages"], thread_id=_thread_id(runtime), store=ac.resolve_store()
+            state["messages"],
+            thread_id=_thread_id(runtime, state.get("autocontext")),
+            store=ac.resolve_store(),
         )
         return None
 

@@ -248,7 +248,7 @@ class _Call:
         config = runtime.config or {}
         from langchain_autocontext.engine import thread_id_of
 
-        self.thread_id = thread_id_of(config)
+        self.thread_id = thread_id_of(config, raw_ac if isinstance(raw_ac, Mapping) else None)
         self.store: OffloadStore = engine.resolve_store(runtime.store)
         #: updates to apply before this call's own (a context rewrite that made room)
         self.room: list[Any] = []
@@ -725,12 +725,16 @@ def _reload_tool(engine: AutoContext) -> StructuredTool:
     def needs_room(
         call: _Call, ref: str, offset: int, restore: bool, record: Any, entry: Any
     ) -> bool:
-        """Too little room to show much: compress first (only when it is safe)."""
-        if restore or not call.alone:
+        """Too little room to show much, or to put the originals back: compress first
+        (only when it is safe). A restore needs room for all of its originals; if the
+        compression takes their preview or summary away, they are shown instead."""
+        if not call.alone:
             return False
         full = _render_record(
             record, entry.message if entry else None, entry.seq if entry else None
         )
+        if restore and not offset:
+            return call.lacks_room(engine.counter.count_text(full))
         want = min(engine.counter.count_text(full[offset:]), 512)
         return call.lacks_room(want + engine.counter.count_text(_TRUNCATION_NOTE.format(ref=ref)))
 

@@ -404,6 +404,41 @@ def test_restore_is_refused_when_it_does_not_fit() -> None:
     assert "--- message 1/" in receipt.content  # the originals are shown instead
 
 
+def test_restore_on_a_nearly_full_context_makes_room_first() -> None:
+    """Issue 13, item 8: restore=True just under the trigger compresses first (as a plain
+    reload does) instead of answering that the context is too full."""
+    store = InMemoryStore()
+    cfg_ = AutoContextConfig(max_tokens=4_000, msg_threshold=200, last_keep=4, **DETAILED)
+    ac = AutoContext(cfg_, store=store)
+    trigger = ac.config.trigger_tokens
+    state: dict[str, Any] = {}
+
+    def respond(view, n):
+        if "oid" in state:
+            return AIMessage("done")
+        used = ac.counter.count(view, ac.count_tools)
+        oids = offload_ids(view)
+        if oids and used > trigger - 340:  # the view reserves ~250 tokens under the trigger
+            state["oid"], state["used"] = oids[0], used
+            return AIMessage(
+                "",
+                tool_calls=[call("reload_offloaded", {"offload_id": oids[0], "restore": True})],
+            )
+        assert n < 150
+        size = 1 if oids else 30  # large results until something is offloaded, then small
+        return AIMessage("", tool_calls=[call("fetch", {"name": f"s{n}", "size": size})])
+
+    out = self_managed_agent(ac, FunctionModel(respond=respond), store, tools=[fetch]).invoke(
+        start(), {**cfg("r-full"), "recursion_limit": 1_000}
+    )
+    check_state(out)
+    assert "oid" in state, "the context never came near the trigger with an offload in view"
+    receipt = tool_results(out["messages"])[-1]
+    assert receipt.status == "success", receipt.content
+    assert "too full" not in receipt.content
+    assert "Restored" in receipt.content or "--- message 1/" in receipt.content
+
+
 def test_reload_errors_unknown_and_foreign_thread_ids() -> None:
     store = InMemoryStore()
     ac = AutoContext(SMALL, store=store)
