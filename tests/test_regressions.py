@@ -1,0 +1,209 @@
+"""Tests that catch the regressions an adversarial review planted and the suite missed
+(issue 13, "Tests that would catch a regression"): the sequence checker itself, the
+pipeline's real budget at its boundary, every replacement's offload id, and the phrase
+rule on common words."""
+
+from __future__ import annotations
+
+import pytest
+from _builders import chat_rounds, coding_run, log_text, uid
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langgraph.store.memory import InMemoryStore
+
+from langchain_autocontext import AutoContext, AutoContextConfig, ContextBudgetError, OffloadStore
+from langchain_autocontext.errors import InvariantViolationError
+from langchain_autocontext.messages import assert_valid_sequence, find_violations, marker
+from langchain_autocontext.search import search_history
+
+
+def ai_call(*ids: str) -> AIMessage:
+    calls = [{"name": "t", "args": {}, "id": i, "type": "tool_call"} for i in ids]
+    return AIMessage("", tool_calls=calls, id=uid("ai"))
+
+
+def result(call_id: str) -> ToolMessage:
+    return ToolMessage("ok", tool_call_id=call_id, id=uid("tool"))
+
+
+# --- the checker, on known-bad sequences -------------------------------------------------------
+BAD: dict[str, list[BaseMessage]] = {
+    "orphan result first": [result("a")],
+    "orphan result after a plain message": [HumanMessage("hi"), result("a")],
+    "result with a wrong call id": [HumanMessage("hi"), ai_call("a"), result("b")],
+    "unanswered call then another message": [HumanMessage("hi"), ai_call("a"), HumanMessage("?")],
+    "one of two calls unanswered then a message": [
+        HumanMessage("hi"),
+        ai_call("a", "b"),
+        result("a"),
+        AIMessage("done"),
+    ],
+    "second system message": [SystemMessage("s"), HumanMessage("hi"), SystemMessage("s2")],
+    "system message not first": [HumanMessage("hi"), SystemMessage("s")],
+    "result answering an older call": [
+        HumanMessage("hi"),
+        ai_call("a"),
+        result("a"),
+        ai_call("b"),
+        result("b"),
+        result("a"),
+    ],
+}
+GOOD: dict[str, list[BaseMessage]] = {
+    "answered calls": [
+        SystemMessage("s"),
+        HumanMessage("hi"),
+        ai_call("a", "b"),
+        result("b"),
+        result("a"),
+    ],
+    "a pending last call": [SystemMessage("s"), HumanMessage("hi"), ai_call("a")],
+    "plain chat": [HumanMessage("hi"), AIMessage("hello")],
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD))
+def test_the_checker_rejects_each_known_bad_sequence(name: str) -> None:
+    assert find_violations(BAD[name]), name
+    with pytest.raises(InvariantViolationError):
+        assert_valid_sequence(BAD[name])
+
+
+@pytest.mark.parametrize("name", sorted(GOOD))
+def test_the_checker_accepts_valid_sequences(name: str) -> None:
+    assert find_violations(GOOD[name]) == []
+    assert_valid_sequence(GOOD[name])
+
+
+# --- the pipeline's real budget, at its boundary -----------------------------------------------
+def test_at_the_budget_boundary_a_call_either_fits_or_is_refused_before_sending() -> None:
+    """The pipeline works to ``max_tokens`` minus what the view adds (instructions,
+    working context, notices). Sweep the incompressible part (the latest user message)
+    word by word across the boundary: every size either raises ``ContextBudgetError``
+    from ``compress`` or yields a view that ``prepare_model_call`` builds within
+    ``max_tokens`` with the memory-pressure notice it owes (the context is far past
+    ``warning_ratio``). A pipeline that worked to a looser budget would compress sizes
+    whose view has no room left for the notice."""
+    ac = AutoContext(AutoContextConfig(max_tokens=2_000, disclosure="always"))
+    state = {"working_context": "Customer prefers email; order 4471 ships Friday. " * 12}
+    history = coding_run(3, output_lines=30)[:-2]
+
+    def attempt(words: int) -> int | None:
+        msgs = [*history, HumanMessage("please " * words, id="latest")]
+        try:
+            done = ac.compress(msgs, state=state, thread_id="boundary")
+        except ContextBudgetError:
+            return None
+        call = ac.prepare_model_call(done.messages, state=state)
+        assert call.tokens <= ac.config.max_tokens, words
+        if call.tokens >= ac.config.warning_tokens:  # a first crossing: the notice is owed
+            assert call.pressure, f"{words}: no room was kept for the memory-pressure notice"
+        return call.tokens
+
+    lo, hi = 1, 4_000  # lo fits, hi does not
+    assert attempt(lo) is not None and attempt(hi) is None
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if attempt(mid) is not None else (lo, mid)
+    for words in range(lo - 60, lo + 60):
+        attempt(words)  # asserts inside: fits, or refused before anything is sent
+    assert attempt(lo + 1) is None
+
+
+# --- every replacement names an offload that reloads its originals ----------------------------
+CASES: dict[str, tuple[list[BaseMessage] | None, AutoContextConfig]] = {
+    "coding run": (coding_run(40, output_lines=80), AutoContextConfig(max_tokens=6_000)),
+    "chat rounds": (chat_rounds(30), AutoContextConfig(max_tokens=5_000)),
+    "long tool runs": (
+        chat_rounds(12, tools_per_round=9, output_lines=6),
+        AutoContextConfig(max_tokens=4_000, min_consecutive_tool_messages=2),
+    ),
+    "small budget": (coding_run(60, output_lines=20), AutoContextConfig(max_tokens=2_500)),
+    "large outputs": (
+        chat_rounds(15, output_lines=400),
+        AutoContextConfig(max_tokens=24_000, last_keep=4),
+    ),
+    "long assistant messages": (None, AutoContextConfig(max_tokens=6_000)),
+}
+#: Every strategy but the last resort (which only an impossible-looking budget reaches).
+STRATEGIES = {
+    "offload_history",
+    "offload_all",
+    "tool_run",
+    "round",
+    "current_large",
+    "current_round",
+    "fifo",
+}
+FIRED: set[str] = set()
+
+
+def writer(steps: int) -> list[BaseMessage]:
+    """An agent writing long plans (each ~2,000 characters) with a short tool result."""
+    msgs: list[BaseMessage] = [SystemMessage("You write code."), HumanMessage("Write it.")]
+    for s in range(steps):
+        cid = uid("c")
+        call = {"name": "write", "args": {"path": f"m{s}.py"}, "id": cid, "type": "tool_call"}
+        msgs.append(AIMessage(f"Plan {s}: " + log_text(45, s), tool_calls=[call], id=uid("a")))
+        msgs.append(ToolMessage("written", tool_call_id=cid, id=uid("t")))
+    return msgs
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_every_replacement_names_an_offload_that_reloads_exactly_its_originals(case: str) -> None:
+    messages, config = CASES[case]
+    messages = messages if messages is not None else writer(30)
+    store = OffloadStore(InMemoryStore())
+    ac = AutoContext(config, store=store)
+    working: list[BaseMessage] = []
+    originals = {m.id: m for m in messages}
+    fired: set[str] = set()
+    cursor = 0
+    for k in range(2, len(messages) + 1, 3):  # the run grows, compressing as it goes
+        working = ac.compress([*working, *messages[cursor:k]], thread_id=case).messages
+        cursor = k
+    events = store.list_events(case)
+    for event in events:
+        fired.add(event["strategy"])
+        for oid in event.get("offload_ids", []):
+            assert oid, f"{event['strategy']} wrote an empty offload id"
+    records = {r.id: r for r in store.list_offloads(case)}
+    for m in working:
+        info = marker(m) or {}
+        if "offload_id" not in info:
+            continue
+        oid = info["offload_id"]
+        assert oid and oid in records, f"{info.get('kind')} names offload {oid!r}, not stored"
+    for record in records.values():
+        assert record.messages, record.id
+        for original in record.messages:
+            if marker(original):  # a preview or summary replaced again: a chain back
+                continue
+            assert original.id in originals, record.strategy
+            assert original.content == originals[original.id].content, record.strategy
+    assert fired, f"{case}: nothing was compressed"
+    FIRED.update(fired)
+
+
+def test_the_cases_above_exercise_every_strategy() -> None:
+    if len(FIRED) < len(STRATEGIES):  # run alone: replay the cases
+        for case in CASES:
+            test_every_replacement_names_an_offload_that_reloads_exactly_its_originals(case)
+    assert FIRED >= STRATEGIES, sorted(STRATEGIES - FIRED)
+
+
+# --- the phrase rule, on common words ---------------------------------------------------------
+def test_an_exact_phrase_of_common_words_ranks_first() -> None:
+    """Every message holds both query words, the decoys more often; only one holds them
+    as the phrase. Without the phrase rule BM25 ranks a decoy first."""
+    store = OffloadStore(InMemoryStore())
+    texts = [
+        "the car was red and the other car was red too",
+        "red paint on a car door, red trim, a car mat",
+        "a car wash near the red barn; car keys on the red table",
+        "we took the red car to the coast",
+        "car seats, red lights, car horns, red signs",
+    ]
+    msgs = [HumanMessage(t, id=f"m{k}") for k, t in enumerate(texts)]
+    store.append_history("t", msgs)
+    hits = search_history(store, "t", "red car", 3)
+    assert hits[0].id == "m3"
