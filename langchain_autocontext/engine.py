@@ -33,9 +33,10 @@ from langgraph.store.memory import InMemoryStore
 from langgraph.types import Command
 from typing_extensions import TypedDict
 
+from langchain_autocontext.budget import BudgetSpec, ModelWindow, model_window
 from langchain_autocontext.commands import process_reply
 from langchain_autocontext.config import AutoContextConfig
-from langchain_autocontext.errors import ContextBudgetError
+from langchain_autocontext.errors import ContextBudgetError, InvalidConfigError
 from langchain_autocontext.messages import (
     ensure_ids,
     marker,
@@ -207,6 +208,13 @@ class AutoContext:
         system_prompt: a system prompt your agent adds *after* this package runs
             (``create_react_agent(prompt=…)``), counted in the budget.
         strategies: replace the default seven strategies (advanced).
+        trigger: LangChain's form of the trigger, ``("tokens", n)``, ``("fraction", x)``
+            or ``("messages", n)`` (or a list of a token and a message form); sets
+            ``token_ratio``/``msg_threshold``.
+        keep: what compression keeps, ``("tokens", n)`` or ``("fraction", x)``; sets
+            ``target_ratio``.
+        model: a chat model whose ``profile["max_input_tokens"]`` gives the budget when
+            ``max_tokens`` is not given (the window less room for the reply).
     """
 
     def __init__(
@@ -219,13 +227,29 @@ class AutoContext:
         tools: Sequence[Any] | None = None,
         system_prompt: str | None = None,
         strategies: Sequence[Strategy] | None = None,
+        trigger: Any = None,
+        keep: Any = None,
+        model: Any = None,
         **fields: Any,
     ) -> None:
         """``fields`` are :class:`AutoContextConfig` fields (``AutoContext(max_tokens=8_000)``),
-        applied over ``config`` when both are given, and validated like it."""
+        applied over ``config`` when both are given, and validated like it.
+
+        ``trigger=``/``keep=`` take LangChain's ``("tokens", n)``, ``("fraction", x)``
+        and (trigger only) ``("messages", n)`` forms (see
+        :class:`~langchain_autocontext.budget.BudgetSpec`). ``model=``: a chat model
+        whose ``profile["max_input_tokens"]`` sets the budget when ``max_tokens`` is not
+        given (see :meth:`use_model`)."""
         if config is not None and not isinstance(config, AutoContextConfig):
             raise TypeError(f"config must be an AutoContextConfig, not {type(config).__name__}")
+        self._spec = BudgetSpec.parse(trigger, keep, fields)
         self.config = config_with(config, fields)
+        #: max_tokens was given (in ``config`` or as a keyword): no model changes it.
+        self._explicit_max = "max_tokens" in self.config.model_fields_set
+        self._window: ModelWindow | None = None
+        self._window_deferred = False  # a middleware reads the window at the first call
+        self._budget_warned = self._explicit_max  # the default-budget warning: once
+        self._budget_lock = threading.Lock()
         self.counter: TokenCounter = resolve_counter(token_counter)
         self.summarizer: Summarizer = resolve_summarizer(
             summarizer,
@@ -242,6 +266,14 @@ class AutoContext:
                     f"{self.config.store_prefix!r}: set one of them, or make them equal"
                 )
             self.config = self.config.model_copy(update={"store_prefix": store.prefix})
+        #: the config as given: the budget-derived fields are computed from it (again
+        #: when the model's window changes), so ``self.config`` stays the one source.
+        self._base_config = self.config
+        if model is not None:
+            self._window = model_window(model)
+            if self._window is None:
+                self._warn_default_budget(stacklevel=3)
+        self.config = self._derive_config(self._window)
         self.store: OffloadStore | None = (
             OffloadStore.wrap(store, prefix=self.config.store_prefix) if store is not None else None
         )
@@ -301,6 +333,76 @@ class AutoContext:
                 while len(self._wrapped) > 64:  # a store per request must not pile up
                     self._wrapped.pop(next(iter(self._wrapped)))
         return wrapped
+
+    # --- the budget: given, or read from the model's window ------------------------------
+    @property
+    def window(self) -> ModelWindow | None:
+        """The model window the budget was derived from (``None``: ``max_tokens`` was
+        given, or no window is known and the default budget applies)."""
+        return None if self._explicit_max else self._window
+
+    def _derive_config(self, window: ModelWindow | None) -> AutoContextConfig:
+        """The config for ``window``: ``max_tokens`` from it unless given, and the
+        ``trigger=``/``keep=`` forms mapped for that budget."""
+        base = self._base_config
+        fields: dict[str, Any] = {}
+        if self._explicit_max:
+            origin = "given"
+        elif window is not None:
+            fields["max_tokens"] = window.budget
+            origin = window.describe()
+        else:
+            origin = "the default: no max_tokens given and no model window known"
+        max_tokens = int(fields.get("max_tokens", base.max_tokens))
+        if self._spec is not None:
+            fields.update(self._spec.fields(base, max_tokens, origin))
+        if not fields:
+            return base
+        try:
+            return config_with(base, fields)
+        except InvalidConfigError as exc:
+            raise InvalidConfigError(f"{exc} (max_tokens={max_tokens:,}: {origin})") from None
+
+    def use_model(self, model: Any) -> bool:
+        """Take the budget from ``model.profile["max_input_tokens"]`` unless ``max_tokens``
+        was given: ``max_tokens`` becomes that window less room for the reply (the
+        profile's ``max_output_tokens``, at most a quarter of the window; a quarter when
+        the profile does not say), and ``trigger=``/``keep=`` are mapped again for it.
+
+        The middleware calls it at every model call with the request's model (a model
+        with another window changes the budget from that call on); ``AutoContext(model=…)``
+        calls it once. Returns True when the config changed. A model without a window
+        keeps the budget known so far (and warns once when there is none).
+        """
+        if self._explicit_max:
+            return False
+        window = model_window(model)
+        if window is None or window == self._window:
+            if window is None and self._window is None:
+                self._warn_default_budget(stacklevel=3)
+            return False
+        with self._budget_lock:
+            if window == self._window:
+                return False
+            config = self._derive_config(window)
+            self._window, self.config = window, config
+        return True
+
+    def _warn_default_budget(self, stacklevel: int = 2) -> None:
+        """Once per instance: no ``max_tokens`` and no window known."""
+        if self._budget_warned or self._explicit_max or self._window is not None:
+            return
+        self._budget_warned = True
+        warnings.warn(
+            "langchain-autocontext: no max_tokens given and the model's context window is "
+            f"unknown, so the default budget max_tokens={self.config.max_tokens:,} is used. "
+            "Pass max_tokens=… (the model's input window less room for the reply), or "
+            "model=… with a chat model whose profile states max_input_tokens "
+            "(ChatModel(..., profile={'max_input_tokens': …}); the middleware reads the "
+            "agent's model by itself).",
+            UserWarning,
+            stacklevel=stacklevel + 1,
+        )
 
     @property
     def count_tools(self) -> list[Any]:
@@ -761,6 +863,8 @@ class AutoContext:
         return self._config_shown(self.engaged(messages, state))
 
     def _config_shown(self, engaged: bool) -> AutoContextConfig:
+        if not (self._budget_warned or self._window_deferred):  # every surface passes here
+            self._warn_default_budget(stacklevel=4)
         if engaged:
             return self.config
         return self.config.model_copy(

@@ -12,7 +12,9 @@ What runs where:
   changed, so checkpoints hold the compressed context.
 * ``wrap_model_call`` / ``awrap_model_call`` — render the model's *input view*
   (metadata tags, system-prompt section, working context, memory-pressure notice)
-  on a copy of the request; nothing of the view is written to state.
+  on a copy of the request; nothing of the view is written to state. Without a
+  ``max_tokens``, the budget is read first from the request's model
+  (``model.profile["max_input_tokens"]``, see :meth:`AutoContext.use_model`).
 * ``after_model`` / ``aafter_model`` — strip tags the model copied into its output
   and apply its XML commands when ``xml_commands`` is on.
 * ``tools`` — the package's self-management tools, registered with the agent.
@@ -162,8 +164,10 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextMiddlewareState, Any, Any
     ) -> None:
         """Build it the LangChain way, ``AutoContextMiddleware(max_tokens=8_000,
         summarizer=…, store=…)`` (any :class:`AutoContextConfig` field and any
-        :class:`AutoContext` argument), from an ``AutoContextConfig``, or around an
-        existing ``AutoContext`` (what ``ac.middleware()`` does)."""
+        :class:`AutoContext` argument, ``trigger=("tokens", 6_000)`` and
+        ``keep=("fraction", 0.4)`` included), from an ``AutoContextConfig``, or around an
+        existing ``AutoContext`` (what ``ac.middleware()`` does). Without ``max_tokens``
+        the budget comes from the agent's model at its first call."""
         from langchain_autocontext.engine import AutoContext
 
         if autocontext is None or isinstance(autocontext, AutoContextConfig):
@@ -181,6 +185,9 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextMiddlewareState, Any, Any
             )
         super().__init__()
         self.autocontext = autocontext
+        # the budget comes from the request's model (use_model) unless max_tokens was given:
+        # the engine leaves the default-budget warning to wrap_model_call
+        autocontext._window_deferred = True
         self.tools = autocontext.tools
         self._lock = threading.Lock()
         # thread id -> the request shape last seen or loaded for it (bounded)
@@ -383,6 +390,7 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextMiddlewareState, Any, Any
     ) -> ModelResponse | AIMessage | ExtendedModelResponse:
         """Send the model its input view (tags, working context, notices), not the state."""
         thread_id = _thread_id(request.runtime, request.state.get("autocontext"))
+        self.autocontext.use_model(request.model)  # the budget, unless max_tokens was given
         self._learn(request, thread_id)
         call, msgs, system, tools = self._prepare(request, thread_id)
         if call is None:
@@ -402,6 +410,7 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextMiddlewareState, Any, Any
     ) -> ModelResponse | AIMessage | ExtendedModelResponse:
         """Async twin of :meth:`wrap_model_call`."""
         thread_id = _thread_id(request.runtime, request.state.get("autocontext"))
+        self.autocontext.use_model(request.model)  # the budget, unless max_tokens was given
         await self._alearn(request, thread_id)
         call, msgs, system, tools = self._prepare(request, thread_id)
         if call is None:

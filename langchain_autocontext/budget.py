@@ -1,0 +1,228 @@
+"""The budget the LangChain way: ``trigger=``/``keep=`` and the window of the model.
+
+``SummarizationMiddleware`` users write ``trigger=("tokens", 6_000)`` or
+``("fraction", 0.8)`` and ``keep=(...)``; :class:`BudgetSpec` maps those forms onto
+the :class:`~langchain_autocontext.AutoContextConfig` fields that mean the same here:
+
+* trigger ``("tokens", n)`` -> ``token_ratio = n / max_tokens``;
+  ``("fraction", x)`` -> ``token_ratio = x``; ``("messages", n)`` -> ``msg_threshold = n``
+  (a list of a token trigger and a message trigger sets both: either one triggers).
+* keep ``("tokens", n)`` -> ``target_ratio = n / max_tokens`` (what compression
+  compresses down to); ``("fraction", x)`` -> ``target_ratio = x``.
+  ``("messages", n)`` is refused: the package keeps the newest messages by tokens.
+
+:func:`model_window` reads ``model.profile["max_input_tokens"]`` (and
+``"max_output_tokens"``); :attr:`ModelWindow.budget` is that window less room for the
+reply: the profile's ``max_output_tokens``, at most a quarter of the window (a quarter
+when the profile does not say).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from langchain_autocontext.errors import InvalidConfigError
+
+if TYPE_CHECKING:
+    from langchain_autocontext.config import AutoContextConfig
+
+__all__ = ["BudgetSpec", "ModelWindow", "model_window"]
+
+_KINDS = ("tokens", "fraction", "messages")
+_FORMS = "('tokens', n), ('fraction', x) with 0 < x <= 1, or ('messages', n)"
+
+
+@dataclass(frozen=True)
+class ModelWindow:
+    """A model's context window as its LangChain profile states it."""
+
+    max_input_tokens: int
+    max_output_tokens: int | None = None
+
+    @property
+    def reply_room(self) -> int:
+        """Tokens left for the reply: ``max_output_tokens``, at most a quarter of the
+        window; a quarter when the profile does not state it."""
+        quarter = self.max_input_tokens // 4
+        return quarter if self.max_output_tokens is None else min(self.max_output_tokens, quarter)
+
+    @property
+    def budget(self) -> int:
+        """The ``max_tokens`` this window gives: the window less :attr:`reply_room`."""
+        return self.max_input_tokens - self.reply_room
+
+    def describe(self) -> str:
+        return (
+            f"the model's profile: max_input_tokens={self.max_input_tokens:,} less "
+            f"{self.reply_room:,} for the reply"
+        )
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def model_window(model: Any) -> ModelWindow | None:
+    """The window in ``model.profile`` (``max_input_tokens``, a positive int), or None
+    when the model has no profile or the profile does not state it."""
+    try:
+        profile = getattr(model, "profile", None)
+    except Exception:  # a wrapper whose attribute lookup fails: no window known
+        return None
+    if not isinstance(profile, Mapping):
+        return None
+    window = profile.get("max_input_tokens")
+    if not _count(window):
+        return None
+    output = profile.get("max_output_tokens")
+    return ModelWindow(window, output if _count(output) else None)
+
+
+def _pair(value: Any, name: str) -> tuple[str, int | float]:
+    """One ``(kind, value)`` tuple, validated."""
+    if not (isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str)):
+        raise InvalidConfigError(f"{name}={value!r} is not a (kind, value) tuple: use {_FORMS}")
+    kind, size = value
+    if kind not in _KINDS:
+        raise InvalidConfigError(f"{name}={value!r}: unknown kind {kind!r}; use {_FORMS}")
+    if isinstance(size, bool) or not isinstance(size, int | float):
+        raise InvalidConfigError(f"{name}={value!r}: the value must be a number")
+    if kind == "fraction":
+        if not (math.isfinite(size) and 0 < size <= 1):
+            raise InvalidConfigError(
+                f"{name}={value!r}: a fraction of the window must be in (0, 1]"
+            )
+    elif not isinstance(size, int):
+        raise InvalidConfigError(f"{name}={value!r}: {kind} must be a whole number")
+    elif size <= 0:
+        raise InvalidConfigError(f"{name}={value!r}: {kind} must be greater than 0")
+    return kind, size
+
+
+def _ratio(tokens: int, max_tokens: int) -> float:
+    """``tokens / max_tokens`` such that ``int(max_tokens * ratio) == tokens`` (the
+    config's ``trigger_tokens``/``target_tokens`` give back exactly ``tokens``)."""
+    ratio = tokens / max_tokens
+    while int(max_tokens * ratio) < tokens and ratio < 1:
+        ratio = math.nextafter(ratio, math.inf)
+    return min(ratio, 1.0)
+
+
+@dataclass(frozen=True)
+class BudgetSpec:
+    """``trigger=`` and ``keep=`` as given; :meth:`fields` maps them onto config fields
+    for a given ``max_tokens`` (again when the budget changes)."""
+
+    trigger: tuple[tuple[str, int | float], ...] = ()
+    keep: tuple[str, int | float] | None = None
+
+    @classmethod
+    def parse(cls, trigger: Any, keep: Any, fields: Mapping[str, Any]) -> BudgetSpec | None:
+        """Validate the forms (not yet against a budget); None when neither is given.
+
+        ``fields``: the config fields given as keyword arguments next to them; a field
+        that says the same thing as ``trigger=``/``keep=`` is an error.
+        """
+        if trigger is None and keep is None:
+            return None
+        pairs: tuple[tuple[str, int | float], ...] = ()
+        if trigger is not None:
+            clash = sorted({"token_ratio", "msg_threshold"} & set(fields))
+            if clash:
+                raise InvalidConfigError(
+                    f"give trigger= or {' and '.join(f'{c}=' for c in clash)}, not both: "
+                    "trigger=('tokens'|'fraction', …) sets token_ratio, "
+                    "trigger=('messages', n) sets msg_threshold"
+                )
+            pairs = cls._triggers(trigger)
+        kept = None
+        if keep is not None:
+            if "target_ratio" in fields:
+                raise InvalidConfigError(
+                    "give keep= or target_ratio=, not both: keep=('tokens'|'fraction', …) "
+                    "sets target_ratio (what compression keeps)"
+                )
+            kept = _pair(keep, "keep")
+            if kept[0] == "messages":
+                raise InvalidConfigError(
+                    f"keep={keep!r} is not supported: compression keeps the newest messages "
+                    "by tokens, not by count. Use keep=('tokens', n) or keep=('fraction', x) "
+                    "(what compression keeps, i.e. compresses down to); last_keep=n leaves "
+                    "the last n messages out of large-message offloading."
+                )
+        spec = cls(pairs, kept)
+        spec._check_same_kind()
+        return spec
+
+    @staticmethod
+    def _triggers(trigger: Any) -> tuple[tuple[str, int | float], ...]:
+        if isinstance(trigger, tuple) and trigger and isinstance(trigger[0], str):
+            pairs = (_pair(trigger, "trigger"),)
+        elif isinstance(trigger, Sequence) and not isinstance(trigger, str) and trigger:
+            pairs = tuple(_pair(item, "trigger") for item in trigger)
+        else:
+            raise InvalidConfigError(
+                f"trigger={trigger!r}: use a (kind, value) tuple, {_FORMS}, or a list of one "
+                "token trigger and one message trigger (either one triggers)"
+            )
+        token_kinds = [p for p in pairs if p[0] != "messages"]
+        if len(token_kinds) > 1 or len(pairs) - len(token_kinds) > 1:
+            raise InvalidConfigError(
+                f"trigger={trigger!r}: at most one token trigger (('tokens', n) or "
+                "('fraction', x)) and one message trigger (('messages', n))"
+            )
+        return pairs
+
+    def _check_same_kind(self) -> None:
+        """keep below trigger, when both are in the same unit (needs no budget)."""
+        if self.keep is None:
+            return
+        for kind, size in self.trigger:
+            if kind == self.keep[0] and self.keep[1] >= size:
+                raise InvalidConfigError(
+                    f"keep={self.keep!r} must be below trigger={(kind, size)!r}: compression "
+                    "starts at the trigger and compresses down to what keep says"
+                )
+
+    def fields(
+        self, base: AutoContextConfig, max_tokens: int, origin: str
+    ) -> dict[str, int | float]:
+        """The config fields for a budget of ``max_tokens`` (``origin`` says where that
+        number comes from, for the error messages)."""
+        out: dict[str, int | float] = {}
+        budget = f"the budget max_tokens={max_tokens:,} ({origin})"
+        for kind, size in self.trigger:
+            if kind == "messages":
+                out["msg_threshold"] = int(size)
+            elif kind == "fraction":
+                out["token_ratio"] = float(size)
+            elif size > max_tokens:
+                raise InvalidConfigError(
+                    f"trigger=('tokens', {size}) is above {budget}: compression could never "
+                    "start. Lower the trigger or raise max_tokens."
+                )
+            else:
+                out["token_ratio"] = _ratio(int(size), max_tokens)
+        if self.keep is not None:
+            kind, size = self.keep
+            if kind == "fraction":
+                out["target_ratio"] = float(size)
+            elif size > max_tokens:
+                raise InvalidConfigError(
+                    f"keep=('tokens', {size}) is above {budget}. Lower keep or raise max_tokens."
+                )
+            else:
+                out["target_ratio"] = _ratio(int(size), max_tokens)
+            trigger = out.get("token_ratio", base.token_ratio)
+            if out["target_ratio"] >= trigger:
+                said = next((p for p in self.trigger if p[0] != "messages"), None)
+                what = f"trigger={said!r}" if said else f"token_ratio={trigger}"
+                raise InvalidConfigError(
+                    f"keep={self.keep!r} ({int(max_tokens * out['target_ratio']):,} tokens of "
+                    f"{budget}) must be below {what} ({int(max_tokens * trigger):,} tokens): "
+                    "compression starts at the trigger and compresses down to what keep says"
+                )
+        return out

@@ -1,0 +1,370 @@
+"""Issue 12, items 1-2: LangChain-style ``trigger=``/``keep=`` and the budget read from
+the model's profile.
+
+The agent runs are real ``create_agent`` runs with a fake chat model whose ``profile``
+states its window; what the model receives is measured with the package's counter.
+"""
+
+from __future__ import annotations
+
+import warnings
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from _builders import log_text, sh
+from langchain.agents import create_agent
+from langchain.agents.middleware import AgentMiddleware, ModelRequest
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import START, StateGraph
+from langgraph.store.memory import InMemoryStore
+from pydantic import Field
+
+from langchain_autocontext import (
+    AutoContext,
+    AutoContextConfig,
+    AutoContextMiddleware,
+    AutoContextState,
+    InvalidConfigError,
+)
+from langchain_autocontext.budget import ModelWindow, model_window
+from langchain_autocontext.messages import find_violations
+
+THREAD = {"configurable": {"thread_id": "t"}, "recursion_limit": 500}
+DEFAULT_MAX = AutoContextConfig.model_fields["max_tokens"].default
+
+
+def script(steps: int, lines: int):
+    """``steps`` shell calls printing ``lines`` lines each, then an answer."""
+    for n in range(steps):
+        args = {"command": f"make {n}", "lines": lines}
+        yield AIMessage("", tool_calls=[{"name": "sh", "args": args, "id": f"c{n}"}])
+    yield AIMessage(f"done after {steps} calls")
+
+
+class WindowModel(GenericFakeChatModel):
+    """A scripted fake chat model that records what it receives and the tools bound."""
+
+    seen: list = Field(default_factory=list)
+    bound: list = Field(default_factory=list)
+
+    def bind_tools(self, tools, **kwargs):
+        self.bound = list(tools)
+        return self
+
+    def _generate(self, messages, stop=None, run_manager=None, **kwargs):
+        self.seen.append(list(messages))
+        return super()._generate(messages, stop=stop, run_manager=run_manager, **kwargs)
+
+
+def windowed(steps: int = 40, lines: int = 30, **profile: Any) -> WindowModel:
+    return WindowModel(messages=script(steps, lines), profile=profile or None)
+
+
+def agent(model: WindowModel, middleware: AgentMiddleware, *extra: AgentMiddleware) -> Any:
+    return create_agent(
+        model,
+        [sh],
+        system_prompt="Be brief.",
+        middleware=[*extra, middleware],
+        checkpointer=InMemorySaver(),
+        store=InMemoryStore(),
+    )
+
+
+async def run(graph: Any, run_async: bool) -> dict[str, Any]:
+    msgs = {"messages": [HumanMessage("go")]}
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*no store given")
+        return await graph.ainvoke(msgs, THREAD) if run_async else graph.invoke(msgs, THREAD)
+
+
+def ac_count(ac: AutoContext, texts: list[str]) -> int:
+    return sum(ac.counter.count_text(t) for t in texts)
+
+
+def sent_tokens(model: WindowModel, ac: AutoContext) -> list[int]:
+    return [ac.counter.count(sent, model.bound) for sent in model.seen]
+
+
+# --- trigger= and keep=: the forms and what they map to ---------------------------------------------
+@pytest.mark.parametrize(
+    ("kwargs", "expected"),
+    [
+        ({"trigger": ("tokens", 6_000)}, {"token_ratio": 0.75, "target_ratio": 0.5}),
+        ({"trigger": ("fraction", 0.6)}, {"token_ratio": 0.6, "target_ratio": 0.5}),
+        ({"trigger": ("fraction", 0.3)}, {"token_ratio": 0.3, "target_ratio": 0.2}),
+        ({"trigger": ("messages", 40)}, {"msg_threshold": 40, "token_ratio": 0.75}),
+        (
+            {"trigger": [("tokens", 7_000), ("messages", 60)]},
+            {"token_ratio": 0.875, "msg_threshold": 60},
+        ),
+        ({"keep": ("tokens", 2_000)}, {"target_ratio": 0.25, "token_ratio": 0.75}),
+        ({"keep": ("fraction", 0.4)}, {"target_ratio": 0.4}),
+        (
+            {"trigger": ("tokens", 6_000), "keep": ("tokens", 3_000)},
+            {"token_ratio": 0.75, "target_ratio": 0.375},
+        ),
+        (
+            {"trigger": ("fraction", 0.9), "keep": ("fraction", 0.6)},
+            {"token_ratio": 0.9, "target_ratio": 0.6},
+        ),
+    ],
+)
+def test_trigger_and_keep_map_onto_the_config(
+    kwargs: dict[str, Any], expected: dict[str, Any]
+) -> None:
+    for build in (AutoContext, AutoContextMiddleware):
+        built = build(max_tokens=8_000, **kwargs)
+        cfg = built.config if isinstance(built, AutoContext) else built.autocontext.config
+        assert cfg.max_tokens == 8_000
+        for name, value in expected.items():
+            assert getattr(cfg, name) == pytest.approx(value), name
+
+
+def test_token_forms_give_back_exact_token_counts() -> None:
+    cfg = AutoContext(max_tokens=7_001, trigger=("tokens", 6_000), keep=("tokens", 2_999)).config
+    assert (cfg.trigger_tokens, cfg.target_tokens) == (6_000, 2_999)
+    # keep without trigger is checked against the config's own trigger
+    cfg = AutoContext(AutoContextConfig(max_tokens=10_000), keep=("tokens", 1_000)).config
+    assert (cfg.trigger_tokens, cfg.target_tokens) == (7_500, 1_000)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"trigger": ("tokenz", 5)}, "unknown kind 'tokenz'"),
+        ({"trigger": ("tokens", 0)}, "greater than 0"),
+        ({"trigger": ("messages", -3)}, "greater than 0"),
+        ({"trigger": ("tokens", 5.5)}, "whole number"),
+        ({"trigger": ("tokens", True)}, "must be a number"),
+        ({"trigger": ("fraction", 0)}, r"\(0, 1\]"),
+        ({"trigger": ("fraction", 1.5)}, r"\(0, 1\]"),
+        ({"trigger": ("fraction", float("nan"))}, r"\(0, 1\]"),
+        ({"trigger": ("fraction", "0.5")}, "must be a number"),
+        ({"trigger": "tokens"}, r"\(kind, value\) tuple"),
+        ({"trigger": {"tokens": 5_000}}, r"\(kind, value\) tuple"),
+        ({"trigger": []}, r"\(kind, value\) tuple"),
+        ({"trigger": ("tokens", 1, 2)}, r"\(kind, value\) tuple"),
+        ({"trigger": [("tokens", 5_000), ("fraction", 0.5)]}, "at most one token trigger"),
+        ({"trigger": [("messages", 5), ("messages", 9)]}, "one message trigger"),
+        ({"keep": ("messages", 20)}, r"not supported.*'tokens', n.*'fraction', x"),
+        ({"keep": ("fraction", 1.2)}, r"\(0, 1\]"),
+        ({"keep": [("tokens", 100)]}, r"\(kind, value\) tuple"),
+        ({"trigger": ("tokens", 4_000), "keep": ("tokens", 4_000)}, "must be below"),
+        ({"trigger": ("fraction", 0.5), "keep": ("fraction", 0.7)}, "must be below"),
+        ({"trigger": ("fraction", 0.5), "keep": ("tokens", 5_000)}, "must be below"),
+        ({"keep": ("fraction", 0.8)}, r"must be below token_ratio=0.75"),
+        ({"trigger": ("tokens", 9_000)}, "above the budget max_tokens=8,000 \\(given\\)"),
+        ({"keep": ("tokens", 9_000)}, "above the budget"),
+        ({"trigger": ("fraction", 0.5), "token_ratio": 0.5}, "trigger= or token_ratio="),
+        ({"trigger": ("messages", 50), "msg_threshold": 50}, "trigger= or msg_threshold="),
+        ({"keep": ("fraction", 0.3), "target_ratio": 0.3}, "keep= or target_ratio="),
+    ],
+)
+def test_every_invalid_form_is_an_invalid_config_error(
+    kwargs: dict[str, Any], message: str
+) -> None:
+    for build in (AutoContext, AutoContextMiddleware):
+        with pytest.raises(InvalidConfigError, match=message):
+            build(max_tokens=8_000, **kwargs)
+
+
+def test_a_trigger_above_the_default_budget_says_how_to_set_it() -> None:
+    with pytest.raises(InvalidConfigError, match="no max_tokens given and no model window"):
+        AutoContext(trigger=("tokens", DEFAULT_MAX + 1))
+
+
+class Broken:
+    @property
+    def profile(self) -> Any:
+        raise RuntimeError("no profile here")
+
+
+# --- the window of the model ----------------------------------------------------------------------------
+def test_model_window_reads_the_profile_and_guards_its_absence() -> None:
+    assert model_window(windowed(max_input_tokens=8_000)) == ModelWindow(8_000)
+    assert model_window(windowed(max_input_tokens=8_000, max_output_tokens=1_000)) == (
+        ModelWindow(8_000, 1_000)
+    )
+    assert model_window(windowed()) is None  # no profile
+    assert model_window(windowed(max_output_tokens=1_000)) is None
+    assert model_window(SimpleNamespace(profile={"max_input_tokens": "8000"})) is None
+    assert model_window(SimpleNamespace(profile={"max_input_tokens": True})) is None
+    assert model_window(SimpleNamespace(profile={"max_input_tokens": 0})) is None
+    assert model_window(SimpleNamespace(profile="8000")) is None
+    assert model_window(Broken()) is None
+    assert model_window(object()) is None
+    assert model_window(None) is None
+    # room for the reply: max_output_tokens, at most a quarter; a quarter when unknown
+    assert ModelWindow(8_000).budget == 6_000
+    assert ModelWindow(8_000, 1_000).budget == 7_000
+    assert ModelWindow(200_000, 64_000).budget == 150_000
+
+
+def test_model_argument_sets_the_budget_at_construction() -> None:
+    model = windowed(max_input_tokens=8_000)
+    ac = AutoContext(model=model, trigger=("tokens", 4_000), keep=("fraction", 0.25))
+    assert ac.window == ModelWindow(8_000)
+    assert (ac.config.max_tokens, ac.config.trigger_tokens, ac.config.target_ratio) == (
+        6_000,
+        4_000,
+        0.25,
+    )
+    assert ac.config.pin_limit == 6_000 // 8  # derived budgets follow
+    # an explicit max_tokens wins over the model
+    ac = AutoContext(model=model, max_tokens=5_000)
+    assert ac.config.max_tokens == 5_000 and ac.window is None
+    ac = AutoContext(AutoContextConfig(max_tokens=5_000), model=model)
+    assert ac.config.max_tokens == 5_000
+    assert ac.use_model(windowed(max_input_tokens=100_000)) is False
+    # a window too small for the trigger: the error says where the budget comes from
+    with pytest.raises(InvalidConfigError, match="max_input_tokens=8,000 less 2,000"):
+        AutoContext(model=model, trigger=("tokens", 7_000))
+
+
+def test_a_model_with_another_window_changes_the_budget() -> None:
+    ac = AutoContext(model=windowed(max_input_tokens=8_000), trigger=("tokens", 4_000))
+    assert ac.use_model(windowed(max_input_tokens=8_000)) is False  # same window
+    assert ac.use_model(windowed(max_input_tokens=32_000, max_output_tokens=4_000)) is True
+    assert (ac.config.max_tokens, ac.config.trigger_tokens) == (28_000, 4_000)
+    assert ac.use_model(windowed()) is False  # no window: the known one stays
+    assert ac.config.max_tokens == 28_000
+
+
+def test_the_node_compresses_to_the_window_of_the_model_argument() -> None:
+    model = windowed(max_input_tokens=8_000)
+    ac = AutoContext(model=model, store=InMemoryStore())
+    graph = StateGraph(AutoContextState)
+    graph.add_node("autocontext", ac.node())
+    graph.add_edge(START, "autocontext")
+    app = graph.compile()
+    msgs: list[BaseMessage] = [SystemMessage("Be brief.")]
+    for k in range(30):
+        msgs += [HumanMessage(f"question {k}"), AIMessage(log_text(20, k))]
+    assert ac.counter.count(msgs, ac.count_tools) > 8_000
+    out = app.invoke({"messages": msgs})
+    assert ac.counter.count(out["messages"], ac.count_tools) <= 6_000
+
+
+# --- the middleware reads the agent's model --------------------------------------------------------------
+async def test_the_middleware_takes_the_budget_from_the_models_profile() -> None:
+    """No max_tokens: a model with max_input_tokens=8000 never receives more than that."""
+    for run_async in (False, True):
+        model = windowed(max_input_tokens=8_000)
+        mw = AutoContextMiddleware(trigger=("fraction", 0.8), keep=("fraction", 0.5))
+        assert mw.autocontext.config.max_tokens == DEFAULT_MAX  # unknown until the first call
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            out = await run(agent(model, mw), run_async)
+        assert not [w for w in caught if "default budget" in str(w.message)]
+        assert out["messages"][-1].content == "done after 40 calls"
+        cfg = mw.autocontext.config
+        assert (cfg.max_tokens, cfg.token_ratio, cfg.target_ratio) == (6_000, 0.8, 0.5)
+        sent = sent_tokens(model, mw.autocontext)
+        assert len(sent) == 41
+        assert max(sent) <= 6_000 < 8_000
+        # the run needed it: unmanaged, the context grows far past the window
+        assert ac_count(mw.autocontext, [log_text(30, n) for n in range(40)]) > 3 * 8_000
+        assert all(not find_violations(s) for s in model.seen)
+
+
+async def test_a_resumed_thread_longer_than_the_window_fits_at_the_first_call() -> None:
+    """The first before_model runs before the model is known (default budget); the view
+    of that first call is fitted to the model's window all the same."""
+    for run_async in (False, True):
+        model = WindowModel(messages=iter([AIMessage("ok")]), profile={"max_input_tokens": 8_000})
+        mw = AutoContextMiddleware()
+        history: list[BaseMessage] = []
+        for k in range(25):
+            history += [HumanMessage(f"question {k}"), AIMessage(log_text(20, k))]
+        history.append(HumanMessage("and now?"))
+        assert mw.autocontext.counter.count(history) > 10_000
+        graph = agent(model, mw)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            msgs = {"messages": history}
+            out = await graph.ainvoke(msgs, THREAD) if run_async else graph.invoke(msgs, THREAD)
+        assert out["messages"][-1].content == "ok"
+        assert sent_tokens(model, mw.autocontext) and max(sent_tokens(model, mw.autocontext)) <= (
+            6_000
+        )
+
+
+class SwitchModel(AgentMiddleware):
+    """Sends the calls after the first ``after`` to another model (a dynamic model)."""
+
+    def __init__(self, other: WindowModel, after: int) -> None:
+        super().__init__()
+        self.other, self.after, self.calls = other, after, 0
+
+    def _pick(self, request: ModelRequest) -> ModelRequest:
+        self.calls += 1
+        return request.override(model=self.other) if self.calls > self.after else request
+
+    def wrap_model_call(self, request, handler):
+        return handler(self._pick(request))
+
+    async def awrap_model_call(self, request, handler):
+        return await handler(self._pick(request))
+
+
+async def test_a_model_with_a_smaller_window_later_is_followed() -> None:
+    for run_async in (False, True):
+        big = windowed(steps=40, lines=30, max_input_tokens=32_000, max_output_tokens=4_000)
+        small = windowed(steps=40, lines=30, max_input_tokens=8_000, max_output_tokens=1_000)
+        small.messages = big.messages  # one script, whichever model answers
+        mw = AutoContextMiddleware()
+        out = await run(agent(big, mw, SwitchModel(small, after=25)), run_async)
+        assert out["messages"][-1].content == "done after 40 calls"
+        assert len(big.seen) == 25 and len(small.seen) == 16
+        assert max(sent_tokens(big, mw.autocontext)) > 7_000  # the big window was used
+        assert max(sent_tokens(small, mw.autocontext)) <= 7_000
+        assert mw.autocontext.config.max_tokens == 7_000
+
+
+async def test_explicit_max_tokens_wins_over_the_profile() -> None:
+    for run_async in (False, True):
+        model = windowed(steps=20, max_input_tokens=100_000)
+        mw = AutoContextMiddleware(max_tokens=5_000, trigger=("tokens", 4_000))
+        await run(agent(model, mw), run_async)
+        assert mw.autocontext.config.max_tokens == 5_000
+        assert mw.autocontext.config.trigger_tokens == 4_000
+        assert max(sent_tokens(model, mw.autocontext)) <= 5_000
+
+
+# --- no window known: the default budget, and one warning ---------------------------------------------
+async def test_no_window_known_warns_once_and_keeps_the_default_budget() -> None:
+    for run_async in (False, True):
+        model = windowed(steps=3, lines=2)  # no profile
+        mw = AutoContextMiddleware()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            out = await run(agent(model, mw), run_async)
+            await run(agent(windowed(steps=2, lines=2), mw), run_async)  # same instance
+        assert out["messages"][-1].content == "done after 3 calls"
+        notes = [str(w.message) for w in caught if "default budget" in str(w.message)]
+        assert len(notes) == 1
+        assert f"max_tokens={DEFAULT_MAX:,}" in notes[0]
+        assert "max_tokens=…" in notes[0] and "max_input_tokens" in notes[0]
+        assert mw.autocontext.config.max_tokens == DEFAULT_MAX
+
+
+def test_the_engine_surfaces_warn_once_without_a_budget() -> None:
+    ac = AutoContext(store=InMemoryStore())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ac.compress([HumanMessage("hi")])
+        ac.compress([HumanMessage("hi again")])
+        ac.prepare_model_call([HumanMessage("hi")])
+    assert len([w for w in caught if "default budget" in str(w.message)]) == 1
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        AutoContext(model=windowed())  # a model without a window: said at construction
+        quiet = AutoContext(max_tokens=8_000, store=InMemoryStore())
+        quiet.compress([HumanMessage("hi")])
+        known = AutoContext(model=windowed(max_input_tokens=8_000), store=InMemoryStore())
+        known.compress([HumanMessage("hi")])
+    assert len([w for w in caught if "default budget" in str(w.message)]) == 1
