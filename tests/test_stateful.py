@@ -212,7 +212,7 @@ class ContextMachine(RuleBasedStateMachine):
         if not self.working:
             return
         assert not find_violations(self.working), find_violations(self.working)
-        tokens = self.ac.counter.count(self.working, self.ac.count_tools, tags=CFG.metadata_tags)
+        tokens = self.ac.counter.count(self.working, self.ac.count_tools, tags=CFG.tags_mode)
         assert tokens <= CFG.max_tokens
 
     @invariant()
