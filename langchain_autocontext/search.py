@@ -17,11 +17,17 @@ Why not a dependency: ``rank-bm25`` rebuilds its whole index for every new
 document and ``bm25s`` brings numpy/scipy sparse matrices built in one batch;
 an append-only history needs an index that grows one message at a time, which
 is about 60 lines here.
+
+Filters (``speaker``, ``after``, ``before``) narrow the search to one speaker and a
+time range; with a filter the query may be empty (the matching messages, newest
+first). A message's time is the time it carries itself, else the time it was
+archived (see :func:`search_history`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import functools
 import heapq
 import itertools
@@ -30,9 +36,9 @@ import re
 import threading
 import weakref
 from collections import Counter, OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from langchain_core.messages import BaseMessage, ToolMessage
 
@@ -46,6 +52,7 @@ from langchain_autocontext.store import (
 
 __all__ = [
     "BM25Index",
+    "SearchFilter",
     "SearchHit",
     "asearch_history",
     "format_hits",
@@ -176,18 +183,204 @@ class BM25Index:
                 out[doc] = out.get(doc, 0.0) + idf * tf * (self.k1 + 1) / norm
         return out
 
-    def search(self, query: str, k: int) -> list[tuple[str, float]]:
-        """The ``k`` best ``(key, score)`` pairs, best first."""
+    def search(
+        self, query: str, k: int, keep: Callable[[str], bool] | None = None
+    ) -> list[tuple[str, float]]:
+        """The ``k`` best ``(key, score)`` pairs, best first; with ``keep``, the ``k``
+        best among the keys it accepts (every scored document is tested)."""
         scores = self.scores(query)
-        best = heapq.nlargest(k, scores.items(), key=lambda kv: (kv[1], -kv[0]))
+        items: Iterable[tuple[int, float]] = scores.items()
+        if keep is not None:
+            items = [(doc, score) for doc, score in items if keep(self.keys[doc])]
+        best = heapq.nlargest(k, items, key=lambda kv: (kv[1], -kv[0]))
         return [(self.keys[doc], score) for doc, score in best]
+
+
+# --- speakers and times ------------------------------------------------------------------------
+#: Keys of ``additional_kwargs`` / ``response_metadata`` holding a message's own time.
+TIME_KEYS = ("timestamp", "created_at")
+#: Roles a ``speaker`` filter may name (and their LangChain spellings).
+ROLES = {
+    "user": "user",
+    "human": "user",
+    "assistant": "assistant",
+    "ai": "assistant",
+    "tool": "tool",
+    "system": "system",
+}
+_BOUND_RE = re.compile(
+    r"\d{4}-\d{2}(?:-\d{2}(?:[T ](?P<h>\d{2})(?::(?P<m>\d{2})(?::(?P<s>\d{2})(?:[.,]\d+)?)?)?)?)?"
+    r"(?:Z|[+-]\d{2}(?::?\d{2})?)?"
+)
+
+
+class _Meta(NamedTuple):
+    seq: int
+    role: str
+    tool_name: str | None  # a ToolMessage's tool
+    speaker: str | None  # the name of any other message
+    time: float | None  # unix seconds: the message's own time, else its archiving
+    day: bool  # the time is a date only (shown without the time of day)
+
+
+def _aware(value: dt.datetime) -> dt.datetime:
+    """Naive datetimes are UTC."""
+    return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
+
+
+def _parse_time(value: Any) -> tuple[float, bool] | None:
+    """``(unix seconds, date only)`` of a message-carried time, or ``None``.
+
+    Accepts ISO 8601 strings (a date or a datetime; naive means UTC), unix seconds
+    (milliseconds when above 1e11) and ``datetime``/``date`` objects.
+    """
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        if not math.isfinite(value) or value <= 0:
+            return None
+        return (value / 1000 if value > 1e11 else float(value)), False
+    if isinstance(value, dt.datetime):
+        return _aware(value).timestamp(), False
+    if isinstance(value, dt.date):
+        return dt.datetime(value.year, value.month, value.day, tzinfo=dt.UTC).timestamp(), True
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            if len(text) == 10:
+                day = dt.date.fromisoformat(text)
+                return _parse_time(day)
+            return _aware(dt.datetime.fromisoformat(text.replace("z", "Z"))).timestamp(), False
+        except ValueError:
+            return None
+    return None
+
+
+def _message_time(message: BaseMessage) -> tuple[float, bool] | None:
+    for source in (message.additional_kwargs, message.response_metadata):
+        if isinstance(source, dict):
+            for key in TIME_KEYS:
+                found = _parse_time(source.get(key))
+                if found is not None:
+                    return found
+    return None
+
+
+def format_time(time: float, day: bool = False) -> str:
+    """``2023-05-08`` (a date only) or ``2023-05-08 14:03`` (UTC, to the minute)."""
+    when = dt.datetime.fromtimestamp(time, dt.UTC)
+    return when.strftime("%Y-%m-%d" if day else "%Y-%m-%d %H:%M")
+
+
+def _bound(name: str, value: Any) -> tuple[str, float, float] | None:
+    """``(text, start, end)`` of the span an ``after``/``before`` value names: a month,
+    a day, or a time to the hour, minute or second (naive means UTC); ``end`` excluded."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    if isinstance(value, dt.datetime | dt.date):
+        value = value.isoformat()
+    text = value.strip() if isinstance(value, str) else ""
+    match = _BOUND_RE.fullmatch(text)
+    try:
+        if not match:
+            raise ValueError
+        if len(text) == 7:  # a month
+            start = dt.datetime.fromisoformat(text + "-01").replace(tzinfo=dt.UTC)
+            year, month = divmod(start.month, 12)
+            nxt = start.replace(year=start.year + year, month=month + 1)
+            return text, start.timestamp(), nxt.timestamp()
+        if len(text) == 10:  # a day
+            start = dt.datetime.fromisoformat(text).replace(tzinfo=dt.UTC)
+            return text, start.timestamp(), start.timestamp() + 86_400
+        moment = _aware(dt.datetime.fromisoformat(text.replace("z", "Z")))
+    except ValueError:
+        raise ValueError(
+            f"{name}={value!r} is not an ISO 8601 date or time; write it like 2023-05-08 or "
+            "2023-05-08T14:30 (UTC unless an offset is given)."
+        ) from None
+    unit = 1 if match["s"] else 60 if match["m"] else 3_600
+    return text, moment.timestamp(), moment.timestamp() + unit
+
+
+@dataclass(frozen=True)
+class SearchFilter:
+    """Which messages a search may return: one speaker, a time range.
+
+    ``speaker`` is a role (``user``, ``assistant``, ``tool``, ``system``; ``human`` and
+    ``ai`` also work) or a message ``name`` (case-insensitive; a tool result's name is
+    its tool). ``after`` and ``before`` are ISO 8601 and each names a span (a month
+    ``2023-05``, a day ``2023-05-08``, a time ``2023-05-08T14:30`` to the hour, minute
+    or second; UTC unless an offset is given) and include all of it: ``after`` keeps
+    messages from the span's start on, ``before`` those up to its end, so
+    ``after=before="2023-05-08"`` is that day.
+    """
+
+    speaker: str | None = None
+    after: tuple[str, float, float] | None = None
+    before: tuple[str, float, float] | None = None
+
+    @classmethod
+    def parse(cls, speaker: Any = None, after: Any = None, before: Any = None) -> SearchFilter:
+        """Validated filters; ``ValueError`` says what is wrong."""
+        if speaker is not None and not isinstance(speaker, str):
+            raise ValueError(f"speaker must be a string, got {speaker!r}")
+        who = " ".join((speaker or "").split()) or None
+        lo, hi = _bound("after", after), _bound("before", before)
+        if lo is not None and hi is not None and lo[1] >= hi[2]:
+            raise ValueError(
+                f"after={lo[0]!r} is later than before={hi[0]!r}: no time is in between; "
+                "after is the earlier bound."
+            )
+        return cls(who, lo, hi)
+
+    def __bool__(self) -> bool:
+        return bool(self.speaker or self.after or self.before)
+
+    def describe(self) -> str:
+        """``speaker Caroline, after 2023-05-01, before 2023-06`` (empty without filters)."""
+        parts = [f"speaker {self.speaker}"] if self.speaker else []
+        parts += [f"{n} {b[0]}" for n, b in (("after", self.after), ("before", self.before)) if b]
+        return ", ".join(parts)
+
+    def matcher(self, index: _ThreadIndex) -> Callable[[str], bool]:
+        """A test of message ids of ``index``; ``ValueError`` for a speaker that is
+        neither a role nor a name of the thread."""
+        role = ROLES.get(self.speaker.casefold()) if self.speaker else None
+        name = self.speaker.casefold() if self.speaker else None
+        if name is not None and role is None:
+            names = Counter(
+                m.speaker or m.tool_name for k, m in index.meta.items() if k not in index.noise
+            )
+            known = {n.casefold() for n in names if n}
+            if name not in known:
+                people = [n for n, _ in names.most_common() if n][:12]
+                raise ValueError(
+                    f"No message of this conversation is by {self.speaker!r}: give a role "
+                    "(user, assistant, tool, system)"
+                    + (f" or one of the names {', '.join(people)}." if people else ".")
+                )
+        lo = self.after[1] if self.after else -math.inf
+        hi = self.before[2] if self.before else math.inf
+        timed = self.after is not None or self.before is not None
+
+        def keep(key: str) -> bool:
+            meta = index.meta.get(key)
+            if meta is None:
+                return False
+            if self.speaker is not None and meta.role != role:
+                who = meta.speaker or meta.tool_name
+                if role is not None or who is None or who.casefold() != name:
+                    return False
+            return not timed or (meta.time is not None and lo <= meta.time < hi)
+
+        return keep
 
 
 @dataclass
 class _ThreadIndex:
     bm25: BM25Index
     texts: dict[str, str]
-    meta: dict[str, tuple[int, str, str | None]]  # id -> (seq, role, tool name)
+    meta: dict[str, _Meta]
     noise: set[str] = field(default_factory=set)  # copies: COPY_TOOLS calls and results
     next_seq: int = 0
     last_text: str = ""  # the previous message's text: context for the next one
@@ -258,8 +451,17 @@ def _add_locked(index: _ThreadIndex, entries: Iterable[HistoryEntry]) -> None:
         index.texts[e.id] = text
         if not _is_copy(e.message):
             index.last_text = text[:2_000]
-        name = e.message.name if isinstance(e.message, ToolMessage) else None
-        index.meta[e.id] = (e.seq, _role(e.message), name)
+        name = e.message.name.strip() if isinstance(e.message.name, str) else None
+        is_tool = isinstance(e.message, ToolMessage)
+        when = _message_time(e.message) or ((e.ts, False) if e.ts else None)
+        index.meta[e.id] = _Meta(
+            e.seq,
+            _role(e.message),
+            (name or None) if is_tool else None,
+            None if is_tool else (name or None),
+            when[0] if when else None,
+            when[1] if when else False,
+        )
         if _is_copy(e.message):
             index.noise.add(e.id)
         index.next_seq = max(index.next_seq, e.seq + 1)
@@ -293,6 +495,11 @@ class SearchHit:
     tool_name: str | None = None
     in_context: str = "no"
     """``"yes"``, ``"no"`` or ``"shortened"`` (in the context as a preview/summary)."""
+    speaker: str | None = None
+    """The message's ``name`` (not for tool results: their name is ``tool_name``)."""
+    time: str | None = None
+    """When it was said (UTC): ``2023-05-08`` or ``2023-05-08 14:03`` (see
+    :func:`search_history`)."""
 
 
 def snippet(text: str, query: str, width: int = 320, windows: int = 3) -> str:
@@ -331,17 +538,40 @@ def snippet(text: str, query: str, width: int = 320, windows: int = 3) -> str:
     )
 
 
+def _newest(
+    index: _ThreadIndex, limit: int, keep: Callable[[str], bool]
+) -> list[tuple[str, float]]:
+    """The ``limit`` newest messages ``keep`` accepts (by time, then position)."""
+    found = [key for key in index.meta if keep(key)]
+    best = heapq.nlargest(
+        limit, found, key=lambda k: (index.meta[k].time or 0.0, index.meta[k].seq)
+    )
+    return [(key, 0.0) for key in best]
+
+
 def _rank(
     index: _ThreadIndex,
     query: str,
     limit: int,
     semantic: Sequence[str],
     exclude: frozenset[str] = frozenset(),
+    keep: Callable[[str], bool] | None = None,
 ) -> list[tuple[str, float]]:
     pool = max(limit * 4, 20) + len(index.noise)
     skip = index.noise | exclude
-    lexical = [kv for kv in index.bm25.search(query, pool + len(exclude)) if kv[0] not in skip]
-    semantic = [k for k in semantic if k not in skip]
+    if keep is not None:  # a filter: every scored message is tested before the cut-off
+        accept = keep
+
+        def wanted(key: str) -> bool:
+            return key not in skip and accept(key)
+
+        if not query:
+            return _newest(index, limit, wanted)
+        lexical = index.bm25.search(query, pool, wanted)
+        semantic = [k for k in semantic if wanted(k)]
+    else:
+        lexical = [kv for kv in index.bm25.search(query, pool + len(exclude)) if kv[0] not in skip]
+        semantic = [k for k in semantic if k not in skip]
     # The whole query as a phrase, on word boundaries ("red car" is not in "tired car")
     q = " ".join(query.lower().split())
     phrase = re.compile(rf"(?<!\w){re.escape(q)}(?!\w)") if q else None
@@ -356,7 +586,7 @@ def _rank(
             for r, key in enumerate(ranking):
                 if key in index.texts:
                     fused[key] = fused.get(key, 0.0) + 1.0 / (60 + r + 1)
-        ranked = sorted(fused.items(), key=lambda kv: (-kv[1], index.meta[kv[0]][0]))
+        ranked = sorted(fused.items(), key=lambda kv: (-kv[1], index.meta[kv[0]].seq))
     else:
         ranked = lexical
     ranked = sorted(ranked, key=lambda kv: kv[0] not in exact)  # stable: exact phrase first
@@ -389,106 +619,162 @@ def _hits(
     states = _context_states(working)
     out = []
     for key, score in ranked:
-        seq, role, name = index.meta[key]
+        meta = index.meta[key]
         out.append(
             SearchHit(
                 id=key,
-                seq=seq,
-                role=role,
+                seq=meta.seq,
+                role=meta.role,
                 score=round(score, 4),
                 snippet=snippet(index.texts[key], query),
-                tool_name=name,
+                tool_name=meta.tool_name,
                 in_context=states.get(key, "no"),
+                speaker=meta.speaker,
+                time=None if meta.time is None else format_time(meta.time, meta.day),
             )
         )
     return out
 
 
-def _check(query: Any, limit: Any) -> tuple[str, int]:
-    if not isinstance(query, str) or not query.strip():
-        raise ValueError("query must be a non-empty string")
+def _check(query: Any, limit: Any, filters: SearchFilter) -> tuple[str, int]:
+    if query is None and filters:
+        query = ""
+    if not isinstance(query, str):
+        raise ValueError(f"query must be a string, got {query!r}")
+    if not query.strip() and not filters:
+        raise ValueError("query must be a non-empty string (or give speaker, after or before)")
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
         raise ValueError(f"limit must be a positive integer, got {limit!r}")
     return query.strip(), min(limit, 50)
 
 
+def _refreshed(store: OffloadStore, thread_id: str, count: int) -> tuple[_ThreadIndex, int]:
+    """The thread's index, and the seq it must be filled from (up to ``count``)."""
+    index = _CACHE.get(store, thread_id)
+    if count < index.next_seq:  # the store was reset under us: rebuild
+        index = _CACHE.get(store, thread_id, reset=True)
+    return index, index.next_seq
+
+
+def _semantic_limit(limit: int, filters: SearchFilter) -> int:
+    # a filter drops vector hits after the search: ask for more of them
+    return limit * 20 if filters else limit * 4
+
+
 def search_history(
     store: OffloadStore,
     thread_id: str,
-    query: str,
+    query: str | None,
     limit: int = 5,
     *,
     working: Sequence[BaseMessage] | None = None,
     exclude: Iterable[str] = (),
+    speaker: str | None = None,
+    after: str | dt.date | None = None,
+    before: str | dt.date | None = None,
 ) -> list[SearchHit]:
     """The ``limit`` best history messages of ``thread_id`` for ``query``, best first.
 
     ``working`` (the current working messages) marks which hits are still in the
     context; ``exclude`` drops message ids (e.g. the message asking). The search
-    tool's own calls and results are never returned. Raises ``ValueError`` for an
-    empty query or a limit below 1.
+    tool's own calls and results are never returned.
+
+    Filters (see :class:`SearchFilter`) are applied to every scored message before the
+    cut-off, so ``limit`` matching hits come back when they exist:
+
+    - ``speaker``: a role (``user``, ``assistant``, ``tool``, ``system``) or a
+      message ``name``, case-insensitive;
+    - ``after`` / ``before``: ISO 8601 dates or times (UTC unless an offset is given),
+      both inclusive (``after=before="2023-05-08"`` is that whole day).
+
+    A message's time is the time it carries itself, under ``timestamp`` or
+    ``created_at`` in its ``additional_kwargs``, else in its ``response_metadata``
+    (an ISO 8601 string, naive meaning UTC, or unix seconds), else the time it was
+    archived (``HistoryEntry.ts``). With a filter the query may be empty: the matching
+    messages come newest first.
+
+    Raises ``ValueError`` (saying why) for an empty query without a filter, a limit
+    below 1, an unparseable date, ``after`` later than ``before``, or a speaker that is
+    neither a role nor a name of the thread.
     """
-    query, limit = _check(query, limit)
-    index = _CACHE.get(store, thread_id)
+    filters = SearchFilter.parse(speaker, after, before)
+    query, limit = _check(query, limit, filters)
     count = store.history_count(thread_id)
-    if count < index.next_seq:  # the store was reset under us: rebuild
-        index = _CACHE.get(store, thread_id, reset=True)
-    if count > index.next_seq:
-        _add(index, store.iter_history(thread_id, start=index.next_seq, end=count))
+    index, start = _refreshed(store, thread_id, count)
+    if count > start:
+        _add(index, store.iter_history(thread_id, start=start, end=count))
+    keep = filters.matcher(index) if filters else None
     semantic: list[str] = []
-    if store.index_config:
-        items = store.search(store.namespace(thread_id, "history"), query=query, limit=limit * 4)
+    if store.index_config and query:
+        items = store.search(
+            store.namespace(thread_id, "history"),
+            query=query,
+            limit=_semantic_limit(limit, filters),
+        )
         semantic = [it.key for it in items]
-    ranked = _rank(index, query, limit, semantic, frozenset(exclude))
+    ranked = _rank(index, query, limit, semantic, frozenset(exclude), keep)
     return _hits(index, ranked, query, working)
 
 
 async def asearch_history(
     store: OffloadStore,
     thread_id: str,
-    query: str,
+    query: str | None,
     limit: int = 5,
     *,
     working: Sequence[BaseMessage] | None = None,
     exclude: Iterable[str] = (),
+    speaker: str | None = None,
+    after: str | dt.date | None = None,
+    before: str | dt.date | None = None,
 ) -> list[SearchHit]:
     """Async twin of :func:`search_history`."""
-    query, limit = _check(query, limit)
-    index = _CACHE.get(store, thread_id)
+    filters = SearchFilter.parse(speaker, after, before)
+    query, limit = _check(query, limit, filters)
     count = await store.ahistory_count(thread_id)
-    if count < index.next_seq:  # the store was reset under us: rebuild
-        index = _CACHE.get(store, thread_id, reset=True)
-    if count > index.next_seq:
-        _add(
-            index,
-            [e async for e in store.aiter_history(thread_id, start=index.next_seq, end=count)],
-        )
+    index, start = _refreshed(store, thread_id, count)
+    if count > start:
+        _add(index, [e async for e in store.aiter_history(thread_id, start=start, end=count)])
+    keep = filters.matcher(index) if filters else None
     semantic: list[str] = []
-    if store.index_config:
+    if store.index_config and query:
         items = await store.asearch(
-            store.namespace(thread_id, "history"), query=query, limit=limit * 4
+            store.namespace(thread_id, "history"),
+            query=query,
+            limit=_semantic_limit(limit, filters),
         )
         semantic = [it.key for it in items]
-    ranked = _rank(index, query, limit, semantic, frozenset(exclude))
+    ranked = _rank(index, query, limit, semantic, frozenset(exclude), keep)
     return _hits(index, ranked, query, working)
 
 
-def format_hits(query: str, hits: Sequence[SearchHit], total: int) -> str:
-    """The search result as the model reads it."""
+def format_hits(
+    query: str, hits: Sequence[SearchHit], total: int, filters: SearchFilter | None = None
+) -> str:
+    """The search result as the model reads it (``filters``: those the search used)."""
+    where_ = filters.describe() if filters else ""
+    what = " ".join(p for p in (repr(query) if query else "", f"({where_})" if where_ else "") if p)
     if not hits:
-        return (
-            f"No message of this conversation's history ({total} messages) matches {query!r}. "
+        return f"No message of this conversation's history ({total} messages) matches {what}. " + (
             "Try other keywords, a shorter identifier, or a part of it."
+            if query
+            else "Try another speaker or a wider time range."
         )
-    lines = [f"{len(hits)} result(s) for {query!r} among {total} messages, best first:"]
+    if query:
+        head = f"{len(hits)} result(s) for {what} among {total} messages, best first"
+    else:
+        head = " ".join(p for p in (f"{len(hits)} message(s)", what) if p)
+        head += f" among {total} messages, newest first"
+    lines = [head + (" (times UTC):" if any(h.time for h in hits) else ":")]
     for n, h in enumerate(hits, 1):
-        who = h.role + (f" ({h.tool_name})" if h.tool_name else "")
+        who = h.role + (f" ({h.tool_name or h.speaker})" if h.tool_name or h.speaker else "")
+        when = f" at {h.time}" if h.time else ""
         where = {
             "yes": "in your context",
             "shortened": "in your context as a shortened version",
             "no": "not in your context",
         }[h.in_context]
         hint = "" if h.in_context == "yes" else f'; reload_offloaded("{h.id}") returns it in full'
-        lines.append(f"{n}. id={h.id} {who}, position {h.seq}, {where}{hint}")
+        lines.append(f"{n}. id={h.id} {who}{when}, position {h.seq}, {where}{hint}")
         lines.append(f"   {h.snippet}")
     return "\n".join(lines)

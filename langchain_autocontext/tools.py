@@ -12,7 +12,8 @@ the working context:
 - ``reload_offloaded(offload_id, offset=0, restore=False)`` returns offloaded
   originals (or any history message by id), truncated to the free budget with a
   note saying how to read on; ``restore=True`` puts them back when they fit;
-- ``search_history(query, limit=5)`` ranks the thread's complete history
+- ``search_history(query, limit=5, speaker, after, before)`` ranks the thread's
+  complete history, optionally of one speaker and a time range
   (:mod:`langchain_autocontext.search`);
 - ``working_context_append(text)`` and ``working_context_replace(old, new)`` edit
   the MemGPT working context (``state["autocontext"]["working_context"]``),
@@ -27,6 +28,7 @@ refused after the first (LangGraph applies parallel updates in no fixed order).
 
 from __future__ import annotations
 
+import functools
 import json
 import warnings
 from collections.abc import Mapping, Sequence
@@ -43,8 +45,9 @@ from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.prebuilt import ToolRuntime
 from langgraph.types import Command
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, create_model
 from pydantic.fields import FieldInfo
+from pydantic_core import PydanticUndefined
 
 from langchain_autocontext.commands import Edit, delete_op, diff_updates, pin_op, update_op
 from langchain_autocontext.errors import OffloadNotFoundError
@@ -56,6 +59,7 @@ from langchain_autocontext.messages import (
     tool_call_ids,
 )
 from langchain_autocontext.search import (
+    SearchFilter,
     asearch_history,
     format_hits,
     mark_in_context,
@@ -149,9 +153,12 @@ class SearchHistoryArgs(BaseModel):
 
     model_config = _STRICT
     query: str = Field(
-        description="Keywords or an exact identifier (id, path, key, error text) to find."
+        "", description="Keywords or an exact identifier (id, path, key, error text) to find."
     )
     limit: int = Field(5, ge=1, le=50, description="How many results to return, best first.")
+    speaker: str = ""
+    after: str = ""
+    before: str = ""
     runtime: ToolRuntime
 
 
@@ -203,9 +210,11 @@ _DESCRIPTIONS = {
     ),
     "search_history": (
         "Search the complete history of this conversation, including messages no longer "
-        "in your context, by keywords or an exact identifier. Returns message ids, roles, "
-        "positions and matching snippets, best first; reload_offloaded(id) returns a "
-        "message in full."
+        "in your context, by keywords or an exact identifier. Filters: speaker (a name, "
+        "user, assistant or tool), after and before (ISO dates or times, UTC, inclusive); "
+        "with one the query may be empty (newest first). Returns message ids, speakers, "
+        "times, positions and snippets, best first; reload_offloaded(id) returns a message "
+        "in full."
     ),
     "working_context_append": (
         "Add text to your working context: a size-limited notepad that always stays in "
@@ -797,58 +806,95 @@ _MAX_QUERY_CHARS = 1_000
 
 
 def _search_tool(engine: AutoContext) -> StructuredTool:
-    def bad_query(query: Any) -> str | None:
-        if not isinstance(query, str) or not query.strip():
-            return "The query is empty: give keywords or an exact identifier to search for."
+    def parse(query: Any, speaker: Any, after: Any, before: Any) -> SearchFilter | str:
+        """The filters, or the error to answer with."""
+        try:
+            filters = SearchFilter.parse(speaker, after, before)
+        except ValueError as exc:
+            return str(exc)
+        if not isinstance(query, str) or (not query.strip() and not filters):
+            return (
+                "The query is empty: give keywords or an exact identifier to search for, "
+                "or a speaker, after or before filter."
+            )
         if len(query) > _MAX_QUERY_CHARS:
             return (
                 f"The query has {len(query):,} characters, more than {_MAX_QUERY_CHARS:,}: "
                 "search for a few keywords or one identifier, not a whole text."
             )
-        return None
+        return filters
 
-    def search(query: str, runtime: ToolRuntime, limit: int = 5) -> Command:
-        call = _Call(engine, runtime, "search_history")
-        bad = bad_query(query)
-        if bad:
-            return call.error(bad)
-        engine.archive(call.messages, thread_id=call.thread_id, store=call.store)
-        hits = search_history(
-            call.store,
-            call.thread_id,
-            query,
-            limit,
-            working=call.messages,
-            exclude=[call.issuing_id] if call.issuing_id else [],
-        )
-        total = call.store.history_count(call.thread_id)
-        text = format_hits(query.strip(), hits, total)
+    def finish(call: _Call, query: str, hits: list[Any], total: int, filters: Any) -> str:
+        text = format_hits(query, hits, total, filters)
         if call.lacks_room(engine.counter.count_text(text)):
             call.compress_first()
             hits = mark_in_context(hits, call.messages)  # "in your context" changed
-            text = format_hits(query.strip(), hits, total)
-        return call.reply(text)
+            text = format_hits(query, hits, total, filters)
+        return text
 
-    async def asearch(query: str, runtime: ToolRuntime, limit: int = 5) -> Command:
+    def search(
+        runtime: ToolRuntime,
+        query: str = "",
+        limit: int = 5,
+        speaker: str = "",
+        after: str = "",
+        before: str = "",
+    ) -> Command:
         call = _Call(engine, runtime, "search_history")
-        bad = bad_query(query)
-        if bad:
-            return call.error(bad)
+        filters = parse(query, speaker, after, before)
+        if isinstance(filters, str):
+            return call.error(filters)
+        engine.archive(call.messages, thread_id=call.thread_id, store=call.store)
+        try:
+            hits = search_history(
+                call.store,
+                call.thread_id,
+                query,
+                limit,
+                working=call.messages,
+                exclude=[call.issuing_id] if call.issuing_id else [],
+                speaker=speaker,
+                after=after,
+                before=before,
+            )
+        except ValueError as exc:  # a speaker of no message
+            return call.error(str(exc))
+        total = call.store.history_count(call.thread_id)
+        return call.reply(finish(call, query.strip(), hits, total, filters))
+
+    async def asearch(
+        runtime: ToolRuntime,
+        query: str = "",
+        limit: int = 5,
+        speaker: str = "",
+        after: str = "",
+        before: str = "",
+    ) -> Command:
+        call = _Call(engine, runtime, "search_history")
+        filters = parse(query, speaker, after, before)
+        if isinstance(filters, str):
+            return call.error(filters)
         await engine.aarchive(call.messages, thread_id=call.thread_id, store=call.store)
-        hits = await asearch_history(
-            call.store,
-            call.thread_id,
-            query,
-            limit,
-            working=call.messages,
-            exclude=[call.issuing_id] if call.issuing_id else [],
-        )
+        try:
+            hits = await asearch_history(
+                call.store,
+                call.thread_id,
+                query,
+                limit,
+                working=call.messages,
+                exclude=[call.issuing_id] if call.issuing_id else [],
+                speaker=speaker,
+                after=after,
+                before=before,
+            )
+        except ValueError as exc:  # a speaker of no message
+            return call.error(str(exc))
         total = await call.store.ahistory_count(call.thread_id)
-        text = format_hits(query.strip(), hits, total)
+        text = format_hits(query.strip(), hits, total, filters)
         if call.lacks_room(engine.counter.count_text(text)):
             await call.acompress_first()
             hits = mark_in_context(hits, call.messages)  # "in your context" changed
-            text = format_hits(query.strip(), hits, total)
+            text = format_hits(query.strip(), hits, total, filters)
         return call.reply(text)
 
     return StructuredTool.from_function(
@@ -965,14 +1011,35 @@ def _wc_tools(engine: AutoContext) -> list[StructuredTool]:
     ]
 
 
+#: JSON schema of the plain argument types, for compact schemas (no bounds shown).
+_PLAIN_TYPES: dict[Any, dict[str, str]] = {
+    str: {"type": "string"},
+    int: {"type": "integer"},
+    bool: {"type": "boolean"},
+}
+
+
 def _compact_args(schema: Any) -> Any:
-    """``schema`` without field descriptions (same fields, defaults and constraints)."""
+    """``schema`` as the model sees it without descriptions, defaults and bounds (names,
+    types and which are required); validation keeps the same defaults and constraints."""
     fields: dict[str, Any] = {}
     for name, info in schema.model_fields.items():
         copy = info._copy() if hasattr(info, "_copy") else FieldInfo.merge_field_infos(info)
         copy.description = None
+        plain = _PLAIN_TYPES.get(info.annotation)
+        if plain is not None:
+            if not info.is_required() and info.default_factory is None:
+                # a factory's value is not written into the JSON schema
+                copy.default_factory = functools.partial(_same, info.default)
+                copy.default = PydanticUndefined
+            if info.metadata:  # ge/le bounds: validated, not shown
+                copy.metadata = [*info.metadata, WithJsonSchema(plain)]
         fields[name] = (info.annotation, copy)
     return create_model(schema.__name__, __config__=_STRICT, **fields)
+
+
+def _same(value: Any) -> Any:
+    return value
 
 
 def make_tools(engine: AutoContext) -> list[BaseTool]:

@@ -11,6 +11,7 @@ from langgraph.store.memory import InMemoryStore
 
 from langchain_autocontext.search import (
     BM25Index,
+    SearchFilter,
     asearch_history,
     format_hits,
     search_history,
@@ -263,3 +264,221 @@ async def test_a_deleted_thread_is_forgotten_and_its_id_starts_empty(use_async: 
     assert ac.archive(new, thread_id="user-1", store=store) == 2
     assert [h.id for h in search_history(store, "user-1", "colour teal", 1)] == ["ssn"]
     assert search_history(store, "user-1", "SSN 078", 5) == []
+
+
+# --- filters: speaker and time (issue 14) ------------------------------------------------------
+def said(text: str, name: str, when: str, mid: str, *, ai: bool = False):
+    """A message of a named speaker carrying its own time (``additional_kwargs``)."""
+    if ai:  # an assistant's time in response_metadata, as providers put it
+        return AIMessage(text, name=name, id=mid, response_metadata={"created_at": when})
+    return HumanMessage(text, name=name, id=mid, additional_kwargs={"timestamp": when})
+
+
+def chat() -> list:
+    return [
+        said("I painted a sunrise over the lake", "Melanie", "2023-05-08T09:15:00Z", "m1"),
+        said("Lovely! I went to the lake support group", "Caroline", "2023-05-08T09:20:00Z", "c1"),
+        said("The lake was frozen when I painted it", "Melanie", "2023-01-20", "m2"),
+        said("We should paint the lake together", "Caroline", "2023-06-02T18:00:00+02:00", "c2"),
+        said("Sounds like a plan for the lake", "Bot", "2023-06-03T08:00:00Z", "b1", ai=True),
+    ]
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+async def test_the_speaker_filter_returns_only_that_speaker(use_async: bool) -> None:
+    store = OffloadStore(InMemoryStore())
+    store.append_history("t", chat())
+    run = asearch_history if use_async else None
+
+    async def search(**kw):
+        if run is not None:
+            return await run(store, "t", "lake", 10, **kw)
+        return search_history(store, "t", "lake", 10, **kw)
+
+    assert {h.id for h in await search(speaker="melanie")} == {"m1", "m2"}  # case-insensitive
+    assert {h.id for h in await search(speaker=" Caroline ")} == {"c1", "c2"}
+    assert {h.id for h in await search(speaker="assistant")} == {"b1"}  # a role
+    assert {h.id for h in await search(speaker="user")} == {"m1", "m2", "c1", "c2"}
+    hits = await search(speaker="Melanie")
+    assert all(h.speaker == "Melanie" for h in hits)
+    line = format_hits("lake", hits, 5).splitlines()[1]
+    assert "user (Melanie) at 20" in line  # the speaker and the time are shown
+
+
+def test_tool_results_are_found_by_role_and_by_tool_name() -> None:
+    store = OffloadStore(InMemoryStore())
+    make_history(store, "t", 4)
+    assert {h.id for h in search_history(store, "t", "status", 10, speaker="tool")} == {
+        "t-t0",
+        "t-t1",
+        "t-t2",
+        "t-t3",
+    }
+    hits = search_history(store, "t", "", 2, speaker="lookup")  # the tool's name
+    assert [h.id for h in hits] == ["t-t3", "t-t2"]  # newest first
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+async def test_the_time_filter_uses_the_messages_own_times(use_async: bool) -> None:
+    store = OffloadStore(InMemoryStore())
+    store.append_history("t", chat())  # all archived now: only their own times differ
+
+    async def ids(query: str = "lake", **kw) -> list[str]:
+        if use_async:
+            hits = await asearch_history(store, "t", query, 10, **kw)
+        else:
+            hits = search_history(store, "t", query, 10, **kw)
+        return [h.id for h in hits]
+
+    assert set(await ids(after="2023-05-01", before="2023-05-31")) == {"m1", "c1"}
+    assert set(await ids(after="2023-05-08", before="2023-05-08")) == {"m1", "c1"}  # the day
+    assert set(await ids(before="2023-05")) == {"m1", "c1", "m2"}  # the month included
+    assert set(await ids(after="2023-05-08T09:16")) == {"c1", "c2", "b1"}
+    assert set(await ids(before="2023-05-08T09:15")) == {"m2", "m1"}  # that minute included
+    # 18:00+02:00 is 16:00 UTC: an offset is honoured, naive times are UTC
+    assert await ids(after="2023-06-02T16:00", before="2023-06-02T16:59") == ["c2"]
+    assert await ids(after="2023-06-02T16:01Z", before="2023-06-02T23:00") == []
+    assert set(await ids(after="2023-05", speaker="caroline")) == {"c1", "c2"}
+    # an empty query with a filter: the matching messages, newest first
+    assert await ids("", after="2023-05-01") == ["b1", "c2", "c1", "m1"]
+    assert await ids("  ", speaker="Melanie") == ["m1", "m2"]
+
+
+def test_a_date_only_time_is_shown_as_a_date_and_others_to_the_minute() -> None:
+    store = OffloadStore(InMemoryStore())
+    store.append_history("t", chat())
+    by_id = {h.id: h for h in search_history(store, "t", "lake", 10)}
+    assert by_id["m2"].time == "2023-01-20"
+    assert by_id["c2"].time == "2023-06-02 16:00"  # UTC
+    assert by_id["b1"].time == "2023-06-03 08:00" and by_id["b1"].speaker == "Bot"
+    hits = search_history(store, "t", None, 2, speaker="Melanie")
+    text = format_hits("", hits, 5, SearchFilter.parse(speaker="Melanie"))
+    assert text.splitlines()[0] == (
+        "2 message(s) (speaker Melanie) among 5 messages, newest first (times UTC):"
+    )
+    assert "id=m2 user (Melanie) at 2023-01-20, position 2" in text
+
+
+def test_the_archive_time_is_used_when_a_message_carries_none(monkeypatch) -> None:
+    import types
+
+    import langchain_autocontext.store as store_module
+
+    store = OffloadStore(InMemoryStore())
+    may, june = 1_683_536_400.0, 1_685_696_400.0  # 2023-05-08 09:00 and 2023-06-02 09:00 UTC
+    monkeypatch.setattr(store_module, "time", types.SimpleNamespace(time=lambda: may))
+    store.append_history("t", [HumanMessage("first report on the lake", id="early")])
+    monkeypatch.setattr(store_module, "time", types.SimpleNamespace(time=lambda: june))
+    store.append_history("t", [HumanMessage("second report on the lake", id="late")])
+    assert [h.id for h in search_history(store, "t", "report", 5, after="2023-06")] == ["late"]
+    assert [h.id for h in search_history(store, "t", "report", 5, before="2023-05-31")] == ["early"]
+    hit = search_history(store, "t", "report", 5, before="2023-05-31")[0]
+    assert hit.time == "2023-05-08 09:00"
+
+
+def test_filters_apply_before_the_cut_off() -> None:
+    """Many better-ranked messages outside the filter must not crowd out those inside."""
+    store = OffloadStore(InMemoryStore())
+    strong = [
+        said(f"lake lake lake report {k}", "Melanie", "2023-01-01", f"strong{k}") for k in range(60)
+    ]
+    weak = [
+        said(
+            f"a long note that mentions the lake once, number {k}",
+            "Caroline",
+            "2023-07-01",
+            f"w{k}",
+        )
+        for k in range(3)
+    ]
+    store.append_history("t", [*strong, *weak])
+    hits = search_history(store, "t", "lake", 3, speaker="caroline")
+    assert {h.id for h in hits} == {"w0", "w1", "w2"}
+    hits = search_history(store, "t", "lake", 3, after="2023-06-01")
+    assert {h.id for h in hits} == {"w0", "w1", "w2"}
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+async def test_bad_filters_are_errors_that_say_why(use_async: bool) -> None:
+    store = OffloadStore(InMemoryStore())
+    store.append_history("t", chat())
+    search = asearch_history if use_async else search_history
+
+    async def fails(match: str, query: str = "lake", **kw) -> None:
+        with pytest.raises(ValueError, match=match):
+            result = search(store, "t", query, 5, **kw)
+            if use_async:
+                await result
+
+    await fails("after='last May' is not an ISO 8601 date", after="last May")
+    await fails("before='2023-13-01' is not an ISO 8601", before="2023-13-01")
+    await fails("before='2023/05/08' is not an ISO 8601", before="2023/05/08")
+    await fails("is later than before", after="2023-06-01", before="2023-05-31")
+    await fails("No message of this conversation is by 'Bob'.*Melanie", speaker="Bob")
+    await fails("non-empty string", query="")  # no query and no filter
+
+
+def test_the_compact_schema_lists_the_filters_and_still_validates() -> None:
+    from langchain_autocontext import AutoContext, AutoContextConfig
+
+    ac = AutoContext(AutoContextConfig(max_tokens=8_000))  # instructions="compact"
+    tool = next(t for t in ac.tools if t.name == "search_history")
+    schema = ac.counter.tool_schema_json(tool)
+    for name in ("query", "limit", "speaker", "after", "before"):
+        assert f'"{name}":{{"type":' in schema
+    assert "default" not in schema and "minimum" not in schema  # names and types only
+    args = tool.args_schema
+    assert args.model_fields["limit"].get_default(call_default_factory=True) == 5
+    with pytest.raises(ValueError, match="greater than or equal"):
+        args.model_validate({"limit": 0, "runtime": None})
+    with pytest.raises(ValueError, match="Extra inputs"):
+        args.model_validate({"speakers": "x", "runtime": None})
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+async def test_the_model_filters_by_speaker_and_time_through_the_tool(use_async: bool) -> None:
+    from _builders import FunctionModel, call, self_managed_agent
+    from langchain_core.messages import SystemMessage
+
+    from langchain_autocontext import AutoContext, AutoContextConfig
+
+    store = InMemoryStore()
+    ac = AutoContext(AutoContextConfig(max_tokens=8_000), store=store)
+    script = [
+        {"query": "lake", "speaker": "Caroline", "after": "2023-05-01", "before": "2023-05-31"},
+        {"speaker": "melanie"},  # no query: newest first
+        {"query": "lake", "after": "May 2023"},
+        {"query": "lake", "after": "2023-06", "before": "2023-05"},
+        {"query": "lake", "speaker": "Bob"},
+        {"query": ""},
+    ]
+
+    def respond(view, n):
+        if n < len(script):
+            return AIMessage("", tool_calls=[call("search_history", script[n])])
+        return AIMessage("done")
+
+    agent = self_managed_agent(ac, FunctionModel(respond=respond), store)
+    first = [SystemMessage("You are a friend."), *chat(), HumanMessage("When was the lake?")]
+    config = {"configurable": {"thread_id": f"tool-{use_async}"}}
+    if use_async:
+        out = await agent.ainvoke({"messages": first}, config)
+    else:
+        out = agent.invoke({"messages": first}, config)
+    results = [m for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert len(results) == len(script)
+    one, newest, bad_date, inverted, nobody, empty = results
+    assert one.status == "success"
+    assert "1 result(s) for 'lake' (speaker Caroline, after 2023-05-01, before 2023-05-31)" in (
+        one.content
+    )
+    assert "id=c1 user (Caroline) at 2023-05-08 09:20" in one.content
+    assert "id=c2" not in one.content
+    lines = newest.content.splitlines()
+    assert lines[0].startswith("2 message(s) (speaker melanie) among ")
+    assert "id=m1 user (Melanie)" in lines[1] and "id=m2 user (Melanie)" in lines[3]
+    assert bad_date.status == "error" and "after='May 2023' is not an ISO 8601" in bad_date.content
+    assert inverted.status == "error" and "later than before" in inverted.content
+    assert nobody.status == "error" and "'Bob'" in nobody.content and "Melanie" in nobody.content
+    assert empty.status == "error" and "query is empty" in empty.content
+    assert out["messages"][-1].content == "done"

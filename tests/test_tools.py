@@ -383,9 +383,11 @@ def test_restore_is_refused_when_it_does_not_fit() -> None:
     state: dict[str, Any] = {}
 
     def respond(view, n):
-        if n < 10:
-            return AIMessage("", tool_calls=[call("fetch", {"name": f"s{n}", "size": 2})])
-        if n == 10:
+        if "oid" in state or n >= 30:
+            return AIMessage("done")
+        # restore once the context is one message short of the compression trigger (how
+        # soon that is depends on the fixed costs: the system section and tool schemas)
+        if n >= 10 and offload_ids(view) and len(view) >= cfg_.msg_threshold - 1:
             state["oid"] = offload_ids(view)[0]
             return AIMessage(
                 "",
@@ -393,7 +395,7 @@ def test_restore_is_refused_when_it_does_not_fit() -> None:
                     call("reload_offloaded", {"offload_id": state["oid"], "restore": True})
                 ],
             )
-        return AIMessage("done")
+        return AIMessage("", tool_calls=[call("fetch", {"name": f"s{n}", "size": 2})])
 
     out = self_managed_agent(ac, FunctionModel(respond=respond), store, tools=[fetch]).invoke(
         start(), cfg("r4")
