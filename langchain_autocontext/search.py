@@ -147,15 +147,26 @@ class BM25Index:
     def __len__(self) -> int:
         return len(self.keys)
 
-    def add(self, key: str, text: str, context: str = "", weight: float = 0.5) -> None:
+    def add(
+        self,
+        key: str,
+        text: str,
+        context: str | Counter[str] = "",
+        weight: float = 0.5,
+        *,
+        own: Counter[str] | None = None,
+    ) -> Counter[str]:
         """Index one document under ``key``; the terms of ``context`` (a neighbouring
-        message) that the document lacks count ``weight`` times as much as its own: the
-        context lets a message be found by words it does not use, never outranks it for
-        words it does."""
+        message, as text or as the term counts this method returned for it) that the
+        document lacks count ``weight`` times as much as its own: the context lets a
+        message be found by words it does not use, never outranks it for words it does.
+        ``own``: the document's term counts when already known. Returns them."""
         doc = len(self.keys)
-        terms: dict[str, float] = dict(Counter(tokenize(text)))
+        own = Counter(tokenize(text)) if own is None else own
+        terms: dict[str, float] = dict(own)
         if context:
-            for term, tf in Counter(tokenize(context)).items():
+            around = context if isinstance(context, Counter) else Counter(tokenize(context))
+            for term, tf in around.items():
                 if term not in terms:
                     terms[term] = weight * tf
         self.keys.append(key)
@@ -164,6 +175,7 @@ class BM25Index:
         self.total_length += length
         for term, tf in terms.items():
             self.postings.setdefault(term, []).append((doc, tf))
+        return own
 
     def scores(self, query: str) -> dict[int, float]:
         """BM25 score of every document matching at least one query term."""
@@ -383,7 +395,8 @@ class _ThreadIndex:
     meta: dict[str, _Meta]
     noise: set[str] = field(default_factory=set)  # copies: COPY_TOOLS calls and results
     next_seq: int = 0
-    last_text: str = ""  # the previous message's text: context for the next one
+    #: the previous message's terms (of its first 2,000 characters): context for the next
+    last_terms: Counter[str] = field(default_factory=Counter)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -447,10 +460,10 @@ def _add_locked(index: _ThreadIndex, entries: Iterable[HistoryEntry]) -> None:
             text = f"{e.message.name}: {text}"  # the speaker is searchable
         # The turn before is indexed with it: an answer ("Yes, last Sunday") is found by
         # the words of the question it answers.
-        index.bm25.add(e.id, text, index.last_text)
+        own = index.bm25.add(e.id, text, index.last_terms)
         index.texts[e.id] = text
-        if not _is_copy(e.message):
-            index.last_text = text[:2_000]
+        if not _is_copy(e.message):  # each text is tokenized once, unless it is long
+            index.last_terms = own if len(text) <= 2_000 else Counter(tokenize(text[:2_000]))
         name = e.message.name.strip() if isinstance(e.message.name, str) else None
         is_tool = isinstance(e.message, ToolMessage)
         when = _message_time(e.message) or ((e.ts, False) if e.ts else None)

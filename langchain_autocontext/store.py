@@ -210,6 +210,15 @@ def _encode(obj: Any) -> dict[str, Any]:
         }
 
 
+def _batch(batch_size: int | None, start: int, end: int) -> int:
+    """The read size of :meth:`OffloadStore.iter_history`: the whole range by default."""
+    if batch_size is None:
+        return max(1, end - start)
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    return batch_size
+
+
 def revive(value: Any) -> Any:
     """Inverse of the encoding in :func:`_plain`: stand-ins back to their values (a
     marker of an unserializable value stays a marker)."""
@@ -699,28 +708,40 @@ class OffloadStore(BaseStore):
         return await self._arun(self._end_plan(thread_id, HISTORY))
 
     def iter_history(
-        self, thread_id: str, *, start: int = 0, end: int | None = None, batch_size: int = 500
+        self,
+        thread_id: str,
+        *,
+        start: int = 0,
+        end: int | None = None,
+        batch_size: int | None = None,
     ) -> Iterator[HistoryEntry]:
-        """Yield history entries by seq, reading ``batch_size`` at a time.
+        """Yield history entries by seq, reading ``batch_size`` at a time (default: the
+        whole range in one read).
 
-        The end is fixed when iteration starts (messages appended meanwhile are not
-        yielded).
+        A range read filters on the ``seq_key`` field, which no LangGraph backend
+        indexes: every read scans the thread's history namespace, so reading 60,000
+        messages 500 at a time scans it 120 times. One read is linear in the history;
+        pass ``batch_size`` to bound what one read holds instead. The end is fixed when
+        iteration starts (messages appended meanwhile are not yielded).
         """
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if end is None:
             end = self.history_count(thread_id)
-        for lo in range(start, end, batch_size):
-            yield from self.get_history(thread_id, start=lo, end=min(lo + batch_size, end))
+        step = _batch(batch_size, start, end)
+        for lo in range(start, end, step):
+            yield from self.get_history(thread_id, start=lo, end=min(lo + step, end))
 
     async def aiter_history(
-        self, thread_id: str, *, start: int = 0, end: int | None = None, batch_size: int = 500
+        self,
+        thread_id: str,
+        *,
+        start: int = 0,
+        end: int | None = None,
+        batch_size: int | None = None,
     ) -> AsyncIterator[HistoryEntry]:
         """Async twin of :meth:`iter_history`."""
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if end is None:
             end = await self.ahistory_count(thread_id)
+        batch_size = _batch(batch_size, start, end)
         for lo in range(start, end, batch_size):
             for entry in await self.aget_history(
                 thread_id, start=lo, end=min(lo + batch_size, end)
