@@ -116,7 +116,47 @@ _FACT = re.compile(
 _QUOTED = re.compile(r"'([^'\n]{4,80})'|\"([^\"\n]{4,80})\"")
 #: Words no answer is "about": Python's keywords and builtins, and English function words.
 _COMMON = {w.lower() for w in (*keyword.kwlist, *dir(builtins))} | set(
-    ["that", "this", "with", "from", "have", "will", "what", "when", "then", "there", "their", "they", "them", "these", "those", "which", "would", "could", "should", "about", "into", "your", "some", "more", "only", "also", "just", "like", "than", "each", "other", "been", "were", "does", "make", "need", "here", "file", "line"]
+    [
+        "that",
+        "this",
+        "with",
+        "from",
+        "have",
+        "will",
+        "what",
+        "when",
+        "then",
+        "there",
+        "their",
+        "they",
+        "them",
+        "these",
+        "those",
+        "which",
+        "would",
+        "could",
+        "should",
+        "about",
+        "into",
+        "your",
+        "some",
+        "more",
+        "only",
+        "also",
+        "just",
+        "like",
+        "than",
+        "each",
+        "other",
+        "been",
+        "were",
+        "does",
+        "make",
+        "need",
+        "here",
+        "file",
+        "line",
+    ]
 )
 #: A token in more than this share of a data set's trajectories is boilerplate there
 #: (prompt templates, tool names, common commands), not a fact of one run.
@@ -759,9 +799,7 @@ def run(
             started = time.perf_counter()
             for t in trajectories:
                 summarizer = CountingSummarizer(counter=counter)
-                replay_one(
-                    t, make_runner(system, budget, counter, summarizer), row, common=common
-                )
+                replay_one(t, make_runner(system, budget, counter, summarizer), row, common=common)
             rows.append(row)
             if progress is not None:
                 progress(f"{path.name} {system} {budget}: {time.perf_counter() - started:.1f}s")

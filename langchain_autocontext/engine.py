@@ -713,7 +713,10 @@ class AutoContext:
         if self.config.self_management_tools and "working_context" not in (
             call.state_update or normalize_state(state)
         ):  # the key exists from the first call on, shown or not
-            call.state_update = {**(call.state_update or normalize_state(state)), "working_context": ""}
+            call.state_update = {
+                **(call.state_update or normalize_state(state)),
+                "working_context": "",
+            }
         if (
             engaged
             and self.config.disclosure == "when_needed"

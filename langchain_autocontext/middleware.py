@@ -395,9 +395,7 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextMiddlewareState, Any, Any
             call = self.autocontext.prepare_model_call(
                 fitted.messages, state=ac_state, tools=tools, thread_id=thread_id
             )
-        return self._finish(
-            await handler(self._view_request(request, call, system, tools)), call
-        )
+        return self._finish(await handler(self._view_request(request, call, system, tools)), call)
 
     # --- after_model: the model's reply ------------------------------------------------------
     @staticmethod

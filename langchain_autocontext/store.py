@@ -203,7 +203,11 @@ def _encode(obj: Any) -> dict[str, Any]:
         typ, data = _serde().dumps_typed(obj)
         return {SERIALIZED_KEY: typ, "data": base64.b64encode(data).decode("ascii")}
     except Exception:
-        return {SERIALIZED_KEY: "unserializable", "type": type(obj).__name__, "repr": repr(obj)[:2_000]}
+        return {
+            SERIALIZED_KEY: "unserializable",
+            "type": type(obj).__name__,
+            "repr": repr(obj)[:2_000],
+        }
 
 
 def revive(value: Any) -> Any:

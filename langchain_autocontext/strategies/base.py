@@ -64,7 +64,9 @@ KIND_ROUND = "round_summary"
 KIND_CURRENT = "current_round_summary"
 KIND_RECURSIVE = "summary"  # the MemGPT recursive summary, first after the system message
 #: Kinds whose text is a summary: carried over as it is, never summarized again.
-SUMMARY_KINDS = frozenset({KIND_SUMMARIZED, KIND_TOOL_RUN, KIND_ROUND, KIND_CURRENT, KIND_RECURSIVE})
+SUMMARY_KINDS = frozenset(
+    {KIND_SUMMARIZED, KIND_TOOL_RUN, KIND_ROUND, KIND_CURRENT, KIND_RECURSIVE}
+)
 
 
 def is_summary(message: BaseMessage) -> bool:

@@ -86,8 +86,10 @@ class FifoEviction:
             if self.squeeze:
                 continue
             expected = HEADER_TOKENS + min(
-                cap, (old_tokens - HEADER_TOKENS if has_summary else 0) + kept_tokens
-                + (ctx.summary_budget(fresh_tokens) if fresh_tokens else 0)
+                cap,
+                (old_tokens - HEADER_TOKENS if has_summary else 0)
+                + kept_tokens
+                + (ctx.summary_budget(fresh_tokens) if fresh_tokens else 0),
             )
             if (
                 freed + old_tokens - expected >= ctx.need_tokens

@@ -94,7 +94,9 @@ class LargeMessageOffload:
         tokens = ctx.counter.count_message(original)
         freed = tokens - ctx.counter.count_text(preview) - NOTE_TOKENS
         if isinstance(original, AIMessage) and original.tool_calls:
-            freed -= ctx.counter.count_text(json.dumps([tc["args"] for tc in original.tool_calls])[:size])
+            freed -= ctx.counter.count_text(
+                json.dumps([tc["args"] for tc in original.tool_calls])[:size]
+            )
 
         def build(out: JobOutput) -> list[BaseMessage]:
             note = (
