@@ -7,6 +7,10 @@ generated from the pydantic model. Exit status: 0 when every call fit the budget
 and every original is recoverable, 1 when the replay found a problem, 2 for bad
 input (a missing or unreadable file, an unknown format, an impossible budget, a
 bad option), 130 when interrupted.
+
+Over 600 lines because besides the parser it checks every input up front (one-line
+errors, exit status 2), generates an option per configuration field, and renders the
+report: rich tables with a plain-text fallback and a progress bar.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from langchain_autocontext.config import AutoContextConfig
 from langchain_autocontext.engine import AutoContext
 from langchain_autocontext.errors import AutoContextError
 from langchain_autocontext.replay import (
+    PLOT_FORMATS,
     STRATEGY_LABELS,
     CallRecord,
     ReplayReport,
@@ -51,7 +56,8 @@ __all__ = ["DEFAULT_MAX_TOKENS", "DEFAULT_PLOT", "build_parser", "main"]
 #: unmanaged: at 16,000 the replay shows the manager at work. Pass
 #: ``--max-tokens`` with your model's window to replay your own logs.
 DEFAULT_MAX_TOKENS = 16_000
-#: Where the plot goes unless ``--plot FILE`` or ``--no-plot`` is given.
+#: Where the plot goes unless ``--plot FILE`` or ``--no-plot`` is given: a file of
+#: this name in the current working directory (``.gitignore`` lists it).
 DEFAULT_PLOT = "autocontext-replay.png"
 
 _CLI_DEFAULTS: dict[str, Any] = {"max_tokens": DEFAULT_MAX_TOKENS}
@@ -200,7 +206,14 @@ def build_parser() -> argparse.ArgumentParser:
         default="memory",
         metavar="STORE",
         help="'memory' (default) or the path of a SQLite file that keeps the history, offloads "
-        "and events afterwards (needs langgraph-checkpoint-sqlite, the 'sqlite' extra)",
+        "and events afterwards (needs langgraph-checkpoint-sqlite, the 'sqlite' extra); a file "
+        "that already holds data of a replayed trajectory is refused unless --append is given",
+    )
+    rp.add_argument(
+        "--append",
+        action="store_true",
+        help="with a SQLite --store that already holds data of a replayed trajectory: replay "
+        "into it anyway, adding a second copy of that trajectory's events and offloads",
     )
     rp.add_argument(
         "--token-counter",
@@ -213,7 +226,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--plot",
         default=None,
         metavar="FILE.png",
-        help=f"write the plot of context tokens per call here (default: {DEFAULT_PLOT})",
+        help="write the plot of context tokens per call here, as PNG, SVG or PDF after the "
+        f"file's suffix (default: {DEFAULT_PLOT} in the current directory)",
     )
     plot.add_argument("--no-plot", action="store_true", help="do not write a plot")
     rp.add_argument(
@@ -272,6 +286,11 @@ def _setup(args: argparse.Namespace) -> _Setup:
     if not args.no_plot:
         explicit = args.plot is not None
         plot = _output_path(args.plot if explicit else DEFAULT_PLOT, "--plot")
+        if plot.suffix.lower() not in PLOT_FORMATS:
+            raise CliError(
+                f"--plot {args.plot}: the plot is written as PNG, SVG or PDF; name the file "
+                f"{', '.join(PLOT_FORMATS)}"
+            )
         try:
             import matplotlib  # noqa: F401
         except ImportError:
@@ -309,10 +328,14 @@ def _setup(args: argparse.Namespace) -> _Setup:
     return _Setup(config, summarizer, counter, source, trajectories, plot, json_path)
 
 
+def _in_memory(spec: str) -> bool:
+    return spec.strip().lower() in ("memory", "inmemory", ":memory:")
+
+
 @contextmanager
 def _open_store(spec: str) -> Iterator[Callable[[], BaseStore]]:
     """A factory of the store each trajectory replays into."""
-    if spec.strip().lower() in ("memory", "inmemory", ":memory:"):
+    if _in_memory(spec):
         yield InMemoryStore
         return
     try:
@@ -395,11 +418,34 @@ class _Progress:
             self.bar.advance(self.task)
 
 
+def _check_unused(args: argparse.Namespace, setup: _Setup, backend: BaseStore) -> None:
+    """Refuse a persistent store that already holds data of a replayed thread.
+
+    Each trajectory replays into the thread named by its id: replaying it again into
+    the same file would add a second copy of its events and offloads (the history
+    keeps one entry per message id), and the file's counts would no longer be one
+    run's. ``--append`` replays into it anyway.
+    """
+    store = OffloadStore.wrap(backend, prefix=setup.config.store_prefix)
+    used = [
+        t.id for t in setup.trajectories if backend.search(store.thread_namespace(t.id), limit=1)
+    ]
+    if used:
+        raise CliError(
+            f"--store {args.store}: already holds replay data of {len(used)} of these "
+            f"trajector{'y' if len(used) == 1 else 'ies'} (first: {used[0]}); replaying again "
+            "would add a second copy of their events and offloads: pass --append to do so, "
+            "or use another file"
+        )
+
+
 def _run(args: argparse.Namespace, setup: _Setup) -> list[ReplayReport]:
     reports: list[ReplayReport] = []
     calls = [count_calls(t) for t in setup.trajectories]
     with ExitStack() as stack:
         new_store = stack.enter_context(_open_store(args.store))
+        if not (args.append or _in_memory(args.store)):
+            _check_unused(args, setup, new_store())
         progress = stack.enter_context(
             _Progress(sum(calls), len(setup.trajectories), not args.no_progress)
         )

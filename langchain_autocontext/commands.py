@@ -32,6 +32,10 @@ then updates, pins, unpins, then ``<user>`` commands, each group in the order wr
 
 Everything here is pure (no I/O): the engine archives the originals, records the
 events and persists the result.
+
+Over 600 lines because the three operations and the XML protocol share their refusal
+rules and messages; the parser (code spans, entities) and :func:`process_reply` (about
+140 lines) are most of it.
 """
 
 from __future__ import annotations

@@ -3,6 +3,12 @@
 Data flows one way: the surfaces (node, pre-model hook, middleware, tools, CLI)
 call the engine; the engine runs the strategies, which use the summarizer, the
 store and the token counter.
+
+Over 600 lines because :class:`AutoContext` is the one facade every surface calls:
+compressing (sync and async), archiving, preparing a model call and applying the reply,
+plus the small factories of the node, the hooks, the middleware and the runnable.
+Splitting it would spread one object's methods over modules; what they delegate to
+(strategies, view, store, commands, tools) lives elsewhere.
 """
 
 from __future__ import annotations

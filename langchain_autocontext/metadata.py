@@ -28,6 +28,10 @@ pattern). :func:`render_view` then verifies every new tag string with a real
 encode; a mismatch turns the shortcut off for that encoding (with a warning) and
 the view is recounted the slow, exact way: by counting each rendered message.
 Pluggable counters and the character estimate always take the exact slow way.
+
+Over 600 lines because of the fast exact counting described above: the per-encoding
+self-test, the cached tag state, and the fast path with its slow, exact fallback are one
+mechanism.
 """
 
 from __future__ import annotations

@@ -5,6 +5,10 @@ OpenAI chat JSON / JSONL or LangChain message dumps, stream each trajectory
 through :meth:`AutoContext.compress` as the agent would have called its model,
 and report what the model would have been sent (:class:`ReplayReport`), as
 numbers, a JSON document or a plot (:func:`plot_reports`).
+
+Over 600 lines because it holds the four parts of a replay that the CLI, the notebooks
+and the benchmarks all import: loading every accepted format, the call-by-call run, the
+report with its measures (about 175 lines) and the plot.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ if TYPE_CHECKING:
     from langchain_autocontext.view import ModelCall
 
 __all__ = [
+    "PLOT_FORMATS",
     "SAMPLE_ID",
     "STRATEGY_LABELS",
     "CallRecord",
@@ -45,6 +50,7 @@ __all__ = [
     "load_trajectories",
     "merge_reports",
     "parse_trajectory",
+    "plot_format",
     "plot_reports",
     "replay",
     "sample_path",
@@ -697,6 +703,16 @@ async def aiter_reports(
 
 
 # --- plot -------------------------------------------------------------------------------
+#: File formats :func:`plot_reports` writes, by file suffix.
+PLOT_FORMATS: dict[str, str] = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
+
+
+def plot_format(path: str | Path) -> str:
+    """The format :func:`plot_reports` writes ``path`` in: SVG or PDF for those
+    suffixes, PNG for anything else."""
+    return PLOT_FORMATS.get(Path(path).suffix.lower(), "png")
+
+
 _COLORS = {
     "tool_run": "#1f77b4",
     "offload_history": "#17becf",
@@ -722,7 +738,9 @@ def plot_reports(
     compression event a vertical bar from the tokens before the strategy ran to
     the tokens after, coloured by strategy. With ``compare`` reports, the
     unmanaged agent's context is drawn in grey. Returns a matplotlib ``Figure``
-    (shown inline in Jupyter); with ``path``, also writes it as a PNG.
+    (shown inline in Jupyter); with ``path``, also writes it: as SVG or PDF when
+    the file is named ``.svg`` or ``.pdf``, as PNG otherwise (see
+    :data:`PLOT_FORMATS`).
 
     Needs matplotlib (``pip install "langchain-autocontext[replay]"``). Uses no
     pyplot state, so it works under any backend, headless included.
@@ -791,5 +809,5 @@ def plot_reports(
     legend_rows = -(-len(handles) // 5)
     fig.tight_layout(rect=(0, 0.04 + 0.035 * legend_rows, 1, 0.97))
     if path is not None:
-        fig.savefig(path, format="png", dpi=dpi)
+        fig.savefig(path, format=plot_format(path), dpi=dpi)
     return fig

@@ -22,6 +22,10 @@ Filters (``speaker``, ``after``, ``before``) narrow the search to one speaker an
 time range; with a filter the query may be empty (the matching messages, newest
 first). A message's time is the time it carries itself, else the time it was
 archived (see :func:`search_history`).
+
+Over 600 lines because the tokenizer, the index, the filters and the ranking with
+its fusion and phrase rule are one retrieval concept read together; the index's
+cache and its sync/async entry points share every helper.
 """
 
 from __future__ import annotations

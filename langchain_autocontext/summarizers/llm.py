@@ -1,0 +1,456 @@
+"""Summaries written by a chat model: :class:`LLMSummarizer`, and :func:`resolve_summarizer`.
+
+:class:`LLMSummarizer` takes any LangChain chat model (or a ``"provider:model"``
+string for ``init_chat_model``), with one prompt per strategy, retries with backoff,
+a fallback to the extractive summarizer, bounded concurrency, and calls hidden from
+the user's token streams. :func:`resolve_summarizer` turns what a user passes as
+``summarizer=`` (``None``, ``"offline"``, a summarizer, a chat model or a
+``"provider:model"`` string) into a :class:`~langchain_autocontext.summarizers.base.Summarizer`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import re
+import threading
+import time
+from collections.abc import Generator
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
+from langchain_core.runnables import Runnable, RunnableBinding, RunnableConfig
+
+from langchain_autocontext.messages import clean_text, text_of
+from langchain_autocontext.summarizers.base import (
+    STRATEGIES,
+    SUMMARIZER_RUN_NAME,
+    SUMMARIZER_TAGS,
+    Summarizer,
+    SummaryRequest,
+    SummaryResult,
+    TextTokenCounter,
+    _clip_to_tokens,
+)
+from langchain_autocontext.summarizers.extractive import ExtractiveSummarizer
+from langchain_autocontext.summarizers.prompts import _LIMIT, DEFAULT_PROMPTS, SYSTEM_PROMPT, _fill
+from langchain_autocontext.summarizers.transcript import render_transcript
+
+__all__ = ["LLMSummarizer", "resolve_summarizer"]
+
+
+# --- the LLM summarizer ----------------------------------------------------------------------
+class _Default:
+    """Sentinel: "a fresh ExtractiveSummarizer"."""
+
+    def __repr__(self) -> str:
+        return "ExtractiveSummarizer()"
+
+
+_DEFAULT_FALLBACK: Any = _Default()
+#: Chat-model fields that cap the reply, in the order they are tried.
+_MAX_TOKEN_FIELDS = ("max_tokens", "max_output_tokens", "max_completion_tokens")
+
+
+class _EmptySummaryError(ValueError):
+    """The model answered with no text."""
+
+
+def _model_name(model: Any) -> str:
+    if isinstance(model, str):
+        return model
+    if isinstance(model, RunnableBinding):
+        return _model_name(model.bound)
+    for attr in ("model_name", "model", "model_id", "deployment_name"):
+        value = getattr(model, attr, None)
+        if isinstance(value, str) and value:
+            return value
+    llm_type = getattr(model, "_llm_type", None)
+    if isinstance(llm_type, str):
+        return llm_type
+    return type(model).__name__
+
+
+def _missing_provider_package(spec: str) -> str | None:
+    """The pip name of the package ``init_chat_model`` needs for ``spec``
+    (``"openai:gpt-4o-mini"`` -> ``langchain-openai``) when it is not installed; ``None``
+    when it is, or when the provider is not one LangChain knows (then
+    ``init_chat_model`` says what is wrong at the first call)."""
+    try:
+        from langchain.chat_models.base import _BUILTIN_PROVIDERS, _parse_model
+
+        _, provider = _parse_model(spec, None)
+        module = str(_BUILTIN_PROVIDERS[provider][0])
+    except Exception:  # another langchain layout, an unknown provider
+        return None
+    top = module.split(".")[0]
+    return None if importlib.util.find_spec(top) is not None else top.replace("_", "-")
+
+
+class LLMSummarizer(Summarizer):
+    """Summaries written by a chat model, with retries, a fallback and hidden calls.
+
+    Args:
+        model: A LangChain chat model (or any Runnable that takes a list of
+            messages and returns a message), or a ``"provider:model"`` string
+            resolved on first use with ``langchain.chat_models.init_chat_model``.
+        prompts: Overrides of :data:`DEFAULT_PROMPTS` per strategy, and of the system
+            prompt under the key ``"system"``. A strategy prompt must contain
+            ``{transcript}``; if it names no length placeholder the length sentence
+            is appended.
+        retries: Extra attempts after a failed call (exceptions or an empty reply).
+        fallback: Answers when every attempt failed (the result then has
+            ``fallback=True`` and ``error``). ``None`` re-raises the last error.
+            Default: a fresh :class:`ExtractiveSummarizer`.
+        concurrency: Spans summarized at once by the ``*_many`` methods.
+        hide_from_stream: When True (default), calls run with ``callbacks=[]`` so no
+            token reaches the caller's ``stream_mode="messages"`` or
+            ``astream_events``; when False the caller's callbacks (tracing, cost
+            tracking) see the calls. The tags in :data:`SUMMARIZER_TAGS` are
+            always added.
+        backoff: Seconds before the first retry; doubles per retry.
+        max_backoff: Cap on one wait between retries.
+        bind_max_tokens: Bind the request's ``max_tokens`` to the call when the
+            chat model has such a field (``max_tokens``, ``max_output_tokens``, …).
+            The reply is truncated to ``max_tokens`` by the counter in any case.
+        max_input_chars: Cap on the transcript's characters (the largest messages
+            are cut in the middle to fit), so a huge span cannot overflow the
+            summarizer model's own window.
+        token_counter: Counter for budgets and for usage when the response has no
+            ``usage_metadata`` (``None``: a len/4 estimate).
+
+    Errors from resolving a model string (a missing provider package, an
+    unknown provider) are configuration errors: they are raised, never retried
+    or hidden behind the fallback.
+    """
+
+    def __init__(
+        self,
+        model: BaseChatModel | Runnable[Any, Any] | str,
+        *,
+        prompts: dict[str, str] | None = None,
+        retries: int = 2,
+        fallback: Summarizer | None = _DEFAULT_FALLBACK,
+        concurrency: int = 4,
+        hide_from_stream: bool = True,
+        backoff: float = 0.5,
+        max_backoff: float = 8.0,
+        bind_max_tokens: bool = True,
+        max_input_chars: int = 200_000,
+        token_counter: TextTokenCounter | None = None,
+    ) -> None:
+        if isinstance(model, str):
+            if not model.strip():
+                raise ValueError("LLMSummarizer needs a model: got an empty string")
+            missing = _missing_provider_package(model)
+            if missing:  # fail now, not 15 tool calls later inside before_model
+                raise ImportError(
+                    f"The summarizer {model!r} needs the package {missing!r}, which is not "
+                    f"installed: pip install {missing} (or pass a chat model instance, or "
+                    "summarizer='offline' for the offline extractive summarizer)."
+                )
+        elif not isinstance(model, Runnable):
+            raise TypeError(
+                f"LLMSummarizer needs a LangChain chat model or a 'provider:model' string, "
+                f"got {type(model).__name__}"
+            )
+        if retries < 0:
+            raise ValueError("retries must be >= 0")
+        if concurrency < 1:
+            raise ValueError("concurrency must be >= 1")
+        if backoff < 0 or max_backoff < 0:
+            raise ValueError("backoff and max_backoff must be >= 0")
+        self._model_spec = model
+        self._model: Runnable[Any, Any] | None = None if isinstance(model, str) else model
+        self._model_lock = threading.Lock()
+        self.prompts = self._check_prompts(prompts or {})
+        self.retries = retries
+        self._owns_fallback = fallback is _DEFAULT_FALLBACK
+        self.fallback: Summarizer | None = (
+            ExtractiveSummarizer() if self._owns_fallback else fallback
+        )
+        if self.fallback is not None and not isinstance(self.fallback, Summarizer):
+            raise TypeError("fallback must be a Summarizer or None")
+        self.concurrency = concurrency
+        self.hide_from_stream = hide_from_stream
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self.bind_max_tokens = bind_max_tokens
+        self.max_input_chars = max_input_chars
+        self.name = f"llm:{_model_name(model)}"
+        self.token_counter = token_counter
+
+    def __repr__(self) -> str:
+        return (
+            f"LLMSummarizer({self.name[4:]!r}, retries={self.retries}, fallback={self.fallback!r})"
+        )
+
+    @staticmethod
+    def _check_prompts(prompts: dict[str, str]) -> dict[str, str]:
+        unknown = set(prompts) - set(STRATEGIES) - {"system"}
+        if unknown:
+            raise ValueError(
+                f"Unknown prompt keys {sorted(unknown)}; expected strategies {STRATEGIES} or 'system'"
+            )
+        merged = {"system": SYSTEM_PROMPT, **DEFAULT_PROMPTS}
+        for key, text in prompts.items():
+            if not isinstance(text, str) or not text.strip():
+                raise ValueError(f"Prompt {key!r} must be a non-empty string")
+            if key != "system" and "{transcript}" not in text:
+                raise ValueError(f"Prompt {key!r} must contain the placeholder {{transcript}}")
+            if key != "system" and not re.search(r"\{(limit|max_tokens|max_words)\}", text):
+                text = f"{text}\n\n{{limit}}"
+            merged[key] = text
+        return merged
+
+    # -- token counter shared with the default fallback --------------------------------
+    @Summarizer.token_counter.setter  # type: ignore[attr-defined]
+    def token_counter(self, counter: TextTokenCounter | None) -> None:
+        Summarizer.token_counter.fset(self, counter)  # type: ignore[attr-defined]
+        if getattr(self, "_owns_fallback", False) and self.fallback is not None:
+            self.fallback.token_counter = counter
+
+    # -- the model ------------------------------------------------------------------------
+    @property
+    def model(self) -> Runnable[Any, Any]:
+        """The chat model; a ``"provider:model"`` string is resolved on first access."""
+        if self._model is None:
+            with self._model_lock:
+                if self._model is None:
+                    self._model = self._resolve(str(self._model_spec))
+        return self._model
+
+    @staticmethod
+    def _resolve(spec: str) -> Runnable[Any, Any]:
+        try:
+            from langchain.chat_models import init_chat_model
+        except ImportError as exc:  # pragma: no cover - langchain is a dependency
+            raise ImportError(
+                f"LLMSummarizer cannot resolve {spec!r}: the 'langchain' package is missing "
+                "(pip install langchain). Pass a chat model instance instead."
+            ) from exc
+        hint = (
+            "Pass a chat model instance, install the provider's package, or use "
+            "summarizer='offline' for the offline extractive summarizer."
+        )
+        try:
+            return init_chat_model(spec)
+        except ImportError as exc:
+            raise ImportError(
+                f"LLMSummarizer cannot load the model {spec!r}: {exc}. {hint}"
+            ) from exc
+        except ValueError as exc:
+            raise ValueError(f"LLMSummarizer cannot load the model {spec!r}: {exc} {hint}") from exc
+
+    def _runnable(self, request: SummaryRequest) -> Runnable[Any, Any]:
+        model = self.model
+        if self.bind_max_tokens and isinstance(model, BaseChatModel):
+            fields = type(model).model_fields
+            for name in _MAX_TOKEN_FIELDS:
+                if name in fields:
+                    return model.bind(**{name: request.max_tokens})
+        return model
+
+    def call_config(self, request: SummaryRequest | None = None) -> RunnableConfig:
+        """The config of every model call: hidden from streams unless told otherwise."""
+        config: RunnableConfig = {
+            "tags": list(SUMMARIZER_TAGS),
+            "run_name": SUMMARIZER_RUN_NAME,
+        }
+        if request is not None:
+            config["metadata"] = {"autocontext_strategy": request.strategy}
+        if self.hide_from_stream:
+            config["callbacks"] = []
+        return config
+
+    # -- prompt ---------------------------------------------------------------------------
+    def build_prompt(self, request: SummaryRequest) -> list[BaseMessage]:
+        """The messages sent to the model for ``request`` (system + task with transcript)."""
+        max_words = max(1, request.max_tokens * 3 // 4)
+        target = ""
+        if request.target_tokens is not None and request.target_tokens < request.max_tokens:
+            target = f"; aim for about {request.target_tokens} tokens"
+        limit = _LIMIT.format(max_tokens=request.max_tokens, max_words=max_words, target=target)
+        values = {
+            "transcript": render_transcript(request.messages, max_chars=self.max_input_chars),
+            "message_count": str(len(request.messages)),
+            "limit": limit,
+            "max_tokens": str(request.max_tokens),
+            "max_words": str(max_words),
+            "target_tokens": str(request.target_tokens or request.max_tokens),
+            "previous_summary": (request.previous_summary or "").strip()
+            or "(none: this is the first eviction)",
+        }
+        return [
+            SystemMessage(content=self.prompts["system"]),
+            HumanMessage(content=_fill(self.prompts[request.strategy], values)),
+        ]
+
+    def _prompt_tokens(self, prompt: list[BaseMessage]) -> int:
+        return sum(self.count(text_of(m)) for m in prompt)
+
+    def _read(self, response: Any, prompt_tokens: int) -> tuple[str, int, int]:
+        """(reply text, input tokens, output tokens) of a response."""
+        if isinstance(response, BaseMessage):
+            text = str(response.text) if isinstance(response.content, list) else response.content
+            usage = getattr(response, "usage_metadata", None)
+        else:
+            text, usage = str(response), None
+        # cleaned like every input: a lone surrogate or a NUL from a model would make the
+        # summary unstorable (PostgreSQL's jsonb rejects NUL) and kill the thread
+        text = clean_text(str(text)).strip()
+        if usage:
+            return text, int(usage.get("input_tokens", 0)), int(usage.get("output_tokens", 0))
+        return text, prompt_tokens, self.count(text)
+
+    def _finish(self, text: str, request: SummaryRequest) -> str:
+        return _clip_to_tokens(
+            text,
+            request.max_tokens,
+            self.count,
+            f"[summary truncated to {request.max_tokens} tokens]",
+        )
+
+    def _delay(self, attempt: int) -> float:
+        return min(self.max_backoff, self.backoff * (2 ** (attempt - 1)))
+
+    def _fail(self, attempts: int, exc: BaseException) -> str:
+        return f"{self.name} failed after {attempts} attempt{'s' if attempts > 1 else ''}: {type(exc).__name__}: {exc}"
+
+    def _fallback_result(
+        self, fb: SummaryResult, calls: int, input_tokens: int, output_tokens: int, error: str
+    ) -> SummaryResult:
+        return SummaryResult(
+            text=fb.text,
+            calls=calls + fb.calls,
+            input_tokens=input_tokens + fb.input_tokens,
+            output_tokens=output_tokens + fb.output_tokens,
+            fallback=True,
+            error=error,
+            summarizer=fb.summarizer,
+        )
+
+    # -- summarize --------------------------------------------------------------------------
+    def _attempts(self, request: SummaryRequest) -> Generator[tuple[str, Any], Any, SummaryResult]:
+        """The retry logic, once for both drivers: yields ``("sleep", seconds)``,
+        ``("invoke", (runnable, prompt, config))`` (answered with the response or a
+        :class:`_Raised`) and ``("fallback", request)`` (answered with its result)."""
+        runnable = self._runnable(request)  # configuration errors raise here
+        prompt = self.build_prompt(request)
+        prompt_tokens = self._prompt_tokens(prompt)
+        calls = input_tokens = output_tokens = 0
+        last: BaseException | None = None
+        for attempt in range(self.retries + 1):
+            if attempt and (delay := self._delay(attempt)) > 0:
+                yield "sleep", delay
+            calls += 1
+            response = yield "invoke", (runnable, prompt, self.call_config(request))
+            if isinstance(response, _Raised):
+                input_tokens += prompt_tokens
+                last = response.error
+                continue
+            text, used_in, used_out = self._read(response, prompt_tokens)
+            input_tokens += used_in
+            output_tokens += used_out
+            if not text:
+                last = _EmptySummaryError("the model returned an empty summary")
+                continue
+            return SummaryResult(
+                text=self._finish(text, request),
+                calls=calls,
+                input_tokens=input_tokens,
+                output_tokens=output_tokens,
+                fallback=False,
+                error=None,
+                summarizer=self.name,
+            )
+        assert last is not None
+        if self.fallback is None:
+            raise last
+        error = self._fail(calls, last)
+        fb = yield "fallback", request
+        return self._fallback_result(fb, calls, input_tokens, output_tokens, error)
+
+    def summarize(self, request: SummaryRequest) -> SummaryResult:
+        """Summarize with the model; retry, then fall back (or raise without a fallback)."""
+        gen = self._attempts(request)
+        reply: Any = None
+        while True:
+            try:
+                kind, arg = gen.send(reply)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            reply = None
+            if kind == "sleep":
+                time.sleep(arg)
+            elif kind == "invoke":
+                runnable, prompt, config = arg
+                try:
+                    reply = runnable.invoke(prompt, config=config)
+                except Exception as exc:
+                    reply = _Raised(exc)
+            else:
+                assert self.fallback is not None
+                reply = self.fallback.summarize(arg)
+
+    async def asummarize(self, request: SummaryRequest) -> SummaryResult:
+        """Async :meth:`summarize` (``ainvoke``, ``asyncio.sleep`` between retries)."""
+        gen = self._attempts(request)
+        reply: Any = None
+        while True:
+            try:
+                kind, arg = gen.send(reply)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            reply = None
+            if kind == "sleep":
+                await asyncio.sleep(arg)
+            elif kind == "invoke":
+                runnable, prompt, config = arg
+                try:
+                    reply = await runnable.ainvoke(prompt, config=config)
+                except Exception as exc:
+                    reply = _Raised(exc)
+            else:
+                assert self.fallback is not None
+                reply = await self.fallback.asummarize(arg)
+
+
+@dataclass(frozen=True)
+class _Raised:
+    """A model call that raised (sent back into :meth:`LLMSummarizer._attempts`)."""
+
+    error: BaseException
+
+
+# --- resolution ---------------------------------------------------------------------------------
+_OFFLINE_NAMES = frozenset({"offline", "extractive"})
+
+
+def resolve_summarizer(summarizer: Any = None, **llm_options: Any) -> Summarizer:
+    """Turn what a user passes as ``summarizer=`` into a :class:`Summarizer`.
+
+    * ``None``, ``"offline"`` or ``"extractive"``: a new :class:`ExtractiveSummarizer`;
+    * a :class:`Summarizer`: itself;
+    * a chat model (any LangChain ``Runnable``) or a ``"provider:model"`` string:
+      an :class:`LLMSummarizer`, built with ``llm_options`` (``retries``,
+      ``concurrency``, ``prompts`` …);
+    * anything else: :class:`TypeError`.
+    """
+    if summarizer is None:
+        return ExtractiveSummarizer()
+    if isinstance(summarizer, Summarizer):
+        return summarizer
+    if isinstance(summarizer, str):
+        if summarizer.strip().lower() in _OFFLINE_NAMES:
+            return ExtractiveSummarizer()
+        return LLMSummarizer(summarizer, **llm_options)
+    if isinstance(summarizer, Runnable):
+        return LLMSummarizer(summarizer, **llm_options)
+    raise TypeError(
+        "summarizer must be None or 'offline' (the offline extractive summarizer), a "
+        "Summarizer, a LangChain chat model, or a 'provider:model' string such as "
+        f"'openai:gpt-4o-mini'; got {type(summarizer).__name__}: {summarizer!r:.80}"
+    )

@@ -1,0 +1,115 @@
+"""How messages read as text: the transcript a summarizer model is shown.
+
+:func:`render_transcript` writes a span of messages as numbered blocks (role, text,
+tool calls with their arguments, tool results with their call ids and status). The
+small helpers it uses to name a message's role, its tool calls and the tool a
+result answers are shared with :mod:`~langchain_autocontext.summarizers.extractive`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+
+from langchain_autocontext.messages import marker, text_of
+
+__all__ = ["render_transcript", "tool_calls_of"]
+
+
+def tool_calls_of(message: BaseMessage) -> list[dict[str, Any]]:
+    """The tool calls of an AI message (empty for other messages)."""
+    if isinstance(message, AIMessage):
+        return [dict(tc) for tc in message.tool_calls]
+    return []
+
+
+def _role(message: BaseMessage) -> str:
+    if isinstance(message, HumanMessage):
+        return "user"
+    if isinstance(message, AIMessage):
+        return "assistant"
+    if isinstance(message, ToolMessage):
+        return "tool"
+    if isinstance(message, SystemMessage):
+        return "system"
+    return str(getattr(message, "role", None) or message.type)
+
+
+def _kind_label(message: BaseMessage) -> str:
+    """`` [autocontext <kind>]`` for messages this package wrote, else ``""``."""
+    info = marker(message)
+    if info is None:
+        return ""
+    return f" [autocontext {info.get('kind', 'note')}]"
+
+
+def _tool_names(messages: Sequence[BaseMessage]) -> dict[str, str]:
+    names: dict[str, str] = {}
+    for m in messages:
+        if isinstance(m, AIMessage):
+            for tc in m.tool_calls:
+                call_id = tc.get("id")
+                if call_id:
+                    names[call_id] = tc.get("name", "?")
+    return names
+
+
+def _tool_name(message: ToolMessage, names: dict[str, str]) -> str:
+    return message.name or names.get(message.tool_call_id, "") or "?"
+
+
+def render_transcript(
+    messages: Sequence[BaseMessage], *, max_chars: int | None = None, args_chars: int = 8000
+) -> str:
+    """A readable transcript of ``messages`` for a summarizer prompt.
+
+    Each message is a block ``[k] role:`` followed by its text; tool calls are
+    listed as ``-> tool call NAME (call id ID): {json args}``; tool results name the
+    call id, the tool and the status. With ``max_chars``, the largest texts are cut
+    in the middle (saying how much) until the whole fits; arguments longer than
+    ``args_chars`` are shortened, saying so.
+    """
+    names = _tool_names(messages)
+    texts = [text_of(m) for m in messages]
+    caps: int | None = None
+    if max_chars is not None:
+        sizes = [len(t) for t in texts]
+        if sum(sizes) > max_chars:
+            lo, hi = 0, max(sizes)
+            while lo < hi:  # largest cap with sum(min(size, cap)) <= max_chars
+                mid = (lo + hi + 1) // 2
+                if sum(min(size, mid) for size in sizes) <= max_chars:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            caps = max(200, lo)
+    blocks: list[str] = []
+    for k, (m, text) in enumerate(zip(messages, texts, strict=True), start=1):
+        role = _role(m)
+        if isinstance(m, ToolMessage):
+            status = f", status: {m.status}" if m.status == "error" else ""
+            head = f"[{k}] tool result for call {m.tool_call_id} ({_tool_name(m, names)}{status})"
+        else:
+            head = f"[{k}] {role}"
+        head += _kind_label(m) + ":"
+        if caps is not None and len(text) > caps:
+            half = caps // 2
+            text = (
+                f"{text[:half]}\n[… {len(text) - 2 * half:,} characters omitted from the "
+                f"middle of this message …]\n{text[-half:]}"
+            )
+        lines = [head]
+        if text.strip():
+            lines.append(text.strip("\n"))
+        elif not tool_calls_of(m):
+            lines.append("(empty)")
+        for tc in tool_calls_of(m):
+            args = json.dumps(tc.get("args", {}), ensure_ascii=False, default=str)
+            if len(args) > args_chars:
+                args = f"{args[:args_chars]}…[arguments cut: {len(args):,} characters in full]"
+            lines.append(f"-> tool call {tc.get('name', '?')} (call id {tc.get('id')}): {args}")
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)

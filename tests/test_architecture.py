@@ -1,0 +1,258 @@
+"""The package's shape: module sizes and import cycles, read from the source with ``ast``.
+
+* No module is over :data:`MAX_LINES` lines unless its docstring says why, with the
+  words "Over 600 lines because" and a reason.
+* The import graph among the package's modules has exactly the cycles of
+  :data:`KNOWN_CYCLES`: a new cycle fails, and so does a known one that is gone
+  (then shrink the list).
+
+Every ``import`` statement counts, at module level and inside functions and methods
+(the lazy imports that break a cycle at import time are still a cycle of the
+design), except those under ``if TYPE_CHECKING:``: they exist for annotations only
+and never run. Imports through ``importlib`` are not seen.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = "langchain_autocontext"
+ROOT = Path(__file__).resolve().parents[1] / PACKAGE
+
+#: A module may be longer than this only if its docstring says why.
+MAX_LINES = 700
+REASON = "Over 600 lines because"
+
+#: Each known import cycle (a strongly connected component of the import graph,
+#: module names without the package prefix) and why it is there.
+KNOWN_CYCLES: dict[frozenset[str], str] = {
+    frozenset({"engine", "middleware", "tools", "history"}): (
+        "AutoContext (engine) is the facade whose methods build the surfaces "
+        "(.middleware(), .tools, .as_runnable()) and imports them inside those methods; "
+        "each surface imports the engine back to drive it (middleware at module level, "
+        "tools and history inside functions), and middleware imports history."
+    ),
+    frozenset({"metadata", "tokens"}): (
+        "metadata builds the tag counts on TokenCounter, and the public "
+        "TokenCounter.count(..., tags=...) returns metadata.view_counts (imported inside "
+        "count); moving the tag counting into tokens would make that module larger, "
+        "and dropping tags= would change the API that engine, pipeline and tools use."
+    ),
+}
+
+
+# --- reading the source ---------------------------------------------------------------------
+def module_name(path: Path) -> str:
+    """``engine`` for ``engine.py``, ``summarizers`` for ``summarizers/__init__.py``,
+    ``summarizers.base`` for ``summarizers/base.py``; ``""`` for the package itself."""
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def package_modules() -> dict[str, Path]:
+    return {module_name(p): p for p in sorted(ROOT.rglob("*.py"))}
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _local(dotted: str) -> str | None:
+    """The package-relative name of a dotted module name, or None outside the package."""
+    if dotted == PACKAGE:
+        return ""
+    if dotted.startswith(PACKAGE + "."):
+        return dotted[len(PACKAGE) + 1 :]
+    return None
+
+
+def _join(*parts: str) -> str:
+    return ".".join(p for p in parts if p)
+
+
+def imports_of(source: str, name: str, *, is_package: bool, modules: set[str]) -> set[str]:
+    """The package's modules that ``source`` (module ``name``) imports anywhere but
+    under ``if TYPE_CHECKING:``. ``from pkg import x`` is an import of the module
+    ``pkg.x`` when there is one, else of ``pkg``."""
+    here = name if is_package else name.rpartition(".")[0]
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                local = _local(alias.name)
+                if local is not None and local in modules:
+                    found.add(local)
+        elif isinstance(node, ast.ImportFrom):
+            target: str | None
+            if node.level:  # relative: from . import x, from ..y import z
+                base = here.split(".") if here else []
+                up = node.level - 1
+                outside = up > len(base)
+                target = None if outside else _join(*base[: len(base) - up], node.module or "")
+            else:
+                target = _local(node.module or "")
+            if target is not None:
+                for alias in node.names:
+                    sub = _join(target, alias.name)
+                    if sub in modules:
+                        found.add(sub)
+                    elif target in modules:
+                        found.add(target)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(source))
+    found.discard(name)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = package_modules()
+    names = set(modules)
+    return {
+        name: imports_of(
+            path.read_text(encoding="utf-8"),
+            name,
+            is_package=path.name == "__init__.py",
+            modules=names,
+        )
+        for name, path in modules.items()
+    }
+
+
+def cycles(graph: dict[str, set[str]]) -> set[frozenset[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: set[frozenset[str]] = set()
+
+    def connect(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = set()
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.add(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.add(frozenset(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            connect(v)
+    return found
+
+
+# --- the reader itself --------------------------------------------------------------------
+def test_imports_are_read_everywhere_but_type_checking() -> None:
+    source = """
+from __future__ import annotations
+import json
+from typing import TYPE_CHECKING
+import langchain_autocontext.store as st
+from langchain_autocontext import tokens, __version__
+from . import messages
+from .strategies import base
+
+if TYPE_CHECKING:
+    from langchain_autocontext.engine import AutoContext
+else:
+    from langchain_autocontext import view
+
+def lazy():
+    from langchain_autocontext.summarizers import Summarizer
+
+class K:
+    def method(self):
+        from ..replay import replay  # beyond the package: ignored
+"""
+    modules = {"", "store", "tokens", "messages", "strategies", "strategies.base", "engine"}
+    modules |= {"view", "summarizers", "replay", "cli"}
+    got = imports_of(source, "cli", is_package=False, modules=modules)
+    assert got == {
+        "store",
+        "tokens",
+        "",  # __version__: the package's __init__
+        "messages",
+        "strategies.base",
+        "view",
+        "summarizers",
+    }
+    inner = imports_of(
+        "from . import base\nfrom ..messages import x\n",
+        "strategies.fifo",
+        is_package=False,
+        modules=modules,
+    )
+    assert inner == {"strategies.base", "messages"}
+
+
+def test_cycles_are_strongly_connected_components() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set(), "e": {"e"}, "f": {"d"}}
+    assert cycles(graph) == {frozenset({"a", "b", "c"})}
+
+
+# --- the package ----------------------------------------------------------------------------
+def test_the_graph_sees_lazy_imports() -> None:
+    graph = import_graph()
+    assert "middleware" in graph["engine"]  # imported inside AutoContext.middleware()
+    assert "summarizers" in graph["engine"]  # at module level
+    assert "engine" not in graph["replay"]  # only under TYPE_CHECKING
+
+
+def test_no_new_import_cycles() -> None:
+    found = cycles(import_graph())
+    new = found - set(KNOWN_CYCLES)
+    gone = set(KNOWN_CYCLES) - found
+
+    def show(cs: set[frozenset[str]]) -> list[list[str]]:
+        return sorted(sorted(c) for c in cs)
+
+    assert not new, (
+        f"new import cycle(s) among the package's modules: {show(new)}; break them "
+        "(move the shared code down a layer) or, if one is deliberate, add it to "
+        "KNOWN_CYCLES with the reason"
+    )
+    assert not gone, f"cycle(s) no longer there: {show(gone)}; remove them from KNOWN_CYCLES"
+
+
+@pytest.mark.parametrize("name", sorted(package_modules()), ids=lambda n: n or "__init__")
+def test_module_has_a_docstring_and_a_reason_when_long(name: str) -> None:
+    path = package_modules()[name]
+    source = path.read_text(encoding="utf-8")
+    doc = ast.get_docstring(ast.parse(source)) or ""
+    assert doc.strip(), f"{path.relative_to(ROOT.parent)} has no module docstring"
+    lines = len(source.splitlines())
+    if lines > MAX_LINES:
+        assert REASON in doc, (
+            f"{path.relative_to(ROOT.parent)} has {lines} lines (over {MAX_LINES}): split "
+            f'it, or say why in its docstring ("{REASON} …")'
+        )
+    if REASON in doc:
+        reason = doc.split(REASON, 1)[1]
+        assert len(reason.split()) >= 8, f"{name}: the reason is too short to be one"
