@@ -309,6 +309,7 @@ def _setup(args: argparse.Namespace) -> _Setup:
         summarizer = resolve_summarizer(
             args.summarizer,
             retries=config.summarizer_retries,
+            timeout=config.summarizer_timeout,
             concurrency=config.summarizer_concurrency,
         )
         if isinstance(summarizer, LLMSummarizer):

@@ -148,6 +148,12 @@ class AutoContextConfig(BaseModel):
 
     # --- summarizer behaviour ---
     summarizer_retries: int = Field(2, ge=0, description="Retries of a failed summarizer call.")
+    summarizer_timeout: float | None = Field(
+        None,
+        gt=0,
+        description="Seconds one summarizer model call may take (None: no limit); a call past "
+        "it is a failed attempt: retried, then the offline summarizer answers.",
+    )
     summarizer_concurrency: int = Field(
         4, ge=1, description="Independent spans summarized at once."
     )

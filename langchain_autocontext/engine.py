@@ -260,6 +260,7 @@ class AutoContext:
         self.summarizer: Summarizer = resolve_summarizer(
             summarizer,
             retries=self.config.summarizer_retries,
+            timeout=self.config.summarizer_timeout,
             concurrency=self.config.summarizer_concurrency,
         )
         if getattr(self.summarizer, "token_counter", None) is None:

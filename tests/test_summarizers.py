@@ -26,6 +26,8 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langgraph.graph import END, START, StateGraph
 from pydantic import Field
 
+from langchain_autocontext import AutoContext, AutoContextConfig
+from langchain_autocontext.errors import InvalidConfigError
 from langchain_autocontext.summarizers import (
     DEFAULT_PROMPTS,
     STRATEGIES,
@@ -769,6 +771,38 @@ def test_retries_then_succeeds() -> None:
     assert result.calls == 3 and model.calls == 3
     assert result.fallback is False and result.error is None
     assert result.input_tokens > 0
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_call_past_the_timeout_is_a_failed_attempt_then_the_fallback_answers(
+    mode: str,
+) -> None:
+    """Issue 13: a summarizer model that hangs costs ``timeout`` per attempt, not the run."""
+    model = SlowEchoChatModel(delay=3.0)
+    s = LLMSummarizer(model, retries=1, backoff=0, timeout=0.1)
+    started = time.perf_counter()
+    run = s.summarize if mode == "sync" else lambda r: asyncio.run(s.asummarize(r))
+    result = run(request())
+    assert time.perf_counter() - started < 2.0  # two attempts of 0.1 s, not 3 s each
+    assert result.fallback is True and result.summarizer == "extractive"
+    assert result.calls == 2
+    assert result.error is not None and "did not answer within 0.1 s" in result.error
+
+
+def test_a_call_within_the_timeout_answers_as_usual() -> None:
+    result = LLMSummarizer(SlowEchoChatModel(delay=0.01), timeout=5).summarize(request())
+    assert result.fallback is False and result.calls == 1
+
+
+def test_the_timeout_is_validated_and_comes_from_the_config() -> None:
+    with pytest.raises(ValueError, match="timeout must be a positive"):
+        LLMSummarizer(FlakyChatModel(failures=0), timeout=0)
+    ac = AutoContext(
+        AutoContextConfig(summarizer_timeout=7.5), summarizer=FlakyChatModel(failures=0)
+    )
+    assert ac.summarizer.timeout == 7.5
+    with pytest.raises(InvalidConfigError):
+        AutoContextConfig(summarizer_timeout=-1)
 
 
 def test_retries_exhausted_falls_back_to_extractive() -> None:

@@ -11,11 +11,13 @@ the user's token streams. :func:`resolve_summarizer` turns what a user passes as
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import importlib.util
 import re
 import threading
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
@@ -120,6 +122,10 @@ class LLMSummarizer(Summarizer):
             summarizer model's own window.
         token_counter: Counter for budgets and for usage when the response has no
             ``usage_metadata`` (``None``: a len/4 estimate).
+        timeout: Seconds one model call may take (``None``: no limit). A call past it
+            counts as a failed attempt (retried, then the fallback answers), like
+            any other failure. Async calls are cancelled; a sync call runs in a
+            daemon thread that is abandoned (its late answer is ignored).
 
     Errors from resolving a model string (a missing provider package, an
     unknown provider) are configuration errors: they are raised, never retried
@@ -140,6 +146,7 @@ class LLMSummarizer(Summarizer):
         bind_max_tokens: bool = True,
         max_input_chars: int = 200_000,
         token_counter: TextTokenCounter | None = None,
+        timeout: float | None = None,
     ) -> None:
         if isinstance(model, str):
             if not model.strip():
@@ -162,6 +169,11 @@ class LLMSummarizer(Summarizer):
             raise ValueError("concurrency must be >= 1")
         if backoff < 0 or max_backoff < 0:
             raise ValueError("backoff and max_backoff must be >= 0")
+        if timeout is not None and not timeout > 0:
+            raise ValueError(
+                f"timeout must be a positive number of seconds or None, got {timeout!r}"
+            )
+        self.timeout = timeout
         self._model_spec = model
         self._model: Runnable[Any, Any] | None = None if isinstance(model, str) else model
         self._model_lock = threading.Lock()
@@ -388,7 +400,9 @@ class LLMSummarizer(Summarizer):
             elif kind == "invoke":
                 runnable, prompt, config = arg
                 try:
-                    reply = runnable.invoke(prompt, config=config)
+                    reply = _within(
+                        self.timeout, functools.partial(runnable.invoke, prompt, config=config)
+                    )
                 except Exception as exc:
                     reply = _Raised(exc)
             else:
@@ -410,12 +424,48 @@ class LLMSummarizer(Summarizer):
             elif kind == "invoke":
                 runnable, prompt, config = arg
                 try:
-                    reply = await runnable.ainvoke(prompt, config=config)
+                    reply = await asyncio.wait_for(
+                        runnable.ainvoke(prompt, config=config), self.timeout
+                    )
+                except TimeoutError:
+                    reply = _Raised(_timed_out(self.timeout))
                 except Exception as exc:
                     reply = _Raised(exc)
             else:
                 assert self.fallback is not None
                 reply = await self.fallback.asummarize(arg)
+
+
+def _timed_out(timeout: float | None) -> TimeoutError:
+    return TimeoutError(f"the summarizer model did not answer within {timeout} s")
+
+
+def _within(timeout: float | None, call: Callable[[], Any]) -> Any:
+    """``call()``, or :class:`TimeoutError` after ``timeout`` seconds (``None``: wait).
+
+    The call runs in a daemon thread (with the caller's context variables) that is
+    abandoned on timeout: Python cannot stop a blocking network call from outside.
+    """
+    if timeout is None:
+        return call()
+    box: dict[str, Any] = {}
+    done = threading.Event()
+    ctx = contextvars.copy_context()
+
+    def run() -> None:
+        try:
+            box["value"] = ctx.run(call)
+        except BaseException as exc:  # handed to the caller
+            box["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=run, daemon=True, name="autocontext-summarizer").start()
+    if not done.wait(timeout):
+        raise _timed_out(timeout)
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 @dataclass(frozen=True)
