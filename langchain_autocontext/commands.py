@@ -241,8 +241,15 @@ def update_op(
     *,
     issuing_id: str | None = None,
     via: str = "tool",
+    counter: Any = None,
+    pin_limit: int | None = None,
 ) -> Edit:
-    """Replace the content of the working message ``ref`` names (id and role kept)."""
+    """Replace the content of the working message ``ref`` names (id and role kept).
+
+    A pinned message keeps within the pin limit: with ``counter`` and ``pin_limit``,
+    an update that would take the pins past ``pin_limit`` tokens is refused (pins are
+    never compressed: an oversized pin would stop every later call).
+    """
     idx, refused = _resolve(messages, ref, "update")
     if refused is not None:
         return refused
@@ -265,6 +272,18 @@ def update_op(
             True, f"Message {mid} already has this content; nothing changed.", list(messages)
         )
     updated = target.model_copy(update={"content": new_text})
+    if is_pinned(target) and counter is not None and pin_limit is not None:
+        others = pinned_tokens(messages, counter) - counter.count_message(target)
+        size = counter.count_message(updated)
+        if others + size > pin_limit:
+            return _refuse(
+                messages,
+                "limit",
+                f"Message {mid} is pinned, and its new content ({size:,} tokens) would take "
+                f"the pins past their limit of {pin_limit:,} tokens ({others:,} in use by "
+                "other pins). Write a shorter content, or unpin it first (pin_message with "
+                "pinned=false).",
+            )
     new = list(messages)
     new[idx] = updated
     before, after = message_chars(target), message_chars(updated)
@@ -636,7 +655,15 @@ def process_reply(
                     via="xml",
                 )
             else:
-                edit = update_op(working, cmd.id, cmd.content, issuing_id=issuing, via="xml")
+                edit = update_op(
+                    working,
+                    cmd.id,
+                    cmd.content,
+                    issuing_id=issuing,
+                    via="xml",
+                    counter=pin_counter,
+                    pin_limit=config.pin_limit,
+                )
             if edit.ok:
                 working = edit.messages
                 originals.extend(edit.originals)

@@ -313,6 +313,8 @@ class _Call:
                     args.get("message_id"),
                     args.get("content"),
                     issuing_id=self.issuing_id,
+                    counter=self.engine.counter,
+                    pin_limit=self.engine.config.pin_limit,
                 )
             if edit.ok:
                 ids.update(str(m.id) for m in edit.originals)
@@ -423,7 +425,14 @@ def _edit_tool(engine: AutoContext, name: str) -> StructuredTool:
                 counter=engine.counter,
                 limit=engine.config.pin_limit,
             )
-        return update_op(call.messages, message_id, content, issuing_id=call.issuing_id)
+        return update_op(
+            call.messages,
+            message_id,
+            content,
+            issuing_id=call.issuing_id,
+            counter=engine.counter,
+            pin_limit=engine.config.pin_limit,
+        )
 
     def finish(call: _Call, edit: Edit) -> Command:
         return call.reply(edit.text, updates=diff_updates(call.messages, edit.messages))

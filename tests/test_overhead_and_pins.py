@@ -19,7 +19,7 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, Tool
 from langgraph.store.memory import InMemoryStore
 
 from langchain_autocontext import AutoContext, AutoContextConfig
-from langchain_autocontext.commands import pin_op, process_reply
+from langchain_autocontext.commands import pin_op, process_reply, update_op
 from langchain_autocontext.errors import ContextBudgetError
 from langchain_autocontext.messages import is_pinned, pin
 from langchain_autocontext.metadata import strip_tags
@@ -110,6 +110,28 @@ def test_xml_pin_command() -> None:
     out = process_reply(msgs, config=cfg)
     assert not out.errors and is_pinned(out.messages[1])
     assert "<pin" not in out.messages[-1].content and "[pinned c1]" in out.messages[-1].content
+
+
+def test_a_pinned_message_cannot_be_updated_past_the_pin_limit() -> None:
+    """Found by benchmarks/adversarial.py: the model pinned a short message, then updated
+    it with 9,000 characters; the oversized pin stopped every later call. The update is
+    refused (tool and XML alike) and the thread goes on."""
+    counter = AutoContext(AutoContextConfig(max_tokens=4_000)).counter
+    msgs = [
+        SystemMessage("s", id="s"),
+        pin(HumanMessage("Constraint: no red-eye flights.", id="c1")),
+        HumanMessage("book it", id="u"),
+    ]
+    refused = update_op(msgs, "c1", "y" * 9_000, counter=counter, pin_limit=500)
+    assert not refused.ok and refused.reason == "limit" and "500" in refused.text
+    fine = update_op(
+        msgs, "c1", "Constraint: no red-eye or overnight flights.", counter=counter, pin_limit=500
+    )
+    assert fine.ok and is_pinned(fine.messages[1])
+    cfg = AutoContextConfig(max_tokens=4_000, xml_commands=True, pin_max_tokens=500)
+    reply = AIMessage(f'<update id="c1">{"y" * 9_000}</update>', id="a")
+    out = process_reply([*msgs, reply], config=cfg)
+    assert out.errors and len(out.messages[1].content) < 100
 
 
 def test_developer_pins_past_the_limit_are_a_clear_error() -> None:
