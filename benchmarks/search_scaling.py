@@ -22,7 +22,18 @@ from langchain_autocontext import OffloadStore
 from langchain_autocontext.search import search_history
 
 TARGET_S = 2.0
-WORDS = "camping museum painting violin marathon pottery garden recipe concert hiking".split()
+WORDS = [
+    "camping",
+    "museum",
+    "painting",
+    "violin",
+    "marathon",
+    "pottery",
+    "garden",
+    "recipe",
+    "concert",
+    "hiking",
+]
 
 
 def messages(n: int) -> list:
@@ -54,7 +65,9 @@ def backend(kind: str, tmp: Path):
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--sizes", default="15000,30000,60000")
     ap.add_argument("--backends", default="memory,sqlite")
     args = ap.parse_args(argv)

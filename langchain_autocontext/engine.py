@@ -537,7 +537,49 @@ class AutoContext:
             state,
             separate_instructions=bool(self.system_prompt) and not owns_system,
         )
-        return config.model_copy(update={"max_tokens": max(1, config.max_tokens - reserve)})
+        limit = int(config.max_tokens / (token_scale(state) * window_scale(state)))
+        return config.model_copy(update={"max_tokens": max(1, limit - reserve)})
+
+    def calibrate(
+        self, call: ModelCall, reply: Any, state: Mapping[str, Any] | None
+    ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+        """Learn from what the provider reports it was sent.
+
+        ``reply``'s ``usage_metadata["input_tokens"]`` against ``call.tokens`` (what the
+        package counted for that request): when the provider counts more, later calls
+        budget ``max_tokens / scale`` counted tokens, ``scale`` being the ratio plus a
+        5% margin (``state["autocontext"]["token_scale"]``, kept with the thread); when
+        it counts as much or less, the scale goes back to 1. Returns the new state and
+        a ``calibration`` event when the scale changed, else ``(None, None)``.
+        """
+        usage = getattr(reply, "usage_metadata", None) or {}
+        reported = usage.get("input_tokens") if isinstance(usage, Mapping) else None
+        if not isinstance(reported, int) or reported <= 0 or call.tokens <= 0:
+            return None, None
+        ratio = reported / call.tokens
+        scale = round(ratio * CALIBRATION_MARGIN, 4) if ratio > 1.0 else 1.0
+        old = token_scale(state)
+        if abs(scale - old) < 0.01:
+            return None, None
+        new_state = {**normalize_state(state), TOKEN_SCALE_KEY: scale}
+        event = {
+            "kind": "calibration",
+            "strategy": "calibration",
+            "counted_tokens": call.tokens,
+            "reported_tokens": reported,
+            "scale_before": old,
+            "scale_after": scale,
+        }
+        return new_state, event
+
+    def overflow_state(self, state: Mapping[str, Any] | None) -> dict[str, Any]:
+        """The state after the provider rejected a request as too long: the window's
+        scale grows by a quarter (this and later compressions aim a quarter lower);
+        calibration from reported usage does not undo it."""
+        return {
+            **normalize_state(state),
+            WINDOW_SCALE_KEY: round(window_scale(state) * OVERFLOW_SCALE_STEP, 4),
+        }
 
     @staticmethod
     def _repair(messages: list[BaseMessage]) -> tuple[list[BaseMessage], bool]:
@@ -1020,6 +1062,37 @@ class AutoContext:
 
 #: Key of ``state["autocontext"]`` naming the thread of a run that has no ``thread_id``.
 RUN_THREAD_KEY = "run_thread"
+#: Key of ``state["autocontext"]``: provider tokens per counted token (>= 1), learned
+#: from the usage each response reports and from requests rejected as too long.
+TOKEN_SCALE_KEY = "token_scale"
+#: Margin over the provider/counter ratio a calibration applies.
+CALIBRATION_MARGIN = 1.05
+#: How much lower the budget aims after a request was rejected as too long.
+OVERFLOW_SCALE_STEP = 1.25
+
+
+#: Key of ``state["autocontext"]``: how much smaller the model's real window proved than
+#: the budget (grows by a quarter each time a request is rejected as too long).
+WINDOW_SCALE_KEY = "window_scale"
+
+
+def _scale(state: Mapping[str, Any] | None, key: str) -> float:
+    value = (state or {}).get(key)
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > 1.0:
+        return float(min(value, 16.0))
+    return 1.0
+
+
+def token_scale(state: Mapping[str, Any] | None) -> float:
+    """The thread's calibration: provider tokens per counted token (1.0 when none was
+    learned; never below 1)."""
+    return _scale(state, TOKEN_SCALE_KEY)
+
+
+def window_scale(state: Mapping[str, Any] | None) -> float:
+    """How much lower than ``max_tokens`` the thread's requests aim after rejections
+    as too long (1.0 when none happened)."""
+    return _scale(state, WINDOW_SCALE_KEY)
 
 
 def configured_thread(config: RunnableConfig | None) -> str | None:

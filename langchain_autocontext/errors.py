@@ -15,7 +15,44 @@ __all__ = [
     "OffloadNotFoundError",
     "ProtectedMessageError",
     "UnknownMessageError",
+    "is_context_overflow",
 ]
+
+#: What providers say when a request is longer than the model's window (lower case).
+_OVERFLOW_PHRASES = (
+    "context_length_exceeded",
+    "maximum context length",
+    "prompt is too long",
+    "input is too long",
+    "exceeds the context window",
+    "context window exceeded",
+    "too many tokens",
+)
+
+
+def is_context_overflow(error: BaseException) -> bool:
+    """Whether a model call failed because the request was too long for the model.
+
+    LangChain's ``ContextOverflowError`` (what ``langchain-openai`` and
+    ``langchain-anthropic`` raise), an error whose ``code`` is
+    ``context_length_exceeded`` (OpenAI's), or a message providers use for it
+    (Anthropic's "prompt is too long", "maximum context length" …).
+    """
+    try:
+        from langchain_core.exceptions import ContextOverflowError
+    except ImportError:  # an older langchain-core
+        ContextOverflowError = ()  # type: ignore[assignment,misc]
+    if ContextOverflowError and isinstance(error, ContextOverflowError):
+        return True
+    code = getattr(error, "code", None)
+    body = getattr(error, "body", None)
+    if isinstance(body, dict):
+        inner = body.get("error") if isinstance(body.get("error"), dict) else body
+        code = code or inner.get("code") or inner.get("type")
+    if code == "context_length_exceeded":
+        return True
+    text = str(error).lower()
+    return any(phrase in text for phrase in _OVERFLOW_PHRASES)
 
 
 class AutoContextError(Exception):

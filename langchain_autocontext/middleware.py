@@ -51,8 +51,8 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command
 
 from langchain_autocontext.config import AutoContextConfig
-from langchain_autocontext.engine import _SYSTEM_PLACEHOLDER_ID
-from langchain_autocontext.errors import ContextBudgetError
+from langchain_autocontext.engine import _SYSTEM_PLACEHOLDER_ID, window_scale
+from langchain_autocontext.errors import ContextBudgetError, is_context_overflow
 from langchain_autocontext.history import surface_namespace
 from langchain_autocontext.messages import dump_message, load_message
 
@@ -354,18 +354,6 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextMiddlewareState, Any, Any
             return request.override(system_message=first, messages=view[1:], tools=tools)
         return request.override(system_message=None, messages=view, tools=tools)
 
-    @staticmethod
-    def _finish(
-        response: ModelResponse | AIMessage, call: ModelCall
-    ) -> ModelResponse | AIMessage | ExtendedModelResponse:
-        if not call.state_update:
-            return response
-        if isinstance(response, AIMessage):
-            response = ModelResponse(result=[response])
-        return ExtendedModelResponse(
-            model_response=response, command=Command(update={"autocontext": call.state_update})
-        )
-
     def _prepare(
         self, request: ModelRequest[Any], thread_id: str
     ) -> tuple[ModelCall | None, list[BaseMessage], SystemMessage | None, list[Any]]:
@@ -388,20 +376,32 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextMiddlewareState, Any, Any
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], ModelResponse],
     ) -> ModelResponse | AIMessage | ExtendedModelResponse:
-        """Send the model its input view (tags, working context, notices), not the state."""
+        """Send the model its input view (tags, working context, notices), not the state.
+
+        A request the provider rejects as too long (:func:`~.errors.is_context_overflow`)
+        is compressed a quarter lower and sent once more; the provider's reported input
+        tokens calibrate later budgets (:meth:`AutoContext.calibrate`)."""
         thread_id = _thread_id(request.runtime, request.state.get("autocontext"))
         self.autocontext.use_model(request.model)  # the budget, unless max_tokens was given
         self._learn(request, thread_id)
+        ac_state = request.state.get("autocontext")
+        persist = None  # a state to keep although the view did not change it
         call, msgs, system, tools = self._prepare(request, thread_id)
         if call is None:
-            ac_state = request.state.get("autocontext")
-            fitted = self.autocontext.compress(
-                msgs, thread_id=thread_id, tools=tools, force=True, state=ac_state
-            )
-            call = self.autocontext.prepare_model_call(
-                fitted.messages, state=ac_state, tools=tools, thread_id=thread_id
-            )
-        return self._finish(handler(self._view_request(request, call, system, tools)), call)
+            call = self._fit(msgs, thread_id, tools, ac_state)
+        try:
+            response = handler(self._view_request(request, call, system, tools))
+        except Exception as exc:
+            if not is_context_overflow(exc):
+                raise
+            ac_state = persist = self.autocontext.overflow_state(ac_state)
+            call = self._fit(msgs, thread_id, tools, ac_state)
+            self._store().record_event(thread_id, self._overflow_event(exc, call, ac_state))
+            try:
+                response = handler(self._view_request(request, call, system, tools))
+            except Exception as again:
+                raise self._overflow_error(again, call) from again
+        return self._finish(response, call, ac_state, thread_id, persist)
 
     async def awrap_model_call(
         self,
@@ -412,16 +412,117 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextMiddlewareState, Any, Any
         thread_id = _thread_id(request.runtime, request.state.get("autocontext"))
         self.autocontext.use_model(request.model)  # the budget, unless max_tokens was given
         await self._alearn(request, thread_id)
+        ac_state = request.state.get("autocontext")
+        persist = None  # a state to keep although the view did not change it
         call, msgs, system, tools = self._prepare(request, thread_id)
         if call is None:
-            ac_state = request.state.get("autocontext")
-            fitted = await self.autocontext.acompress(
-                msgs, thread_id=thread_id, tools=tools, force=True, state=ac_state
-            )
-            call = self.autocontext.prepare_model_call(
-                fitted.messages, state=ac_state, tools=tools, thread_id=thread_id
-            )
-        return self._finish(await handler(self._view_request(request, call, system, tools)), call)
+            call = await self._afit(msgs, thread_id, tools, ac_state)
+        try:
+            response = await handler(self._view_request(request, call, system, tools))
+        except Exception as exc:
+            if not is_context_overflow(exc):
+                raise
+            ac_state = persist = self.autocontext.overflow_state(ac_state)
+            call = await self._afit(msgs, thread_id, tools, ac_state)
+            await self._store().arecord_event(thread_id, self._overflow_event(exc, call, ac_state))
+            try:
+                response = await handler(self._view_request(request, call, system, tools))
+            except Exception as again:
+                raise self._overflow_error(again, call) from again
+        return await self._afinish(response, call, ac_state, thread_id, persist)
+
+    # --- fitting, overflow and calibration ---------------------------------------------------
+    def _store(self) -> Any:
+        return self.autocontext.resolve_store()
+
+    def _fit(
+        self, msgs: list[BaseMessage], thread_id: str, tools: list[Any], ac_state: Any
+    ) -> ModelCall:
+        """This call's view, compressed to the budget (``force``: below the trigger)."""
+        fitted = self.autocontext.compress(
+            msgs, thread_id=thread_id, tools=tools, force=True, state=ac_state
+        )
+        return self.autocontext.prepare_model_call(
+            fitted.messages, state=ac_state, tools=tools, thread_id=thread_id
+        )
+
+    async def _afit(
+        self, msgs: list[BaseMessage], thread_id: str, tools: list[Any], ac_state: Any
+    ) -> ModelCall:
+        """Async twin of :meth:`_fit`."""
+        fitted = await self.autocontext.acompress(
+            msgs, thread_id=thread_id, tools=tools, force=True, state=ac_state
+        )
+        return self.autocontext.prepare_model_call(
+            fitted.messages, state=ac_state, tools=tools, thread_id=thread_id
+        )
+
+    @staticmethod
+    def _overflow_event(error: BaseException, call: ModelCall, ac_state: Any) -> dict[str, Any]:
+        return {
+            "kind": "overflow",
+            "strategy": "overflow_retry",
+            "error": f"{type(error).__name__}: {error}"[:500],
+            "tokens_after": call.tokens,
+            "scale_after": window_scale(ac_state),
+        }
+
+    def _overflow_error(self, error: BaseException, call: ModelCall) -> BaseException:
+        if not is_context_overflow(error):
+            return error
+        return ContextBudgetError(
+            f"The model rejected the request as too long twice, the second time after it "
+            f"was compressed to {call.tokens:,} counted tokens (max_tokens="
+            f"{self.autocontext.config.max_tokens:,}). The token counter undercounts for "
+            "this model: lower max_tokens, or pass token_counter= the model itself (its "
+            f"own count). The provider said: {error}",
+            required_tokens=call.tokens,
+            max_tokens=self.autocontext.config.max_tokens,
+        )
+
+    @staticmethod
+    def _reply(response: Any) -> Any:
+        if isinstance(response, AIMessage):
+            return response
+        result = getattr(response, "result", None) or []
+        return next((m for m in result if isinstance(m, AIMessage)), None)
+
+    def _calibrated(
+        self, response: Any, call: ModelCall, ac_state: Any, persist: Any
+    ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+        """The state to persist (the view's update, else ``persist``, with the
+        calibration applied), and the calibration event if the scale changed."""
+        base = call.state_update or persist
+        new, event = self.autocontext.calibrate(call, self._reply(response), base or ac_state)
+        return (new or base), event
+
+    def _finish(
+        self, response: Any, call: ModelCall, ac_state: Any, thread_id: str, persist: Any
+    ) -> ModelResponse | AIMessage | ExtendedModelResponse:
+        state, event = self._calibrated(response, call, ac_state, persist)
+        if event is not None:
+            self._store().record_event(thread_id, event)
+        return self._respond(response, state)
+
+    async def _afinish(
+        self, response: Any, call: ModelCall, ac_state: Any, thread_id: str, persist: Any
+    ) -> ModelResponse | AIMessage | ExtendedModelResponse:
+        state, event = self._calibrated(response, call, ac_state, persist)
+        if event is not None:
+            await self._store().arecord_event(thread_id, event)
+        return self._respond(response, state)
+
+    @staticmethod
+    def _respond(
+        response: Any, state: dict[str, Any] | None
+    ) -> ModelResponse | AIMessage | ExtendedModelResponse:
+        if not state:
+            return response  # type: ignore[no-any-return]
+        if isinstance(response, AIMessage):
+            response = ModelResponse(result=[response])
+        return ExtendedModelResponse(
+            model_response=response, command=Command(update={"autocontext": state})
+        )
 
     # --- after_model: the model's reply ------------------------------------------------------
     @staticmethod

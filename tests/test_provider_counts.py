@@ -1,0 +1,164 @@
+"""The provider's count decides (issue 12, items 3-4): the usage each response reports
+calibrates later budgets, and a request the provider rejects as too long is compressed
+lower and sent once more, through a real ``create_agent`` with the middleware."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from _builders import call
+from langchain.agents import create_agent
+from langchain_core.exceptions import ContextOverflowError
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.store.memory import InMemoryStore
+from pydantic import Field
+
+from langchain_autocontext import AutoContext, AutoContextConfig, ContextBudgetError
+from langchain_autocontext.errors import is_context_overflow
+
+BUDGET = 6_000
+#: Compress only near the budget, so the requests come close to it.
+NEAR = AutoContextConfig(max_tokens=BUDGET, token_ratio=0.95, target_ratio=0.6)
+
+
+@tool
+def blob(n: int) -> str:
+    """Return document ``n`` (about 1,200 tokens)."""
+    return "\n".join(f"doc {n} line {i}: value-{n}-{i * 7919 % 1000:03d}" for i in range(110))
+
+
+class ProviderModel(BaseChatModel):
+    """Calls ``blob`` ``steps`` times, then answers. Counts what it receives with the
+    package's counter and reports ``factor`` times that as its input tokens; refuses a
+    request counting more than ``limit`` with ``error`` (a provider's overflow)."""
+
+    counter: Any
+    steps: int = 14
+    factor: float = 1.0
+    limit: int | None = None
+    error: Any = None
+    bound: list = Field(default_factory=list)
+    reported: list = Field(default_factory=list)
+    calls: int = 0
+
+    @property
+    def _llm_type(self) -> str:
+        return "provider"
+
+    def bind_tools(self, tools, **kwargs):
+        self.bound = list(tools)
+        return self
+
+    def _generate(self, messages, stop=None, run_manager=None, **kw):
+        counted = self.counter.count(messages, self.bound)
+        if self.limit is not None and counted > self.limit:
+            raise self.error
+        n = self.calls
+        self.calls += 1
+        reported = int(counted * self.factor)
+        self.reported.append(reported)
+        done = n >= self.steps
+        msg = (
+            AIMessage("All documents read.")
+            if done
+            else AIMessage("", tool_calls=[call("blob", {"n": n})])
+        )
+        msg.usage_metadata = {
+            "input_tokens": reported,
+            "output_tokens": 5,
+            "total_tokens": reported + 5,
+        }
+        return ChatResult(generations=[ChatGeneration(message=msg)])
+
+
+def agent(ac: AutoContext, model: ProviderModel, store: Any) -> Any:
+    return create_agent(
+        model,
+        tools=[blob],
+        middleware=[ac.middleware()],
+        checkpointer=InMemorySaver(),
+        store=store,
+    )
+
+
+def run(graph: Any, mode: str, thread: str) -> dict:
+    cfg = {"configurable": {"thread_id": thread}, "recursion_limit": 500}
+    inputs = {"messages": [HumanMessage("Read the documents.")]}
+    if mode == "sync":
+        return graph.invoke(inputs, cfg)
+    return asyncio.run(graph.ainvoke(inputs, cfg))
+
+
+def events(ac: AutoContext, store: Any, thread: str, kind: str) -> list[dict]:
+    return [e for e in ac.resolve_store(store).list_events(thread) if e.get("kind") == kind]
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_provider_counting_25_percent_more_is_never_sent_over_budget_after_its_first_reply(
+    mode: str,
+) -> None:
+    store = InMemoryStore()
+    ac = AutoContext(NEAR, store=store)
+    model = ProviderModel(counter=ac.counter, factor=1.25)
+    out = run(agent(ac, model, store), mode, "cal")
+    assert out["messages"][-1].content == "All documents read."
+    assert len(model.reported) > 10
+    assert max(model.reported[1:]) <= BUDGET, model.reported
+    (event, *_) = events(ac, store, "cal", "calibration")
+    assert event["scale_after"] >= 1.25 and event["reported_tokens"] > event["counted_tokens"]
+
+    # the same run with a provider that counts like the package: the requests do come
+    # near the budget, so without the calibration 25% more would have gone over it
+    control_store = InMemoryStore()
+    control = AutoContext(NEAR, store=control_store)
+    exact = ProviderModel(counter=control.counter, factor=1.0)
+    run(agent(control, exact, control_store), mode, "control")
+    assert max(exact.reported) * 1.25 > BUDGET
+    assert not events(control, control_store, "control", "calibration")
+
+
+class _OpenAIStyle(Exception):
+    code = "context_length_exceeded"
+
+
+OVERFLOWS = {
+    "langchain": ContextOverflowError("input exceeds the context window"),
+    "openai": _OpenAIStyle("This model's maximum context length is 4097 tokens."),
+    "anthropic": RuntimeError("prompt is too long: 210000 tokens > 200000 maximum"),
+}
+
+
+@pytest.mark.parametrize("shape", sorted(OVERFLOWS))
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_request_rejected_as_too_long_is_compressed_and_sent_again(shape: str, mode: str) -> None:
+    store = InMemoryStore()
+    ac = AutoContext(AutoContextConfig(max_tokens=BUDGET), store=store)
+    # the provider's real window holds 3,900 of the package's tokens, not 6,000
+    model = ProviderModel(counter=ac.counter, limit=3_900, error=OVERFLOWS[shape])
+    out = run(agent(ac, model, store), mode, "over")
+    assert out["messages"][-1].content == "All documents read."
+    (event, *_) = events(ac, store, "over", "overflow")
+    assert event["scale_after"] == 1.25 and shape in {"langchain", "openai", "anthropic"}
+    assert event["tokens_after"] <= 3_900
+    assert max(model.reported) <= 3_900  # every request answered fit the real window
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_second_rejection_is_a_clear_error(mode: str) -> None:
+    store = InMemoryStore()
+    ac = AutoContext(AutoContextConfig(max_tokens=BUDGET), store=store)
+    model = ProviderModel(counter=ac.counter, limit=10, error=OVERFLOWS["anthropic"])
+    with pytest.raises(ContextBudgetError, match="rejected the request as too long twice"):
+        run(agent(ac, model, store), mode, "twice")
+
+
+def test_other_errors_are_not_taken_for_an_overflow() -> None:
+    assert not is_context_overflow(RuntimeError("rate limit reached"))
+    assert not is_context_overflow(ValueError("bad request: unknown parameter"))
+    assert all(is_context_overflow(e) for e in OVERFLOWS.values())
