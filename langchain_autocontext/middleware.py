@@ -103,6 +103,28 @@ def _thread_id(runtime: Runtime[Any] | None, ac_state: Any = None) -> str:
     return thread_id_of(_run_config(runtime), ac_state)  # type: ignore[arg-type]
 
 
+def _format_tools(request: Any) -> list[Any]:
+    """The tools ``create_agent`` adds to the request for its ``response_format``.
+
+    A ``ToolStrategy`` is sent as one tool per schema; a ``ProviderStrategy`` sends the
+    schema as the provider's response format, counted here as a tool of that schema;
+    an ``AutoStrategy`` becomes one or the other, so its schema is counted too.
+    """
+    fmt = getattr(request, "response_format", None)
+    if fmt is None:
+        return []
+    try:
+        from langchain.agents.structured_output import OutputToolBinding, ToolStrategy
+    except ImportError:  # pragma: no cover - another langchain layout
+        return []
+    if not isinstance(fmt, ToolStrategy):
+        schema = getattr(fmt, "schema", None)
+        if schema is None:
+            return []
+        fmt = ToolStrategy(schema)
+    return [OutputToolBinding.from_schema_spec(spec).tool for spec in fmt.schema_specs]
+
+
 def _tool_schema(tool: Any) -> dict[str, Any]:
     from langchain_core.utils.function_calling import convert_to_openai_tool
 
@@ -131,7 +153,8 @@ class _RequestShape:
 
     @classmethod
     def of(cls, request: ModelRequest[Any]) -> _RequestShape:
-        return cls(request.system_message, [_tool_schema(t) for t in request.tools])
+        tools = [*request.tools, *_format_tools(request)]
+        return cls(request.system_message, [_tool_schema(t) for t in tools])
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -356,20 +379,24 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextMiddlewareState, Any, Any
 
     def _prepare(
         self, request: ModelRequest[Any], thread_id: str
-    ) -> tuple[ModelCall | None, list[BaseMessage], SystemMessage | None, list[Any]]:
+    ) -> tuple[ModelCall | None, list[BaseMessage], SystemMessage | None, list[Any], list[Any]]:
+        """The call's view (None when it must be fitted first), its messages, the system
+        message, the tools to send, and the tools to count (the response format's too:
+        ``create_agent`` adds them after this middleware)."""
         msgs, system = self._request_messages(request)
         ac_state = request.state.get("autocontext")
         tools = self._sent_tools(request, msgs)
+        counted = [*tools, *_format_tools(request)]
         try:
             call = self.autocontext.prepare_model_call(
-                msgs, state=ac_state, tools=tools, thread_id=thread_id
+                msgs, state=ac_state, tools=counted, thread_id=thread_id
             )
         except ContextBudgetError:
             # before_model ran without this request's system prompt/tools (the first call
             # of a process, or another middleware changed them): fit this call's view;
             # the state follows at the next before_model, which knows them now.
-            return None, msgs, system, tools
-        return call, msgs, system, tools
+            return None, msgs, system, tools, counted
+        return call, msgs, system, tools, counted
 
     def wrap_model_call(
         self,
@@ -386,16 +413,16 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextMiddlewareState, Any, Any
         self._learn(request, thread_id)
         ac_state = request.state.get("autocontext")
         persist = None  # a state to keep although the view did not change it
-        call, msgs, system, tools = self._prepare(request, thread_id)
+        call, msgs, system, tools, counted = self._prepare(request, thread_id)
         if call is None:
-            call = self._fit(msgs, thread_id, tools, ac_state)
+            call = self._fit(msgs, thread_id, counted, ac_state)
         try:
             response = handler(self._view_request(request, call, system, tools))
         except Exception as exc:
             if not is_context_overflow(exc):
                 raise
             ac_state = persist = self.autocontext.overflow_state(ac_state)
-            call = self._fit(msgs, thread_id, tools, ac_state)
+            call = self._fit(msgs, thread_id, counted, ac_state)
             self._store().record_event(thread_id, self._overflow_event(exc, call, ac_state))
             try:
                 response = handler(self._view_request(request, call, system, tools))
@@ -414,16 +441,16 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextMiddlewareState, Any, Any
         await self._alearn(request, thread_id)
         ac_state = request.state.get("autocontext")
         persist = None  # a state to keep although the view did not change it
-        call, msgs, system, tools = self._prepare(request, thread_id)
+        call, msgs, system, tools, counted = self._prepare(request, thread_id)
         if call is None:
-            call = await self._afit(msgs, thread_id, tools, ac_state)
+            call = await self._afit(msgs, thread_id, counted, ac_state)
         try:
             response = await handler(self._view_request(request, call, system, tools))
         except Exception as exc:
             if not is_context_overflow(exc):
                 raise
             ac_state = persist = self.autocontext.overflow_state(ac_state)
-            call = await self._afit(msgs, thread_id, tools, ac_state)
+            call = await self._afit(msgs, thread_id, counted, ac_state)
             await self._store().arecord_event(thread_id, self._overflow_event(exc, call, ac_state))
             try:
                 response = await handler(self._view_request(request, call, system, tools))

@@ -162,3 +162,54 @@ def test_other_errors_are_not_taken_for_an_overflow() -> None:
     assert not is_context_overflow(RuntimeError("rate limit reached"))
     assert not is_context_overflow(ValueError("bad request: unknown parameter"))
     assert all(is_context_overflow(e) for e in OVERFLOWS.values())
+
+
+# --- everything sent is counted: the response format's tool ------------------------------------
+def _big_schema() -> Any:
+    from pydantic import create_model
+
+    fields = {
+        f"field_{k}": (str, Field(description=f"The {k}th detail of the booking, " + "as " * 30))
+        for k in range(40)
+    }
+    return create_model("Booking", **fields)
+
+
+class FormatModel(ProviderModel):
+    """Reads ``steps`` documents, then answers through the response-format tool."""
+
+    def _generate(self, messages, stop=None, run_manager=None, **kw):
+        counted = self.counter.count(messages, self.bound)
+        self.reported.append(counted)
+        n = self.calls
+        self.calls += 1
+        if n < self.steps:
+            msg = AIMessage("", tool_calls=[call("blob", {"n": n})])
+        else:
+            args = {f"field_{k}": "x" for k in range(40)}
+            msg = AIMessage("", tool_calls=[call("Booking", args)])
+        return ChatResult(generations=[ChatGeneration(message=msg)])
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_the_response_format_tool_is_counted_in_the_budget(mode: str) -> None:
+    from langchain.agents.structured_output import ToolStrategy
+
+    store = InMemoryStore()
+    ac = AutoContext(AutoContextConfig(max_tokens=BUDGET), store=store)
+    model = FormatModel(counter=ac.counter, steps=10)
+    schema = _big_schema()
+    graph = create_agent(
+        model,
+        tools=[blob],
+        middleware=[ac.middleware()],
+        response_format=ToolStrategy(schema),
+        checkpointer=InMemorySaver(),
+        store=store,
+    )
+    out = run(graph, mode, "format")
+    assert out["structured_response"].field_0 == "x"
+    assert any(getattr(t, "name", None) == "Booking" for t in model.bound)
+    format_tokens = ac.counter.count_tools([t for t in model.bound if t.name == "Booking"])
+    assert format_tokens > 500  # large enough to matter
+    assert max(model.reported) <= BUDGET, model.reported
