@@ -411,6 +411,16 @@ class AutoContext:
             stacklevel=stacklevel + 1,
         )
 
+    def learn_tools(self, tools: Sequence[Any]) -> None:
+        """Count ``tools`` in the budget too (those of a name already counted are
+        skipped): the schemas your model is bound with and this instance was not told."""
+        known = {_tool_name(t) for t in self.count_tools}
+        for tool in tools:
+            name = _tool_name(tool)
+            if name is not None and name not in known:
+                self.agent_tools.append(tool)
+                known.add(name)
+
     @property
     def count_tools(self) -> list[Any]:
         """Tool schemas counted in the budget: the agent's tools plus the package's."""
@@ -1017,9 +1027,12 @@ class AutoContext:
         """A StateGraph model node: view → ``model`` → reply (+ the ``autocontext`` update).
 
         ``model`` is your chat model (already ``bind_tools``-ed, with :attr:`tools`
-        among its tools when you use them). Put :meth:`node` before it.
+        among its tools when you use them). Put :meth:`node` before it. The tools bound
+        to ``model`` are counted in the budget from here on (by :meth:`node` too), so
+        ``AutoContext(tools=…)`` need not repeat them.
         """
         engine = self
+        self.learn_tools(bound_tools(model))
 
         def call(state: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
             view = engine.prepare_model_call(
@@ -1058,6 +1071,29 @@ class AutoContext:
         from langchain_autocontext.history import AutoContextRunnable
 
         return AutoContextRunnable(autocontext=self)
+
+
+def _tool_name(tool: Any) -> str | None:
+    """A tool's name: a LangChain tool's, or an OpenAI-format dict's."""
+    if isinstance(tool, Mapping):
+        inner = tool.get("function") if isinstance(tool.get("function"), Mapping) else tool
+        name = inner.get("name")
+        return str(name) if name else None
+    name = getattr(tool, "name", None) or getattr(tool, "__name__", None)
+    return str(name) if name else None
+
+
+def bound_tools(model: Any) -> list[Any]:
+    """The tool schemas bound to a chat model (``model.bind_tools(...)`` returns a
+    binding whose ``kwargs["tools"]`` they are), else ``[]``."""
+    for _ in range(8):  # bindings of bindings
+        if model is None:
+            break
+        tools = (getattr(model, "kwargs", None) or {}).get("tools")
+        if isinstance(tools, list | tuple):
+            return list(tools)
+        model = getattr(model, "bound", None)
+    return []
 
 
 #: Key of ``state["autocontext"]`` naming the thread of a run that has no ``thread_id``.

@@ -213,3 +213,65 @@ def test_the_response_format_tool_is_counted_in_the_budget(mode: str) -> None:
     format_tokens = ac.counter.count_tools([t for t in model.bound if t.name == "Booking"])
     assert format_tokens > 500  # large enough to matter
     assert max(model.reported) <= BUDGET, model.reported
+
+
+# --- everything sent is counted: tools bound to the model of a StateGraph ----------------------
+class BoundModel(BaseChatModel):
+    """Counts what it receives with the tools it was bound with (``model.bind(tools=…)``,
+    what ``bind_tools`` returns for OpenAI-style models); reads documents, then answers."""
+
+    counter: Any
+    steps: int = 12
+    reported: list = Field(default_factory=list)
+
+    @property
+    def _llm_type(self) -> str:
+        return "bound"
+
+    def _generate(self, messages, stop=None, run_manager=None, tools=None, **kw):
+        self.reported.append(self.counter.count(messages, tools or []))
+        n = len(self.reported) - 1
+        msg = (
+            AIMessage("", tool_calls=[call("blob", {"n": n})])
+            if n < self.steps
+            else AIMessage("All documents read.")
+        )
+        return ChatResult(generations=[ChatGeneration(message=msg)])
+
+
+def test_the_tools_bound_to_a_stategraph_model_are_counted() -> None:
+    """The README's StateGraph wiring without ``AutoContext(tools=…)``: the bound tools'
+    schemas (here 60 of them, ~2,300 tokens) still count in the budget."""
+    from langchain_core.tools import StructuredTool
+    from langchain_core.utils.function_calling import convert_to_openai_tool
+    from langgraph.graph import START, StateGraph
+    from langgraph.prebuilt import ToolNode, tools_condition
+
+    from langchain_autocontext import AutoContextState
+
+    def make(k: int) -> Any:
+        def op(ref: str) -> str:
+            return ref
+
+        return StructuredTool.from_function(
+            op, name=f"op_{k}", description=f"Operation {k} on a booking, " + "with care " * 6
+        )
+
+    extra = [make(k) for k in range(60)]
+    store = InMemoryStore()
+    ac = AutoContext(AutoContextConfig(max_tokens=BUDGET), store=store)  # no tools=
+    model = BoundModel(counter=ac.counter)
+    llm = model.bind(tools=[convert_to_openai_tool(t) for t in [blob, *extra]])
+    g = StateGraph(AutoContextState)
+    g.add_node("autocontext", ac.node())
+    g.add_node("model", ac.model_node(llm))
+    g.add_node("tools", ToolNode([blob, *extra]))
+    g.add_edge(START, "autocontext")
+    g.add_edge("autocontext", "model")
+    g.add_conditional_edges("model", tools_condition)
+    g.add_edge("tools", "autocontext")
+    graph = g.compile(store=store, checkpointer=InMemorySaver())
+    out = run(graph, "sync", "bound")
+    assert out["messages"][-1].content == "All documents read."
+    assert ac.counter.count_tools(extra) > 1_000
+    assert max(model.reported) <= BUDGET, model.reported
