@@ -238,12 +238,21 @@ def check_after_restart(graph: Any, store: BaseStore, model: ScriptedModel) -> N
 
 
 def saved_steps(graph: Any) -> int:
-    """How many model answers the checkpoints hold (the script position to resume at)."""
+    """How many model answers the checkpoints hold (the script position to resume at):
+    those of the saved states and those of the pending writes a resume will apply (a
+    crash in ``put`` after ``put_writes`` leaves the model's answer there)."""
+    saved = [m for snap in graph.get_state_history(THREAD) for m in snap.values.get("messages", [])]
+    latest = graph.checkpointer.get_tuple(THREAD)
+    for _, channel, value in (latest.pending_writes or []) if latest else []:
+        if channel == "messages":
+            saved.extend(value if isinstance(value, list) else [value])
     steps = {
         m.id
-        for snap in graph.get_state_history(THREAD)
-        for m in snap.values.get("messages", [])
-        if m.type == "ai" and marker(m) is None and text_of(m).startswith("step ")
+        for m in saved
+        if isinstance(m, BaseMessage)
+        and m.type == "ai"
+        and marker(m) is None
+        and text_of(m).startswith("step ")
     }
     return len(steps)
 
