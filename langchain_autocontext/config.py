@@ -210,6 +210,24 @@ class AutoContextConfig(BaseModel):
         """What the counter's ``tags=`` takes: the tag format, or ``False`` without tags."""
         return self.tag_format if self.metadata_tags else False
 
+    def derive(self, **changes: Any) -> AutoContextConfig:
+        """This config with ``changes``, validated as a whole like the constructor
+        (``model_copy(update=…)`` skips validation). Fields not set here and not given
+        keep following their defaults' rules (a lowered ``token_ratio`` takes
+        ``target_ratio`` along when that was not set).
+
+        Raises:
+            TypeError: a name that is not a field (the fields are listed).
+            InvalidConfigError: a value out of range, or ratios that contradict.
+        """
+        unknown = sorted(set(changes) - set(type(self).model_fields))
+        if unknown:
+            raise TypeError(
+                f"unknown field(s) {', '.join(map(repr, unknown))}; the fields are "
+                f"{', '.join(type(self).model_fields)}"
+            )
+        return type(self)(**{**self.model_dump(exclude_unset=True), **changes})
+
     @property
     def trigger_tokens(self) -> int:
         """Token count above which compression starts."""

@@ -152,8 +152,7 @@ def config_with(config: AutoContextConfig | None, fields: Mapping[str, Any]) -> 
         )
     if not fields:
         return config or AutoContextConfig()
-    base = config.model_dump(exclude_unset=True) if config is not None else {}
-    return AutoContextConfig(**{**base, **fields})
+    return (config or AutoContextConfig()).derive(**fields)
 
 
 #: Every live AutoContext: a thread deleted from a store is forgotten by each.

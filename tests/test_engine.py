@@ -305,6 +305,20 @@ def test_target_ratio_follows_a_lowered_token_ratio_when_not_given() -> None:
         AutoContextConfig(token_ratio=0.3, target_ratio=0.5)  # given: checked as given
 
 
+def test_derived_configs_are_validated_as_a_whole() -> None:
+    """Issue 12: ``model_copy(update=…)`` skipped validation; ``derive`` validates."""
+    base = AutoContextConfig(max_tokens=32_000, target_ratio=0.4)
+    assert base.derive(max_tokens=8_000).max_tokens == 8_000
+    assert base.derive(max_tokens=8_000).target_ratio == 0.4  # what was set stays set
+    assert AutoContextConfig().derive(token_ratio=0.3).target_ratio == 0.2  # follows
+    with pytest.raises(InvalidConfigError, match="max_tokens"):
+        base.derive(max_tokens=10)
+    with pytest.raises(InvalidConfigError, match="target_ratio"):
+        base.derive(token_ratio=0.3)  # below the target_ratio given at first
+    with pytest.raises(TypeError, match="unknown field"):
+        base.derive(max_token=8_000)
+
+
 def test_the_budget_error_says_what_takes_the_room() -> None:
     """Issue 12: the error blamed "the system prompt, tool schemas and latest user
     message" without counts; it lists each part and the switches that shrink it."""
