@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any, NotRequired
 
 from langchain_core.messages import (
+    AIMessage,
     AnyMessage,
     BaseMessage,
     RemoveMessage,
@@ -950,6 +951,9 @@ class AutoContext:
         with the new user message: call the model again.
         """
         outcome = process_reply(messages, config=self.config, state=state, counter=self.counter)
+        if _final_answer(messages) and not outcome.changed:
+            # the run ends here: its answer reaches the history now, not at the next call
+            self.archive(_with_ids(messages), thread_id=thread_id, store=self.resolve_store(store))
         if not outcome.changed and not outcome.state_changed:
             return {}
         if outcome.changed:
@@ -969,6 +973,10 @@ class AutoContext:
     ) -> dict[str, Any]:
         """Async twin of :meth:`after_model_call`."""
         outcome = process_reply(messages, config=self.config, state=state, counter=self.counter)
+        if _final_answer(messages) and not outcome.changed:
+            await self.aarchive(
+                _with_ids(messages), thread_id=thread_id, store=self.resolve_store(store)
+            )
         if not outcome.changed and not outcome.state_changed:
             return {}
         if outcome.changed:
@@ -1070,6 +1078,15 @@ class AutoContext:
         from langchain_autocontext.history import AutoContextRunnable
 
         return AutoContextRunnable(autocontext=self)
+
+
+def _final_answer(messages: Sequence[BaseMessage]) -> bool:
+    """Whether the last message is the model's answer that ends a run (no tool call)."""
+    return bool(messages) and isinstance(messages[-1], AIMessage) and not messages[-1].tool_calls
+
+
+def _with_ids(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+    return [m for m in messages if isinstance(m, BaseMessage) and m.id]
 
 
 def _tool_name(tool: Any) -> str | None:

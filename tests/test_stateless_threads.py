@@ -93,3 +93,20 @@ async def test_runs_without_thread_id_do_not_share_a_history(
     assert "no match" in answers(second).lower() or "found: " in answers(second)
     # nothing was filed under the shared "default" thread
     assert not ac.resolve_store(store).history_count("default")
+
+
+@pytest.mark.parametrize("kind", ["hooks", "node"])
+def test_the_final_answer_reaches_the_history_when_the_run_ends(kind: str) -> None:
+    """Issue 13: with the node surfaces the run's final answer reached the history store
+    only at the next model call; the command node (post_model_hook) archives it."""
+    store = InMemoryStore()
+    ac = AutoContext(AutoContextConfig(max_tokens=8_000), store=store)
+    graph = build(kind, ac, FunctionModel(respond=searcher), store)
+    out = graph.invoke(
+        {"messages": [{"role": "user", "content": f"Remember my {SECRET}."}]},
+        {"configurable": {"thread_id": "final"}},
+    )
+    final = out["messages"][-1]
+    assert final.content.startswith("found: ")
+    history = {e.id: e.message for e in ac.resolve_store(store).iter_history("final")}
+    assert final.id in history and history[final.id].content == final.content
