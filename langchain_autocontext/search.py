@@ -665,10 +665,27 @@ def _check(query: Any, limit: Any, filters: SearchFilter) -> tuple[str, int]:
     return query.strip(), min(limit, 50)
 
 
-def _refreshed(store: OffloadStore, thread_id: str, count: int) -> tuple[_ThreadIndex, int]:
-    """The thread's index, and the seq it must be filled from (up to ``count``)."""
+def _last_indexed(store: OffloadStore, thread_id: str) -> tuple[_ThreadIndex, str | None]:
+    """The thread's cached index and the key of the last message it indexed (None when
+    empty): the store is asked for that key to revalidate the cache."""
     index = _CACHE.get(store, thread_id)
-    if count < index.next_seq:  # the store was reset under us: rebuild
+    return index, (index.bm25.keys[-1] if len(index.bm25) else None)
+
+
+def _refreshed(
+    store: OffloadStore, thread_id: str, count: int, index: _ThreadIndex, last: Any
+) -> tuple[_ThreadIndex, int]:
+    """The thread's index, and the seq it must be filled from (up to ``count``).
+
+    The cache is revalidated against the store, not trusted: when the store holds fewer
+    messages than were indexed, or the last indexed message is gone or sits at another
+    seq (the thread was deleted and written again, by another process too), the index is
+    rebuilt from the store."""
+    key = index.bm25.keys[-1] if len(index.bm25) else None
+    stale = count < index.next_seq or (
+        key is not None and (last is None or last.seq != index.meta[key].seq)
+    )
+    if stale:
         index = _CACHE.get(store, thread_id, reset=True)
     return index, index.next_seq
 
@@ -717,7 +734,9 @@ def search_history(
     filters = SearchFilter.parse(speaker, after, before)
     query, limit = _check(query, limit, filters)
     count = store.history_count(thread_id)
-    index, start = _refreshed(store, thread_id, count)
+    index, key = _last_indexed(store, thread_id)
+    last = store.get_history_message(thread_id, key) if key is not None else None
+    index, start = _refreshed(store, thread_id, count, index, last)
     if count > start:
         _add(index, store.iter_history(thread_id, start=start, end=count))
     keep = filters.matcher(index) if filters else None
@@ -749,7 +768,9 @@ async def asearch_history(
     filters = SearchFilter.parse(speaker, after, before)
     query, limit = _check(query, limit, filters)
     count = await store.ahistory_count(thread_id)
-    index, start = _refreshed(store, thread_id, count)
+    index, key = _last_indexed(store, thread_id)
+    last = await store.aget_history_message(thread_id, key) if key is not None else None
+    index, start = _refreshed(store, thread_id, count, index, last)
     if count > start:
         _add(index, [e async for e in store.aiter_history(thread_id, start=start, end=count)])
     keep = filters.matcher(index) if filters else None

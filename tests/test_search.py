@@ -482,3 +482,23 @@ async def test_the_model_filters_by_speaker_and_time_through_the_tool(use_async:
     assert nobody.status == "error" and "'Bob'" in nobody.content and "Melanie" in nobody.content
     assert empty.status == "error" and "query is empty" in empty.content
     assert out["messages"][-1].content == "done"
+
+
+def test_the_index_is_revalidated_against_the_store_not_trusted() -> None:
+    """Issue 13/14: another process deletes the thread and writes it again (as many
+    messages or more): the cached index notices its last message is gone and rebuilds,
+    instead of returning the deleted text."""
+    backend = InMemoryStore()
+    store = OffloadStore(backend)
+    store.append_history(
+        "t", [HumanMessage(f"secret {k}: SSN 078-05-112{k}", id=f"old{k}") for k in range(5)]
+    )
+    assert search_history(store, "t", "SSN", 5)
+    for item in backend.search(store.thread_namespace("t"), limit=100):  # not via delete_thread
+        backend.delete(item.namespace, item.key)
+    store.append_history(
+        "t", [HumanMessage(f"note {k}: the garden needs water", id=f"new{k}") for k in range(6)]
+    )
+    hits = search_history(store, "t", "garden", 5)
+    assert hits and all(h.id.startswith("new") for h in hits)
+    assert not [h for h in search_history(store, "t", "SSN", 5) if h.id.startswith("old")]
