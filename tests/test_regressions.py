@@ -5,6 +5,8 @@ rule on common words."""
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 from _builders import chat_rounds, coding_run, log_text, uid
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
@@ -207,3 +209,54 @@ def test_an_exact_phrase_of_common_words_ranks_first() -> None:
     store.append_history("t", msgs)
     hits = search_history(store, "t", "red car", 3)
     assert hits[0].id == "m3"
+
+
+# --- issue 13, item 1 through the create_react_agent hooks -------------------------------------
+def test_two_parallel_results_just_under_the_threshold_keep_a_hooks_agent_alive() -> None:
+    """Two parallel results of ~4,900 characters at 6,000 tokens failed with the hooks;
+    the run goes on, every request within the budget, a later turn too."""
+    import warnings
+
+    from _builders import FunctionModel, call
+    from langchain_core.tools import tool
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from langchain_autocontext.engine import AutoContextAgentState
+
+    @tool
+    def read(path: str) -> str:
+        """Read a file."""
+        digest = hashlib.sha256(path.encode()).hexdigest()
+        lines = [
+            f"{k:04d} {hashlib.sha256(f'{digest}{k}'.encode()).hexdigest()}" for k in range(80)
+        ]
+        return "\n".join(lines)[:4_900]  # just under large_payload_threshold, ~2,400 tokens
+
+    def respond(view: list[BaseMessage], n: int) -> AIMessage:
+        if isinstance(view[-1], HumanMessage):
+            return AIMessage(
+                "", tool_calls=[call("read", {"path": f"m{n}-{k}.py"}) for k in range(2)]
+            )
+        return AIMessage(f"read them ({n})")
+
+    ac = AutoContext(AutoContextConfig(max_tokens=6_000), store=InMemoryStore())
+    model = FunctionModel(respond=respond)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from langgraph.prebuilt import create_react_agent
+
+        graph = create_react_agent(
+            model,
+            [read, *ac.tools],
+            pre_model_hook=ac.pre_model_hook,
+            post_model_hook=ac.post_model_hook,
+            state_schema=AutoContextAgentState,
+            checkpointer=InMemorySaver(),
+        )
+    cfg = {"configurable": {"thread_id": "hooks"}}
+    for turn in ("read the two modules", "and two more"):
+        out = graph.invoke({"messages": [HumanMessage(turn)]}, cfg)
+        assert out["messages"][-1].content.startswith("read them")
+    for sent in model.seen:
+        assert not find_violations(sent)
+        assert ac.counter.count(sent, ac.count_tools) <= 6_000
