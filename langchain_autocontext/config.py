@@ -147,6 +147,11 @@ class AutoContextConfig(BaseModel):
     )
 
     # --- summarizer behaviour ---
+    search_language: str = Field(
+        "english",
+        description="Language whose word forms search_history merges (a Snowball stemmer: "
+        "english, german, french, russian, spanish, …; none: no stemming).",
+    )
     summarizer_retries: int = Field(2, ge=0, description="Retries of a failed summarizer call.")
     summarizer_timeout: float | None = Field(
         None,
@@ -189,6 +194,7 @@ class AutoContextConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check_ratios(self) -> AutoContextConfig:
+        self._check_language()
         if self.target_ratio > self.token_ratio:
             raise ValueError(
                 f"target_ratio ({self.target_ratio}) must not exceed token_ratio "
@@ -197,6 +203,18 @@ class AutoContextConfig(BaseModel):
         if "/" in self.store_prefix or not self.store_prefix.strip():
             raise ValueError("store_prefix must be a non-blank string without '/'")
         return self
+
+    def _check_language(self) -> None:
+        if self.search_language in ("english", "none"):
+            return
+        from langchain_autocontext.search import languages  # config -> search: one way
+
+        known = languages()
+        if self.search_language not in known:
+            raise ValueError(
+                f"search_language {self.search_language!r} is not a Snowball language; "
+                f"known: {', '.join(known)}"
+            )
 
     # Derived budgets -----------------------------------------------------------
     @property

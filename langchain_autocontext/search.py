@@ -60,6 +60,7 @@ __all__ = [
     "SearchHit",
     "asearch_history",
     "format_hits",
+    "languages",
     "mark_in_context",
     "search_history",
     "tokenize",
@@ -93,56 +94,77 @@ _STOPWORDS = """
 _STOP = frozenset(_STOPWORDS.split())
 
 
-def _stemmer() -> Any:
-    """The Snowball English stemmer (``snowballstemmer``), or ``None`` when missing."""
+#: The stemming languages (Snowball's algorithms) and ``"none"`` (no stemming).
+def languages() -> list[str]:
+    """The values ``search_language`` accepts: Snowball's languages and ``"none"``."""
+    try:
+        import snowballstemmer
+    except ImportError:  # pragma: no cover - a core dependency
+        return ["none"]
+    return [*snowballstemmer.algorithms(), "none"]
+
+
+@functools.lru_cache(maxsize=32)
+def _stemmer(language: str) -> Any:
+    """The Snowball stemmer of ``language`` (``snowballstemmer``), or ``None``."""
+    if language == "none":
+        return None
     try:
         import snowballstemmer
     except ImportError:  # pragma: no cover - a core dependency
         return None
-    return snowballstemmer.stemmer("english")
+    return snowballstemmer.stemmer(language)
 
 
-_STEM = _stemmer()
 _STEM_LOCK = threading.Lock()
 
 
 @functools.lru_cache(maxsize=200_000)
-def _stem(word: str) -> str:
-    """``word``'s stem (``painted``/``paints`` -> ``paint``); cached, thread-safe."""
-    if _STEM is None or not word.isalpha() or len(word) <= 3 or not word.isascii():
+def _stem(word: str, language: str = "english") -> str:
+    """``word``'s stem (``painted``/``paints`` -> ``paint``); cached, thread-safe. English
+    stems ASCII words only (a foreign word is left whole); other languages stem theirs."""
+    stemmer = _stemmer(language)
+    if stemmer is None or not word.isalpha() or len(word) <= 3:
+        return word
+    if language == "english" and not word.isascii():
         return word
     with _STEM_LOCK:  # Snowball stemmer objects keep state between calls
-        return str(_STEM.stemWord(word))
+        return str(stemmer.stemWord(word))
 
 
-def _part_terms(part: str) -> list[str]:
-    """Terms of one alphanumeric run: its stem, or character pairs of CJK text."""
+def _part_terms(part: str, language: str = "english") -> list[str]:
+    """Terms of one alphanumeric run: its stem, or character pairs of CJK text; English
+    function and question words dropped (other languages keep theirs: BM25's idf
+    weighs them down)."""
     if _CJK_RE.search(part):
         chars = list(part)
         return chars if len(chars) == 1 else [a + b for a, b in itertools.pairwise(chars)]
-    return [] if part in _STOP else [_stem(part)]
+    if language == "english" and part in _STOP:
+        return []
+    return [_stem(part, language)]
 
 
-def tokenize(text: str) -> list[str]:
+def tokenize(text: str, language: str = "english") -> list[str]:
     """Lower-cased terms of any script: compound identifiers whole, plus their parts;
-    parts stemmed (English Snowball), CJK runs as character pairs, function words and
-    question words dropped."""
+    parts stemmed (Snowball, in ``language``), CJK runs as character pairs, English
+    function and question words dropped."""
     out: list[str] = []
     for tok in _TOKEN_RE.findall(text.lower()):
         parts = _PART_RE.findall(tok)
         if len(parts) > 1 or tok not in parts:
             out.append(tok)  # the identifier whole, as written
         for part in parts:
-            out.extend(_part_terms(part))
+            out.extend(_part_terms(part, language))
     return out
 
 
 class BM25Index:
     """An append-only Okapi BM25 index (documents are added, never changed)."""
 
-    def __init__(self, k1: float = 1.2, b: float = 0.75) -> None:
+    def __init__(self, k1: float = 1.2, b: float = 0.75, language: str = "english") -> None:
         self.k1 = k1
         self.b = b
+        self.language = language
         self.keys: list[str] = []
         self.lengths: list[float] = []
         self.postings: dict[str, list[tuple[int, float]]] = {}
@@ -166,10 +188,14 @@ class BM25Index:
         message be found by words it does not use, never outranks it for words it does.
         ``own``: the document's term counts when already known. Returns them."""
         doc = len(self.keys)
-        own = Counter(tokenize(text)) if own is None else own
+        own = Counter(tokenize(text, self.language)) if own is None else own
         terms: dict[str, float] = dict(own)
         if context:
-            around = context if isinstance(context, Counter) else Counter(tokenize(context))
+            around = (
+                context
+                if isinstance(context, Counter)
+                else Counter(tokenize(context, self.language))
+            )
             for term, tf in around.items():
                 if term not in terms:
                     terms[term] = weight * tf
@@ -188,7 +214,7 @@ class BM25Index:
             return {}
         avg = self.total_length / n or 1.0
         out: dict[int, float] = {}
-        for term in set(tokenize(query)):
+        for term in set(tokenize(query, self.language)):
             posting = self.postings.get(term)
             if not posting:
                 continue
@@ -413,16 +439,25 @@ class _Cache:
         self._max = max_threads
         self.lock = threading.Lock()
 
-    def get(self, store: OffloadStore, thread_id: str, *, reset: bool = False) -> _ThreadIndex:
+    def get(
+        self,
+        store: OffloadStore,
+        thread_id: str,
+        *,
+        reset: bool = False,
+        language: str = "english",
+    ) -> _ThreadIndex:
         with self.lock:
             try:
                 per = self._by_backend.setdefault(store.backend, OrderedDict())
             except TypeError:  # an unhashable / non-weakrefable backend: no caching
-                return _ThreadIndex(BM25Index(), {}, {})
+                return _ThreadIndex(BM25Index(language=language), {}, {})
             key = (store.prefix, thread_id)
             idx = None if reset else per.get(key)
+            if idx is not None and idx.bm25.language != language:
+                idx = None  # indexed with another language's word forms: build it again
             if idx is None:
-                idx = per[key] = _ThreadIndex(BM25Index(), {}, {})
+                idx = per[key] = _ThreadIndex(BM25Index(language=language), {}, {})
                 while len(per) > self._max:
                     per.popitem(last=False)
             per.move_to_end(key)
@@ -467,7 +502,9 @@ def _add_locked(index: _ThreadIndex, entries: Iterable[HistoryEntry]) -> None:
         own = index.bm25.add(e.id, text, index.last_terms)
         index.texts[e.id] = text
         if not _is_copy(e.message):  # each text is tokenized once, unless it is long
-            index.last_terms = own if len(text) <= 2_000 else Counter(tokenize(text[:2_000]))
+            index.last_terms = (
+                own if len(text) <= 2_000 else Counter(tokenize(text[:2_000], index.bm25.language))
+            )
         name = e.message.name.strip() if isinstance(e.message.name, str) else None
         is_tool = isinstance(e.message, ToolMessage)
         when = _message_time(e.message) or ((e.ts, False) if e.ts else None)
@@ -665,10 +702,12 @@ def _check(query: Any, limit: Any, filters: SearchFilter) -> tuple[str, int]:
     return query.strip(), min(limit, 50)
 
 
-def _last_indexed(store: OffloadStore, thread_id: str) -> tuple[_ThreadIndex, str | None]:
+def _last_indexed(
+    store: OffloadStore, thread_id: str, language: str
+) -> tuple[_ThreadIndex, str | None]:
     """The thread's cached index and the key of the last message it indexed (None when
     empty): the store is asked for that key to revalidate the cache."""
-    index = _CACHE.get(store, thread_id)
+    index = _CACHE.get(store, thread_id, language=language)
     return index, (index.bm25.keys[-1] if len(index.bm25) else None)
 
 
@@ -686,8 +725,18 @@ def _refreshed(
         key is not None and (last is None or last.seq != index.meta[key].seq)
     )
     if stale:
-        index = _CACHE.get(store, thread_id, reset=True)
+        index = _CACHE.get(store, thread_id, reset=True, language=index.bm25.language)
     return index, index.next_seq
+
+
+def _language(language: Any) -> str:
+    """``language`` checked against Snowball's languages (and ``"none"``)."""
+    if language == "english":
+        return language
+    known = languages()
+    if language not in known:
+        raise ValueError(f"unknown search language {language!r}; known: {', '.join(known)}")
+    return str(language)
 
 
 def _semantic_limit(limit: int, filters: SearchFilter) -> int:
@@ -706,6 +755,7 @@ def search_history(
     speaker: str | None = None,
     after: str | dt.date | None = None,
     before: str | dt.date | None = None,
+    language: str = "english",
 ) -> list[SearchHit]:
     """The ``limit`` best history messages of ``thread_id`` for ``query``, best first.
 
@@ -727,14 +777,17 @@ def search_history(
     archived (``HistoryEntry.ts``). With a filter the query may be empty: the matching
     messages come newest first.
 
+    ``language``: the word forms merged (Snowball's stemmer of that language, see
+    :func:`languages`; ``"none"``: none). English also drops its function words.
+
     Raises ``ValueError`` (saying why) for an empty query without a filter, a limit
-    below 1, an unparseable date, ``after`` later than ``before``, or a speaker that is
-    neither a role nor a name of the thread.
+    below 1, an unparseable date, ``after`` later than ``before``, a speaker that is
+    neither a role nor a name of the thread, or an unknown language.
     """
     filters = SearchFilter.parse(speaker, after, before)
     query, limit = _check(query, limit, filters)
     count = store.history_count(thread_id)
-    index, key = _last_indexed(store, thread_id)
+    index, key = _last_indexed(store, thread_id, _language(language))
     last = store.get_history_message(thread_id, key) if key is not None else None
     index, start = _refreshed(store, thread_id, count, index, last)
     if count > start:
@@ -763,12 +816,13 @@ async def asearch_history(
     speaker: str | None = None,
     after: str | dt.date | None = None,
     before: str | dt.date | None = None,
+    language: str = "english",
 ) -> list[SearchHit]:
     """Async twin of :func:`search_history`."""
     filters = SearchFilter.parse(speaker, after, before)
     query, limit = _check(query, limit, filters)
     count = await store.ahistory_count(thread_id)
-    index, key = _last_indexed(store, thread_id)
+    index, key = _last_indexed(store, thread_id, _language(language))
     last = await store.aget_history_message(thread_id, key) if key is not None else None
     index, start = _refreshed(store, thread_id, count, index, last)
     if count > start:

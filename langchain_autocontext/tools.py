@@ -869,6 +869,7 @@ def _search_tool(engine: AutoContext) -> StructuredTool:
                 speaker=speaker,
                 after=after,
                 before=before,
+                language=engine.config.search_language,
             )
         except ValueError as exc:  # a speaker of no message
             return call.error(str(exc))
@@ -899,6 +900,7 @@ def _search_tool(engine: AutoContext) -> StructuredTool:
                 speaker=speaker,
                 after=after,
                 before=before,
+                language=engine.config.search_language,
             )
         except ValueError as exc:  # a speaker of no message
             return call.error(str(exc))

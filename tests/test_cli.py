@@ -151,6 +151,8 @@ def _other_value(name: str) -> tuple[list[str], Any]:
     if typing.get_origin(info.annotation) is typing.Literal:
         other = next(c for c in typing.get_args(info.annotation) if c != default)
         return [flag, other], other
+    if name == "search_language":
+        return [flag, "german"], "german"
     if isinstance(default, str):
         return [flag, default + "x"], default + "x"
     if default is None and int in typing.get_args(info.annotation):

@@ -502,3 +502,26 @@ def test_the_index_is_revalidated_against_the_store_not_trusted() -> None:
     hits = search_history(store, "t", "garden", 5)
     assert hits and all(h.id.startswith("new") for h in hits)
     assert not [h for h in search_history(store, "t", "SSN", 5) if h.id.startswith("old")]
+
+
+def test_the_search_language_merges_that_languages_word_forms() -> None:
+    """Issue 14: a language option (Snowball). "Häuser" is found by "Haus" in German;
+    with stemming off it is not; an unknown language is a clear error; a thread
+    searched in another language is indexed again."""
+    from langchain_autocontext import AutoContextConfig, InvalidConfigError
+
+    store = OffloadStore(InMemoryStore())
+    store.append_history(
+        "de",
+        [
+            HumanMessage("Wir haben zwei Häuser am See gekauft.", id="h1"),
+            HumanMessage("Das Wetter war schön.", id="h2"),
+        ],
+    )
+    assert search_history(store, "de", "Haus", language="german")[0].id == "h1"
+    assert search_history(store, "de", "Haus", language="none") == []
+    assert search_history(store, "de", "Haus", language="german")[0].id == "h1"
+    with pytest.raises(ValueError, match="unknown search language"):
+        search_history(store, "de", "Haus", language="klingon")
+    with pytest.raises(InvalidConfigError, match="search_language"):
+        AutoContextConfig(search_language="klingon")
