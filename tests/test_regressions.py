@@ -215,13 +215,8 @@ def test_an_exact_phrase_of_common_words_ranks_first() -> None:
 def test_two_parallel_results_just_under_the_threshold_keep_a_hooks_agent_alive() -> None:
     """Two parallel results of ~4,900 characters at 6,000 tokens failed with the hooks;
     the run goes on, every request within the budget, a later turn too."""
-    import warnings
-
-    from _builders import FunctionModel, call
+    from _builders import FunctionModel, call, self_managed_agent
     from langchain_core.tools import tool
-    from langgraph.checkpoint.memory import InMemorySaver
-
-    from langchain_autocontext.engine import AutoContextAgentState
 
     @tool
     def read(path: str) -> str:
@@ -239,20 +234,10 @@ def test_two_parallel_results_just_under_the_threshold_keep_a_hooks_agent_alive(
             )
         return AIMessage(f"read them ({n})")
 
-    ac = AutoContext(AutoContextConfig(max_tokens=6_000), store=InMemoryStore())
+    store = InMemoryStore()
+    ac = AutoContext(AutoContextConfig(max_tokens=6_000), store=store)
     model = FunctionModel(respond=respond)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        from langgraph.prebuilt import create_react_agent
-
-        graph = create_react_agent(
-            model,
-            [read, *ac.tools],
-            pre_model_hook=ac.pre_model_hook,
-            post_model_hook=ac.post_model_hook,
-            state_schema=AutoContextAgentState,
-            checkpointer=InMemorySaver(),
-        )
+    graph = self_managed_agent(ac, model, store, tools=[read])
     cfg = {"configurable": {"thread_id": "hooks"}}
     for turn in ("read the two modules", "and two more"):
         out = graph.invoke({"messages": [HumanMessage(turn)]}, cfg)
