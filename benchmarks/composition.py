@@ -1,0 +1,93 @@
+"""What a system sends on calls over budget, by part, and where its prompt cache breaks.
+
+Replays the coding runs of ``../shared/data`` through ``compare_peers``' runners and
+averages, over the calls whose unmanaged context exceeds the budget, the tokens of each
+part of the request: messages by kind (the package's summaries, previews and markers by
+their marker kind), tool schemas and reply priming, and what the view adds (tags, the
+generated section). For this package it also counts the calls that changed the prompt
+prefix without a compression event.
+
+    python benchmarks/composition.py --budget 8000 --limit 12
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import compare_peers as cp
+
+from langchain_autocontext.messages import marker
+
+
+def composition(system: str, budget: int, limit: int, data: Path) -> tuple[dict, dict]:
+    trajectories = cp.load_trajectories(data, limit=limit)
+    counter = cp.default_counter()
+    parts: collections.Counter[str] = collections.Counter()
+    cache: collections.Counter[str] = collections.Counter()
+    calls = 0
+    for t in trajectories:
+        runner = cp.make_runner(system, budget, counter, cp.CountingSummarizer(counter=counter))
+        msgs = t.messages
+        runner.start(msgs[0] if isinstance(msgs[0], cp.SystemMessage) else None)
+        cursor, previous, events = 0, [], 0
+        for point in cp._call_points(msgs):
+            sent = runner.measure(runner.step(list(msgs[cursor:point])))
+            cursor = point
+            keys = [cp._key(m) for m in sent.messages]
+            common = next(
+                (k for k, (a, b) in enumerate(zip(keys, previous, strict=False)) if a != b),
+                min(len(keys), len(previous)),
+            )
+            if system.startswith("ours"):
+                now = len(runner.store.list_events(runner.thread))
+                if now == events and previous and common < len(previous):
+                    cache["prefix changed without an event"] += 1
+                cache["calls"] += 1
+                events = now
+            previous = keys
+            if sum(counter.message_counts(msgs[:point])) <= budget:
+                continue
+            calls += 1
+            context = runner.context_messages(sent)
+            own = 0
+            for m in context:
+                n = counter.count_message(m)
+                own += n
+                parts[(marker(m) or {}).get("kind") or m.type] += n
+            parts["tool schemas and priming"] += sent.base
+            parts["view additions (tags, section)"] += sent.total - sent.base - own
+    return {k: round(v / max(calls, 1)) for k, v in parts.most_common()}, dict(cache)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--budget", type=int, default=8_000)
+    ap.add_argument("--limit", type=int, default=12, help="trajectories")
+    ap.add_argument("--systems", default="ours,middleware")
+    ap.add_argument("--data", type=Path, default=cp.DATA / "mini-swe-agent-dev.jsonl")
+    args = ap.parse_args(argv)
+    if not args.data.is_file():
+        print(f"no data: {args.data} is absent", file=sys.stderr)
+        return 1
+    for system in args.systems.split(","):
+        parts, cache = composition(system, args.budget, args.limit, args.data)
+        print(f"\n{system} at {args.budget:,}, average tokens per over-budget call:")
+        for key, value in parts.items():
+            print(f"  {key:32s} {value:7,}")
+        if cache:
+            print(
+                f"  calls: {cache['calls']:,}; prompt prefix changed without a compression "
+                f"event: {cache.get('prefix changed without an event', 0):,}"
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
