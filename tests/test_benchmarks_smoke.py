@@ -180,3 +180,22 @@ def test_scaling_checkpoints_stay_bounded_with_the_node(scaling: ModuleType) -> 
     assert unmanaged["state_messages_at_end"] == 8 * 4  # user, call, result, answer per turn
     assert managed["state_messages_at_end"] < unmanaged["state_messages_at_end"]
     assert "| unmanaged | 8 |" in scaling.checkpoint_table([managed, unmanaged])
+
+
+def test_composition_runs_on_one_trajectory(capsys: pytest.CaptureFixture[str]) -> None:
+    if not MINI.is_file():
+        pytest.skip(f"{MINI} is absent")
+    assert _load("composition").main(["--budget", "8000", "--limit", "1", "--systems", "ours"]) == 0
+    out = capsys.readouterr().out
+    assert "average tokens per over-budget call" in out and "human" in out
+
+
+def test_search_scaling_runs_at_a_tiny_size(capsys: pytest.CaptureFixture[str]) -> None:
+    _load("search_scaling").main(["--sizes", "300", "--backends", "memory,sqlite"])
+    out = capsys.readouterr().out
+    assert "| memory | 300 |" in out and "| sqlite | 300 |" in out and "met" in out
+
+
+def test_adversarial_runs_a_few_conversations(capsys: pytest.CaptureFixture[str]) -> None:
+    assert _load("adversarial").main(["--examples", "2", "--steps", "3"]) == 0
+    assert "no run died" in capsys.readouterr().out
