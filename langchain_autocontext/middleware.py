@@ -103,14 +103,13 @@ def _thread_id(runtime: Runtime[Any] | None, ac_state: Any = None) -> str:
     return thread_id_of(_run_config(runtime), ac_state)  # type: ignore[arg-type]
 
 
-def _format_tools(request: Any) -> list[Any]:
-    """The tools ``create_agent`` adds to the request for its ``response_format``.
+def _format_tools(fmt: Any) -> list[Any]:
+    """The tools ``create_agent`` adds to a request for its ``response_format``.
 
     A ``ToolStrategy`` is sent as one tool per schema; a ``ProviderStrategy`` sends the
     schema as the provider's response format, counted here as a tool of that schema;
     an ``AutoStrategy`` becomes one or the other, so its schema is counted too.
     """
-    fmt = getattr(request, "response_format", None)
     if fmt is None:
         return []
     try:
@@ -152,9 +151,9 @@ class _RequestShape:
         self.fingerprint = hashlib.sha256(raw.encode()).hexdigest()
 
     @classmethod
-    def of(cls, request: ModelRequest[Any]) -> _RequestShape:
-        tools = [*request.tools, *_format_tools(request)]
-        return cls(request.system_message, [_tool_schema(t) for t in tools])
+    def of(cls, request: ModelRequest[Any], counted: Sequence[Any]) -> _RequestShape:
+        """The shape of ``request`` with ``counted``, the tools its budget counts."""
+        return cls(request.system_message, [_tool_schema(t) for t in counted])
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -215,7 +214,9 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextMiddlewareState, Any, Any
         self._lock = threading.Lock()
         # thread id -> the request shape last seen or loaded for it (bounded)
         self._shapes: OrderedDict[str, _RequestShape] = OrderedDict()
-        self._last: tuple[Any, tuple[Any, ...], _RequestShape] | None = None
+        self._last: tuple[Any, tuple[Any, ...], Any, _RequestShape] | None = None
+        #: the last response format seen and the tools it adds (built once per format)
+        self._format: tuple[Any, list[Any]] = (None, [])
 
     @property
     def name(self) -> str:
@@ -233,20 +234,31 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextMiddlewareState, Any, Any
                 self._shapes.popitem(last=False)
         return old is None or old.fingerprint != shape.fingerprint
 
+    def _counted_tools(self, request: ModelRequest[Any], tools: Sequence[Any]) -> list[Any]:
+        """``tools`` and the response format's tools (``create_agent`` adds those after
+        this middleware): what the budget counts. The format's tools are built once per
+        format object."""
+        fmt = getattr(request, "response_format", None)
+        if self._format[0] is not fmt:
+            self._format = (fmt, _format_tools(fmt))
+        return [*tools, *self._format[1]]
+
     def _shape_of(self, request: ModelRequest[Any]) -> _RequestShape:
-        """The request's shape; reused while the system message and tools are the same
-        objects (the usual case: ``create_agent`` builds them once)."""
+        """The request's shape; reused while the system message, tools and response
+        format are the same objects (the usual case: ``create_agent`` builds them once)."""
         system, tools = request.system_message, tuple(request.tools)
+        fmt = getattr(request, "response_format", None)
         last = self._last
         if (
             last is not None
             and last[0] is system
+            and last[2] is fmt
             and len(last[1]) == len(tools)
             and all(a is b for a, b in zip(last[1], tools, strict=True))
         ):
-            return last[2]
-        shape = _RequestShape.of(request)
-        self._last = (system, tools, shape)
+            return last[3]
+        shape = _RequestShape.of(request, self._counted_tools(request, tools))
+        self._last = (system, tools, fmt, shape)
         return shape
 
     def _learn(self, request: ModelRequest[Any], thread_id: str) -> None:
@@ -386,7 +398,7 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextMiddlewareState, Any, Any
         msgs, system = self._request_messages(request)
         ac_state = request.state.get("autocontext")
         tools = self._sent_tools(request, msgs)
-        counted = [*tools, *_format_tools(request)]
+        counted = self._counted_tools(request, tools)
         try:
             call = self.autocontext.prepare_model_call(
                 msgs, state=ac_state, tools=counted, thread_id=thread_id
@@ -427,6 +439,8 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextMiddlewareState, Any, Any
             try:
                 response = handler(self._view_request(request, call, system, tools))
             except Exception as again:
+                if not is_context_overflow(again):
+                    raise
                 raise self._overflow_error(again, call) from again
         return self._finish(response, call, ac_state, thread_id, persist)
 
@@ -455,6 +469,8 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextMiddlewareState, Any, Any
             try:
                 response = await handler(self._view_request(request, call, system, tools))
             except Exception as again:
+                if not is_context_overflow(again):
+                    raise
                 raise self._overflow_error(again, call) from again
         return await self._afinish(response, call, ac_state, thread_id, persist)
 
@@ -494,9 +510,8 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextMiddlewareState, Any, Any
             "scale_after": window_scale(ac_state),
         }
 
-    def _overflow_error(self, error: BaseException, call: ModelCall) -> BaseException:
-        if not is_context_overflow(error):
-            return error
+    def _overflow_error(self, error: BaseException, call: ModelCall) -> ContextBudgetError:
+        """The error of a second rejection as too long in one call."""
         return ContextBudgetError(
             f"The model rejected the request as too long twice, the second time after it "
             f"was compressed to {call.tokens:,} counted tokens (max_tokens="
