@@ -205,16 +205,9 @@ class AutoContextConfig(BaseModel):
         return self
 
     def _check_language(self) -> None:
-        if self.search_language in ("english", "none"):
-            return
-        from langchain_autocontext.search import languages  # config -> search: one way
+        from langchain_autocontext.search import check_language  # config -> search: one way
 
-        known = languages()
-        if self.search_language not in known:
-            raise ValueError(
-                f"search_language {self.search_language!r} is not a Snowball language; "
-                f"known: {', '.join(known)}"
-            )
+        check_language(self.search_language)
 
     # Derived budgets -----------------------------------------------------------
     @property

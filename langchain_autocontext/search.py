@@ -59,6 +59,7 @@ __all__ = [
     "SearchFilter",
     "SearchHit",
     "asearch_history",
+    "check_language",
     "format_hits",
     "languages",
     "mark_in_context",
@@ -94,7 +95,6 @@ _STOPWORDS = """
 _STOP = frozenset(_STOPWORDS.split())
 
 
-#: The stemming languages (Snowball's algorithms) and ``"none"`` (no stemming).
 def languages() -> list[str]:
     """The values ``search_language`` accepts: Snowball's languages and ``"none"``."""
     try:
@@ -179,16 +179,14 @@ class BM25Index:
         text: str,
         context: str | Counter[str] = "",
         weight: float = 0.5,
-        *,
-        own: Counter[str] | None = None,
     ) -> Counter[str]:
         """Index one document under ``key``; the terms of ``context`` (a neighbouring
         message, as text or as the term counts this method returned for it) that the
         document lacks count ``weight`` times as much as its own: the context lets a
         message be found by words it does not use, never outranks it for words it does.
-        ``own``: the document's term counts when already known. Returns them."""
+        Returns the document's own term counts."""
         doc = len(self.keys)
-        own = Counter(tokenize(text, self.language)) if own is None else own
+        own = Counter(tokenize(text, self.language))
         terms: dict[str, float] = dict(own)
         if context:
             around = (
@@ -712,15 +710,20 @@ def _last_indexed(
 
 
 def _refreshed(
-    store: OffloadStore, thread_id: str, count: int, index: _ThreadIndex, last: Any
+    store: OffloadStore,
+    thread_id: str,
+    count: int,
+    index: _ThreadIndex,
+    key: str | None,
+    last: Any,
 ) -> tuple[_ThreadIndex, int]:
     """The thread's index, and the seq it must be filled from (up to ``count``).
 
+    ``key`` is the last message ``index`` indexed and ``last`` the store's entry for it.
     The cache is revalidated against the store, not trusted: when the store holds fewer
     messages than were indexed, or the last indexed message is gone or sits at another
     seq (the thread was deleted and written again, by another process too), the index is
     rebuilt from the store."""
-    key = index.bm25.keys[-1] if len(index.bm25) else None
     stale = count < index.next_seq or (
         key is not None and (last is None or last.seq != index.meta[key].seq)
     )
@@ -729,13 +732,17 @@ def _refreshed(
     return index, index.next_seq
 
 
-def _language(language: Any) -> str:
-    """``language`` checked against Snowball's languages (and ``"none"``)."""
-    if language == "english":
-        return language
+def check_language(language: Any) -> str:
+    """``language`` if it is one of :func:`languages`, else ``ValueError`` listing them
+    (``search_history`` and ``AutoContextConfig.search_language`` check with it)."""
+    if language in ("english", "none"):
+        return str(language)
     known = languages()
     if language not in known:
-        raise ValueError(f"unknown search language {language!r}; known: {', '.join(known)}")
+        raise ValueError(
+            f"unknown search language {language!r}: search_language takes a Snowball "
+            f"language or 'none'; known: {', '.join(known)}"
+        )
     return str(language)
 
 
@@ -787,9 +794,9 @@ def search_history(
     filters = SearchFilter.parse(speaker, after, before)
     query, limit = _check(query, limit, filters)
     count = store.history_count(thread_id)
-    index, key = _last_indexed(store, thread_id, _language(language))
+    index, key = _last_indexed(store, thread_id, check_language(language))
     last = store.get_history_message(thread_id, key) if key is not None else None
-    index, start = _refreshed(store, thread_id, count, index, last)
+    index, start = _refreshed(store, thread_id, count, index, key, last)
     if count > start:
         _add(index, store.iter_history(thread_id, start=start, end=count))
     keep = filters.matcher(index) if filters else None
@@ -822,9 +829,9 @@ async def asearch_history(
     filters = SearchFilter.parse(speaker, after, before)
     query, limit = _check(query, limit, filters)
     count = await store.ahistory_count(thread_id)
-    index, key = _last_indexed(store, thread_id, _language(language))
+    index, key = _last_indexed(store, thread_id, check_language(language))
     last = await store.aget_history_message(thread_id, key) if key is not None else None
-    index, start = _refreshed(store, thread_id, count, index, last)
+    index, start = _refreshed(store, thread_id, count, index, key, last)
     if count > start:
         _add(index, [e async for e in store.aiter_history(thread_id, start=start, end=count)])
     keep = filters.matcher(index) if filters else None

@@ -746,11 +746,9 @@ class OffloadStore(BaseStore):
         """Async twin of :meth:`iter_history`."""
         if end is None:
             end = await self.ahistory_count(thread_id)
-        batch_size = _batch(batch_size, start, end)
-        for lo in range(start, end, batch_size):
-            for entry in await self.aget_history(
-                thread_id, start=lo, end=min(lo + batch_size, end)
-            ):
+        step = _batch(batch_size, start, end)
+        for lo in range(start, end, step):
+            for entry in await self.aget_history(thread_id, start=lo, end=min(lo + step, end)):
                 yield entry
 
     # --- offloads ----------------------------------------------------------------------------
