@@ -273,9 +273,9 @@ def update_op(
         )
     updated = target.model_copy(update={"content": new_text})
     if is_pinned(target) and counter is not None and pin_limit is not None:
-        others = pinned_tokens(messages, counter) - counter.count_message(target)
-        size = counter.count_message(updated)
-        if others + size > pin_limit:
+        over = _past_pin_limit(messages, target, updated, counter, pin_limit)
+        if over is not None:
+            others, size = over
             return _refuse(
                 messages,
                 "limit",
@@ -302,6 +302,22 @@ def pinned_tokens(messages: Sequence[BaseMessage], counter: Any) -> int:
     return sum(counter.count_message(m) for m in messages if is_pinned(m))
 
 
+def _past_pin_limit(
+    messages: Sequence[BaseMessage],
+    target: BaseMessage,
+    pinned_as: BaseMessage,
+    counter: Any,
+    limit: int,
+) -> tuple[int, int] | None:
+    """``(tokens of the other pins, tokens of pinned_as)`` when ``target`` pinned as
+    ``pinned_as`` would take the pins past ``limit``; else None."""
+    others = pinned_tokens(messages, counter)
+    if is_pinned(target):
+        others -= counter.count_message(target)
+    size = counter.count_message(pinned_as)
+    return (others, size) if others + size > limit else None
+
+
 def pin_op(
     messages: Sequence[BaseMessage],
     ref: Any,
@@ -324,9 +340,9 @@ def pin_op(
         state = "pinned" if pinned else "not pinned"
         return Edit(True, f"Message {mid} is already {state}; nothing changed.", list(messages))
     if pinned:
-        used = pinned_tokens(messages, counter)
-        size = counter.count_message(target)
-        if used + size > limit:
+        over = _past_pin_limit(messages, target, target, counter, limit)
+        if over is not None:
+            used, size = over
             return _refuse(
                 messages,
                 "limit",
