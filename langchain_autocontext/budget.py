@@ -194,28 +194,32 @@ class BudgetSpec:
         number comes from, for the error messages)."""
         out: dict[str, int | float] = {}
         budget = f"the budget max_tokens={max_tokens:,} ({origin})"
+
+        def ratio(kind: str, size: int | float, too_large: str) -> float:
+            """A fraction as it is; tokens as their share of ``max_tokens``."""
+            if kind == "fraction":
+                return float(size)
+            if size > max_tokens:
+                raise InvalidConfigError(too_large)
+            return _ratio(int(size), max_tokens)
+
         for kind, size in self.trigger:
             if kind == "messages":
                 out["msg_threshold"] = int(size)
-            elif kind == "fraction":
-                out["token_ratio"] = float(size)
-            elif size > max_tokens:
-                raise InvalidConfigError(
-                    f"trigger=('tokens', {size}) is above {budget}: compression could never "
-                    "start. Lower the trigger or raise max_tokens."
-                )
             else:
-                out["token_ratio"] = _ratio(int(size), max_tokens)
+                out["token_ratio"] = ratio(
+                    kind,
+                    size,
+                    f"trigger=('tokens', {size}) is above {budget}: compression could never "
+                    "start. Lower the trigger or raise max_tokens.",
+                )
         if self.keep is not None:
             kind, size = self.keep
-            if kind == "fraction":
-                out["target_ratio"] = float(size)
-            elif size > max_tokens:
-                raise InvalidConfigError(
-                    f"keep=('tokens', {size}) is above {budget}. Lower keep or raise max_tokens."
-                )
-            else:
-                out["target_ratio"] = _ratio(int(size), max_tokens)
+            out["target_ratio"] = ratio(
+                kind,
+                size,
+                f"keep=('tokens', {size}) is above {budget}. Lower keep or raise max_tokens.",
+            )
             trigger = out.get("token_ratio", base.token_ratio)
             if out["target_ratio"] >= trigger:
                 said = next((p for p in self.trigger if p[0] != "messages"), None)
