@@ -1119,13 +1119,11 @@ RUN_THREAD_KEY = "run_thread"
 TOKEN_SCALE_KEY = "token_scale"
 #: Margin over the provider/counter ratio a calibration applies.
 CALIBRATION_MARGIN = 1.05
-#: How much lower the budget aims after a request was rejected as too long.
-OVERFLOW_SCALE_STEP = 1.25
-
-
 #: Key of ``state["autocontext"]``: how much smaller the model's real window proved than
 #: the budget (grows by a quarter each time a request is rejected as too long).
 WINDOW_SCALE_KEY = "window_scale"
+#: How much lower the budget aims after a request was rejected as too long.
+OVERFLOW_SCALE_STEP = 1.25
 
 
 def _scale(state: Mapping[str, Any] | None, key: str) -> float:
