@@ -11,7 +11,7 @@ from langgraph.store.memory import InMemoryStore
 
 from langchain_autocontext import AutoContextConfig, ContextBudgetError, InvalidConfigError
 from langchain_autocontext.engine import AutoContext
-from langchain_autocontext.messages import find_violations, marker
+from langchain_autocontext.messages import find_violations, marker, pin
 from langchain_autocontext.store import OffloadStore
 from langchain_autocontext.strategies import (
     CurrentRoundCompression,
@@ -196,9 +196,13 @@ def test_pipeline_brings_a_coding_run_under_target(steps: int) -> None:
 
 def test_pipeline_summarizes_a_large_analysis_of_the_current_round() -> None:
     """Strategy 5 in the default pipeline: a long assistant analysis (not a tool result,
-    under the offload threshold) that has left the working set is summarized, in place."""
+    under the offload threshold) that has left the working set is summarized, in place.
+
+    Summaries go by age before size, so strategy 5 acts where summarizing the current
+    round's oldest work (strategy 6) cannot: here a pinned plan opens the round."""
     analysis = " ".join(f"step {k}: inspect module_{k}.py and its tests." for k in range(220))
     msgs = [SystemMessage("You are a coding agent.", id=uid()), HumanMessage("fix it", id=uid())]
+    msgs.append(pin(AIMessage("Plan: reproduce, fix, test.", id=uid())))
     msgs.append(AIMessage(analysis, id=uid()))
     for k in range(6):
         msgs += tool_group("bash", {"command": f"pytest -k t{k}"}, [log_text(8, k)])
@@ -212,7 +216,7 @@ def test_pipeline_summarizes_a_large_analysis_of_the_current_round() -> None:
     ac, store = make(cfg)
     res = ac.compress(msgs, thread_id="t", force=True)
     assert "current_large" in [e["strategy"] for e in res.events]
-    replaced = next(m for m in res.messages if m.id == msgs[2].id)
+    replaced = next(m for m in res.messages if m.id == msgs[3].id)
     assert (marker(replaced) or {}).get("kind") == "summarized"
     assert res.tokens_after <= cfg.target_tokens
     assert [m.id for m in res.messages[-4:]] == [m.id for m in msgs[-4:]]

@@ -14,7 +14,7 @@ from langgraph.store.memory import InMemoryStore
 
 from langchain_autocontext import AutoContext, AutoContextConfig, ContextBudgetError, OffloadStore
 from langchain_autocontext.errors import InvariantViolationError
-from langchain_autocontext.messages import assert_valid_sequence, find_violations, marker
+from langchain_autocontext.messages import assert_valid_sequence, find_violations, marker, pin
 from langchain_autocontext.search import search_history
 
 
@@ -125,6 +125,17 @@ CASES: dict[str, tuple[list[BaseMessage] | None, AutoContextConfig]] = {
         AutoContextConfig(max_tokens=24_000, last_keep=4),
     ),
     "long assistant messages": (None, AutoContextConfig(max_tokens=6_000)),
+    # A pinned plan right after the task keeps the current round's oldest work from
+    # being summarized by age (strategy 6 never summarizes across a pin): the size-driven
+    # strategies, tool runs (1) and large messages (5), then have to reach the target.
+    "pinned plan, tool runs": (
+        None,
+        AutoContextConfig(max_tokens=6_000, last_keep=4, min_consecutive_tool_messages=2),
+    ),
+    "pinned plan, long analyses": (
+        None,
+        AutoContextConfig(max_tokens=6_000, last_keep=4, min_consecutive_tool_messages=50),
+    ),
 }
 #: Every strategy but the last resort (which only an impossible-looking budget reaches).
 STRATEGIES = {
@@ -150,10 +161,32 @@ def writer(steps: int) -> list[BaseMessage]:
     return msgs
 
 
+def pinned_plan(steps: int, *, analyses: bool) -> list[BaseMessage]:
+    """A pinned plan after the task, then tool calls; with ``analyses`` a long assistant
+    analysis (no tool call, ~1,900 characters) between every two calls."""
+    plan = pin(AIMessage("Plan: read each module, fix the parser, run the tests.", id=uid("p")))
+    msgs: list[BaseMessage] = [SystemMessage("You write code."), HumanMessage("Fix it."), plan]
+    for s in range(steps):
+        if analyses and s % 2:
+            msgs.append(AIMessage(f"Analysis {s}: " + log_text(40, s), id=uid("a")))
+        cid = uid("c")
+        call = {"name": "read", "args": {"path": f"m{s}.py"}, "id": cid, "type": "tool_call"}
+        msgs.append(AIMessage("", tool_calls=[call], id=uid("a")))
+        msgs.append(ToolMessage(log_text(6, s), tool_call_id=cid, id=uid("t")))
+    return msgs
+
+
+BUILDERS = {
+    "long assistant messages": lambda: writer(30),
+    "pinned plan, tool runs": lambda: pinned_plan(60, analyses=False),
+    "pinned plan, long analyses": lambda: pinned_plan(40, analyses=True),
+}
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_every_replacement_names_an_offload_that_reloads_exactly_its_originals(case: str) -> None:
     messages, config = CASES[case]
-    messages = messages if messages is not None else writer(30)
+    messages = messages if messages is not None else BUILDERS[case]()
     store = OffloadStore(InMemoryStore())
     ac = AutoContext(config, store=store)
     working: list[BaseMessage] = []

@@ -143,6 +143,10 @@ class PassContext:
     #: What can never be compressed (system prompt, tool schemas, latest user
     #: message, a pending call): the protected tail is a share of the rest.
     floor_tokens: int = 0
+    #: Tokens each message's metadata tag adds as sent (aligned with ``messages``;
+    #: empty without tags). Removing a message frees its tag too; a replacement
+    #: brings one of its own (:attr:`tag_tokens`).
+    tag_costs: Sequence[int] = ()
 
     @property
     def system_index(self) -> int | None:
@@ -295,8 +299,20 @@ class PassContext:
     def over_messages(self) -> bool:
         return len(self.messages) > self.target_messages
 
+    def cost(self, i: int) -> int:
+        """Tokens message ``i`` takes as sent: its own and its tag's."""
+        tag = self.tag_costs[i] if i < len(self.tag_costs) else 0
+        return self.counter.count_message(self.messages[i]) + tag
+
     def tokens_of(self, start: int, end: int) -> int:
-        return sum(self.counter.count_message(m) for m in self.messages[start:end])
+        """Tokens ``messages[start:end]`` take as sent (tags included)."""
+        return sum(self.cost(i) for i in range(start, end))
+
+    @cached_property
+    def tag_tokens(self) -> int:
+        """Tokens of the tag a new message (a summary replacing a span) brings: the
+        largest tag in the context (0 without tags)."""
+        return max(self.tag_costs, default=0)
 
     def is_large(self, i: int) -> bool:
         return message_chars(self.messages[i]) > self.config.large_payload_threshold
@@ -356,8 +372,9 @@ class PassContext:
         )
 
     def expected_summary(self, span_tokens: int) -> int:
-        """Tokens a summary of ``span_tokens`` tokens is expected to take, header included."""
-        return self.summary_budget(span_tokens) + 64
+        """Tokens a summary of ``span_tokens`` tokens is expected to take, header and
+        tag included."""
+        return self.summary_budget(span_tokens) + 64 + self.tag_tokens
 
     def summary_budget(self, span_tokens: int, ratio: float | None = None) -> int:
         """Target size of a summary of ``span_tokens`` tokens."""

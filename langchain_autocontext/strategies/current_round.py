@@ -49,7 +49,9 @@ class CurrentRoundLargeMessages:
             tokens = ctx.counter.count_message(m)
             if not ctx.worth_summarizing(tokens):
                 continue
-            candidates.append((self._job(ctx, i, tokens), tokens - ctx.expected_summary(tokens), 0))
+            # replaced in place: its tag stays, so what it frees is its own tokens
+            freed = ctx.cost(i) - ctx.expected_summary(tokens)
+            candidates.append((self._job(ctx, i, tokens), freed, 0))
         jobs = ctx.take_until_target(candidates)
         # Strategy 6 summarizes this same span in one call: when even the best case
         # of summarizing these messages one by one cannot reach the target, strategy 6

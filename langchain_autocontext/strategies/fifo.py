@@ -58,7 +58,7 @@ class FifoEviction:
         groups = atomic_groups(ctx.messages, first, len(ctx.messages))
         if len(groups) <= 1:
             return []
-        old_tokens = ctx.counter.count_message(ctx.messages[sys_end]) if has_summary else 0
+        old_tokens = ctx.cost(sys_end) if has_summary else 0
         cap = ctx.summary_cap()
         evict_end = first
         freed = 0  # tokens of the evicted messages
@@ -75,9 +75,10 @@ class FifoEviction:
                     continue  # hop over the latest user message and pins (kept in place)
                 break
             evict_end = b
-            for m in ctx.messages[a:b]:
+            for i in range(a, b):
+                m = ctx.messages[i]
+                freed += ctx.cost(i)  # its tag goes with it
                 t = ctx.counter.count_message(m)
-                freed += t
                 if is_summary(m):
                     kept_tokens += t
                 else:
@@ -85,11 +86,19 @@ class FifoEviction:
             removed += b - a
             if self.squeeze:
                 continue
-            expected = HEADER_TOKENS + min(
-                cap,
-                (old_tokens - HEADER_TOKENS if has_summary else 0)
-                + kept_tokens
-                + (ctx.summary_budget(fresh_tokens) if fresh_tokens else 0),
+            expected = (
+                HEADER_TOKENS
+                + ctx.tag_tokens
+                + min(
+                    cap,
+                    (
+                        ctx.counter.count_message(ctx.messages[sys_end]) - HEADER_TOKENS
+                        if has_summary
+                        else 0
+                    )
+                    + kept_tokens
+                    + (ctx.summary_budget(fresh_tokens) if fresh_tokens else 0),
+                )
             )
             if (
                 freed + old_tokens - expected >= ctx.need_tokens
