@@ -58,8 +58,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langgraph.store.memory import InMemoryStore
 from pydantic import ConfigDict, PrivateAttr
 
-from langchain_autocontext import AutoContextConfig
-from langchain_autocontext.engine import AutoContext
+from langchain_autocontext import AutoContext, AutoContextConfig
 from langchain_autocontext.messages import find_violations, text_of
 from langchain_autocontext.replay import Trajectory, load_trajectories, percentile
 from langchain_autocontext.store import OffloadStore

@@ -35,8 +35,13 @@ from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.store.base import BaseStore, Op, PutOp, Result
 from langgraph.store.sqlite import AsyncSqliteStore
 
-from langchain_autocontext import AutoContext, AutoContextConfig, ExtractiveSummarizer, OffloadStore
-from langchain_autocontext.engine import AutoContextState
+from langchain_autocontext import (
+    AutoContext,
+    AutoContextConfig,
+    AutoContextState,
+    ExtractiveSummarizer,
+    OffloadStore,
+)
 from langchain_autocontext.messages import find_violations, marker, text_of
 
 CFG = AutoContextConfig(

@@ -9,8 +9,12 @@ from _builders import chat_rounds, coding_run, log_text, tool_group, uid
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 from langgraph.store.memory import InMemoryStore
 
-from langchain_autocontext import AutoContextConfig, ContextBudgetError, InvalidConfigError
-from langchain_autocontext.engine import AutoContext
+from langchain_autocontext import (
+    AutoContext,
+    AutoContextConfig,
+    ContextBudgetError,
+    InvalidConfigError,
+)
 from langchain_autocontext.messages import find_violations, marker
 from langchain_autocontext.store import OffloadStore
 from langchain_autocontext.strategies import (

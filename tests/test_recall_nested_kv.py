@@ -29,8 +29,7 @@ from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.memory import InMemoryStore
 
-from langchain_autocontext import AutoContext, AutoContextConfig
-from langchain_autocontext.engine import AutoContextAgentState
+from langchain_autocontext import AutoContext, AutoContextAgentState, AutoContextConfig
 from langchain_autocontext.messages import find_violations, marker
 from langchain_autocontext.metadata import strip_tags
 from langchain_autocontext.store import OffloadStore
