@@ -21,7 +21,7 @@ from langchain_autocontext.history import AutoContextChatMessageHistory, AutoCon
 from langchain_autocontext.messages import is_pinned, pin
 from langchain_autocontext.metadata import render_view, strip_message_tags, strip_tags
 from langchain_autocontext.middleware import AutoContextMiddleware, AutoContextMiddlewareState
-from langchain_autocontext.store import HistoryEntry, OffloadRecord, OffloadStore
+from langchain_autocontext.store import EventRecord, HistoryEntry, OffloadRecord, OffloadStore
 from langchain_autocontext.summarizers import (
     ExtractiveSummarizer,
     LLMSummarizer,
@@ -46,6 +46,7 @@ __all__ = [
     "CommandError",
     "CompressionResult",
     "ContextBudgetError",
+    "EventRecord",
     "ExtractiveSummarizer",
     "HistoryEntry",
     "InvalidConfigError",

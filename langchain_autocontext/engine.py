@@ -267,7 +267,11 @@ class ContextEngine:
 
     # --- store and thread resolution ---------------------------------------------------
     def resolve_store(self, store: BaseStore | None = None) -> OffloadStore:
-        """The OffloadStore to use: explicit, this object's, the graph's, or our own."""
+        """The OffloadStore to use: explicit, this object's, the graph's, or our own.
+
+        For code that only has a backend: the store this engine writes to for it (its
+        ``store_prefix`` included). Where you create the store, create it as
+        ``OffloadStore(backend)`` and pass it around instead."""
         if store is not None:
             return self._wrap(store)
         if self.store is not None:

@@ -46,6 +46,7 @@ import re
 import threading
 import time
 import uuid
+import warnings
 from collections.abc import (
     AsyncIterator,
     Callable,
@@ -76,6 +77,7 @@ from langchain_autocontext.errors import OffloadNotFoundError
 from langchain_autocontext.messages import dump_message, load_message, text_of
 
 __all__ = [
+    "EventRecord",
     "HistoryEntry",
     "OffloadRecord",
     "OffloadStore",
@@ -155,10 +157,10 @@ class HistoryEntry:
 
 @dataclass(frozen=True, slots=True)
 class OffloadRecord:
-    """Original messages moved out of the working context, reloadable by ``id``."""
+    """Original messages moved out of the working context, reloadable by ``offload_id``."""
 
-    id: str
-    """The offload id (uuid4) shown in the context."""
+    offload_id: str
+    """The offload id (uuid4) shown in the context: what ``reload_offloaded`` takes."""
     thread_id: str
     seq: int
     """Position among the thread's offloads (creation order)."""
@@ -179,9 +181,99 @@ class OffloadRecord:
     """Caller-supplied JSON data."""
 
     @property
-    def offload_id(self) -> str:
-        """Alias of :attr:`id` (the name the model's ``reload_offloaded`` tool uses)."""
-        return self.id
+    def id(self) -> str:
+        """Deprecated alias of :attr:`offload_id` (one name for one concept: ``id`` is a
+        message's id elsewhere, as in :attr:`HistoryEntry.id`)."""
+        warnings.warn(
+            "OffloadRecord.id is deprecated; use OffloadRecord.offload_id (the same value)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.offload_id
+
+
+@dataclass(frozen=True, slots=True)
+class EventRecord:
+    """One recorded event of a thread: a compression step, an edit of the context by
+    the model, a calibration, an overflow retry.
+
+    The fields every event has are attributes; the rest of what was recorded (a
+    compression's ``summarizer_calls``, ``offload_ids``, ``seconds``…; an edit's
+    ``op`` and ``via``) is in :attr:`data`, and readable as attributes too
+    (``event.summarizer_calls``). :meth:`to_dict` gives the flat dict (for a pandas
+    ``DataFrame``, or JSON). ``event["strategy"]`` still works and warns: it is
+    deprecated.
+    """
+
+    key: str
+    """The event's key in the store."""
+    seq: int
+    """Position among the thread's events (recording order)."""
+    ts: float
+    """Unix time of the recording."""
+    strategy: str
+    """What ran: a strategy's name, ``"calibration"``, ``"overflow_retry"``, or an edit
+    such as ``"tool:delete"`` (``""`` when the event did not say)."""
+    kind: str
+    """``"compression"`` for a strategy's pass (the default), else what the event
+    says: ``"context_edit"``, ``"calibration"``, ``"overflow"``."""
+    tokens_before: int | None
+    """Counted tokens of the context before (``None`` when the event has none)."""
+    tokens_after: int | None
+    """Counted tokens of the context after (``None`` when the event has none)."""
+    data: dict[str, Any]
+    """Every field of the event as recorded (``strategy`` and the token counts
+    included; ``seq`` and ``ts`` excluded)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The event as a flat dict: :attr:`data` plus ``seq`` and ``ts``."""
+        return {**self.data, "seq": self.seq, "ts": self.ts}
+
+    def __getattr__(self, name: str) -> Any:
+        # only called when normal lookup fails: the event's other recorded fields
+        if name.startswith("_") or name == "data":
+            raise AttributeError(name)
+        try:
+            return self.data[name]
+        except KeyError:
+            raise AttributeError(
+                f"this {self.kind!r} event has no field {name!r}; it has {sorted(self.data)}"
+            ) from None
+
+    # --- deprecated: events used to be dicts ---------------------------------------------
+    def _dict_access(self, how: str) -> dict[str, Any]:
+        warnings.warn(
+            f"OffloadStore.list_events returns EventRecord objects now; {how} on an event "
+            "is deprecated: read attributes (event.strategy, event.tokens_after), "
+            "event.data, or event.to_dict()",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        return self.to_dict()
+
+    def __getitem__(self, name: str) -> Any:
+        """Deprecated: ``event["strategy"]``; use ``event.strategy``."""
+        return self._dict_access(f"event[{name!r}]")[name]
+
+    def get(self, name: str, default: Any = None) -> Any:
+        """Deprecated: ``event.get("strategy")``; use ``event.data.get("strategy")``."""
+        return self._dict_access(f"event.get({name!r})").get(name, default)
+
+    def __contains__(self, name: object) -> bool:
+        """Deprecated: ``"strategy" in event``; use ``"strategy" in event.data``."""
+        return name in self._dict_access(f"{name!r} in event")
+
+    def keys(self) -> Any:
+        """Deprecated: ``event.keys()``; use ``event.to_dict().keys()``."""
+        return self._dict_access("event.keys()").keys()
+
+    def items(self) -> Any:
+        """Deprecated: ``event.items()``; use ``event.to_dict().items()``."""
+        return self._dict_access("event.items()").items()
+
+
+def _int_or_none(value: Any) -> int | None:
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 # --- helpers --------------------------------------------------------------------------
@@ -326,6 +418,13 @@ def _sorted_items(items: Iterable[Item]) -> list[Item]:
 # --- the store ------------------------------------------------------------------------
 class OffloadStore(BaseStore):
     """A ``BaseStore`` wrapping any backend, with typed per-thread helpers.
+
+    The one way to get it: ``store = OffloadStore(backend)``, passed to
+    ``AutoContext(store=store)`` and to the graph (``graph.compile(store=store)``,
+    ``create_agent(..., store=store)``), and read from directly. Its helpers return
+    records: :class:`EventRecord`, :class:`OffloadRecord`, :class:`HistoryEntry`. Code
+    that only has a backend can ask ``ac.resolve_store(backend)`` for the store an
+    ``AutoContext`` uses (its prefix included); :meth:`wrap` stays for the same job.
 
     Args:
         backend: the store that holds the data; a new ``InMemoryStore`` when omitted.
@@ -801,7 +900,7 @@ class OffloadStore(BaseStore):
     @staticmethod
     def _record(thread_id: str, offload_id: str, value: Mapping[str, Any]) -> OffloadRecord:
         return OffloadRecord(
-            id=offload_id,
+            offload_id=offload_id,
             thread_id=thread_id,
             seq=int(value["seq"]),
             strategy=value["strategy"],
@@ -919,9 +1018,24 @@ class OffloadStore(BaseStore):
         ]
         return key
 
-    def _list_events_plan(self, thread_id: str) -> _Plan[list[dict[str, Any]]]:
+    @staticmethod
+    def _event(item: Item) -> EventRecord:
+        value = item.value
+        data = {k: v for k, v in value.items() if k not in _RESERVED_EVENT_KEYS}
+        return EventRecord(
+            key=item.key,
+            seq=int(value["seq"]),
+            ts=float(value.get("ts") or 0.0),
+            strategy=str(data.get("strategy") or ""),
+            kind=str(data.get("kind") or "compression"),
+            tokens_before=_int_or_none(data.get("tokens_before")),
+            tokens_after=_int_or_none(data.get("tokens_after")),
+            data=data,
+        )
+
+    def _list_events_plan(self, thread_id: str) -> _Plan[list[EventRecord]]:
         items = yield from self._all_plan(thread_id, EVENTS)
-        return [{k: v for k, v in item.value.items() if k != _SEQ_KEY} for item in items]
+        return [self._event(item) for item in items]
 
     def record_event(self, thread_id: str, event: Mapping[str, Any]) -> str:
         """Record a JSON-serializable event; the store adds ``seq`` and ``ts``.
@@ -937,10 +1051,13 @@ class OffloadStore(BaseStore):
         async with self._alocked(thread_id, EVENTS):
             return await self._arun(self._record_event_plan(thread_id, event))
 
-    def list_events(self, thread_id: str) -> list[dict[str, Any]]:
-        """The thread's events (each with ``seq`` and ``ts``), ordered by seq."""
+    def list_events(self, thread_id: str) -> list[EventRecord]:
+        """The thread's events as :class:`EventRecord` s, in recording order.
+
+        ``pandas.DataFrame([e.to_dict() for e in store.list_events(thread)])`` makes a
+        table of them."""
         return self._run(self._list_events_plan(thread_id))
 
-    async def alist_events(self, thread_id: str) -> list[dict[str, Any]]:
+    async def alist_events(self, thread_id: str) -> list[EventRecord]:
         """Async twin of :meth:`list_events`."""
         return await self._arun(self._list_events_plan(thread_id))

@@ -525,7 +525,7 @@ def _render_record(
     if record is not None:
         msgs = list(record.messages)
         head = (
-            f"[offload {record.id}: {len(msgs)} original message(s), {record.tokens:,} tokens, "
+            f"[offload {record.offload_id}: {len(msgs)} original message(s), {record.tokens:,} tokens, "
             f"moved out by {record.strategy}]"
         )
     else:
@@ -580,7 +580,9 @@ def _restore_plan(
         new[i] = entry_msg
         return new, False, ""
     originals = list(record.messages)
-    holders = [i for i, m in enumerate(msgs) if (marker(m) or {}).get("offload_id") == record.id]
+    holders = [
+        i for i, m in enumerate(msgs) if (marker(m) or {}).get("offload_id") == record.offload_id
+    ]
     if not holders:
         return (
             None,
@@ -673,7 +675,7 @@ def _reload_tool(engine: ContextEngine) -> StructuredTool:
                     "strategy": "tool:restore",
                     "op": "restore",
                     "via": "tool",
-                    "offload_id": record.id if record is not None else None,
+                    "offload_id": record.offload_id if record is not None else None,
                     "message_ids": [
                         str(m.id) for m in (record.messages if record is not None else [entry_msg])
                     ],

@@ -623,7 +623,7 @@ def history_originals(store: Any, thread: str, final_answer: str) -> list[tuple[
 def strategies_fired(store: Any, thread: str) -> set[str]:
     from langchain_autocontext.store import OffloadStore
 
-    return {e["strategy"] for e in OffloadStore.wrap(store).list_events(thread)}
+    return {e.strategy for e in OffloadStore.wrap(store).list_events(thread)}
 
 
 # --- a model driven by a function of what it sees (self-management tests) -----------------

@@ -437,8 +437,8 @@ def test_summarizer_errors_fall_back_and_the_run_continues(tmp_path: Path) -> No
             graph.invoke({"messages": START_MESSAGES}, THREAD)
             check_after_restart(graph, backend, model)
             events = OffloadStore.wrap(backend).list_events("crashy")
-            assert sum(e.get("summarizer_fallbacks", 0) for e in events) >= 1
-            assert any("provider down" in str(e.get("summarizer_errors")) for e in events)
+            assert sum(e.data.get("summarizer_fallbacks", 0) for e in events) >= 1
+            assert any("provider down" in str(e.data.get("summarizer_errors")) for e in events)
     finally:
         backend.conn.close()
 

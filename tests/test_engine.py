@@ -194,7 +194,7 @@ def test_pipeline_brings_a_coding_run_under_target(steps: int) -> None:
     assert not find_violations(res.messages)
     assert res.messages[0] is msgs[0]
     assert res.messages[1].id == msgs[1].id  # the only user message stays
-    assert [e["strategy"] for e in store.list_events("t")] == [e["strategy"] for e in res.events]
+    assert [e.strategy for e in store.list_events("t")] == [e["strategy"] for e in res.events]
     assert_recoverable(store, "t", msgs, res.messages)
 
 
