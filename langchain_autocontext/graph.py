@@ -199,6 +199,8 @@ def hook_update(
     ac_state: Mapping[str, Any] | None = None,
     new_state: bool = False,
 ) -> dict[str, Any]:
+    """The pre-model hook's state update: the model's view in ``llm_input_messages``,
+    the compressed messages when they changed, and the package's state when it did."""
     call = engine.prepare_model_call(result.messages, state=ac_state)
     update: dict[str, Any] = {"llm_input_messages": call.messages}
     if result.changed:
