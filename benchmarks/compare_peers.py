@@ -58,8 +58,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langgraph.store.memory import InMemoryStore
 from pydantic import ConfigDict, PrivateAttr
 
-from langchain_autocontext import AutoContextConfig
-from langchain_autocontext.engine import AutoContext
+from langchain_autocontext import AutoContext, AutoContextConfig
 from langchain_autocontext.messages import find_violations, text_of
 from langchain_autocontext.replay import Trajectory, load_trajectories, percentile
 from langchain_autocontext.store import OffloadStore
@@ -555,7 +554,7 @@ class OursRunner(Runner):
         if "search_history" in self.tool_names:
             reached |= {e.id for e in self.store.iter_history(self.thread)}
         if "reload_offloaded" in self.tool_names:
-            records = {r.id: r for r in self.store.list_offloads(self.thread)}
+            records = {r.offload_id: r for r in self.store.list_offloads(self.thread)}
             seen: set[str] = set()
             frontier = [text_of(m) for m in last.messages]
             while frontier:

@@ -50,8 +50,12 @@ from langchain_core.tools import tool
 from langgraph.graph import START, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 
-from langchain_autocontext import AutoContext, AutoContextConfig, OffloadNotFoundError
-from langchain_autocontext.engine import AutoContextState
+from langchain_autocontext import (
+    AutoContext,
+    AutoContextConfig,
+    AutoContextState,
+    OffloadNotFoundError,
+)
 from langchain_autocontext.messages import find_violations, marker, text_of
 from langchain_autocontext.store import OffloadStore
 

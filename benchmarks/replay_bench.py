@@ -17,8 +17,7 @@ from pathlib import Path
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
 from langgraph.store.memory import InMemoryStore
 
-from langchain_autocontext import AutoContextConfig
-from langchain_autocontext.engine import AutoContext
+from langchain_autocontext import AutoContext, AutoContextConfig
 from langchain_autocontext.replay import ReplayReport, load_trajectories, median, percentile, replay
 from langchain_autocontext.store import OffloadStore
 from langchain_autocontext.summarizers import LLMSummarizer

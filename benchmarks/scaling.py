@@ -54,8 +54,7 @@ from langgraph.store.memory import InMemoryStore
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compare_peers import CountingSummarizer
 
-from langchain_autocontext import AutoContextConfig
-from langchain_autocontext.engine import AutoContext, AutoContextState
+from langchain_autocontext import AutoContext, AutoContextConfig, AutoContextState
 from langchain_autocontext.replay import percentile
 from langchain_autocontext.store import OffloadStore
 from langchain_autocontext.tokens import default_counter

@@ -4,12 +4,7 @@ The public API lives here and nowhere else.
 """
 
 from langchain_autocontext.config import AutoContextConfig
-from langchain_autocontext.engine import (
-    AutoContext,
-    AutoContextAgentState,
-    AutoContextState,
-    CompressionResult,
-)
+from langchain_autocontext.engine import CompressionResult
 from langchain_autocontext.errors import (
     AutoContextError,
     CommandError,
@@ -20,11 +15,13 @@ from langchain_autocontext.errors import (
     ProtectedMessageError,
     UnknownMessageError,
 )
+from langchain_autocontext.facade import AutoContext
+from langchain_autocontext.graph import AutoContextAgentState, AutoContextState
 from langchain_autocontext.history import AutoContextChatMessageHistory, AutoContextRunnable
 from langchain_autocontext.messages import is_pinned, pin
 from langchain_autocontext.metadata import render_view, strip_message_tags, strip_tags
 from langchain_autocontext.middleware import AutoContextMiddleware, AutoContextMiddlewareState
-from langchain_autocontext.store import HistoryEntry, OffloadRecord, OffloadStore
+from langchain_autocontext.store import EventRecord, HistoryEntry, OffloadRecord, OffloadStore
 from langchain_autocontext.summarizers import (
     ExtractiveSummarizer,
     LLMSummarizer,
@@ -49,6 +46,7 @@ __all__ = [
     "CommandError",
     "CompressionResult",
     "ContextBudgetError",
+    "EventRecord",
     "ExtractiveSummarizer",
     "HistoryEntry",
     "InvalidConfigError",

@@ -32,8 +32,8 @@ from langgraph.store.base import BaseStore
 from langgraph.store.memory import InMemoryStore
 
 from langchain_autocontext.config import AutoContextConfig
-from langchain_autocontext.engine import AutoContext
 from langchain_autocontext.errors import AutoContextError
+from langchain_autocontext.facade import AutoContext
 from langchain_autocontext.replay import (
     PLOT_FORMATS,
     STRATEGY_LABELS,

@@ -1,14 +1,17 @@
-"""`AutoContext`: the context manager and its LangGraph surfaces.
+"""The engine: :class:`ContextEngine` archives, counts, compresses and builds the model's view.
 
-Data flows one way: the surfaces (node, pre-model hook, middleware, tools, CLI)
-call the engine; the engine runs the strategies, which use the summarizer, the
-store and the token counter.
+Data flows one way: the facade (:class:`~langchain_autocontext.AutoContext`) builds the
+surfaces (the graph node and hooks of :mod:`~langchain_autocontext.graph`, the
+middleware, the tools, the chat history); the surfaces call this engine; the engine
+runs the strategies, which use the summarizer, the store and the token counter. The
+engine imports none of the surfaces: the model's tools, which it counts in the budget,
+are built by :attr:`ContextEngine.tool_factory`, which the facade sets.
 
-Over 600 lines because :class:`AutoContext` is the one facade every surface calls:
-compressing (sync and async), archiving, preparing a model call and applying the reply,
-plus the small factories of the node, the hooks, the middleware and the runnable.
-Splitting it would spread one object's methods over modules; what they delegate to
-(strategies, view, store, commands, tools) lives elsewhere.
+Over 600 lines because :class:`ContextEngine` is the one object every surface calls:
+compressing (sync and async), archiving, the budget (given, derived from the model's
+window, calibrated), preparing a model call and applying the reply. Splitting it would
+spread one object's methods over modules; what they delegate to (strategies, view,
+store, commands) lives elsewhere, and the surfaces live in their own modules.
 """
 
 from __future__ import annotations
@@ -18,27 +21,20 @@ import uuid
 import warnings
 import weakref
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated, Any, NotRequired
+from typing import Any
 
 from langchain_core.messages import (
     AIMessage,
-    AnyMessage,
     BaseMessage,
-    RemoveMessage,
     SystemMessage,
     convert_to_messages,
 )
-from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
+from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
-from langgraph.graph import END, START, StateGraph
-from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
-from langgraph.prebuilt.chat_agent_executor import AgentState
 from langgraph.store.base import BaseStore
 from langgraph.store.memory import InMemoryStore
-from langgraph.types import Command
-from typing_extensions import TypedDict
 
 from langchain_autocontext.budget import BudgetSpec, ModelWindow, model_window
 from langchain_autocontext.commands import process_reply
@@ -69,47 +65,9 @@ from langchain_autocontext.view import (
     view_reserve,
 )
 
-if TYPE_CHECKING:
-    from langchain_autocontext.middleware import AutoContextMiddleware
-
-__all__ = ["AutoContext", "AutoContextAgentState", "AutoContextState", "CompressionResult"]
+__all__ = ["CompressionResult", "ContextEngine"]
 
 _SYSTEM_PLACEHOLDER_ID = "autocontext-system-prompt"
-
-
-class AutoContextState(TypedDict):
-    """Graph state with the keys the package reads and writes.
-
-    Inherit from it (or add an ``autocontext: dict`` key to your own state) so the
-    working context, memory-pressure flag and counters persist in checkpoints.
-    Everything under ``autocontext`` is plain JSON.
-    """
-
-    messages: Annotated[list[AnyMessage], add_messages]
-    autocontext: NotRequired[dict[str, Any]]
-
-
-class AutoContextAgentState(AgentState):
-    """``create_react_agent``'s state plus the package's ``autocontext`` key.
-
-    Pass it as ``state_schema=`` so the working context, the memory-pressure flag
-    and the autonomous step count persist between turns.
-    """
-
-    autocontext: NotRequired[dict[str, Any]]
-
-
-class _NodeState(TypedDict):
-    # No reducer here: the subgraph's final ``messages`` value *is* the update the
-    # parent applies with its own ``add_messages`` reducer ([] when nothing changed).
-    messages: list[AnyMessage]
-    autocontext: NotRequired[dict[str, Any]]
-    ac_work: NotRequired[dict[str, Any]]
-
-
-class _NodeIO(TypedDict):
-    messages: list[AnyMessage]
-    autocontext: NotRequired[dict[str, Any]]
 
 
 @dataclass
@@ -156,8 +114,8 @@ def config_with(config: AutoContextConfig | None, fields: Mapping[str, Any]) -> 
     return (config or AutoContextConfig()).derive(**fields)
 
 
-#: Every live AutoContext: a thread deleted from a store is forgotten by each.
-_ENGINES: weakref.WeakSet[AutoContext] = weakref.WeakSet()
+#: Every live engine: a thread deleted from a store is forgotten by each.
+_ENGINES: weakref.WeakSet[ContextEngine] = weakref.WeakSet()
 
 
 def _forget_thread(store: OffloadStore, thread_id: str) -> None:
@@ -196,8 +154,9 @@ def merge_system_messages(messages: list[BaseMessage]) -> list[BaseMessage]:
     return [systems[0].model_copy(update={"content": content}), *rest]
 
 
-class AutoContext:
-    """Keeps an agent's context under budget; see the package README.
+class ContextEngine:
+    """Keeps an agent's context under budget: the engine under
+    :class:`~langchain_autocontext.AutoContext` (use that one; it adds the surfaces).
 
     Args:
         config: budgets and behaviour (defaults: :class:`AutoContextConfig`).
@@ -308,7 +267,11 @@ class AutoContext:
 
     # --- store and thread resolution ---------------------------------------------------
     def resolve_store(self, store: BaseStore | None = None) -> OffloadStore:
-        """The OffloadStore to use: explicit, this object's, the graph's, or our own."""
+        """The OffloadStore to use: explicit, this object's, the graph's, or our own.
+
+        For code that only has a backend: the store this engine writes to for it (its
+        ``store_prefix`` included). Where you create the store, create it as
+        ``OffloadStore(backend)`` and pass it around instead."""
         if store is not None:
             return self._wrap(store)
         if self.store is not None:
@@ -429,6 +392,13 @@ class AutoContext:
         tools += [t for t in self.tools if t.name not in names]
         return tools
 
+    #: Builds the model's context tools for an engine (``tool_factory(engine)``): set by
+    #: :class:`~langchain_autocontext.AutoContext` (the facade) to
+    #: :func:`langchain_autocontext.tools.make_tools`, and on an engine a surface builds
+    #: itself (:func:`langchain_autocontext.tools.attach_tools`). ``None`` here: the engine
+    #: counts the tools' schemas but does not know them.
+    tool_factory: Callable[[Any], list[BaseTool]] | None = None
+
     @property
     def tools(self) -> list[BaseTool]:
         """The model's context tools (``[]`` when ``config.self_management_tools`` is off).
@@ -437,14 +407,13 @@ class AutoContext:
         ``working_context_append``, ``working_context_replace``: give them to your agent
         next to its own tools. See :mod:`langchain_autocontext.tools`.
         """
-        if not self.config.self_management_tools:
+        factory = self.tool_factory
+        if not self.config.self_management_tools or factory is None:
             return []
         if self._tools is None:
-            from langchain_autocontext.tools import make_tools
-
             with self._lock:
                 if self._tools is None:
-                    self._tools = make_tools(self)
+                    self._tools = factory(self)
         return list(self._tools)
 
     # --- the archive: originals go to the history store before anything changes -------
@@ -705,142 +674,6 @@ class AutoContext:
         )
         return self._finish(result, archived, ids_assigned, virtual, system)
 
-    # --- LangGraph surfaces ------------------------------------------------------------
-    def node(self, *, name: str = "autocontext") -> Any:
-        """A compiled subgraph (measure → strategies → commit) to put before the model node.
-
-        The parent state needs a ``messages`` key with the ``add_messages`` reducer
-        (``MessagesState``, :class:`AutoContextState`); add ``autocontext: dict`` to
-        persist the package's own state.
-        """
-        engine = self
-
-        def archivable(state: _NodeState) -> tuple[list[BaseMessage], bool, bool, list[Any]]:
-            msgs, ids_assigned, virtual = engine._prepare(state.get("messages") or [])
-            return msgs, ids_assigned, virtual, [m for m in msgs if m.id != _SYSTEM_PLACEHOLDER_ID]
-
-        def measured(
-            state: _NodeState, msgs: list[BaseMessage], ids_assigned: bool, virtual: bool
-        ) -> dict[str, Any]:
-            """After the archive: repair, count what the view sends, decide."""
-            msgs, repaired = engine._repair(msgs)
-            ac_state = state.get("autocontext")
-            shown = engine.view_config(msgs, ac_state)
-            msgs, _, _ = engine._with_view(msgs, ac_state, virtual, shown)
-            tokens = engine.counter.count(msgs, engine.count_tools, tags=shown.tags_mode)
-            cfg = engine._budget(state.get("messages") or [], ac_state, shown)
-            triggered = tokens > cfg.trigger_tokens or len(msgs) > cfg.msg_threshold
-            work = {"triggered": triggered, "ids_assigned": ids_assigned or repaired}
-            return {"ac_work": {**work, "tokens": tokens}}
-
-        def with_thread(update: dict[str, Any], made: dict[str, Any] | None) -> dict[str, Any]:
-            return {**update, "autocontext": made} if made is not None else update
-
-        def measure(state: _NodeState, config: RunnableConfig) -> dict[str, Any]:
-            msgs, ids_assigned, virtual, originals = archivable(state)
-            thread, made = run_thread(config, state.get("autocontext"))
-            engine.archive(originals, thread_id=thread, store=engine.resolve_store())
-            return with_thread(measured(state, msgs, ids_assigned, virtual), made)
-
-        async def ameasure(state: _NodeState, config: RunnableConfig) -> dict[str, Any]:
-            msgs, ids_assigned, virtual, originals = archivable(state)
-            thread, made = run_thread(config, state.get("autocontext"))
-            await engine.aarchive(originals, thread_id=thread, store=engine.resolve_store())
-            return with_thread(measured(state, msgs, ids_assigned, virtual), made)
-
-        def pipeline(state: _NodeState, config: RunnableConfig) -> tuple[Any, bool, Any]:
-            msgs, _, virtual = engine._prepare(state.get("messages") or [])
-            msgs, _ = engine._repair(msgs)
-            ac_state = state.get("autocontext")
-            shown = engine.view_config(msgs, ac_state)
-            msgs, virtual, system = engine._with_view(msgs, ac_state, virtual, shown)
-            budget = engine._budget(state.get("messages") or [], ac_state, shown)
-            thread = thread_id_of(config, ac_state)
-            run = engine._pipeline(msgs, thread, None, False, budget)
-            return run, virtual, system
-
-        def compressed(
-            state: _NodeState, result: PipelineResult, virtual: bool, system: Any
-        ) -> dict[str, Any]:
-            out = engine._finish(result, 0, False, virtual, system).messages
-            return {
-                "ac_work": {**state.get("ac_work", {}), "result": out, "changed": result.changed}
-            }
-
-        def strategies(state: _NodeState, config: RunnableConfig) -> dict[str, Any]:
-            run, virtual, system = pipeline(state, config)
-            result = drive(run, engine.resolve_store(), engine.summarizer)
-            return compressed(state, result, virtual, system)
-
-        async def astrategies(state: _NodeState, config: RunnableConfig) -> dict[str, Any]:
-            run, virtual, system = pipeline(state, config)
-            result = await adrive(run, engine.resolve_store(), engine.summarizer)
-            return compressed(state, result, virtual, system)
-
-        def commit(state: _NodeState) -> dict[str, Any]:
-            work = state.get("ac_work") or {}
-            if work.get("changed") or work.get("ids_assigned"):
-                new = work.get("result")
-                if new is None:
-                    new, _, _ = engine._prepare(state.get("messages") or [])
-                    new, _ = engine._repair(new)
-                return {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *new]}
-            return {"messages": []}
-
-        def route(state: _NodeState) -> str:
-            return "strategies" if (state.get("ac_work") or {}).get("triggered") else "commit"
-
-        graph = StateGraph(_NodeState, input_schema=_NodeIO, output_schema=_NodeIO)
-        graph.add_node("measure", RunnableLambda(measure, afunc=ameasure, name="measure"))
-        graph.add_node(
-            "strategies", RunnableLambda(strategies, afunc=astrategies, name="strategies")
-        )
-        graph.add_node("commit", commit)
-        graph.add_edge(START, "measure")
-        graph.add_conditional_edges("measure", route, ["strategies", "commit"])
-        graph.add_edge("strategies", "commit")
-        graph.add_edge("commit", END)
-        return graph.compile(checkpointer=False, name=name)
-
-    @property
-    def pre_model_hook(self) -> RunnableLambda:
-        """For ``create_react_agent(model, tools, pre_model_hook=ac.pre_model_hook)``.
-
-        Compresses the state's messages (persisted with ``RemoveMessage`` s) and
-        hands the model its input view in ``llm_input_messages``.
-        """
-        engine = self
-
-        def hook(state: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
-            thread, made = run_thread(config, state.get("autocontext"))
-            ac_state = made or state.get("autocontext")
-            result = engine.compress(state.get("messages") or [], thread_id=thread, state=ac_state)
-            return engine._hook_update(result, ac_state, made is not None)
-
-        async def ahook(state: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
-            thread, made = run_thread(config, state.get("autocontext"))
-            ac_state = made or state.get("autocontext")
-            result = await engine.acompress(
-                state.get("messages") or [], thread_id=thread, state=ac_state
-            )
-            return engine._hook_update(result, ac_state, made is not None)
-
-        return RunnableLambda(hook, afunc=ahook, name="autocontext_pre_model_hook")
-
-    def _hook_update(
-        self,
-        result: CompressionResult,
-        ac_state: Mapping[str, Any] | None = None,
-        new_state: bool = False,
-    ) -> dict[str, Any]:
-        call = self.prepare_model_call(result.messages, state=ac_state)
-        update: dict[str, Any] = {"llm_input_messages": call.messages}
-        if result.changed:
-            update["messages"] = [RemoveMessage(id=REMOVE_ALL_MESSAGES), *result.messages]
-        if call.state_update or new_state:
-            update["autocontext"] = call.state_update or dict(ac_state or {})
-        return update
-
     # --- the model managing its own context ------------------------------------------
     def prepare_model_call(
         self,
@@ -985,99 +818,6 @@ class AutoContext:
             for event in outcome.events:
                 await st.arecord_event(thread_id, event)
         return outcome.update(messages)
-
-    def command_node(self, *, loop_to: str | None = "autocontext") -> Runnable:
-        """A StateGraph node to put right after the model node: runs :meth:`after_model_call`.
-
-        After a ``<user>`` command it returns ``Command(goto=loop_to)`` so the model
-        is called again (the node added with :meth:`node`, named ``"autocontext"``
-        by default); route the rest as usual, e.g.
-        ``graph.add_conditional_edges("commands", tools_condition)``.
-        """
-        engine = self
-
-        def finish(update: dict[str, Any]) -> Any:
-            if loop_to and (update.get("autocontext") or {}).get("autonomous_pending"):
-                return Command(update=update, goto=loop_to)
-            return update
-
-        def run(state: dict[str, Any], config: RunnableConfig) -> Any:
-            return finish(
-                engine.after_model_call(
-                    state.get("messages") or [],
-                    state=state.get("autocontext"),
-                    thread_id=thread_id_of(config, state.get("autocontext")),
-                )
-            )
-
-        async def arun(state: dict[str, Any], config: RunnableConfig) -> Any:
-            return finish(
-                await engine.aafter_model_call(
-                    state.get("messages") or [],
-                    state=state.get("autocontext"),
-                    thread_id=thread_id_of(config, state.get("autocontext")),
-                )
-            )
-
-        return RunnableLambda(run, afunc=arun, name="autocontext_commands")
-
-    @property
-    def post_model_hook(self) -> Runnable:
-        """For ``create_react_agent(…, post_model_hook=ac.post_model_hook)``.
-
-        Runs :meth:`after_model_call`; after a ``<user>`` command it sends the run
-        back to the ``pre_model_hook`` node (use both hooks together).
-        """
-        return self.command_node(loop_to="pre_model_hook")
-
-    def model_node(self, model: Runnable) -> Runnable:
-        """A StateGraph model node: view → ``model`` → reply (+ the ``autocontext`` update).
-
-        ``model`` is your chat model (already ``bind_tools``-ed, with :attr:`tools`
-        among its tools when you use them). Put :meth:`node` before it. The tools bound
-        to ``model`` are counted in the budget from here on (by :meth:`node` too), so
-        ``AutoContext(tools=…)`` need not repeat them.
-        """
-        engine = self
-        self.learn_tools(bound_tools(model))
-
-        def call(state: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
-            view = engine.prepare_model_call(
-                state.get("messages") or [],
-                state=state.get("autocontext"),
-                thread_id=thread_id_of(config, state.get("autocontext")),
-            )
-            return view.update(model.invoke(view.messages, config))
-
-        async def acall(state: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
-            view = engine.prepare_model_call(
-                state.get("messages") or [],
-                state=state.get("autocontext"),
-                thread_id=thread_id_of(config, state.get("autocontext")),
-            )
-            return view.update(await model.ainvoke(view.messages, config))
-
-        return RunnableLambda(call, afunc=acall, name="autocontext_model")
-
-    # --- the create_agent and LCEL surfaces (langchain_autocontext.middleware / .history) ---
-    def middleware(self) -> AutoContextMiddleware:
-        """For ``langchain.agents.create_agent(model, tools, middleware=[ac.middleware()])``.
-
-        Compresses before each model call, renders the model's view without persisting
-        it, processes the reply, and registers :attr:`tools` with the agent.
-        """
-        from langchain_autocontext.middleware import AutoContextMiddleware
-
-        return AutoContextMiddleware(self)
-
-    def as_runnable(self) -> Runnable[Any, list[BaseMessage]]:
-        """A Runnable ``messages -> managed messages``: ``prompt | ac.as_runnable() | model``.
-
-        See :class:`~langchain_autocontext.history.AutoContextRunnable`.
-        """
-        from langchain_autocontext.history import AutoContextRunnable
-
-        return AutoContextRunnable(autocontext=self)
 
 
 def _final_answer(messages: Sequence[BaseMessage]) -> bool:

@@ -18,7 +18,7 @@ import hashlib
 import json
 import uuid
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.messages import (
@@ -33,12 +33,11 @@ from langchain_core.runnables import RunnableConfig, RunnableSerializable
 from langgraph.store.base import BaseStore
 from pydantic import field_validator
 
+from langchain_autocontext.engine import ContextEngine
 from langchain_autocontext.messages import dump_messages, load_messages
 from langchain_autocontext.metadata import strip_message_tags
 from langchain_autocontext.store import OffloadStore, encode_thread_id
-
-if TYPE_CHECKING:
-    from langchain_autocontext.engine import AutoContext
+from langchain_autocontext.tools import attach_tools
 
 __all__ = [
     "SURFACE_KIND",
@@ -59,12 +58,10 @@ def surface_namespace(store: OffloadStore, thread_id: str) -> tuple[str, str, st
     return (store.prefix, encode_thread_id(thread_id), SURFACE_KIND)
 
 
-def _default_autocontext(autocontext: AutoContext | None) -> AutoContext:
-    from langchain_autocontext.engine import AutoContext
-
+def _default_autocontext(autocontext: ContextEngine | None) -> ContextEngine:
     if autocontext is None:
-        return AutoContext()
-    if not isinstance(autocontext, AutoContext):
+        return attach_tools(ContextEngine())
+    if not isinstance(autocontext, ContextEngine):
         raise TypeError(f"expected an AutoContext, got {type(autocontext).__name__}")
     return autocontext
 
@@ -109,7 +106,7 @@ class AutoContextChatMessageHistory(BaseChatMessageHistory):
     def __init__(
         self,
         session_id: str,
-        autocontext: AutoContext | None = None,
+        autocontext: ContextEngine | None = None,
         *,
         store: BaseStore | None = None,
     ) -> None:
@@ -121,7 +118,7 @@ class AutoContextChatMessageHistory(BaseChatMessageHistory):
 
     @classmethod
     def factory(
-        cls, autocontext: AutoContext | None = None, *, store: BaseStore | None = None
+        cls, autocontext: ContextEngine | None = None, *, store: BaseStore | None = None
     ) -> Callable[[str], AutoContextChatMessageHistory]:
         """``get_session_history`` for ``RunnableWithMessageHistory``: session id -> history."""
         ac = _default_autocontext(autocontext)

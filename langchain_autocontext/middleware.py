@@ -51,13 +51,20 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command
 
 from langchain_autocontext.config import AutoContextConfig
-from langchain_autocontext.engine import _SYSTEM_PLACEHOLDER_ID, window_scale
+from langchain_autocontext.engine import (
+    _SYSTEM_PLACEHOLDER_ID,
+    ContextEngine,
+    run_thread,
+    thread_id_of,
+    window_scale,
+)
 from langchain_autocontext.errors import ContextBudgetError, is_context_overflow
 from langchain_autocontext.history import surface_namespace
 from langchain_autocontext.messages import dump_message, load_message
+from langchain_autocontext.tools import attach_tools
 
 if TYPE_CHECKING:
-    from langchain_autocontext.engine import AutoContext, CompressionResult
+    from langchain_autocontext.engine import CompressionResult
     from langchain_autocontext.view import ModelCall
 
 __all__ = ["AutoContextMiddleware", "AutoContextMiddlewareState"]
@@ -98,8 +105,6 @@ def _run_config(runtime: Runtime[Any] | None) -> dict[str, Any]:
 
 def _thread_id(runtime: Runtime[Any] | None, ac_state: Any = None) -> str:
     """The run's thread: its ``thread_id``, else the per-run thread in the state."""
-    from langchain_autocontext.engine import thread_id_of
-
     return thread_id_of(_run_config(runtime), ac_state)  # type: ignore[arg-type]
 
 
@@ -182,7 +187,7 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextMiddlewareState, Any, Any
     state_schema = AutoContextMiddlewareState
 
     def __init__(
-        self, autocontext: AutoContext | AutoContextConfig | None = None, /, **kwargs: Any
+        self, autocontext: ContextEngine | AutoContextConfig | None = None, /, **kwargs: Any
     ) -> None:
         """Build it the LangChain way, ``AutoContextMiddleware(max_tokens=8_000,
         summarizer=…, store=…)`` (any :class:`AutoContextConfig` field and any
@@ -190,16 +195,14 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextMiddlewareState, Any, Any
         ``keep=("fraction", 0.4)`` included), from an ``AutoContextConfig``, or around an
         existing ``AutoContext`` (what ``ac.middleware()`` does). Without ``max_tokens``
         the budget comes from the agent's model at its first call."""
-        from langchain_autocontext.engine import AutoContext
-
         if autocontext is None or isinstance(autocontext, AutoContextConfig):
-            autocontext = AutoContext(autocontext, **kwargs)
+            autocontext = attach_tools(ContextEngine(autocontext, **kwargs))
         elif kwargs:
             raise TypeError(
                 "give an AutoContext or keyword arguments to build one, not both "
                 f"(got {', '.join(sorted(kwargs))})"
             )
-        if not isinstance(autocontext, AutoContext):
+        if not isinstance(autocontext, ContextEngine):
             raise TypeError(
                 "AutoContextMiddleware needs an AutoContext, an AutoContextConfig or its "
                 f"fields as keyword arguments, got {type(autocontext).__name__}; build it "
@@ -319,8 +322,6 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextMiddlewareState, Any, Any
     def _thread(runtime: Runtime[Any], state: Any) -> tuple[str, dict[str, Any] | None]:
         """The run's thread, and the state to persist when a run without ``thread_id``
         got a thread of its own (:func:`~langchain_autocontext.engine.run_thread`)."""
-        from langchain_autocontext.engine import run_thread
-
         return run_thread(_run_config(runtime), state.get("autocontext"))  # type: ignore[arg-type]
 
     @staticmethod

@@ -31,7 +31,7 @@ from langchain_autocontext.messages import find_violations, load_message
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from langchain_autocontext.engine import AutoContext, CompressionResult
+    from langchain_autocontext.engine import CompressionResult, ContextEngine
     from langchain_autocontext.store import OffloadStore
     from langchain_autocontext.view import ModelCall
 
@@ -520,7 +520,7 @@ class _Run:
     instructions, notices and tool schemas included.
     """
 
-    def __init__(self, trajectory: Trajectory, ac: AutoContext, compare: bool) -> None:
+    def __init__(self, trajectory: Trajectory, ac: ContextEngine, compare: bool) -> None:
         self.trajectory = trajectory
         self.ac = ac
         self.compare = compare
@@ -628,7 +628,7 @@ def _same(stored: BaseMessage | None, original: BaseMessage) -> bool:
 
 def replay(
     trajectory: Trajectory,
-    ac: AutoContext,
+    ac: ContextEngine,
     *,
     thread_id: str | None = None,
     store: Any = None,
@@ -665,7 +665,7 @@ def replay(
 
 async def areplay(
     trajectory: Trajectory,
-    ac: AutoContext,
+    ac: ContextEngine,
     *,
     thread_id: str | None = None,
     store: Any = None,

@@ -56,7 +56,6 @@ from collections.abc import (
     Sequence,
 )
 from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 from langchain_core.messages import AIMessage, BaseMessage, RemoveMessage
@@ -74,8 +73,10 @@ from langgraph.store.memory import InMemoryStore
 
 from langchain_autocontext.errors import OffloadNotFoundError
 from langchain_autocontext.messages import dump_message, load_message, text_of
+from langchain_autocontext.records import EventRecord, HistoryEntry, OffloadRecord, _int_or_none
 
 __all__ = [
+    "EventRecord",
     "HistoryEntry",
     "OffloadRecord",
     "OffloadStore",
@@ -136,52 +137,6 @@ def encode_thread_id(thread_id: str) -> str:
 def decode_thread_id(label: str) -> str:
     """Inverse of :func:`encode_thread_id`."""
     return _UNESCAPE_RE.sub(lambda m: _UNESCAPES[m.group(0)], label)
-
-
-# --- records ------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class HistoryEntry:
-    """One original message of a thread's append-only history."""
-
-    seq: int
-    """Position in the thread's history (strictly increasing in append order)."""
-    id: str
-    """The message id (the item's key)."""
-    message: BaseMessage
-    """The message exactly as first appended."""
-    ts: float
-    """Unix time of the append."""
-
-
-@dataclass(frozen=True, slots=True)
-class OffloadRecord:
-    """Original messages moved out of the working context, reloadable by ``id``."""
-
-    id: str
-    """The offload id (uuid4) shown in the context."""
-    thread_id: str
-    seq: int
-    """Position among the thread's offloads (creation order)."""
-    strategy: str
-    """Name of the strategy that offloaded the messages."""
-    preview: str
-    """The preview left in the working context."""
-    tokens: int
-    """Tokens of the original messages."""
-    replacement_tokens: int | None
-    """Tokens of what replaced them in the context, when known."""
-    message_ids: tuple[str | None, ...]
-    messages: tuple[BaseMessage, ...]
-    """The original messages, deserialized."""
-    ts: float
-    """Unix time of the offload."""
-    extra: dict[str, Any]
-    """Caller-supplied JSON data."""
-
-    @property
-    def offload_id(self) -> str:
-        """Alias of :attr:`id` (the name the model's ``reload_offloaded`` tool uses)."""
-        return self.id
 
 
 # --- helpers --------------------------------------------------------------------------
@@ -326,6 +281,13 @@ def _sorted_items(items: Iterable[Item]) -> list[Item]:
 # --- the store ------------------------------------------------------------------------
 class OffloadStore(BaseStore):
     """A ``BaseStore`` wrapping any backend, with typed per-thread helpers.
+
+    The one way to get it: ``store = OffloadStore(backend)``, passed to
+    ``AutoContext(store=store)`` and to the graph (``graph.compile(store=store)``,
+    ``create_agent(..., store=store)``), and read from directly. Its helpers return
+    records: :class:`EventRecord`, :class:`OffloadRecord`, :class:`HistoryEntry`. Code
+    that only has a backend can ask ``ac.resolve_store(backend)`` for the store an
+    ``AutoContext`` uses (its prefix included); :meth:`wrap` stays for the same job.
 
     Args:
         backend: the store that holds the data; a new ``InMemoryStore`` when omitted.
@@ -801,7 +763,7 @@ class OffloadStore(BaseStore):
     @staticmethod
     def _record(thread_id: str, offload_id: str, value: Mapping[str, Any]) -> OffloadRecord:
         return OffloadRecord(
-            id=offload_id,
+            offload_id=offload_id,
             thread_id=thread_id,
             seq=int(value["seq"]),
             strategy=value["strategy"],
@@ -919,9 +881,24 @@ class OffloadStore(BaseStore):
         ]
         return key
 
-    def _list_events_plan(self, thread_id: str) -> _Plan[list[dict[str, Any]]]:
+    @staticmethod
+    def _event(item: Item) -> EventRecord:
+        value = item.value
+        data = {k: v for k, v in value.items() if k not in _RESERVED_EVENT_KEYS}
+        return EventRecord(
+            key=item.key,
+            seq=int(value["seq"]),
+            ts=float(value.get("ts") or 0.0),
+            strategy=str(data.get("strategy") or ""),
+            kind=str(data.get("kind") or "compression"),
+            tokens_before=_int_or_none(data.get("tokens_before")),
+            tokens_after=_int_or_none(data.get("tokens_after")),
+            data=data,
+        )
+
+    def _list_events_plan(self, thread_id: str) -> _Plan[list[EventRecord]]:
         items = yield from self._all_plan(thread_id, EVENTS)
-        return [{k: v for k, v in item.value.items() if k != _SEQ_KEY} for item in items]
+        return [self._event(item) for item in items]
 
     def record_event(self, thread_id: str, event: Mapping[str, Any]) -> str:
         """Record a JSON-serializable event; the store adds ``seq`` and ``ts``.
@@ -937,10 +914,13 @@ class OffloadStore(BaseStore):
         async with self._alocked(thread_id, EVENTS):
             return await self._arun(self._record_event_plan(thread_id, event))
 
-    def list_events(self, thread_id: str) -> list[dict[str, Any]]:
-        """The thread's events (each with ``seq`` and ``ts``), ordered by seq."""
+    def list_events(self, thread_id: str) -> list[EventRecord]:
+        """The thread's events as :class:`EventRecord` s, in recording order.
+
+        ``pandas.DataFrame([e.to_dict() for e in store.list_events(thread)])`` makes a
+        table of them."""
         return self._run(self._list_events_plan(thread_id))
 
-    async def alist_events(self, thread_id: str) -> list[dict[str, Any]]:
+    async def alist_events(self, thread_id: str) -> list[EventRecord]:
         """Async twin of :meth:`list_events`."""
         return await self._arun(self._list_events_plan(thread_id))

@@ -57,6 +57,8 @@ from langchain_core.messages import (
     ToolMessage,
 )
 
+from langchain_autocontext.tag_counts import count_view
+
 if TYPE_CHECKING:
     import tiktoken
     from langchain_core.language_models import BaseChatModel
@@ -411,7 +413,7 @@ class TokenCounter:
         self._enc_exact = False
         if encoding is not None:
             self._enc, self._enc_exact = load_encoding(encoding)
-        #: private state of :mod:`langchain_autocontext.metadata` (tag caches)
+        #: private state of :mod:`langchain_autocontext.tag_counts` (tag caches)
         self._tag_state: Any = None
         self._role_tokens: dict[str, int] = {}
 
@@ -734,10 +736,8 @@ class TokenCounter:
         ``cumulative_message_token_count`` of the last tag.
         """
         if tags:
-            from langchain_autocontext.metadata import view_counts
-
             fmt = tags if isinstance(tags, str) else "seed"
-            return view_counts(messages, self, tools=tools, fmt=fmt).total
+            return count_view(messages, self, tools=tools, fmt=fmt).total
         return self.count_messages(messages) + self.count_tools(tools)
 
     # --- cache ----------------------------------------------------------------------------------

@@ -54,6 +54,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from langchain_autocontext.commands import Edit, delete_op, diff_updates, pin_op, update_op
+from langchain_autocontext.engine import thread_id_of
 from langchain_autocontext.errors import OffloadNotFoundError
 from langchain_autocontext.messages import (
     find_violations,
@@ -73,12 +74,13 @@ from langchain_autocontext.store import OffloadRecord, OffloadStore
 from langchain_autocontext.view import instructions_text, normalize_state, resolve_message_ref
 
 if TYPE_CHECKING:
-    from langchain_autocontext.engine import AutoContext
+    from langchain_autocontext.engine import ContextEngine
 
 __all__ = [
     "EDIT_TOOLS",
     "TOOL_NAMES",
     "WORKING_CONTEXT_TOOLS",
+    "attach_tools",
     "make_tools",
 ]
 
@@ -243,7 +245,7 @@ def _get(state: Any, key: str, default: Any = None) -> Any:
 class _Call:
     """What a tool call sees: working messages, state, thread, store, the issuing message."""
 
-    def __init__(self, engine: AutoContext, runtime: ToolRuntime, name: str) -> None:
+    def __init__(self, engine: ContextEngine, runtime: ToolRuntime, name: str) -> None:
         self.engine = engine
         self.name = name
         state = runtime.state
@@ -259,8 +261,6 @@ class _Call:
         extra = [t for t in (getattr(runtime, "tools", None) or []) if t.name not in names]
         self.schemas: list[Any] = known + extra
         config = runtime.config or {}
-        from langchain_autocontext.engine import thread_id_of
-
         self.thread_id = thread_id_of(config, raw_ac if isinstance(raw_ac, Mapping) else None)
         self.store: OffloadStore = engine.resolve_store(runtime.store)
         #: updates to apply before this call's own (a context rewrite that made room)
@@ -413,7 +413,7 @@ def _structured(func: Any, coroutine: Any, name: str, schema: type[BaseModel]) -
     )
 
 
-def _edit_tool(engine: AutoContext, name: str) -> StructuredTool:
+def _edit_tool(engine: ContextEngine, name: str) -> StructuredTool:
     def run_op(call: _Call, message_id: str, content: Any) -> Edit:
         if name == "delete_message":
             return delete_op(call.messages, message_id, issuing_id=call.issuing_id)
@@ -525,7 +525,7 @@ def _render_record(
     if record is not None:
         msgs = list(record.messages)
         head = (
-            f"[offload {record.id}: {len(msgs)} original message(s), {record.tokens:,} tokens, "
+            f"[offload {record.offload_id}: {len(msgs)} original message(s), {record.tokens:,} tokens, "
             f"moved out by {record.strategy}]"
         )
     else:
@@ -536,7 +536,7 @@ def _render_record(
     return f"{head}\n{body}"
 
 
-def _cut(engine: AutoContext, text: str, offset: int, budget: int) -> tuple[str, int | None]:
+def _cut(engine: ContextEngine, text: str, offset: int, budget: int) -> tuple[str, int | None]:
     """``text[offset:]`` cut to ``budget`` tokens; returns the part and the next offset."""
     rest = text[offset:]
     count = engine.counter.count_text
@@ -580,7 +580,9 @@ def _restore_plan(
         new[i] = entry_msg
         return new, False, ""
     originals = list(record.messages)
-    holders = [i for i, m in enumerate(msgs) if (marker(m) or {}).get("offload_id") == record.id]
+    holders = [
+        i for i, m in enumerate(msgs) if (marker(m) or {}).get("offload_id") == record.offload_id
+    ]
     if not holders:
         return (
             None,
@@ -612,7 +614,7 @@ def _restore_plan(
     return [*msgs[:i], *originals, *msgs[i + 1 :]], True, ""
 
 
-def _reload_tool(engine: AutoContext) -> StructuredTool:
+def _reload_tool(engine: ContextEngine) -> StructuredTool:
     def lookup_error(ref: str) -> str:
         return str(OffloadNotFoundError(ref))
 
@@ -673,7 +675,7 @@ def _reload_tool(engine: AutoContext) -> StructuredTool:
                     "strategy": "tool:restore",
                     "op": "restore",
                     "via": "tool",
-                    "offload_id": record.id if record is not None else None,
+                    "offload_id": record.offload_id if record is not None else None,
                     "message_ids": [
                         str(m.id) for m in (record.messages if record is not None else [entry_msg])
                     ],
@@ -818,7 +820,7 @@ def _reload_tool(engine: AutoContext) -> StructuredTool:
 _MAX_QUERY_CHARS = 1_000
 
 
-def _search_tool(engine: AutoContext) -> StructuredTool:
+def _search_tool(engine: ContextEngine) -> StructuredTool:
     def parse(query: Any, speaker: Any, after: Any, before: Any) -> SearchFilter | str:
         """The filters, or the error to answer with."""
         try:
@@ -925,7 +927,7 @@ def _search_tool(engine: AutoContext) -> StructuredTool:
 _warned_no_state_key = False
 
 
-def _wc_edit(engine: AutoContext, call: _Call, op: str, a: Any, b: Any = None) -> Command:
+def _wc_edit(engine: ContextEngine, call: _Call, op: str, a: Any, b: Any = None) -> Command:
     global _warned_no_state_key
     limit = engine.config.working_context_max_chars
     if call.earlier_calls(WORKING_CONTEXT_TOOLS):
@@ -994,7 +996,7 @@ def _wc_edit(engine: AutoContext, call: _Call, op: str, a: Any, b: Any = None) -
     return Command(update={"messages": [tm], "autocontext": state})
 
 
-def _wc_tools(engine: AutoContext) -> list[StructuredTool]:
+def _wc_tools(engine: ContextEngine) -> list[StructuredTool]:
     def working_context_append(text: str, runtime: ToolRuntime) -> Command:
         return _wc_edit(engine, _Call(engine, runtime, "working_context_append"), "append", text)
 
@@ -1057,7 +1059,7 @@ def _same(value: Any) -> Any:
     return value
 
 
-def make_tools(engine: AutoContext) -> list[BaseTool]:
+def make_tools(engine: ContextEngine) -> list[BaseTool]:
     """The seven tools bound to ``engine`` (its config, counter and store)."""
     tools = [
         _edit_tool(engine, "update_message"),
@@ -1072,3 +1074,12 @@ def make_tools(engine: AutoContext) -> list[BaseTool]:
             tool.description = ""  # the names say it; markers show the calls to make
             tool.args_schema = _compact_args(tool.args_schema)
     return tools
+
+
+def attach_tools(engine: ContextEngine) -> ContextEngine:
+    """Give ``engine`` the model's tools (``engine.tools``, counted in its budget) and
+    return it: for a surface that builds its own engine (the middleware from keyword
+    arguments, the chat history without one). :class:`~langchain_autocontext.AutoContext`
+    has them by its class."""
+    engine.tool_factory = make_tools
+    return engine

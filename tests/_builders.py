@@ -508,7 +508,7 @@ def build_surface(
     elif kind == "react":
         from langgraph.prebuilt import create_react_agent
 
-        from langchain_autocontext.engine import AutoContextAgentState
+        from langchain_autocontext import AutoContextAgentState
 
         ac = make_ac(system_prompt=SURFACE_SYSTEM, tools=[sh])
         with warnings.catch_warnings():
@@ -623,7 +623,7 @@ def history_originals(store: Any, thread: str, final_answer: str) -> list[tuple[
 def strategies_fired(store: Any, thread: str) -> set[str]:
     from langchain_autocontext.store import OffloadStore
 
-    return {e["strategy"] for e in OffloadStore.wrap(store).list_events(thread)}
+    return {e.strategy for e in OffloadStore.wrap(store).list_events(thread)}
 
 
 # --- a model driven by a function of what it sees (self-management tests) -----------------
@@ -689,7 +689,7 @@ def self_managed_agent(ac: Any, model: Any, store: Any, *, tools: Sequence[Any] 
 
     from langgraph.checkpoint.memory import InMemorySaver
 
-    from langchain_autocontext.engine import AutoContextAgentState
+    from langchain_autocontext import AutoContextAgentState
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -712,7 +712,7 @@ def self_managed_graph(ac: Any, model: Any, store: Any, *, tools: Sequence[Any] 
     from langgraph.graph import START, StateGraph
     from langgraph.prebuilt import ToolNode, tools_condition
 
-    from langchain_autocontext.engine import AutoContextState
+    from langchain_autocontext import AutoContextState
 
     g = StateGraph(AutoContextState)
     g.add_node("autocontext", ac.node())

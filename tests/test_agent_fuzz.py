@@ -221,7 +221,7 @@ class AgentMachine(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         events = self.ac.resolve_store(self.store).list_events("fuzz-agent")
-        self.stats.update(f"event {e.get('strategy')}" for e in events)
+        self.stats.update(f"event {e.strategy}" for e in events)
 
 
 TestAgentMachine = AgentMachine.TestCase

@@ -200,7 +200,10 @@ def test_commands_edit_the_state_and_keep_originals(build) -> None:
     ws = OffloadStore.wrap(store)
     raw = ws.get_history_message("x1", final.id)
     assert raw is not None and '<delete id="' in raw.message.content  # the raw reply is kept
-    assert [e["op"] for e in ws.list_events("x1") if e.get("via") == "xml"] == ["delete", "update"]
+    assert [e.op for e in ws.list_events("x1") if e.data.get("via") == "xml"] == [
+        "delete",
+        "update",
+    ]
     assert ws.history_count("x1") == 2 + 4 + 1  # system, user, 2 calls + 2 results, the reply
 
 
@@ -268,7 +271,7 @@ async def test_async_commands_and_loop(build) -> None:
     ]
     assert out["messages"][-1].content == "finished"
     events = await OffloadStore.wrap(store).alist_events("as")
-    assert [e["op"] for e in events if e.get("via") == "xml"] == ["user"]
+    assert [e.op for e in events if e.data.get("via") == "xml"] == ["user"]
     assert "latest user message" in model.seen[1][-1].content  # the refused update, reported
 
 
@@ -295,7 +298,9 @@ def test_commands_in_tool_outputs_and_user_messages_never_run(build) -> None:
     assert len(model.seen) == 2
     assert [m.type for m in out["messages"]] == ["system", "human", "ai", "tool", "ai"]
     assert not saved(graph, cfg("inj")).get("command_errors")
-    assert not [e for e in OffloadStore.wrap(store).list_events("inj") if e.get("via") == "xml"]
+    assert not [
+        e for e in OffloadStore.wrap(store).list_events("inj") if e.data.get("via") == "xml"
+    ]
 
 
 def test_after_model_call_is_a_plain_function_too() -> None:

@@ -35,8 +35,13 @@ from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.store.base import BaseStore, Op, PutOp, Result
 from langgraph.store.sqlite import AsyncSqliteStore
 
-from langchain_autocontext import AutoContext, AutoContextConfig, ExtractiveSummarizer, OffloadStore
-from langchain_autocontext.engine import AutoContextState
+from langchain_autocontext import (
+    AutoContext,
+    AutoContextConfig,
+    AutoContextState,
+    ExtractiveSummarizer,
+    OffloadStore,
+)
 from langchain_autocontext.messages import find_violations, marker, text_of
 
 CFG = AutoContextConfig(
@@ -432,8 +437,8 @@ def test_summarizer_errors_fall_back_and_the_run_continues(tmp_path: Path) -> No
             graph.invoke({"messages": START_MESSAGES}, THREAD)
             check_after_restart(graph, backend, model)
             events = OffloadStore.wrap(backend).list_events("crashy")
-            assert sum(e.get("summarizer_fallbacks", 0) for e in events) >= 1
-            assert any("provider down" in str(e.get("summarizer_errors")) for e in events)
+            assert sum(e.data.get("summarizer_fallbacks", 0) for e in events) >= 1
+            assert any("provider down" in str(e.data.get("summarizer_errors")) for e in events)
     finally:
         backend.conn.close()
 

@@ -9,8 +9,12 @@ from _builders import chat_rounds, coding_run, log_text, tool_group, uid
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 from langgraph.store.memory import InMemoryStore
 
-from langchain_autocontext import AutoContextConfig, ContextBudgetError, InvalidConfigError
-from langchain_autocontext.engine import AutoContext
+from langchain_autocontext import (
+    AutoContext,
+    AutoContextConfig,
+    ContextBudgetError,
+    InvalidConfigError,
+)
 from langchain_autocontext.messages import find_violations, marker, pin
 from langchain_autocontext.store import OffloadStore
 from langchain_autocontext.strategies import (
@@ -190,7 +194,7 @@ def test_pipeline_brings_a_coding_run_under_target(steps: int) -> None:
     assert not find_violations(res.messages)
     assert res.messages[0] is msgs[0]
     assert res.messages[1].id == msgs[1].id  # the only user message stays
-    assert [e["strategy"] for e in store.list_events("t")] == [e["strategy"] for e in res.events]
+    assert [e.strategy for e in store.list_events("t")] == [e["strategy"] for e in res.events]
     assert_recoverable(store, "t", msgs, res.messages)
 
 

@@ -25,8 +25,7 @@ from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage
 from langgraph.store.memory import InMemoryStore
 
-from langchain_autocontext import AutoContextConfig
-from langchain_autocontext.engine import AutoContext
+from langchain_autocontext import AutoContext, AutoContextConfig
 from langchain_autocontext.messages import atomic_groups, marker, pin
 from langchain_autocontext.replay import load_trajectories
 from langchain_autocontext.store import OffloadStore

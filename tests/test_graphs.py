@@ -11,8 +11,7 @@ from langgraph.graph import START, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.store.memory import InMemoryStore
 
-from langchain_autocontext import AutoContextConfig
-from langchain_autocontext.engine import AutoContext, AutoContextState
+from langchain_autocontext import AutoContext, AutoContextConfig, AutoContextState
 from langchain_autocontext.messages import find_violations
 from langchain_autocontext.store import OffloadStore
 

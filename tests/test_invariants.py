@@ -9,8 +9,7 @@ from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langgraph.store.memory import InMemoryStore
 
-from langchain_autocontext import AutoContextConfig, ContextBudgetError
-from langchain_autocontext.engine import AutoContext
+from langchain_autocontext import AutoContext, AutoContextConfig, ContextBudgetError
 from langchain_autocontext.messages import find_violations, latest_user_index
 from langchain_autocontext.store import OffloadStore
 from langchain_autocontext.strategies.pipeline import minimal_context

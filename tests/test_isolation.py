@@ -74,7 +74,7 @@ def test_offload_ids_are_uuid4_and_unpredictable() -> None:
     ac = AutoContext(CFG, store=store)
     for t in range(4):
         ac.compress(secret_run(f"T{t}"), thread_id=f"T{t}", force=True)
-    ids = [rec.id for t in range(4) for rec in store.list_offloads(f"T{t}")]
+    ids = [rec.offload_id for t in range(4) for rec in store.list_offloads(f"T{t}")]
     assert len(ids) >= 8 and len(set(ids)) == len(ids)
     for oid in ids:
         parsed = uuid.UUID(oid)
@@ -120,7 +120,7 @@ def test_lookalike_thread_ids_stay_apart(backend: BaseStore) -> None:
     for tid in LOOKALIKES:
         assert [text_of(e.message) for e in store.iter_history(tid)] == [f"owner={tid}"]
         assert [text_of(r.messages[0]) for r in store.list_offloads(tid)] == [f"owner={tid}"]
-        assert [e["owner"] for e in store.list_events(tid)] == [tid]
+        assert [e.owner for e in store.list_events(tid)] == [tid]
         assert store.history_count(tid) == 1
 
 

@@ -21,7 +21,7 @@ from langchain_core.messages import (
 )
 from langchain_core.tools import tool
 
-from langchain_autocontext import metadata as md
+from langchain_autocontext import tag_counts as md
 from langchain_autocontext.metadata import (
     TAG_PATTERN,
     render_tag,

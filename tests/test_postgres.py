@@ -183,7 +183,7 @@ def test_reload_and_search_tools_on_postgres(uri: str) -> None:
         ]
         res = ac.compress(msgs, thread_id=thread, store=store)
         ost = OffloadStore(store, prefix=cfg.store_prefix)
-        oid = next(r.id for r in ost.list_offloads(thread) if "big" in r.message_ids)
+        oid = next(r.offload_id for r in ost.list_offloads(thread) if "big" in r.message_ids)
         assert any(oid in text_of(m) for m in res.messages)  # shown in the context
         steps = [
             call("reload_offloaded", {"offload_id": oid}),

@@ -96,7 +96,7 @@ def run(graph: Any, mode: str, thread: str) -> dict:
 
 
 def events(ac: AutoContext, store: Any, thread: str, kind: str) -> list[dict]:
-    return [e for e in ac.resolve_store(store).list_events(thread) if e.get("kind") == kind]
+    return [e for e in ac.resolve_store(store).list_events(thread) if e.kind == kind]
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
@@ -111,7 +111,7 @@ def test_a_provider_counting_25_percent_more_is_never_sent_over_budget_after_its
     assert len(model.reported) > 10
     assert max(model.reported[1:]) <= BUDGET, model.reported
     (event, *_) = events(ac, store, "cal", "calibration")
-    assert event["scale_after"] >= 1.25 and event["reported_tokens"] > event["counted_tokens"]
+    assert event.scale_after >= 1.25 and event.reported_tokens > event.counted_tokens
 
     # the same run with a provider that counts like the package: the requests do come
     # near the budget, so without the calibration 25% more would have gone over it
@@ -144,8 +144,8 @@ def test_a_request_rejected_as_too_long_is_compressed_and_sent_again(shape: str,
     out = run(agent(ac, model, store), mode, "over")
     assert out["messages"][-1].content == "All documents read."
     (event, *_) = events(ac, store, "over", "overflow")
-    assert event["scale_after"] == 1.25 and shape in {"langchain", "openai", "anthropic"}
-    assert event["tokens_after"] <= 3_900
+    assert event.scale_after == 1.25 and shape in {"langchain", "openai", "anthropic"}
+    assert event.tokens_after <= 3_900
     assert max(model.reported) <= 3_900  # every request answered fit the real window
 
 

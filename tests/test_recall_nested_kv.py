@@ -29,8 +29,7 @@ from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.memory import InMemoryStore
 
-from langchain_autocontext import AutoContext, AutoContextConfig
-from langchain_autocontext.engine import AutoContextAgentState
+from langchain_autocontext import AutoContext, AutoContextAgentState, AutoContextConfig
 from langchain_autocontext.messages import find_violations, marker
 from langchain_autocontext.metadata import strip_tags
 from langchain_autocontext.store import OffloadStore
@@ -212,7 +211,7 @@ def test_recall_of_140_keys_after_compression(record: int, capsys) -> None:
     assert agent.phase == "done" and out["messages"][-1].content == "All lookups done."
     state_text = " ".join(str(m.content) for m in out["messages"] if isinstance(m, ToolMessage))
     pushed_out = [k for k in keys if f"key = {k}, value = {kv[k]}" not in state_text]
-    events = {e["strategy"] for e in store.list_events("kv")}
+    events = {e.strategy for e in store.list_events("kv")}
     truth = holders(store, "kv")
     assert len(truth) == 140
     at1 = sum(agent.ranked[k][:1] == [truth[k][0]] for k in keys)
@@ -223,7 +222,7 @@ def test_recall_of_140_keys_after_compression(record: int, capsys) -> None:
     for rec in store.list_offloads("kv"):
         for m in rec.messages:
             if isinstance(m, ToolMessage) and m.name == "read_records":
-                offloaded.setdefault(m.id, rec.id)
+                offloaded.setdefault(m.id, rec.offload_id)
     with capsys.disabled():
         print(
             f"\nnested-kv recall, record {record} (140 keys, max_tokens={CFG.max_tokens}, {len(model.seen)} model "

@@ -198,10 +198,10 @@ def test_every_replacement_names_an_offload_that_reloads_exactly_its_originals(c
         cursor = k
     events = store.list_events(case)
     for event in events:
-        fired.add(event["strategy"])
-        for oid in event.get("offload_ids", []):
-            assert oid, f"{event['strategy']} wrote an empty offload id"
-    records = {r.id: r for r in store.list_offloads(case)}
+        fired.add(event.strategy)
+        for oid in event.data.get("offload_ids", []):
+            assert oid, f"{event.strategy} wrote an empty offload id"
+    records = {r.offload_id: r for r in store.list_offloads(case)}
     for m in working:
         info = marker(m) or {}
         if "offload_id" not in info:
@@ -209,7 +209,7 @@ def test_every_replacement_names_an_offload_that_reloads_exactly_its_originals(c
         oid = info["offload_id"]
         assert oid and oid in records, f"{info.get('kind')} names offload {oid!r}, not stored"
     for record in records.values():
-        assert record.messages, record.id
+        assert record.messages, record.offload_id
         for original in record.messages:
             if marker(original):  # a preview or summary replaced again: a chain back
                 continue

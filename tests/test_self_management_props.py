@@ -82,7 +82,7 @@ class World:
             if m.id and len(m.id) == 36:
                 choices.append(m.id[:8])  # a short id as the view shows it
         offloads = OffloadStore.wrap(self.store).list_offloads(THREAD)
-        choices += [o.id for o in offloads]
+        choices += [o.offload_id for o in offloads]
         return self.rng.choice(choices)
 
     def random_call(self) -> dict[str, Any]:
@@ -94,7 +94,7 @@ class World:
         elif name == "delete_message":
             args = {"message_id": self.pick_ref()}
         elif name == "reload_offloaded":
-            offloads = [o.id for o in OffloadStore.wrap(self.store).list_offloads(THREAD)]
+            offloads = [o.offload_id for o in OffloadStore.wrap(self.store).list_offloads(THREAD)]
             args = {
                 "offload_id": r.choice(offloads)
                 if offloads and r.random() < 0.5

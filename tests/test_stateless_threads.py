@@ -33,7 +33,7 @@ def build(kind: str, ac: AutoContext, model: Any, store: Any) -> Any:
 
         return create_agent(model, tools=[], middleware=[ac.middleware()], store=store)
     if kind == "hooks":
-        from langchain_autocontext.engine import AutoContextAgentState
+        from langchain_autocontext import AutoContextAgentState
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -50,7 +50,7 @@ def build(kind: str, ac: AutoContext, model: Any, store: Any) -> Any:
     from langgraph.graph import START, StateGraph
     from langgraph.prebuilt import ToolNode, tools_condition
 
-    from langchain_autocontext.engine import AutoContextState
+    from langchain_autocontext import AutoContextState
 
     g = StateGraph(AutoContextState)
     g.add_node("autocontext", ac.node())

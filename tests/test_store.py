@@ -46,6 +46,7 @@ from langgraph.store.sqlite import AsyncSqliteStore, SqliteStore
 from langchain_autocontext.errors import AutoContextError, OffloadNotFoundError
 from langchain_autocontext.messages import dump_message
 from langchain_autocontext.store import (
+    EventRecord,
     HistoryEntry,
     OffloadRecord,
     OffloadStore,
@@ -100,7 +101,7 @@ class StoreAPI:
     async def record_event(self, thread_id: str, event: dict[str, Any]) -> str:
         return await self._call("record_event", thread_id, event)  # type: ignore[no-any-return]
 
-    async def list_events(self, thread_id: str) -> list[dict[str, Any]]:
+    async def list_events(self, thread_id: str) -> list[EventRecord]:
         return await self._call("list_events", thread_id)  # type: ignore[no-any-return]
 
 
@@ -399,7 +400,7 @@ async def test_lost_counter_is_recovered(api: StoreAPI) -> None:
     assert await api.append_history("t", convo(2, start=37)) == ["m37", "m38"]
     assert [e.seq for e in await api.get_history("t")] == list(range(39))
     await api.record_event("t", {"kind": "b"})
-    assert [(e["kind"], e["seq"]) for e in await api.list_events("t")] == [("a", 0), ("b", 1)]
+    assert [(e.kind, e.seq) for e in await api.list_events("t")] == [("a", 0), ("b", 1)]
     record = await api.offload("t", convo(1), strategy="s", preview="p", tokens=1)
     assert record.seq == 1
 
@@ -416,12 +417,11 @@ async def test_offload_reload_round_trip(api: StoreAPI) -> None:
         replacement_tokens=40,
         extra={"reason": "large", "chars": [10, 20]},
     )
-    assert len(record.id) == 36 and record.id.count("-") == 4  # uuid4
-    assert record.offload_id == record.id
+    assert len(record.offload_id) == 36 and record.offload_id.count("-") == 4  # uuid4
     assert record.thread_id == "t" and record.seq == 0
     assert record.messages == tuple(originals)
     assert record.message_ids == ("ai-1", "tool-1", "tool-2")
-    again = await api.reload("t", record.id)
+    again = await api.reload("t", record.offload_id)
     assert again == record
     assert [dump_message(m) for m in again.messages] == [dump_message(m) for m in originals]
     assert (again.strategy, again.preview, again.tokens, again.replacement_tokens) == (
@@ -431,7 +431,7 @@ async def test_offload_reload_round_trip(api: StoreAPI) -> None:
         40,
     )
     assert again.extra == {"reason": "large", "chars": [10, 20]}
-    assert await api.reload("t", f"  {record.id}\n") == record  # pasted with whitespace
+    assert await api.reload("t", f"  {record.offload_id}\n") == record  # pasted with whitespace
 
 
 async def test_offload_ids_are_unique_and_listed_in_order(api: StoreAPI) -> None:
@@ -439,7 +439,7 @@ async def test_offload_ids_are_unique_and_listed_in_order(api: StoreAPI) -> None
         await api.offload("t", convo(1, start=i), strategy=f"s{i}", preview=f"p{i}", tokens=i)
         for i in range(5)
     ]
-    assert len({r.id for r in records}) == 5
+    assert len({r.offload_id for r in records}) == 5
     listed = await api.list_offloads("t")
     assert listed == records
     assert [r.seq for r in listed] == list(range(5))
@@ -450,13 +450,13 @@ async def test_reload_unknown_or_foreign_offload_raises(api: StoreAPI) -> None:
     for thread, offload_id in [
         ("alice", "00000000-0000-4000-8000-000000000000"),
         ("alice", ""),
-        ("bob", record.id),  # another thread's id is not visible
+        ("bob", record.offload_id),  # another thread's id is not visible
     ]:
         with pytest.raises(OffloadNotFoundError) as info:
             await api.reload(thread, offload_id)
         assert isinstance(info.value, AutoContextError) and isinstance(info.value, KeyError)
         assert info.value.offload_id == offload_id
-    assert (await api.reload("alice", record.id)).id == record.id
+    assert (await api.reload("alice", record.offload_id)).offload_id == record.offload_id
 
 
 async def test_offload_validates_arguments(api: StoreAPI) -> None:
@@ -468,7 +468,7 @@ async def test_offload_validates_arguments(api: StoreAPI) -> None:
         await api.offload("t", convo(1), strategy="s", preview="p", tokens=-1)
     # a set is not JSON: kept through LangGraph's serializer (issue 13), not an error
     rec = await api.offload("t", convo(1), strategy="s", preview="p", tokens=1, extra={"x": {1, 2}})
-    assert [r.extra for r in await api.list_offloads("t")] == [{"x": {1, 2}}] and rec.id
+    assert [r.extra for r in await api.list_offloads("t")] == [{"x": {1, 2}}] and rec.offload_id
 
 
 # --- events ------------------------------------------------------------------------------------
@@ -482,11 +482,54 @@ async def test_events_are_ordered_by_seq(api: StoreAPI) -> None:
         )
     assert len(set(keys)) == 12
     events = await api.list_events("t")
-    assert [e["seq"] for e in events] == list(range(12))
-    assert [e["strategy"] for e in events] == [f"s{i}" for i in range(12)]
-    assert events[3]["info"] == {"n": [3]} and events[3]["tokens_before"] == 997
-    assert all(isinstance(e["ts"], float) for e in events)
+    assert [e.seq for e in events] == list(range(12))
+    assert [e.strategy for e in events] == [f"s{i}" for i in range(12)]
+    assert events[3].info == {"n": [3]} and events[3].tokens_before == 997
+    assert events[3].data == {"strategy": "s3", "tokens_before": 997, "info": {"n": [3]}}
+    assert all(isinstance(e.ts, float) for e in events)
     assert await api.list_events("other") == []
+
+
+async def test_events_are_records(api: StoreAPI) -> None:
+    await api.record_event(
+        "t", {"strategy": "offload_large", "tokens_before": 900, "tokens_after": 300, "x": 1}
+    )
+    await api.record_event("t", {"kind": "calibration", "strategy": "calibration"})
+    await api.record_event("t", {"note": "no strategy, no counts"})
+    first, second, third = await api.list_events("t")
+    assert all(isinstance(e, EventRecord) for e in (first, second, third))
+    assert (first.strategy, first.kind, first.tokens_before, first.tokens_after) == (
+        "offload_large",
+        "compression",
+        900,
+        300,
+    )
+    assert first.x == 1 and first.data["x"] == 1  # the other fields: attributes and data
+    assert first.to_dict() == {**first.data, "seq": 0, "ts": first.ts}
+    assert (second.kind, second.tokens_before, third.strategy) == ("calibration", None, "")
+    with pytest.raises(AttributeError, match="no field 'missing'"):
+        _ = third.missing
+
+
+def test_dict_access_to_events_still_works_and_warns() -> None:
+    store = OffloadStore()
+    store.record_event("t", {"strategy": "fifo", "tokens_after": 10})
+    (event,) = store.list_events("t")
+    with pytest.deprecated_call(match="event.strategy"):
+        assert event["strategy"] == "fifo"
+    with pytest.deprecated_call():
+        assert event.get("tokens_after") == 10 and event.get("absent", 3) == 3
+    with pytest.deprecated_call():
+        assert "seq" in event and event["seq"] == 0
+    with pytest.deprecated_call():
+        assert dict(event.items()) == event.to_dict()
+
+
+def test_offload_record_id_is_a_deprecated_alias_of_offload_id() -> None:
+    store = OffloadStore()
+    record = store.offload("t", [HumanMessage("x", id="m1")], strategy="s", preview="p", tokens=1)
+    with pytest.deprecated_call(match="offload_id"):
+        assert record.id == record.offload_id
 
 
 async def test_event_validation(api: StoreAPI) -> None:
@@ -506,7 +549,7 @@ async def test_thread_ids_with_dots_slashes_and_unicode(api: StoreAPI) -> None:
         await api.offload(thread, convo(1), strategy="s", preview=thread, tokens=1)
     for i, thread in enumerate(threads):
         assert ids_of(await api.get_history(thread)) == [f"{i}-{j}" for j in range(i + 1)]
-        assert [e["thread"] for e in await api.list_events(thread)] == [thread]
+        assert [e.thread for e in await api.list_events(thread)] == [thread]
         assert [r.preview for r in await api.list_offloads(thread)] == [thread]
     for bad in ["", None, 3]:
         with pytest.raises(ValueError, match="thread_id"):
@@ -533,11 +576,11 @@ def test_sqlite_file_survives_reopen(tmp_path: Path) -> None:
     backend = open_sqlite(path)
     store = OffloadStore(backend)
     assert ids_of(store.get_history("t.1")) == [f"m{i}" for i in range(5)]
-    assert store.reload("t.1", record.id) == record
+    assert store.reload("t.1", record.offload_id) == record
     assert store.append_history("t.1", convo(3, start=3)) == ["m5"]  # m3, m4 known
     assert [e.seq for e in store.get_history("t.1")] == list(range(6))
     store.record_event("t.1", {"n": 1})
-    assert [(e["n"], e["seq"]) for e in store.list_events("t.1")] == [(0, 0), (1, 1)]
+    assert [(e.n, e.seq) for e in store.list_events("t.1")] == [(0, 0), (1, 1)]
     assert store.offload("t.1", convo(1), strategy="s", preview="p", tokens=1).seq == 1
     backend.conn.close()
 
@@ -557,9 +600,9 @@ async def test_async_sqlite_file_survives_reopen(tmp_path: Path) -> None:
         assert await store.ahistory_count("t") == 4
         assert await store.aappend_history("t", convo(2, start=3)) == ["m4"]
         assert [e.seq for e in await store.aget_history("t")] == list(range(5))
-        assert await store.areload("t", record.id) == record
+        assert await store.areload("t", record.offload_id) == record
         await store.arecord_event("t", {"n": 1})
-        assert [e["seq"] for e in await store.alist_events("t")] == [0, 1]
+        assert [e.seq for e in await store.alist_events("t")] == [0, 1]
 
 
 # --- the BaseStore surface ----------------------------------------------------------------------
@@ -659,8 +702,8 @@ async def test_sync_and_async_twins_agree() -> None:
             (
                 [(e.seq, e.id, dump_message(e.message)) for e in await api.get_history("t")],
                 await api.history_count("t"),
-                (await api.reload("t", record.id)).messages,
-                [e["a"] for e in await api.list_events("t")],
+                (await api.reload("t", record.offload_id)).messages,
+                [e.a for e in await api.list_events("t")],
             )
         )
     assert views[0] == views[1]
@@ -702,7 +745,7 @@ def test_as_the_store_of_a_compiled_graph(backend: BaseStore) -> None:
         n = store.history_count(thread)
         rec = store.offload(thread, state["messages"][-1:], strategy="s", preview="p", tokens=1)
         store.record_event(thread, {"history": n})
-        return {"messages": [AIMessage(f"history has {n}; offload {rec.id}")]}
+        return {"messages": [AIMessage(f"history has {n}; offload {rec.offload_id}")]}
 
     app = _record_answer_record(record, answer, offload_store)
 
@@ -721,7 +764,7 @@ def test_as_the_store_of_a_compiled_graph(backend: BaseStore) -> None:
     assert [e.message for e in history] == messages
     offload_id = messages[-1].content.rsplit("offload ", 1)[1]
     assert offload_store.reload("session.42", offload_id).messages == (messages[2],)
-    assert [e["history"] for e in offload_store.list_events("session.42")] == [1, 3]
+    assert [e.history for e in offload_store.list_events("session.42")] == [1, 3]
 
 
 async def test_as_the_store_of_an_async_graph(abackend: BaseStore) -> None:
@@ -746,7 +789,7 @@ async def test_as_the_store_of_an_async_graph(abackend: BaseStore) -> None:
     state = await app.ainvoke({"messages": [HumanMessage("again")]}, config)
     history = await offload_store.aget_history("a/b")
     assert [e.message for e in history] == state["messages"]
-    assert [e["history"] for e in await offload_store.alist_events("a/b")] == [1, 3]
+    assert [e.history for e in await offload_store.alist_events("a/b")] == [1, 3]
 
 
 # --- property: history == first occurrences, in order ---------------------------------------------
@@ -839,4 +882,4 @@ def test_values_json_cannot_hold_are_stored_faithfully_never_a_dead_thread() -> 
     marker = back["o"].additional_kwargs["thing"]
     assert marker[SERIALIZED_KEY] == "unserializable" and marker["type"] == "object"
     oid = store.offload("th", [msgs[1]], strategy="test", preview="42 rows", tokens=3)
-    assert store.reload("th", oid.id).messages[0].artifact == artifact
+    assert store.reload("th", oid.offload_id).messages[0].artifact == artifact

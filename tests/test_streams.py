@@ -47,7 +47,7 @@ def llm_summarizer(*, hide: bool = True) -> tuple[LLMSummarizer, GenericFakeChat
 
 def summarizer_calls(surface) -> int:
     events = OffloadStore.wrap(surface.store).list_events(surface.thread)
-    return sum(e.get("summarizer_calls", 0) for e in events)
+    return sum(e.data.get("summarizer_calls", 0) for e in events)
 
 
 def summaries_reached_the_model(surface) -> bool:

@@ -836,7 +836,8 @@ def test_empty_reply_is_retried_then_falls_back() -> None:
 
 def test_backoff_is_small_and_doubles(monkeypatch: pytest.MonkeyPatch) -> None:
     waits: list[float] = []
-    monkeypatch.setattr(time, "sleep", waits.append)
+    # with_retry's tenacity loop naps 0 s between attempts: only real waits count
+    monkeypatch.setattr(time, "sleep", lambda s: waits.append(s) if s else None)
     LLMSummarizer(FlakyChatModel(failures=10), retries=4, backoff=0.01, max_backoff=0.03).summarize(
         request()
     )

@@ -91,8 +91,8 @@ def test_update_shortens_a_tool_output_and_keeps_the_original(build) -> None:
     # the original stays in the append-only history
     entry = OffloadStore.wrap(store).get_history_message("u1", fetched.id)
     assert entry is not None and entry.message.content.startswith("alpha line 0:")
-    events = [e for e in OffloadStore.wrap(store).list_events("u1") if e.get("op") == "update"]
-    assert events and events[0]["message_ids"] == [fetched.id]
+    events = [e for e in OffloadStore.wrap(store).list_events("u1") if e.data.get("op") == "update"]
+    assert events and events[0].message_ids == [fetched.id]
     # the model saw the shortened content on its next call
     assert "alpha: 40 lines" in last_result(model.seen[2][:-1] or model.seen[2]).content or any(
         "alpha: 40 lines" in str(m.content) for m in model.seen[2]
@@ -125,8 +125,8 @@ def test_delete_of_a_tool_calling_message_takes_its_results(build) -> None:
     assert "with its 2 tool result(s)" in receipt.content
     ws = OffloadStore.wrap(store)
     assert ws.get_history_message("d1", "ai-parallel") is not None
-    event = next(e for e in ws.list_events("d1") if e.get("op") == "delete")
-    assert len(event["message_ids"]) == 3
+    event = next(e for e in ws.list_events("d1") if e.data.get("op") == "delete")
+    assert len(event.message_ids) == 3
 
 
 def test_bad_edits_are_answered_with_errors_and_change_nothing(build) -> None:
@@ -187,9 +187,7 @@ def test_bad_edits_are_answered_with_errors_and_change_nothing(build) -> None:
     # nothing but the tool messages changed: the fetched result is intact
     fetched = next(m for m in tool_results(out["messages"]) if m.name == "fetch")
     assert fetched.content.startswith("doc line 0")
-    assert not [
-        e for e in OffloadStore.wrap(store).list_events("e1") if e.get("kind") == "context_edit"
-    ]
+    assert not [e for e in OffloadStore.wrap(store).list_events("e1") if e.kind == "context_edit"]
 
 
 def test_the_system_message_cannot_be_edited() -> None:
@@ -465,7 +463,7 @@ def test_reload_errors_unknown_and_foreign_thread_ids() -> None:
             return AIMessage(
                 "",
                 tool_calls=[
-                    call("reload_offloaded", {"offload_id": foreign.id}, "f1"),
+                    call("reload_offloaded", {"offload_id": foreign.offload_id}, "f1"),
                     call("reload_offloaded", {"offload_id": "h-secret"}, "f2"),
                     call("reload_offloaded", {"offload_id": "nope"}, "f3"),
                     call("reload_offloaded", {"offload_id": "  "}, "f4"),
@@ -682,7 +680,7 @@ async def test_tools_async_in_both_graphs(build) -> None:
     assert all(m.status == "success" for m in tool_results(out["messages"])), [
         m.content for m in tool_results(out["messages"])
     ]
-    ops = [e["op"] for e in await OffloadStore.wrap(store).alist_events("a") if "op" in e]
+    ops = [e.op for e in await OffloadStore.wrap(store).alist_events("a") if "op" in e.data]
     assert ops == ["update", "delete"]
 
 

@@ -244,7 +244,7 @@ def test_every_view_sent_fits_max_tokens_in_a_long_run(owned_prompt: bool) -> No
         warnings.simplefilter("ignore")
         from langgraph.prebuilt import create_react_agent
 
-        from langchain_autocontext.engine import AutoContextAgentState
+        from langchain_autocontext import AutoContextAgentState
 
         agent = create_react_agent(
             model,

@@ -1,9 +1,9 @@
 """Summaries written by a chat model: :class:`LLMSummarizer`, and :func:`resolve_summarizer`.
 
 :class:`LLMSummarizer` takes any LangChain chat model (or a ``"provider:model"``
-string for ``init_chat_model``), with one prompt per strategy, retries with backoff,
-a fallback to the extractive summarizer, bounded concurrency, and calls hidden from
-the user's token streams. :func:`resolve_summarizer` turns what a user passes as
+string for ``init_chat_model``), with one prompt per strategy, retries with backoff
+(LangChain's ``Runnable.with_retry``), a fallback to the extractive summarizer, bounded
+concurrency, and calls hidden from the user's token streams. :func:`resolve_summarizer` turns what a user passes as
 ``summarizer=`` (``None``, ``"offline"``, a summarizer, a chat model or a
 ``"provider:model"`` string) into a :class:`~langchain_autocontext.summarizers.base.Summarizer`.
 """
@@ -17,13 +17,13 @@ import importlib.util
 import re
 import threading
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
-from langchain_core.runnables import Runnable, RunnableBinding, RunnableConfig
+from langchain_core.runnables import Runnable, RunnableBinding, RunnableConfig, RunnableLambda
 
 from langchain_autocontext.messages import clean_text, text_of
 from langchain_autocontext.summarizers.base import (
@@ -325,115 +325,139 @@ class LLMSummarizer(Summarizer):
             f"[summary truncated to {request.max_tokens} tokens]",
         )
 
-    def _delay(self, attempt: int) -> float:
-        return min(self.max_backoff, self.backoff * (2 ** (attempt - 1)))
+    def _delay(self, retry: int) -> float:
+        """Seconds before retry number ``retry`` (1, 2, …): doubling from ``backoff``."""
+        return min(self.max_backoff, self.backoff * (2 ** (retry - 1)))
 
     def _fail(self, attempts: int, exc: BaseException) -> str:
         return f"{self.name} failed after {attempts} attempt{'s' if attempts > 1 else ''}: {type(exc).__name__}: {exc}"
 
-    def _fallback_result(
-        self, fb: SummaryResult, calls: int, input_tokens: int, output_tokens: int, error: str
-    ) -> SummaryResult:
+    # -- summarize --------------------------------------------------------------------------
+    def _retrying(
+        self, request: SummaryRequest
+    ) -> tuple[Runnable[Any, str], list[BaseMessage], _Usage]:
+        """One model call as a Runnable that LangChain retries (``Runnable.with_retry``),
+        the prompt to invoke it with, and the tally of its attempts.
+
+        Each attempt counts its own usage in the tally: a failed or timed-out call costs
+        the prompt's tokens, a reply its reported usage. A reply without text is a failed
+        attempt too (:class:`_EmptySummaryError`), retried like an exception. A retry first waits
+        ``backoff`` seconds, doubling, at most ``max_backoff`` (no jitter); a timeout is
+        applied per attempt.
+
+        The wait is the attempt's own, not ``with_retry``'s: that one can only be scaled
+        through tenacity's ``initial`` (deprecated in tenacity 9.1, which warns), as
+        LangChain's ``ExponentialJitterParams`` drops tenacity's newer ``multiplier``.
+        """
+        model = self._runnable(request)  # configuration errors raise here, never retried
+        prompt = self.build_prompt(request)
+        prompt_tokens = self._prompt_tokens(prompt)
+        usage = _Usage()
+
+        def settle(response: Any) -> str:
+            text, used_in, used_out = self._read(response, prompt_tokens)
+            usage.input_tokens += used_in
+            usage.output_tokens += used_out
+            if not text:
+                raise _EmptySummaryError("the model returned an empty summary")
+            return text
+
+        def attempt(messages: list[BaseMessage], config: RunnableConfig) -> str:
+            usage.calls += 1
+            if usage.calls > 1 and (delay := self._delay(usage.calls - 1)) > 0:
+                time.sleep(delay)
+            try:
+                call = functools.partial(model.invoke, messages, config=config)
+                response = _within(self.timeout, call)
+            except Exception:
+                usage.input_tokens += prompt_tokens
+                raise
+            return settle(response)
+
+        async def aattempt(messages: list[BaseMessage], config: RunnableConfig) -> str:
+            usage.calls += 1
+            if usage.calls > 1 and (delay := self._delay(usage.calls - 1)) > 0:
+                await asyncio.sleep(delay)
+            try:
+                response = await asyncio.wait_for(
+                    model.ainvoke(messages, config=config), self.timeout
+                )
+            except TimeoutError as exc:
+                usage.input_tokens += prompt_tokens
+                raise _timed_out(self.timeout) from exc
+            except Exception:
+                usage.input_tokens += prompt_tokens
+                raise
+            return settle(response)
+
+        retrying = RunnableLambda(attempt, afunc=aattempt, name=_ATTEMPT_RUN_NAME).with_retry(
+            retry_if_exception_type=(Exception,),
+            stop_after_attempt=self.retries + 1,
+            wait_exponential_jitter=False,  # the attempt waits (see above)
+        )
+        return retrying, prompt, usage
+
+    def _result(self, text: str, request: SummaryRequest, usage: _Usage) -> SummaryResult:
+        return SummaryResult(
+            text=self._finish(text, request),
+            calls=usage.calls,
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            fallback=False,
+            error=None,
+            summarizer=self.name,
+        )
+
+    def _fallback_result(self, fb: SummaryResult, usage: _Usage, error: str) -> SummaryResult:
+        """The fallback's summary, carrying the failed attempts' calls and tokens too."""
         return SummaryResult(
             text=fb.text,
-            calls=calls + fb.calls,
-            input_tokens=input_tokens + fb.input_tokens,
-            output_tokens=output_tokens + fb.output_tokens,
+            calls=usage.calls + fb.calls,
+            input_tokens=usage.input_tokens + fb.input_tokens,
+            output_tokens=usage.output_tokens + fb.output_tokens,
             fallback=True,
             error=error,
             summarizer=fb.summarizer,
         )
 
-    # -- summarize --------------------------------------------------------------------------
-    def _attempts(self, request: SummaryRequest) -> Generator[tuple[str, Any], Any, SummaryResult]:
-        """The retry logic, once for both drivers: yields ``("sleep", seconds)``,
-        ``("invoke", (runnable, prompt, config))`` (answered with the response or a
-        :class:`_Raised`) and ``("fallback", request)`` (answered with its result)."""
-        runnable = self._runnable(request)  # configuration errors raise here
-        prompt = self.build_prompt(request)
-        prompt_tokens = self._prompt_tokens(prompt)
-        calls = input_tokens = output_tokens = 0
-        last: BaseException | None = None
-        for attempt in range(self.retries + 1):
-            if attempt and (delay := self._delay(attempt)) > 0:
-                yield "sleep", delay
-            calls += 1
-            response = yield "invoke", (runnable, prompt, self.call_config(request))
-            if isinstance(response, _Raised):
-                input_tokens += prompt_tokens
-                last = response.error
-                continue
-            text, used_in, used_out = self._read(response, prompt_tokens)
-            input_tokens += used_in
-            output_tokens += used_out
-            if not text:
-                last = _EmptySummaryError("the model returned an empty summary")
-                continue
-            return SummaryResult(
-                text=self._finish(text, request),
-                calls=calls,
-                input_tokens=input_tokens,
-                output_tokens=output_tokens,
-                fallback=False,
-                error=None,
-                summarizer=self.name,
-            )
-        assert last is not None
-        if self.fallback is None:
-            raise last
-        error = self._fail(calls, last)
-        fb = yield "fallback", request
-        return self._fallback_result(fb, calls, input_tokens, output_tokens, error)
-
+    # The fallback is not ``with_fallbacks``: it takes the request (not the prompt), and
+    # its result must carry the failed attempts' usage and the last error.
     def summarize(self, request: SummaryRequest) -> SummaryResult:
         """Summarize with the model; retry, then fall back (or raise without a fallback)."""
-        gen = self._attempts(request)
-        reply: Any = None
-        while True:
-            try:
-                kind, arg = gen.send(reply)
-            except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
-            reply = None
-            if kind == "sleep":
-                time.sleep(arg)
-            elif kind == "invoke":
-                runnable, prompt, config = arg
-                try:
-                    reply = _within(
-                        self.timeout, functools.partial(runnable.invoke, prompt, config=config)
-                    )
-                except Exception as exc:
-                    reply = _Raised(exc)
-            else:
-                assert self.fallback is not None
-                reply = self.fallback.summarize(arg)
+        retrying, prompt, usage = self._retrying(request)
+        try:
+            text = retrying.invoke(prompt, config=self.call_config(request))
+        except Exception as exc:
+            if self.fallback is None:
+                raise
+            fb = self.fallback.summarize(request)
+            return self._fallback_result(fb, usage, self._fail(usage.calls, exc))
+        return self._result(text, request, usage)
 
     async def asummarize(self, request: SummaryRequest) -> SummaryResult:
         """Async :meth:`summarize` (``ainvoke``, ``asyncio.sleep`` between retries)."""
-        gen = self._attempts(request)
-        reply: Any = None
-        while True:
-            try:
-                kind, arg = gen.send(reply)
-            except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
-            reply = None
-            if kind == "sleep":
-                await asyncio.sleep(arg)
-            elif kind == "invoke":
-                runnable, prompt, config = arg
-                try:
-                    reply = await asyncio.wait_for(
-                        runnable.ainvoke(prompt, config=config), self.timeout
-                    )
-                except TimeoutError:
-                    reply = _Raised(_timed_out(self.timeout))
-                except Exception as exc:
-                    reply = _Raised(exc)
-            else:
-                assert self.fallback is not None
-                reply = await self.fallback.asummarize(arg)
+        retrying, prompt, usage = self._retrying(request)
+        try:
+            text = await retrying.ainvoke(prompt, config=self.call_config(request))
+        except Exception as exc:
+            if self.fallback is None:
+                raise
+            fb = await self.fallback.asummarize(request)
+            return self._fallback_result(fb, usage, self._fail(usage.calls, exc))
+        return self._result(text, request, usage)
+
+
+#: Name of one attempt's run (inside the ``autocontext_summarizer`` run) in traces.
+_ATTEMPT_RUN_NAME = "autocontext_summarizer_attempt"
+
+
+@dataclass
+class _Usage:
+    """Calls and tokens of one summary's attempts, counted as they run."""
+
+    calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
 
 
 def _timed_out(timeout: float | None) -> TimeoutError:
@@ -466,13 +490,6 @@ def _within(timeout: float | None, call: Callable[[], Any]) -> Any:
     if "error" in box:
         raise box["error"]
     return box["value"]
-
-
-@dataclass(frozen=True)
-class _Raised:
-    """A model call that raised (sent back into :meth:`LLMSummarizer._attempts`)."""
-
-    error: BaseException
 
 
 # --- resolution ---------------------------------------------------------------------------------

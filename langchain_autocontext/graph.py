@@ -1,0 +1,274 @@
+"""The LangGraph surfaces: the subgraph node, the ``create_react_agent`` hooks, the
+command node and the model node, each built around a
+:class:`~langchain_autocontext.engine.ContextEngine`.
+
+:class:`~langchain_autocontext.AutoContext` (the facade) hands these out as
+``ac.node()``, ``ac.pre_model_hook``, ``ac.command_node()``, ``ac.post_model_hook`` and
+``ac.model_node(model)``; the state schemas they read and write live here too. This
+module calls the engine; the engine does not know it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any, NotRequired
+
+from langchain_core.messages import AnyMessage, BaseMessage, RemoveMessage
+from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
+from langgraph.prebuilt.chat_agent_executor import AgentState
+from langgraph.types import Command
+from typing_extensions import TypedDict
+
+from langchain_autocontext.engine import (
+    _SYSTEM_PLACEHOLDER_ID,
+    CompressionResult,
+    ContextEngine,
+    bound_tools,
+    run_thread,
+    thread_id_of,
+)
+from langchain_autocontext.strategies.pipeline import PipelineResult, adrive, drive
+
+__all__ = [
+    "AutoContextAgentState",
+    "AutoContextState",
+    "build_node",
+    "command_node",
+    "hook_update",
+    "model_node",
+    "pre_model_hook",
+]
+
+
+class AutoContextState(TypedDict):
+    """Graph state with the keys the package reads and writes.
+
+    Inherit from it (or add an ``autocontext: dict`` key to your own state) so the
+    working context, memory-pressure flag and counters persist in checkpoints.
+    Everything under ``autocontext`` is plain JSON.
+    """
+
+    messages: Annotated[list[AnyMessage], add_messages]
+    autocontext: NotRequired[dict[str, Any]]
+
+
+class AutoContextAgentState(AgentState):
+    """``create_react_agent``'s state plus the package's ``autocontext`` key.
+
+    Pass it as ``state_schema=`` so the working context, the memory-pressure flag
+    and the autonomous step count persist between turns.
+    """
+
+    autocontext: NotRequired[dict[str, Any]]
+
+
+class _NodeState(TypedDict):
+    # No reducer here: the subgraph's final ``messages`` value *is* the update the
+    # parent applies with its own ``add_messages`` reducer ([] when nothing changed).
+    messages: list[AnyMessage]
+    autocontext: NotRequired[dict[str, Any]]
+    ac_work: NotRequired[dict[str, Any]]
+
+
+class _NodeIO(TypedDict):
+    messages: list[AnyMessage]
+    autocontext: NotRequired[dict[str, Any]]
+
+
+def build_node(engine: ContextEngine, *, name: str = "autocontext") -> Any:
+    """A compiled subgraph (measure → strategies → commit) to put before the model node.
+
+    The parent state needs a ``messages`` key with the ``add_messages`` reducer
+    (``MessagesState``, :class:`AutoContextState`); add ``autocontext: dict`` to
+    persist the package's own state.
+    """
+
+    def archivable(state: _NodeState) -> tuple[list[BaseMessage], bool, bool, list[Any]]:
+        msgs, ids_assigned, virtual = engine._prepare(state.get("messages") or [])
+        return msgs, ids_assigned, virtual, [m for m in msgs if m.id != _SYSTEM_PLACEHOLDER_ID]
+
+    def measured(
+        state: _NodeState, msgs: list[BaseMessage], ids_assigned: bool, virtual: bool
+    ) -> dict[str, Any]:
+        """After the archive: repair, count what the view sends, decide."""
+        msgs, repaired = engine._repair(msgs)
+        ac_state = state.get("autocontext")
+        shown = engine.view_config(msgs, ac_state)
+        msgs, _, _ = engine._with_view(msgs, ac_state, virtual, shown)
+        tokens = engine.counter.count(msgs, engine.count_tools, tags=shown.tags_mode)
+        cfg = engine._budget(state.get("messages") or [], ac_state, shown)
+        triggered = tokens > cfg.trigger_tokens or len(msgs) > cfg.msg_threshold
+        work = {"triggered": triggered, "ids_assigned": ids_assigned or repaired}
+        return {"ac_work": {**work, "tokens": tokens}}
+
+    def with_thread(update: dict[str, Any], made: dict[str, Any] | None) -> dict[str, Any]:
+        return {**update, "autocontext": made} if made is not None else update
+
+    def measure(state: _NodeState, config: RunnableConfig) -> dict[str, Any]:
+        msgs, ids_assigned, virtual, originals = archivable(state)
+        thread, made = run_thread(config, state.get("autocontext"))
+        engine.archive(originals, thread_id=thread, store=engine.resolve_store())
+        return with_thread(measured(state, msgs, ids_assigned, virtual), made)
+
+    async def ameasure(state: _NodeState, config: RunnableConfig) -> dict[str, Any]:
+        msgs, ids_assigned, virtual, originals = archivable(state)
+        thread, made = run_thread(config, state.get("autocontext"))
+        await engine.aarchive(originals, thread_id=thread, store=engine.resolve_store())
+        return with_thread(measured(state, msgs, ids_assigned, virtual), made)
+
+    def pipeline(state: _NodeState, config: RunnableConfig) -> tuple[Any, bool, Any]:
+        msgs, _, virtual = engine._prepare(state.get("messages") or [])
+        msgs, _ = engine._repair(msgs)
+        ac_state = state.get("autocontext")
+        shown = engine.view_config(msgs, ac_state)
+        msgs, virtual, system = engine._with_view(msgs, ac_state, virtual, shown)
+        budget = engine._budget(state.get("messages") or [], ac_state, shown)
+        thread = thread_id_of(config, ac_state)
+        run = engine._pipeline(msgs, thread, None, False, budget)
+        return run, virtual, system
+
+    def compressed(
+        state: _NodeState, result: PipelineResult, virtual: bool, system: Any
+    ) -> dict[str, Any]:
+        out = engine._finish(result, 0, False, virtual, system).messages
+        return {"ac_work": {**state.get("ac_work", {}), "result": out, "changed": result.changed}}
+
+    def strategies(state: _NodeState, config: RunnableConfig) -> dict[str, Any]:
+        run, virtual, system = pipeline(state, config)
+        result = drive(run, engine.resolve_store(), engine.summarizer)
+        return compressed(state, result, virtual, system)
+
+    async def astrategies(state: _NodeState, config: RunnableConfig) -> dict[str, Any]:
+        run, virtual, system = pipeline(state, config)
+        result = await adrive(run, engine.resolve_store(), engine.summarizer)
+        return compressed(state, result, virtual, system)
+
+    def commit(state: _NodeState) -> dict[str, Any]:
+        work = state.get("ac_work") or {}
+        if work.get("changed") or work.get("ids_assigned"):
+            new = work.get("result")
+            if new is None:
+                new, _, _ = engine._prepare(state.get("messages") or [])
+                new, _ = engine._repair(new)
+            return {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *new]}
+        return {"messages": []}
+
+    def route(state: _NodeState) -> str:
+        return "strategies" if (state.get("ac_work") or {}).get("triggered") else "commit"
+
+    graph = StateGraph(_NodeState, input_schema=_NodeIO, output_schema=_NodeIO)
+    graph.add_node("measure", RunnableLambda(measure, afunc=ameasure, name="measure"))
+    graph.add_node("strategies", RunnableLambda(strategies, afunc=astrategies, name="strategies"))
+    graph.add_node("commit", commit)
+    graph.add_edge(START, "measure")
+    graph.add_conditional_edges("measure", route, ["strategies", "commit"])
+    graph.add_edge("strategies", "commit")
+    graph.add_edge("commit", END)
+    return graph.compile(checkpointer=False, name=name)
+
+
+def pre_model_hook(engine: ContextEngine) -> RunnableLambda:
+    """For ``create_react_agent(model, tools, pre_model_hook=ac.pre_model_hook)``.
+
+    Compresses the state's messages (persisted with ``RemoveMessage`` s) and
+    hands the model its input view in ``llm_input_messages``.
+    """
+
+    def hook(state: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
+        thread, made = run_thread(config, state.get("autocontext"))
+        ac_state = made or state.get("autocontext")
+        result = engine.compress(state.get("messages") or [], thread_id=thread, state=ac_state)
+        return hook_update(engine, result, ac_state, made is not None)
+
+    async def ahook(state: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
+        thread, made = run_thread(config, state.get("autocontext"))
+        ac_state = made or state.get("autocontext")
+        result = await engine.acompress(
+            state.get("messages") or [], thread_id=thread, state=ac_state
+        )
+        return hook_update(engine, result, ac_state, made is not None)
+
+    return RunnableLambda(hook, afunc=ahook, name="autocontext_pre_model_hook")
+
+
+def hook_update(
+    engine: ContextEngine,
+    result: CompressionResult,
+    ac_state: Mapping[str, Any] | None = None,
+    new_state: bool = False,
+) -> dict[str, Any]:
+    """The pre-model hook's state update: the model's view in ``llm_input_messages``,
+    the compressed messages when they changed, and the package's state when it did."""
+    call = engine.prepare_model_call(result.messages, state=ac_state)
+    update: dict[str, Any] = {"llm_input_messages": call.messages}
+    if result.changed:
+        update["messages"] = [RemoveMessage(id=REMOVE_ALL_MESSAGES), *result.messages]
+    if call.state_update or new_state:
+        update["autocontext"] = call.state_update or dict(ac_state or {})
+    return update
+
+
+def command_node(engine: ContextEngine, *, loop_to: str | None = "autocontext") -> Runnable:
+    """A StateGraph node to put right after the model node: runs :meth:`~langchain_autocontext.engine.ContextEngine.after_model_call`.
+
+    After a ``<user>`` command it returns ``Command(goto=loop_to)`` so the model
+    is called again (the node added with :func:`build_node`, named ``"autocontext"``
+    by default); route the rest as usual, e.g.
+    ``graph.add_conditional_edges("commands", tools_condition)``.
+    """
+
+    def finish(update: dict[str, Any]) -> Any:
+        if loop_to and (update.get("autocontext") or {}).get("autonomous_pending"):
+            return Command(update=update, goto=loop_to)
+        return update
+
+    def run(state: dict[str, Any], config: RunnableConfig) -> Any:
+        return finish(
+            engine.after_model_call(
+                state.get("messages") or [],
+                state=state.get("autocontext"),
+                thread_id=thread_id_of(config, state.get("autocontext")),
+            )
+        )
+
+    async def arun(state: dict[str, Any], config: RunnableConfig) -> Any:
+        return finish(
+            await engine.aafter_model_call(
+                state.get("messages") or [],
+                state=state.get("autocontext"),
+                thread_id=thread_id_of(config, state.get("autocontext")),
+            )
+        )
+
+    return RunnableLambda(run, afunc=arun, name="autocontext_commands")
+
+
+def model_node(engine: ContextEngine, model: Runnable) -> Runnable:
+    """A StateGraph model node: view → ``model`` → reply (+ the ``autocontext`` update).
+
+    ``model`` is your chat model (already ``bind_tools``-ed, with the engine's
+    ``tools`` among its tools when you use them). Put :func:`build_node` before it. The tools bound
+    to ``model`` are counted in the budget from here on (by :func:`build_node` too), so
+    ``AutoContext(tools=…)`` need not repeat them.
+    """
+    engine.learn_tools(bound_tools(model))
+
+    def call(state: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
+        view = engine.prepare_model_call(
+            state.get("messages") or [],
+            state=state.get("autocontext"),
+            thread_id=thread_id_of(config, state.get("autocontext")),
+        )
+        return view.update(model.invoke(view.messages, config))
+
+    async def acall(state: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
+        view = engine.prepare_model_call(
+            state.get("messages") or [],
+            state=state.get("autocontext"),
+            thread_id=thread_id_of(config, state.get("autocontext")),
+        )
+        return view.update(await model.ainvoke(view.messages, config))
+
+    return RunnableLambda(call, afunc=acall, name="autocontext_model")

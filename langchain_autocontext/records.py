@@ -1,0 +1,153 @@
+"""The records the store returns: :class:`HistoryEntry`, :class:`OffloadRecord`,
+:class:`EventRecord`.
+
+Plain frozen dataclasses, read by attribute. :class:`~langchain_autocontext.store.OffloadStore`
+builds them from the items it keeps (history, offloads, events); they are importable
+from the package (``from langchain_autocontext import EventRecord``) and from
+:mod:`langchain_autocontext.store`.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.messages import BaseMessage
+
+__all__ = ["EventRecord", "HistoryEntry", "OffloadRecord"]
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryEntry:
+    """One original message of a thread's append-only history."""
+
+    seq: int
+    """Position in the thread's history (strictly increasing in append order)."""
+    id: str
+    """The message id (the item's key)."""
+    message: BaseMessage
+    """The message exactly as first appended."""
+    ts: float
+    """Unix time of the append."""
+
+
+@dataclass(frozen=True, slots=True)
+class OffloadRecord:
+    """Original messages moved out of the working context, reloadable by ``offload_id``."""
+
+    offload_id: str
+    """The offload id (uuid4) shown in the context: what ``reload_offloaded`` takes."""
+    thread_id: str
+    seq: int
+    """Position among the thread's offloads (creation order)."""
+    strategy: str
+    """Name of the strategy that offloaded the messages."""
+    preview: str
+    """The preview left in the working context."""
+    tokens: int
+    """Tokens of the original messages."""
+    replacement_tokens: int | None
+    """Tokens of what replaced them in the context, when known."""
+    message_ids: tuple[str | None, ...]
+    messages: tuple[BaseMessage, ...]
+    """The original messages, deserialized."""
+    ts: float
+    """Unix time of the offload."""
+    extra: dict[str, Any]
+    """Caller-supplied JSON data."""
+
+    @property
+    def id(self) -> str:
+        """Deprecated alias of :attr:`offload_id` (one name for one concept: ``id`` is a
+        message's id elsewhere, as in :attr:`HistoryEntry.id`)."""
+        warnings.warn(
+            "OffloadRecord.id is deprecated; use OffloadRecord.offload_id (the same value)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.offload_id
+
+
+@dataclass(frozen=True, slots=True)
+class EventRecord:
+    """One recorded event of a thread: a compression step, an edit of the context by
+    the model, a calibration, an overflow retry.
+
+    The fields every event has are attributes; the rest of what was recorded (a
+    compression's ``summarizer_calls``, ``offload_ids``, ``seconds``…; an edit's
+    ``op`` and ``via``) is in :attr:`data`, and readable as attributes too
+    (``event.summarizer_calls``). :meth:`to_dict` gives the flat dict (for a pandas
+    ``DataFrame``, or JSON). ``event["strategy"]`` still works and warns: it is
+    deprecated.
+    """
+
+    key: str
+    """The event's key in the store."""
+    seq: int
+    """Position among the thread's events (recording order)."""
+    ts: float
+    """Unix time of the recording."""
+    strategy: str
+    """What ran: a strategy's name, ``"calibration"``, ``"overflow_retry"``, or an edit
+    such as ``"tool:delete"`` (``""`` when the event did not say)."""
+    kind: str
+    """``"compression"`` for a strategy's pass (the default), else what the event
+    says: ``"context_edit"``, ``"calibration"``, ``"overflow"``."""
+    tokens_before: int | None
+    """Counted tokens of the context before (``None`` when the event has none)."""
+    tokens_after: int | None
+    """Counted tokens of the context after (``None`` when the event has none)."""
+    data: dict[str, Any]
+    """Every field of the event as recorded (``strategy`` and the token counts
+    included; ``seq`` and ``ts`` excluded)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The event as a flat dict: :attr:`data` plus ``seq`` and ``ts``."""
+        return {**self.data, "seq": self.seq, "ts": self.ts}
+
+    def __getattr__(self, name: str) -> Any:
+        # only called when normal lookup fails: the event's other recorded fields
+        if name.startswith("_") or name == "data":
+            raise AttributeError(name)
+        try:
+            return self.data[name]
+        except KeyError:
+            raise AttributeError(
+                f"this {self.kind!r} event has no field {name!r}; it has {sorted(self.data)}"
+            ) from None
+
+    # --- deprecated: events used to be dicts ---------------------------------------------
+    def _dict_access(self, how: str) -> dict[str, Any]:
+        warnings.warn(
+            f"OffloadStore.list_events returns EventRecord objects now; {how} on an event "
+            "is deprecated: read attributes (event.strategy, event.tokens_after), "
+            "event.data, or event.to_dict()",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        return self.to_dict()
+
+    def __getitem__(self, name: str) -> Any:
+        """Deprecated: ``event["strategy"]``; use ``event.strategy``."""
+        return self._dict_access(f"event[{name!r}]")[name]
+
+    def get(self, name: str, default: Any = None) -> Any:
+        """Deprecated: ``event.get("strategy")``; use ``event.data.get("strategy")``."""
+        return self._dict_access(f"event.get({name!r})").get(name, default)
+
+    def __contains__(self, name: object) -> bool:
+        """Deprecated: ``"strategy" in event``; use ``"strategy" in event.data``."""
+        return name in self._dict_access(f"{name!r} in event")
+
+    def keys(self) -> Any:
+        """Deprecated: ``event.keys()``; use ``event.to_dict().keys()``."""
+        return self._dict_access("event.keys()").keys()
+
+    def items(self) -> Any:
+        """Deprecated: ``event.items()``; use ``event.to_dict().items()``."""
+        return self._dict_access("event.items()").items()
+
+
+def _int_or_none(value: Any) -> int | None:
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
