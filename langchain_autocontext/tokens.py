@@ -45,10 +45,10 @@ import math
 import threading
 import warnings
 import weakref
-from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+from cachetools import LRUCache
 from langchain_core.messages import (
     AIMessage,
     BaseMessage,
@@ -253,51 +253,36 @@ def _encoding_for_model(model: str) -> str:
 
 # --- small bounded LRU -----------------------------------------------------------------
 class _LRU:
-    """A bounded least-recently-used mapping guarded by a lock."""
+    """``cachetools.LRUCache`` behind a lock, counting hits and misses (for ``cache_info``)."""
 
-    __slots__ = ("_data", "_lock", "hits", "maxsize", "misses")
+    __slots__ = ("_data", "_lock", "hits", "misses")
 
     def __init__(self, maxsize: int) -> None:
-        self._data: OrderedDict[Hashable, Any] = OrderedDict()
+        self._data: LRUCache[Hashable, Any] = LRUCache(maxsize)
         self._lock = threading.Lock()
-        self.maxsize = maxsize
         self.hits = 0
         self.misses = 0
 
+    @property
+    def maxsize(self) -> int:
+        return int(self._data.maxsize)
+
     def get(self, key: Hashable) -> Any:
-        with self._lock:
-            value = self._data.get(key)
-            if value is None:
-                self.misses += 1
-            else:
-                self._data.move_to_end(key)
-                self.hits += 1
-            return value
+        return self.get_many((key,))[0]
 
     def get_many(self, keys: Sequence[Hashable]) -> list[Any]:
-        data = self._data
-        out: list[Any] = []
-        append = out.append
+        """The values of ``keys`` (``None`` where absent), each marked as recently used."""
+        get = self._data.get
         with self._lock:
-            get = data.get
-            move = data.move_to_end
-            hits = 0
-            for key in keys:
-                value = get(key)
-                if value is not None:
-                    move(key)
-                    hits += 1
-                append(value)
+            out = [get(key) for key in keys]
+            hits = sum(v is not None for v in out)
             self.hits += hits
-            self.misses += len(keys) - hits
+            self.misses += len(out) - hits
         return out
 
     def put(self, key: Hashable, value: Any) -> None:
         with self._lock:
             self._data[key] = value
-            self._data.move_to_end(key)
-            while len(self._data) > self.maxsize:
-                self._data.popitem(last=False)
 
     def clear(self) -> None:
         with self._lock:
