@@ -767,12 +767,12 @@ def _rank(
 ) -> list[tuple[str, float]]:
     pool = max(limit * 4, 20) + len(index.noise)
     skip = index.noise | exclude
+    accept = keep
+
+    def wanted(key: str) -> bool:
+        return key not in skip and (accept is None or accept(key))
+
     if keep is not None:  # a filter: every scored message is tested before the cut-off
-        accept = keep
-
-        def wanted(key: str) -> bool:
-            return key not in skip and accept(key)
-
         if not query:
             return _newest(index, limit, wanted)
         lexical = index.bm25.search(query, pool, wanted)
@@ -798,7 +798,67 @@ def _rank(
     else:
         ranked = lexical
     ranked = sorted(ranked, key=lambda kv: kv[0] not in exact)  # stable: exact phrase first
-    return ranked[:limit]
+    return _with_replies(index, ranked, query, exact, wanted)[:limit]
+
+
+#: A question: a sentence ending with a question mark (ASCII, full-width or Arabic).
+_QUESTION_RE = re.compile("[^.!?\n\uff1f\u061f\u3002]*[?\uff1f\u061f]")
+
+
+def _asks_about(text: str, terms: set[str], language: str) -> bool:
+    """``text`` asks a question holding one of ``terms`` ("Nice! What pet do you have?"
+    asks about pets; "I adopted a pup. How are you?" does not)."""
+    return any(not terms.isdisjoint(tokenize(q, language)) for q in _QUESTION_RE.findall(text))
+
+
+def _reply(
+    index: _ThreadIndex, key: str, terms: set[str], wanted: Callable[[str], bool]
+) -> str | None:
+    """The message answering ``key`` when ``key`` asks about the query's ``terms``: the
+    next message of the history, by another speaker (or role), if the search may return
+    it."""
+    if not _asks_about(index.texts[key], terms, index.bm25.language):
+        return None
+    meta = index.meta[key]
+    keys = index.bm25.keys
+    if meta.doc + 1 >= len(keys):
+        return None
+    nxt = keys[meta.doc + 1]
+    after = index.meta.get(nxt)
+    if after is None or (after.role, after.speaker) == (meta.role, meta.speaker):
+        return None
+    return nxt if wanted(nxt) else None
+
+
+def _with_replies(
+    index: _ThreadIndex,
+    ranked: list[tuple[str, float]],
+    query: str,
+    exact: set[str],
+    wanted: Callable[[str], bool],
+) -> list[tuple[str, float]]:
+    """``ranked`` with the reply of each question placed just before it, at its score.
+
+    A question matches the words of a query about its topic, but its answer holds the
+    fact ("What pet do you have?" / "We've got a pup and a kitty"); the reply is indexed
+    with the question's words at half weight (:meth:`BM25Index.add`) and so often ranks
+    below it, past the cut-off. A hit holding the whole query keeps its place first,
+    its reply just after it."""
+    terms = set(query_terms(query, index.bm25.language))
+    out: list[tuple[str, float]] = []
+    placed: set[str] = set()
+    for key, score in ranked:
+        if key in placed:
+            continue
+        reply = _reply(index, key, terms, wanted)
+        if reply is None or reply in placed:
+            out.append((key, score))
+            placed.add(key)
+            continue
+        pair = [(key, score), (reply, score)] if key in exact else [(reply, score), (key, score)]
+        out += pair
+        placed.update((key, reply))
+    return out
 
 
 def _context_states(working: Sequence[BaseMessage] | None) -> dict[str, str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 
 import pytest
 from conftest import open_sqlite
@@ -224,7 +225,11 @@ def test_an_answer_is_found_by_the_question_it_answers() -> None:
         ],
     )
     ids = [h.id for h in search_history(store, "t", "city moved March", 2)]
-    assert set(ids) == {"q", "a"} and ids[0] == "q"  # the words' own message first
+    assert ids == ["a", "q"]  # the reply first, then the question it answers
+    index = BM25Index()
+    index.add("q", "Which city did you move to in March?")
+    index.add("a", "Lisbon, and I love it.", context=Counter(tokenize("city move March")))
+    assert [k for k, _ in index.search("city moved March", 2)] == ["q", "a"]  # own words first
 
 
 def test_the_phrase_rule_respects_word_boundaries() -> None:
