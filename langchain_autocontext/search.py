@@ -4,12 +4,17 @@ Ranking is Okapi BM25 (k1=1.2, b=0.75) over a tokenizer made for agent
 transcripts: identifiers such as uuids, paths, dotted names and ``key=value``
 pieces are kept whole *and* split into their parts, so an exact identifier
 matches the one message holding it with a very rare (high-idf) token while
-partial words still match. A message that contains the whole query verbatim
-ranks before every message that does not.
+partial words still match. A message that contains the whole query as a phrase
+ranks before every message that does not. Each message is indexed with the turn
+before it as context (half weight), and a hit that asks about the query's words brings
+its reply, placed just before it (:func:`_with_replies`).
 
 The index is built incrementally: the history is append-only, so each search
 reads only the entries appended since the previous one (per store backend and
-thread, kept in a small in-process cache). When the backing store has a semantic
+thread, kept in a small in-process cache). The first search of a long thread indexes
+the stored items without building message objects (:func:`_doc_of_item`), tokenizes
+each distinct token once, and pauses the cyclic collector meanwhile (:func:`_bulk`).
+When the backing store has a semantic
 index (``index_config``), its vector search over the same history items is fused
 with the BM25 ranking (reciprocal rank fusion).
 
@@ -23,9 +28,10 @@ time range; with a filter the query may be empty (the matching messages, newest
 first). A message's time is the time it carries itself, else the time it was
 archived (see :func:`search_history`).
 
-Over 600 lines because the tokenizer, the index, the filters and the ranking with
-its fusion and phrase rule are one retrieval concept read together; the index's
-cache and its sync/async entry points share every helper.
+Over 700 lines because the tokenizer, the index, the filters and the ranking with
+its fusion, phrase and reply rules are one retrieval concept read together; the
+index's cache, its reading of stored items and its sync/async entry points share every
+helper.
 """
 
 from __future__ import annotations
