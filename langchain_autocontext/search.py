@@ -28,7 +28,7 @@ time range; with a filter the query may be empty (the matching messages, newest
 first). A message's time is the time it carries itself, else the time it was
 archived (see :func:`search_history`).
 
-Over 700 lines because the tokenizer, the index, the filters and the ranking with
+Over 600 lines because the tokenizer, the index, the filters and the ranking with
 its fusion, phrase and reply rules are one retrieval concept read together; the
 index's cache, its reading of stored items and its sync/async entry points share every
 helper.
