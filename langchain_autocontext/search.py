@@ -807,14 +807,22 @@ def _rank(
     return _with_replies(index, ranked, query, exact, wanted)[:limit]
 
 
-#: A question: a sentence ending with a question mark (ASCII, full-width or Arabic).
-_QUESTION_RE = re.compile("[^.!?\n\uff1f\u061f\u3002]*[?\uff1f\u061f]")
+#: Question marks (ASCII, full-width, Arabic), and every sentence end (with ``. ! 。``
+#: and new lines): a question is a sentence ending with a question mark.
+_QUESTION_MARKS = "?\uff1f\u061f"
+_SENTENCE_END_RE = re.compile("([.!\n\u3002" + _QUESTION_MARKS + "])")
 
 
 def _asks_about(text: str, terms: set[str], language: str) -> bool:
     """``text`` asks a question holding one of ``terms`` ("Nice! What pet do you have?"
-    asks about pets; "I adopted a pup. How are you?" does not)."""
-    return any(not terms.isdisjoint(tokenize(q, language)) for q in _QUESTION_RE.findall(text))
+    asks about pets; "I adopted a pup. How are you?" does not). Linear in the text."""
+    if not any(mark in text for mark in _QUESTION_MARKS):
+        return False
+    parts = _SENTENCE_END_RE.split(text)  # sentence, its end, sentence, its end, ...
+    return any(
+        parts[i + 1] in _QUESTION_MARKS and not terms.isdisjoint(tokenize(parts[i], language))
+        for i in range(0, len(parts) - 1, 2)
+    )
 
 
 def _reply(

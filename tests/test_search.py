@@ -22,6 +22,7 @@ from langchain_autocontext import search as search_module
 from langchain_autocontext.search import (
     BM25Index,
     SearchFilter,
+    _asks_about,
     _doc_of_item,
     _doc_of_message,
     asearch_history,
@@ -580,6 +581,11 @@ async def test_a_question_hit_brings_its_reply_just_before_it(use_async: bool) -
     assert hits[0].score == hits[1].score
     # a filter applies to the reply too
     assert "a" not in await ids("pet", speaker="user")
+    # questions are found in linear time, in every script (a backtracking pattern took
+    # minutes on one long line without a sentence end)
+    assert _asks_about("b" * 60_000 + " which pet?", {"pet"}, "english")
+    assert not _asks_about("Is it? " + "b" * 60_000 + " pet", {"pet"}, "english")
+    assert _asks_about("可爱！你有宠物吗？", set(tokenize("宠物")), "english")
 
 
 def test_query_analysis_drops_clitics_and_verbs_of_saying() -> None:
