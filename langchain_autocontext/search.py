@@ -286,14 +286,21 @@ class BM25Index:
         return out
 
     def search(
-        self, query: str, k: int, keep: Callable[[str], bool] | None = None
+        self,
+        query: str,
+        k: int,
+        keep: Callable[[str], bool] | None = None,
+        prior: Callable[[str], float] | None = None,
     ) -> list[tuple[str, float]]:
         """The ``k`` best ``(key, score)`` pairs, best first; with ``keep``, the ``k``
-        best among the keys it accepts (every scored document is tested)."""
+        best among the keys it accepts (every scored document is tested); with ``prior``,
+        each score is multiplied by ``prior(key)`` first."""
         scores = self.scores(query)
         items: Iterable[tuple[int, float]] = scores.items()
         if keep is not None:
             items = [(doc, score) for doc, score in items if keep(self.keys[doc])]
+        if prior is not None:
+            items = [(doc, score * prior(self.keys[doc])) for doc, score in items]
         best = heapq.nlargest(k, items, key=lambda kv: (kv[1], -kv[0]))
         return [(self.keys[doc], score) for doc, score in best]
 
@@ -493,7 +500,17 @@ class _ThreadIndex:
     next_seq: int = 0
     #: the previous message's terms (of its first 2,000 characters): context for the next
     last_terms: Counter[str] = field(default_factory=Counter)
+    #: each speaker's name (``message.name``, tools excepted) and the terms it names
+    speakers: dict[str, frozenset[str]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def named(self, query: str) -> set[str]:
+        """The speakers a query names by a word of their name ("What did Caroline's
+        sister…" names Caroline); numbers in a name (``agent_2``) do not count."""
+        if not self.speakers:
+            return set()
+        terms = set(query_terms(query, self.bm25.language))
+        return {name for name, words in self.speakers.items() if not words.isdisjoint(terms)}
 
 
 class _Cache:
@@ -678,6 +695,9 @@ def _add_locked(index: _ThreadIndex, items: Iterable[Item]) -> None:
         )
         if d.copy:
             index.noise.add(key)
+        elif d.name and not d.tool and d.name not in index.speakers:
+            words = tokenize(d.name, bm25.language)
+            index.speakers[d.name] = frozenset(w for w in words if not w.isdigit())
         index.next_seq = max(index.next_seq, seq + 1)
 
 
@@ -763,6 +783,13 @@ def _newest(
     return [(key, 0.0) for key in best]
 
 
+#: The score factor of a message by a speaker the query names ("What did Melanie paint?"
+#: prefers Melanie's messages): a prior that reorders messages matching the query's
+#: words about as much as one more matching word of low weight, never lifts a message
+#: without them (a score of 0 stays 0), and leaves other speakers' messages findable.
+SPEAKER_PRIOR = 1.25
+
+
 def _rank(
     index: _ThreadIndex,
     query: str,
@@ -778,13 +805,21 @@ def _rank(
     def wanted(key: str) -> bool:
         return key not in skip and (accept is None or accept(key))
 
+    named = index.named(query) if query else set()
+    prior = None
+    if named:  # a query naming a speaker prefers what that speaker said
+
+        def prior(key: str) -> float:
+            return SPEAKER_PRIOR if index.meta[key].speaker in named else 1.0
+
     if keep is not None:  # a filter: every scored message is tested before the cut-off
         if not query:
             return _newest(index, limit, wanted)
-        lexical = index.bm25.search(query, pool, wanted)
+        lexical = index.bm25.search(query, pool, wanted, prior)
         semantic = [k for k in semantic if wanted(k)]
     else:
-        lexical = [kv for kv in index.bm25.search(query, pool + len(exclude)) if kv[0] not in skip]
+        lexical = index.bm25.search(query, pool + len(exclude), prior=prior)
+        lexical = [kv for kv in lexical if kv[0] not in skip]
         semantic = [k for k in semantic if k not in skip]
     # The whole query as a phrase, on word boundaries ("red car" is not in "tired car")
     q = " ".join(query.lower().split())

@@ -686,3 +686,32 @@ def test_a_bulk_load_pauses_the_collector_and_restores_it(monkeypatch) -> None:
         assert not gc.isenabled()  # a collector the caller turned off stays off
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+async def test_a_query_naming_a_speaker_prefers_that_speakers_messages(use_async: bool) -> None:
+    store = OffloadStore(InMemoryStore())
+    store.append_history(
+        "t",
+        [
+            HumanMessage("Nate, your turtles are so cute and green!", id="c", name="Joanna"),
+            AIMessage("My turtles are three years old.", id="n", name="Nate"),
+            HumanMessage("Turtles turtles turtles, I dream of turtles!", id="c2", name="Joanna"),
+            AIMessage("Nothing new here", id="x", name="agent_2"),
+        ],
+    )
+
+    async def ids(query: str) -> list[str]:
+        run = asearch_history if use_async else search_history
+        found = run(store, "t", query, 5)
+        return [h.id for h in (await found if use_async else found)]
+
+    plain = await ids("turtles")
+    assert plain[0] == "c2"  # the most turtles
+    named = await ids("How long has Nate had his turtles?")
+    assert named[0] == "n" and set(named) >= {"c", "c2"}  # a preference, not a filter
+    assert (await ids("Joanna's turtles"))[:2] == ["c2", "c"]
+    index = search_module._CACHE.get(store, "t")
+    assert index.named("what did nate say") == {"Nate"}
+    assert index.named("turtles 2") == set()  # the number in "agent_2" names nobody
+    assert index.named("agent turtles") == {"agent_2"}
