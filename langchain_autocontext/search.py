@@ -1033,7 +1033,9 @@ def search_history(
 
     ``working`` (the current working messages) marks which hits are still in the
     context; ``exclude`` drops message ids (e.g. the message asking). The search
-    tool's own calls and results are never returned.
+    tool's own calls and results are never returned. A hit that asks about the query's
+    words brings its reply, just before it; a query naming a speaker (a word of a
+    message ``name``) prefers that speaker's messages (:data:`SPEAKER_PRIOR`).
 
     Filters (see :class:`SearchFilter`) are applied to every scored message before the
     cut-off, so ``limit`` matching hits come back when they exist:
