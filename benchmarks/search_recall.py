@@ -4,8 +4,9 @@
 
 Each conversation is archived turn by turn into a thread's history, as a chat app that
 stores both sides would keep it (``"Name (session date): text"``, the first speaker as
-the user); then every question of categories 1-4 is searched with the default offline
-search. A question is found at k when one of its evidence turns is among the top k
+the user, the speaker as the message's ``name``, LangChain's field for who said it;
+``--no-names`` leaves ``name`` out, so the speaker is only in the text); then every
+question of categories 1-4 is searched with the default offline search. A question is found at k when one of its evidence turns is among the top k
 hits (recall@1/5/10), and fully when every evidence turn is in the top 5. Per
 category too. Prints a markdown table; ``--json PATH`` writes the numbers.
 """
@@ -30,8 +31,9 @@ DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo-dev.jso
 KS = (1, 5, 10)
 
 
-def recall(path: Path) -> dict[str, Any]:
-    """Recall@k over every question of categories 1-4, overall and per category."""
+def recall(path: Path, names: bool = True) -> dict[str, Any]:
+    """Recall@k over every question of categories 1-4, overall and per category
+    (``names``: each turn's speaker as its message's ``name``)."""
     found: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for conv in json.loads(path.read_text(encoding="utf-8")):
         c = conv["conversation"]
@@ -43,7 +45,8 @@ def recall(path: Path) -> dict[str, Any]:
             for turn in c[f"session_{k}"]:
                 cls = HumanMessage if turn["speaker"] == c["speaker_a"] else AIMessage
                 text = f"{turn['speaker']} ({date}): {turn['text']}"
-                msgs.append(cls(text, id=f"{sample}-{turn['dia_id']}"))
+                name = {"name": turn["speaker"]} if names else {}
+                msgs.append(cls(text, id=f"{sample}-{turn['dia_id']}", **name))
             k += 1
         store = OffloadStore(InMemoryStore())
         AutoContext(AutoContextConfig(max_tokens=1_000_000)).archive(
@@ -73,11 +76,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=DATA)
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument(
+        "--no-names", action="store_true", help="archive without message names (speaker in text)"
+    )
     args = ap.parse_args(argv)
     if not args.data.is_file():
         print(f"{args.data} is absent: nothing to measure", file=sys.stderr)
         return 1
-    result = recall(args.data)
+    result = recall(args.data, names=not args.no_names)
     print("| questions | n | recall@1 | recall@5 | recall@10 | all evidence @5 |")
     print("|---|---:|---:|---:|---:|---:|")
     for group, r in result.items():

@@ -175,7 +175,12 @@ def is_real_user(message: BaseMessage) -> bool:
 # --- content ----------------------------------------------------------------------
 def text_of(message: BaseMessage) -> str:
     """The message's content flattened to text; non-text blocks become placeholders."""
-    content = message.content
+    return content_text(message.content)
+
+
+def content_text(content: Any) -> str:
+    """A message content (a string or a list of blocks) flattened as :func:`text_of`
+    does (for content read from a stored message dict)."""
     if isinstance(content, str):
         return content
     parts: list[str] = []

@@ -4,12 +4,17 @@ Ranking is Okapi BM25 (k1=1.2, b=0.75) over a tokenizer made for agent
 transcripts: identifiers such as uuids, paths, dotted names and ``key=value``
 pieces are kept whole *and* split into their parts, so an exact identifier
 matches the one message holding it with a very rare (high-idf) token while
-partial words still match. A message that contains the whole query verbatim
-ranks before every message that does not.
+partial words still match. A message that contains the whole query as a phrase
+ranks before every message that does not. Each message is indexed with the turn
+before it as context (half weight), and a hit that asks about the query's words brings
+its reply, placed just before it (:func:`_with_replies`).
 
 The index is built incrementally: the history is append-only, so each search
 reads only the entries appended since the previous one (per store backend and
-thread, kept in a small in-process cache). When the backing store has a semantic
+thread, kept in a small in-process cache). The first search of a long thread indexes
+the stored items without building message objects (:func:`_doc_of_item`), tokenizes
+each distinct token once, and pauses the cyclic collector meanwhile (:func:`_bulk`).
+When the backing store has a semantic
 index (``index_config``), its vector search over the same history items is fused
 with the BM25 ranking (reciprocal rank fusion).
 
@@ -24,15 +29,18 @@ first). A message's time is the time it carries itself, else the time it was
 archived (see :func:`search_history`).
 
 Over 600 lines because the tokenizer, the index, the filters and the ranking with
-its fusion and phrase rule are one retrieval concept read together; the index's
-cache and its sync/async entry points share every helper.
+its fusion, phrase and reply rules are one retrieval concept read together; the
+index's cache, its reading of stored items and its sync/async entry points share every
+helper.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import functools
+import gc
 import heapq
 import itertools
 import math
@@ -40,18 +48,19 @@ import re
 import threading
 import weakref
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from langchain_core.messages import BaseMessage, ToolMessage
+from langgraph.store.base import Item
 
-from langchain_autocontext.messages import marker, text_of
+from langchain_autocontext.messages import content_text, load_message, marker, text_of
 from langchain_autocontext.store import (
-    HistoryEntry,
     OffloadStore,
     _search_text,
     on_thread_deleted,
+    revive,
 )
 
 __all__ = [
@@ -90,9 +99,22 @@ _STOPWORDS = """
     than too very of at by for with about against between into through during before after
     above below to from up down in out on off over under again further once here there all
     any both each few more most other some such no not only own same just as until while
-    also yes
+    also yes ourselves yourselves himself herself itself themselves because cannot ought
+    nor now
+    s t m d re ve ll don didn doesn isn aren wasn weren hasn haven hadn couldn wouldn
+    shouldn mustn needn shan ain
 """
+# The last two lines: what the tokenizer makes of contractions and the possessive
+# ("Caroline's" -> caroline + s, "didn't" -> didn + t, "we've" -> we + ve).
 _STOP = frozenset(_STOPWORDS.split())
+#: Verbs of saying: in a conversation every message is said, told or mentioned, so in a
+#: query ("What did Melanie say about running?") they frame the question and carry no
+#: topic. Dropped from English queries only (a message about "a talk" keeps the word).
+_SAYING_WORDS = """
+    say says said saying tell tells told telling mention mentions mentioned mentioning
+    talk talks talked talking speak speaks spoke spoken speaking
+"""
+_SAYING = frozenset(_SAYING_WORDS.split())
 
 
 def languages() -> list[str]:
@@ -141,21 +163,47 @@ def _part_terms(part: str, language: str = "english") -> list[str]:
         return chars if len(chars) == 1 else [a + b for a, b in itertools.pairwise(chars)]
     if language == "english" and part in _STOP:
         return []
+    if len(part) <= 3 or not part.isalpha():  # numbers, ids: nothing to stem
+        return [part]
     return [_stem(part, language)]
+
+
+@functools.lru_cache(maxsize=64)
+def _token_terms(language: str) -> Callable[[str], tuple[str, ...]]:
+    """The terms of one token in ``language``, computed once per distinct token (a
+    bounded cache: a chat reuses its words, so a long history tokenizes mostly by
+    lookups)."""
+
+    @functools.lru_cache(maxsize=100_000)
+    def terms(tok: str) -> tuple[str, ...]:
+        parts = _PART_RE.findall(tok)
+        out = [tok] if len(parts) > 1 or tok not in parts else []  # an identifier whole
+        for part in parts:
+            out.extend(_part_terms(part, language))
+        return tuple(out)
+
+    return terms
 
 
 def tokenize(text: str, language: str = "english") -> list[str]:
     """Lower-cased terms of any script: compound identifiers whole, plus their parts;
     parts stemmed (Snowball, in ``language``), CJK runs as character pairs, English
     function and question words dropped."""
-    out: list[str] = []
-    for tok in _TOKEN_RE.findall(text.lower()):
-        parts = _PART_RE.findall(tok)
-        if len(parts) > 1 or tok not in parts:
-            out.append(tok)  # the identifier whole, as written
-        for part in parts:
-            out.extend(_part_terms(part, language))
-    return out
+    terms = _token_terms(language)
+    return [t for tok in _TOKEN_RE.findall(text.lower()) for t in terms(tok)]
+
+
+def query_terms(query: str, language: str = "english") -> list[str]:
+    """The distinct terms a query is scored by: :func:`tokenize`'s, and in English without
+    the verbs of saying (``say``, ``tell``, ``mention``, ``talk``, ``speak``) unless the
+    query has nothing else."""
+    terms = list(dict.fromkeys(tokenize(query, language)))
+    if language == "english":
+        saying = {_stem(w) for w in _SAYING}
+        topic = [t for t in terms if t not in saying]
+        if topic:
+            return topic
+    return terms
 
 
 class BM25Index:
@@ -167,7 +215,9 @@ class BM25Index:
         self.language = language
         self.keys: list[str] = []
         self.lengths: list[float] = []
-        self.postings: dict[str, list[tuple[int, float]]] = {}
+        #: term -> its documents and frequencies, flat: ``[doc, tf, doc, tf, ...]`` (no
+        #: tuple per posting: less memory, and less for the garbage collector to walk)
+        self.postings: dict[str, list[float]] = {}
         self.total_length = 0.0
 
     def __len__(self) -> int:
@@ -187,51 +237,70 @@ class BM25Index:
         Returns the document's own term counts."""
         doc = len(self.keys)
         own = Counter(tokenize(text, self.language))
-        terms: dict[str, float] = dict(own)
+        postings = self.postings
+        for term, tf in own.items():
+            posting = postings.get(term)
+            if posting is None:
+                postings[term] = [doc, tf]
+            else:
+                posting += (doc, tf)
+        length = float(own.total())
         if context:
             around = (
                 context
                 if isinstance(context, Counter)
                 else Counter(tokenize(context, self.language))
             )
-            for term, tf in around.items():
-                if term not in terms:
-                    terms[term] = weight * tf
+            for term in around.keys() - own.keys():
+                tf = weight * around[term]
+                length += tf
+                posting = postings.get(term)
+                if posting is None:
+                    postings[term] = [doc, tf]
+                else:
+                    posting += (doc, tf)
         self.keys.append(key)
-        length = sum(terms.values())
         self.lengths.append(length)
         self.total_length += length
-        for term, tf in terms.items():
-            self.postings.setdefault(term, []).append((doc, tf))
         return own
 
     def scores(self, query: str) -> dict[int, float]:
-        """BM25 score of every document matching at least one query term."""
+        """BM25 score of every document matching at least one of the query's terms
+        (:func:`query_terms`)."""
         n = len(self.keys)
         if not n:
             return {}
         avg = self.total_length / n or 1.0
+        k1, b, lengths = self.k1, self.b, self.lengths
         out: dict[int, float] = {}
-        for term in set(tokenize(query, self.language)):
+        for term in query_terms(query, self.language):
             posting = self.postings.get(term)
             if not posting:
                 continue
-            df = len(posting)
+            df = len(posting) // 2
             idf = math.log(1.0 + (n - df + 0.5) / (df + 0.5))
-            for doc, tf in posting:
-                norm = tf + self.k1 * (1 - self.b + self.b * self.lengths[doc] / avg)
-                out[doc] = out.get(doc, 0.0) + idf * tf * (self.k1 + 1) / norm
+            flat = iter(posting)
+            for doc, tf in zip(flat, flat, strict=True):
+                norm = tf + k1 * (1 - b + b * lengths[doc] / avg)
+                out[doc] = out.get(doc, 0.0) + idf * tf * (k1 + 1) / norm
         return out
 
     def search(
-        self, query: str, k: int, keep: Callable[[str], bool] | None = None
+        self,
+        query: str,
+        k: int,
+        keep: Callable[[str], bool] | None = None,
+        prior: Callable[[str], float] | None = None,
     ) -> list[tuple[str, float]]:
         """The ``k`` best ``(key, score)`` pairs, best first; with ``keep``, the ``k``
-        best among the keys it accepts (every scored document is tested)."""
+        best among the keys it accepts (every scored document is tested); with ``prior``,
+        each score is multiplied by ``prior(key)`` first."""
         scores = self.scores(query)
         items: Iterable[tuple[int, float]] = scores.items()
         if keep is not None:
             items = [(doc, score) for doc, score in items if keep(self.keys[doc])]
+        if prior is not None:
+            items = [(doc, score * prior(self.keys[doc])) for doc, score in items]
         best = heapq.nlargest(k, items, key=lambda kv: (kv[1], -kv[0]))
         return [(self.keys[doc], score) for doc, score in best]
 
@@ -261,6 +330,7 @@ class _Meta(NamedTuple):
     speaker: str | None  # the name of any other message
     time: float | None  # unix seconds: the message's own time, else its archiving
     day: bool  # the time is a date only (shown without the time of day)
+    doc: int  # its document number in the BM25 index (its neighbours are doc - 1, doc + 1)
 
 
 def _aware(value: dt.datetime) -> dt.datetime:
@@ -296,11 +366,16 @@ def _parse_time(value: Any) -> tuple[float, bool] | None:
     return None
 
 
-def _message_time(message: BaseMessage) -> tuple[float, bool] | None:
-    for source in (message.additional_kwargs, message.response_metadata):
+def _carried_time(*sources: Any) -> tuple[float, bool] | None:
+    """The time a message carries in its ``additional_kwargs`` / ``response_metadata``
+    (given in that order, as objects or as stored: encoded values are revived)."""
+    for source in sources:
         if isinstance(source, dict):
             for key in TIME_KEYS:
-                found = _parse_time(source.get(key))
+                value = source.get(key)
+                if value is None:
+                    continue
+                found = _parse_time(revive(value) if isinstance(value, dict) else value)
                 if found is not None:
                     return found
     return None
@@ -425,7 +500,17 @@ class _ThreadIndex:
     next_seq: int = 0
     #: the previous message's terms (of its first 2,000 characters): context for the next
     last_terms: Counter[str] = field(default_factory=Counter)
+    #: each speaker's name (``message.name``, tools excepted) and the terms it names
+    speakers: dict[str, frozenset[str]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def named(self, query: str) -> set[str]:
+        """The speakers a query names by a word of their name ("What did Caroline's
+        sister…" names Caroline); numbers in a name (``agent_2``) do not count."""
+        if not self.speakers:
+            return set()
+        terms = set(query_terms(query, self.bm25.language))
+        return {name for name, words in self.speakers.items() if not words.isdisjoint(terms)}
 
 
 class _Cache:
@@ -479,44 +564,141 @@ def _drop_index(store: OffloadStore, thread_id: str) -> None:
 on_thread_deleted(_drop_index)
 
 
-def _role(message: BaseMessage) -> str:
-    return {"human": "user", "ai": "assistant"}.get(message.type, message.type)
+#: LangChain message types (``message.type``) and the role each one is.
+_ROLE_OF = {
+    "human": "user",
+    "HumanMessageChunk": "user",
+    "ai": "assistant",
+    "AIMessageChunk": "assistant",
+    "ToolMessageChunk": "tool",
+    "SystemMessageChunk": "system",
+}
 
 
-def _add(index: _ThreadIndex, entries: Iterable[HistoryEntry]) -> None:
+class _Doc(NamedTuple):
+    """What the index keeps of one history message."""
+
+    text: str  # its searchable text: content plus tool calls (as stored)
+    role: str
+    name: str | None  # the message's name (a tool result's: its tool)
+    tool: bool  # a tool result
+    copy: bool  # a search_history / reload_offloaded call or result (see _is_copy)
+    time: tuple[float, bool] | None  # the time the message carries itself
+
+
+def _doc_of_message(message: BaseMessage) -> _Doc:
+    name = message.name.strip() if isinstance(message.name, str) else None
+    return _Doc(
+        _search_text(message),
+        _ROLE_OF.get(message.type, message.type),
+        name or None,
+        isinstance(message, ToolMessage),
+        _is_copy(message),
+        _carried_time(message.additional_kwargs, message.response_metadata),
+    )
+
+
+def _doc_of_item(value: dict[str, Any]) -> _Doc:
+    """:func:`_doc_of_message` read from a stored history item (see
+    ``OffloadStore.get_history_items``) without building the message: the first search
+    of a long thread reads every message, and a LangChain message object costs more than
+    indexing its text."""
+    dumped = value.get("message")
+    data = dumped.get("data") if isinstance(dumped, dict) else None
+    text = value.get("text")
+    if not isinstance(data, dict) or not isinstance(text, str):  # not as written here
+        return _doc_of_message(load_message(revive(dumped)))
+    kind = str(dumped.get("type") or value.get("type") or "")
+    name = data.get("name")
+    name = name.strip() if isinstance(name, str) else None
+    tool = kind in ("tool", "ToolMessageChunk")
+    calls = data.get("tool_calls") or []
+    if tool:
+        copy = name in COPY_TOOLS
+    else:
+        copy = (
+            bool(calls)
+            and all(isinstance(c, dict) and c.get("name") in COPY_TOOLS for c in calls)
+            and not content_text(data.get("content") or "").strip()
+        )
+    return _Doc(
+        text,
+        _ROLE_OF.get(kind, kind),
+        name or None,
+        tool,
+        copy,
+        _carried_time(data.get("additional_kwargs"), data.get("response_metadata")),
+    )
+
+
+#: Reading and indexing this many messages at once is a bulk load (see :func:`_bulk`).
+BULK = 5_000
+
+
+@contextlib.contextmanager
+def _bulk(count: int) -> Iterator[None]:
+    """Pause the cyclic garbage collector while ``count`` (at least :data:`BULK`)
+    messages are read and indexed at once, as on the first search of a long thread.
+
+    Every object the load creates is kept (the stored items until indexed, the index
+    for good), so the collections that their number triggers find nothing to free, yet
+    walk everything allocated so far: a third of the time of a 60,000-message load.
+    Reference counting still frees memory meanwhile; the collector's previous state is
+    restored after."""
+    if count < BULK or not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def _add(index: _ThreadIndex, items: Iterable[Item]) -> None:
+    """Index stored history items (``OffloadStore.get_history_items``), in seq order."""
     with index.lock:
-        _add_locked(index, entries)
+        _add_locked(index, items)
 
 
-def _add_locked(index: _ThreadIndex, entries: Iterable[HistoryEntry]) -> None:
-    for e in entries:
-        if e.id in index.texts:
+def _add_locked(index: _ThreadIndex, items: Iterable[Item]) -> None:
+    bm25 = index.bm25
+    for item in items:
+        key = item.key
+        if key in index.texts:
             continue
-        text = _search_text(e.message)
-        if e.message.name and not isinstance(e.message, ToolMessage):
-            text = f"{e.message.name}: {text}"  # the speaker is searchable
+        value = item.value
+        d = _doc_of_item(value)
+        text = d.text
+        if d.name and not d.tool:
+            text = f"{d.name}: {text}"  # the speaker is searchable
         # The turn before is indexed with it: an answer ("Yes, last Sunday") is found by
         # the words of the question it answers.
-        own = index.bm25.add(e.id, text, index.last_terms)
-        index.texts[e.id] = text
-        if not _is_copy(e.message):  # each text is tokenized once, unless it is long
+        doc = len(bm25)
+        own = bm25.add(key, text, index.last_terms)
+        index.texts[key] = text
+        if not d.copy:  # each text is tokenized once, unless it is long
             index.last_terms = (
-                own if len(text) <= 2_000 else Counter(tokenize(text[:2_000], index.bm25.language))
+                own if len(text) <= 2_000 else Counter(tokenize(text[:2_000], bm25.language))
             )
-        name = e.message.name.strip() if isinstance(e.message.name, str) else None
-        is_tool = isinstance(e.message, ToolMessage)
-        when = _message_time(e.message) or ((e.ts, False) if e.ts else None)
-        index.meta[e.id] = _Meta(
-            e.seq,
-            _role(e.message),
-            (name or None) if is_tool else None,
-            None if is_tool else (name or None),
+        seq = int(value["seq"])
+        ts = value.get("ts")
+        when = d.time or ((float(ts), False) if ts else None)
+        index.meta[key] = _Meta(
+            seq,
+            d.role,
+            d.name if d.tool else None,
+            None if d.tool else d.name,
             when[0] if when else None,
             when[1] if when else False,
+            doc,
         )
-        if _is_copy(e.message):
-            index.noise.add(e.id)
-        index.next_seq = max(index.next_seq, e.seq + 1)
+        if d.copy:
+            index.noise.add(key)
+        elif d.name and not d.tool and d.name not in index.speakers:
+            words = tokenize(d.name, bm25.language)
+            index.speakers[d.name] = frozenset(w for w in words if not w.isdigit())
+        index.next_seq = max(index.next_seq, seq + 1)
 
 
 def _is_copy(message: BaseMessage) -> bool:
@@ -601,6 +783,13 @@ def _newest(
     return [(key, 0.0) for key in best]
 
 
+#: The score factor of a message by a speaker the query names ("What did Melanie paint?"
+#: prefers Melanie's messages): a prior that reorders messages matching the query's
+#: words about as much as one more matching word of low weight, never lifts a message
+#: without them (a score of 0 stays 0), and leaves other speakers' messages findable.
+SPEAKER_PRIOR = 1.25
+
+
 def _rank(
     index: _ThreadIndex,
     query: str,
@@ -611,18 +800,26 @@ def _rank(
 ) -> list[tuple[str, float]]:
     pool = max(limit * 4, 20) + len(index.noise)
     skip = index.noise | exclude
+    accept = keep
+
+    def wanted(key: str) -> bool:
+        return key not in skip and (accept is None or accept(key))
+
+    named = index.named(query) if query else set()
+    prior = None
+    if named:  # a query naming a speaker prefers what that speaker said
+
+        def prior(key: str) -> float:
+            return SPEAKER_PRIOR if index.meta[key].speaker in named else 1.0
+
     if keep is not None:  # a filter: every scored message is tested before the cut-off
-        accept = keep
-
-        def wanted(key: str) -> bool:
-            return key not in skip and accept(key)
-
         if not query:
             return _newest(index, limit, wanted)
-        lexical = index.bm25.search(query, pool, wanted)
+        lexical = index.bm25.search(query, pool, wanted, prior)
         semantic = [k for k in semantic if wanted(k)]
     else:
-        lexical = [kv for kv in index.bm25.search(query, pool + len(exclude)) if kv[0] not in skip]
+        lexical = index.bm25.search(query, pool + len(exclude), prior=prior)
+        lexical = [kv for kv in lexical if kv[0] not in skip]
         semantic = [k for k in semantic if k not in skip]
     # The whole query as a phrase, on word boundaries ("red car" is not in "tired car")
     q = " ".join(query.lower().split())
@@ -642,7 +839,75 @@ def _rank(
     else:
         ranked = lexical
     ranked = sorted(ranked, key=lambda kv: kv[0] not in exact)  # stable: exact phrase first
-    return ranked[:limit]
+    return _with_replies(index, ranked, query, exact, wanted)[:limit]
+
+
+#: Question marks (ASCII, full-width, Arabic), and every sentence end (with ``. ! 。``
+#: and new lines): a question is a sentence ending with a question mark.
+_QUESTION_MARKS = "?\uff1f\u061f"
+_SENTENCE_END_RE = re.compile("([.!\n\u3002" + _QUESTION_MARKS + "])")
+
+
+def _asks_about(text: str, terms: set[str], language: str) -> bool:
+    """``text`` asks a question holding one of ``terms`` ("Nice! What pet do you have?"
+    asks about pets; "I adopted a pup. How are you?" does not). Linear in the text."""
+    if not any(mark in text for mark in _QUESTION_MARKS):
+        return False
+    parts = _SENTENCE_END_RE.split(text)  # sentence, its end, sentence, its end, ...
+    return any(
+        parts[i + 1] in _QUESTION_MARKS and not terms.isdisjoint(tokenize(parts[i], language))
+        for i in range(0, len(parts) - 1, 2)
+    )
+
+
+def _reply(
+    index: _ThreadIndex, key: str, terms: set[str], wanted: Callable[[str], bool]
+) -> str | None:
+    """The message answering ``key`` when ``key`` asks about the query's ``terms``: the
+    next message of the history, by another speaker (or role), if the search may return
+    it."""
+    if not _asks_about(index.texts[key], terms, index.bm25.language):
+        return None
+    meta = index.meta[key]
+    keys = index.bm25.keys
+    if meta.doc + 1 >= len(keys):
+        return None
+    nxt = keys[meta.doc + 1]
+    after = index.meta.get(nxt)
+    if after is None or (after.role, after.speaker) == (meta.role, meta.speaker):
+        return None
+    return nxt if wanted(nxt) else None
+
+
+def _with_replies(
+    index: _ThreadIndex,
+    ranked: list[tuple[str, float]],
+    query: str,
+    exact: set[str],
+    wanted: Callable[[str], bool],
+) -> list[tuple[str, float]]:
+    """``ranked`` with the reply of each question placed just before it, at its score.
+
+    A question matches the words of a query about its topic, but its answer holds the
+    fact ("What pet do you have?" / "We've got a pup and a kitty"); the reply is indexed
+    with the question's words at half weight (:meth:`BM25Index.add`) and so often ranks
+    below it, past the cut-off. A hit holding the whole query keeps its place first,
+    its reply just after it."""
+    terms = set(query_terms(query, index.bm25.language))
+    out: list[tuple[str, float]] = []
+    placed: set[str] = set()
+    for key, score in ranked:
+        if key in placed:
+            continue
+        reply = _reply(index, key, terms, wanted)
+        if reply is None or reply in placed:
+            out.append((key, score))
+            placed.add(key)
+            continue
+        pair = [(key, score), (reply, score)] if key in exact else [(reply, score), (key, score)]
+        out += pair
+        placed.update((key, reply))
+    return out
 
 
 def _context_states(working: Sequence[BaseMessage] | None) -> dict[str, str]:
@@ -768,7 +1033,9 @@ def search_history(
 
     ``working`` (the current working messages) marks which hits are still in the
     context; ``exclude`` drops message ids (e.g. the message asking). The search
-    tool's own calls and results are never returned.
+    tool's own calls and results are never returned. A hit that asks about the query's
+    words brings its reply, just before it; a query naming a speaker (a word of a
+    message ``name``) prefers that speaker's messages (:data:`SPEAKER_PRIOR`).
 
     Filters (see :class:`SearchFilter`) are applied to every scored message before the
     cut-off, so ``limit`` matching hits come back when they exist:
@@ -798,7 +1065,8 @@ def search_history(
     last = store.get_history_message(thread_id, key) if key is not None else None
     index, start = _refreshed(store, thread_id, count, index, key, last)
     if count > start:
-        _add(index, store.iter_history(thread_id, start=start, end=count))
+        with _bulk(count - start):
+            _add(index, store.get_history_items(thread_id, start=start, end=count))
     keep = filters.matcher(index) if filters else None
     semantic: list[str] = []
     if store.index_config and query:
@@ -833,7 +1101,9 @@ async def asearch_history(
     last = await store.aget_history_message(thread_id, key) if key is not None else None
     index, start = _refreshed(store, thread_id, count, index, key, last)
     if count > start:
-        _add(index, [e async for e in store.aiter_history(thread_id, start=start, end=count)])
+        items = await store.aget_history_items(thread_id, start=start, end=count)
+        with _bulk(count - start):
+            _add(index, items)
     keep = filters.matcher(index) if filters else None
     semantic: list[str] = []
     if store.index_config and query:

@@ -517,17 +517,27 @@ class OffloadStore(BaseStore):
         meta = yield [GetOp(self.namespace(thread_id, META), kind, False)]
         return (yield from self._next_seq_plan(thread_id, kind, meta[0]))
 
-    def _range_plan(self, ns: tuple[str, ...], start: int, end: int) -> _Plan[list[Item]]:
-        """Items with ``start <= seq < end``, sorted by seq (never by backend order)."""
+    def _range_plan(
+        self, ns: tuple[str, ...], start: int, end: int, whole: bool = False
+    ) -> _Plan[list[Item]]:
+        """Items with ``start <= seq < end``, sorted by seq (never by backend order).
+
+        ``whole``: the range is (about) the whole namespace, so it is read without a
+        filter and cut here (a backend's filter costs more than the cut when every item
+        matches, e.g. ``InMemoryStore`` compares each item's ``seq_key`` in Python)."""
         if end <= start:
             return []
         # seqs are unique, so at most end - start items match; a full page means
-        # duplicated seqs (concurrent writers): ask again for more.
+        # duplicated seqs (concurrent writers), or items past ``end`` in an unfiltered
+        # read: ask again for more.
         limit = end - start + 1
+        where = None if whole else _seq_range(start, end)
         while True:
-            found = yield [SearchOp(ns, _seq_range(start, end), limit, 0, None, False)]
+            found = yield [SearchOp(ns, where, limit, 0, None, False)]
             items = found[0]
             if len(items) < limit:
+                if whole:
+                    items = [it for it in items if start <= int(it.value["seq"]) < end]
                 return _sorted_items(items)
             limit *= 2
 
@@ -613,6 +623,12 @@ class OffloadStore(BaseStore):
         items = yield from self._range_plan(self.namespace(thread_id, HISTORY), start, end)
         return [self._entry(item) for item in items]
 
+    def _history_items_plan(self, thread_id: str, start: int, end: int) -> _Plan[list[Item]]:
+        if start < 0 or end < 0:
+            raise ValueError(f"history range must be non-negative, got start={start}, end={end}")
+        ns = self.namespace(thread_id, HISTORY)
+        return (yield from self._range_plan(ns, start, end, whole=start == 0))
+
     def _history_message_plan(self, thread_id: str, message_id: str) -> _Plan[HistoryEntry | None]:
         found = yield [GetOp(self.namespace(thread_id, HISTORY), str(message_id), False)]
         item = found[0]
@@ -665,6 +681,21 @@ class OffloadStore(BaseStore):
     async def aget_history_message(self, thread_id: str, message_id: str) -> HistoryEntry | None:
         """Async twin of :meth:`get_history_message`."""
         return await self._arun(self._history_message_plan(thread_id, message_id))
+
+    def get_history_items(self, thread_id: str, *, start: int, end: int) -> list[Item]:
+        """The stored items of the history entries with ``start <= seq < end``, by seq, as
+        the backend returns them: ``value`` holds ``seq``, ``ts``, ``type``, ``text`` (the
+        message's searchable text) and ``message`` (LangChain's message dict, its values
+        JSON-encoded, see :func:`revive`).
+
+        For readers that need a few fields of many messages (the search index) without
+        building message objects. With ``start=0`` the namespace is read whole and cut
+        to the range, so pass the thread's :meth:`history_count` as ``end`` there."""
+        return self._run(self._history_items_plan(thread_id, start, end))
+
+    async def aget_history_items(self, thread_id: str, *, start: int, end: int) -> list[Item]:
+        """Async twin of :meth:`get_history_items`."""
+        return await self._arun(self._history_items_plan(thread_id, start, end))
 
     def history_count(self, thread_id: str) -> int:
         """Number of messages appended to the thread's history (read from the counter)."""

@@ -2,18 +2,32 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import gc
 import uuid
+from collections import Counter
 
 import pytest
 from conftest import open_sqlite
-from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.messages import (
+    AIMessage,
+    AIMessageChunk,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
 from langgraph.store.memory import InMemoryStore
 
+from langchain_autocontext import search as search_module
 from langchain_autocontext.search import (
     BM25Index,
     SearchFilter,
+    _asks_about,
+    _doc_of_item,
+    _doc_of_message,
     asearch_history,
     format_hits,
+    query_terms,
     search_history,
     tokenize,
 )
@@ -224,7 +238,11 @@ def test_an_answer_is_found_by_the_question_it_answers() -> None:
         ],
     )
     ids = [h.id for h in search_history(store, "t", "city moved March", 2)]
-    assert set(ids) == {"q", "a"} and ids[0] == "q"  # the words' own message first
+    assert ids == ["a", "q"]  # the reply first, then the question it answers
+    index = BM25Index()
+    index.add("q", "Which city did you move to in March?")
+    index.add("a", "Lisbon, and I love it.", context=Counter(tokenize("city move March")))
+    assert [k for k, _ in index.search("city moved March", 2)] == ["q", "a"]  # own words first
 
 
 def test_the_phrase_rule_respects_word_boundaries() -> None:
@@ -525,3 +543,175 @@ def test_the_search_language_merges_that_languages_word_forms() -> None:
         search_history(store, "de", "Haus", language="klingon")
     with pytest.raises(InvalidConfigError, match="search_language"):
         AutoContextConfig(search_language="klingon")
+
+
+# --- issue 14: the reply to a question, query analysis, indexing from the stored dicts --------
+def _qa_chat() -> list:
+    return [
+        HumanMessage("Wow, that's awesome! What pet do you have?", id="q"),
+        AIMessage("We've got a pup and a kitty, Luna and Oliver.", id="a"),
+        HumanMessage("My cat sleeps all day.", id="same0"),
+        HumanMessage("Anyway, which pet food is best?", id="q2"),
+        HumanMessage("Dry food, I think.", id="same1"),  # the same speaker: not a reply
+        AIMessage("I adopted a pet turtle. How are you?", id="t"),
+        HumanMessage("Fine, busy week at work.", id="t-next"),
+        *[AIMessage(f"small talk {k}", id=f"s{k}") for k in range(6)],
+    ]
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+async def test_a_question_hit_brings_its_reply_just_before_it(use_async: bool) -> None:
+    store = OffloadStore(InMemoryStore())
+    store.append_history("t", _qa_chat())
+
+    async def ids(query: str, limit: int = 10, **kw) -> list[str]:
+        run = asearch_history if use_async else search_history
+        found = run(store, "t", query, limit, **kw)
+        return [h.id for h in (await found if use_async else found)]
+
+    found = await ids("Which pet do they have?")
+    # "q" asks about pets: its reply (by the other speaker) comes first, at its score
+    assert found.index("a") == found.index("q") - 1
+    # the next message is found by its neighbour's words (half weight), but not brought
+    # before it: "same1" is by the asker of "q2"; "t" asks "How are you?", not about pets
+    assert found.index("q2") < found.index("same1")
+    assert found.index("t") < found.index("t-next")
+    hits = search_history(store, "t", "What pet do you have?", 3)
+    assert [h.id for h in hits][:2] == ["q", "a"]  # the whole query: that message first
+    assert hits[0].score == hits[1].score
+    # a filter applies to the reply too
+    assert "a" not in await ids("pet", speaker="user")
+    # questions are found in linear time, in every script (a backtracking pattern took
+    # minutes on one long line without a sentence end)
+    assert _asks_about("b" * 60_000 + " which pet?", {"pet"}, "english")
+    assert not _asks_about("Is it? " + "b" * 60_000 + " pet", {"pet"}, "english")
+    assert _asks_about("可爱！你有宠物吗？", set(tokenize("宠物")), "english")
+
+
+def test_query_analysis_drops_clitics_and_verbs_of_saying() -> None:
+    assert tokenize("Caroline's friend didn't say, we've been") == ["carolin", "friend", "say"]
+    assert query_terms("What did Melanie say about running?") == ["melani", "run"]
+    assert query_terms("Who said it?") == ["said"]  # nothing else: the verb stays
+    assert query_terms("Was sagen?", "german") == ["was", "sag"]  # English only
+    store = OffloadStore(InMemoryStore())
+    store.append_history(
+        "t",
+        [
+            HumanMessage("She said hello and talked a lot about nothing", id="said"),
+            HumanMessage("Running has been great for my headspace", id="run"),
+        ],
+    )
+    assert [h.id for h in search_history(store, "t", "What did she say about running?", 2)] == [
+        "run"
+    ]
+
+
+def _varied_messages() -> list:
+    return [
+        HumanMessage("hi", id="h", name=" Caroline ", additional_kwargs={"timestamp": 1.7e9}),
+        AIMessage(
+            [{"type": "text", "text": "looking"}, {"type": "image_url", "image_url": {}}],
+            id="ai",
+            name="Melanie",
+            response_metadata={"created_at": dt.datetime(2023, 5, 8, 14, 3, tzinfo=dt.UTC)},
+            tool_calls=[{"name": "lookup", "args": {"q": "x"}, "id": "c1"}],
+        ),
+        ToolMessage("found", tool_call_id="c1", name="lookup", id="tool"),
+        AIMessage("", id="copy", tool_calls=[{"name": "search_history", "args": {}, "id": "c2"}]),
+        ToolMessage("1 result", tool_call_id="c2", name="search_history", id="copy-result"),
+        AIMessageChunk("partial", id="chunk", additional_kwargs={"timestamp": "2023-05-08"}),
+        SystemMessage("be brief", id="sys"),
+    ]
+
+
+def test_the_index_reads_the_stored_dicts_as_it_would_the_messages(tmp_path) -> None:
+    """The first search indexes the stored items without building LangChain messages: each
+    field it keeps (text, role, name, tool, copy, time) is what the message gives."""
+    backend = open_sqlite(tmp_path / "h.db")
+    try:
+        for store in (OffloadStore(InMemoryStore()), OffloadStore(backend)):
+            msgs = _varied_messages()
+            store.append_history("t", msgs)
+            items = store.get_history_items("t", start=0, end=store.history_count("t"))
+            assert [it.key for it in items] == [m.id for m in msgs]
+            for item, entry in zip(items, store.get_history("t"), strict=True):
+                assert _doc_of_item(item.value) == _doc_of_message(entry.message)
+            # an item written without the fields read (an older layout) is read whole
+            legacy = {k: v for k, v in items[0].value.items() if k != "text"}
+            assert _doc_of_item(legacy) == _doc_of_message(msgs[0])
+            docs = {it.key: _doc_of_item(it.value) for it in items}
+            assert docs["copy"].copy and docs["copy-result"].copy and not docs["ai"].copy
+            assert docs["ai"].time is not None and docs["chunk"].role == "assistant"
+    finally:
+        backend.conn.close()
+
+
+async def test_history_items_cut_the_whole_read_to_the_range() -> None:
+    store = OffloadStore(InMemoryStore())
+    store.append_history("t", [HumanMessage(f"m{k}", id=f"m{k}") for k in range(8)])
+    assert [it.key for it in store.get_history_items("t", start=0, end=5)] == [
+        f"m{k}" for k in range(5)
+    ]
+    assert [it.key for it in store.get_history_items("t", start=3, end=6)] == ["m3", "m4", "m5"]
+    assert [it.key for it in await store.aget_history_items("t", start=0, end=8)] == [
+        f"m{k}" for k in range(8)
+    ]
+    assert store.get_history_items("t", start=4, end=4) == []
+    with pytest.raises(ValueError, match="non-negative"):
+        store.get_history_items("t", start=-1, end=3)
+
+
+def test_a_bulk_load_pauses_the_collector_and_restores_it(monkeypatch) -> None:
+    monkeypatch.setattr("langchain_autocontext.search.BULK", 10)
+    store = OffloadStore(InMemoryStore())
+    store.append_history("t", [HumanMessage(f"note {k}", id=f"n{k}") for k in range(20)])
+    seen: list[bool] = []
+    real = search_module._add
+
+    def spy(index, items) -> None:
+        seen.append(gc.isenabled())
+        real(index, items)
+
+    monkeypatch.setattr(search_module, "_add", spy)
+    assert gc.isenabled()
+    assert search_history(store, "t", "note 3", 1)[0].id == "n3"
+    assert seen == [False] and gc.isenabled()  # paused for the 20, then restored
+    store.append_history("t", [HumanMessage("note x", id="nx")])
+    search_history(store, "t", "note x", 1)
+    assert seen == [False, True]  # one new message: no pause
+    gc.disable()
+    try:
+        store.append_history("t", [HumanMessage(f"more {k}", id=f"o{k}") for k in range(20)])
+        search_history(store, "t", "more", 1)
+        assert not gc.isenabled()  # a collector the caller turned off stays off
+    finally:
+        gc.enable()
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+async def test_a_query_naming_a_speaker_prefers_that_speakers_messages(use_async: bool) -> None:
+    store = OffloadStore(InMemoryStore())
+    store.append_history(
+        "t",
+        [
+            HumanMessage("Nate, your turtles are so cute and green!", id="c", name="Joanna"),
+            AIMessage("My turtles are three years old.", id="n", name="Nate"),
+            HumanMessage("Turtles turtles turtles, I dream of turtles!", id="c2", name="Joanna"),
+            AIMessage("Nothing new here", id="x", name="agent_2"),
+        ],
+    )
+
+    async def ids(query: str) -> list[str]:
+        run = asearch_history if use_async else search_history
+        found = run(store, "t", query, 5)
+        return [h.id for h in (await found if use_async else found)]
+
+    plain = await ids("turtles")
+    assert plain[0] == "c2"  # the most turtles
+    named = await ids("How long has Nate had his turtles?")
+    assert named[0] == "n" and set(named) >= {"c", "c2"}  # a preference, not a filter
+    assert (await ids("Joanna's turtles"))[:2] == ["c2", "c"]
+    index = search_module._CACHE.get(store, "t")
+    assert index.named("what did nate say") == {"Nate"}
+    assert index.named("turtles 2") == set()  # the number in "agent_2" names nobody
+    assert index.named("agent turtles") == {"agent_2"}
