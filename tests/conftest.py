@@ -191,3 +191,19 @@ def build(request: pytest.FixtureRequest) -> Any:
         "graph": self_managed_graph,
         "create_agent": self_managed_create_agent,
     }[request.param]
+
+
+@pytest.fixture
+def seeded_uuids(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
+    """Call to (re)start one fixed uuid4 sequence. Offload ids are shown in the context
+    and a uuid's token count varies, so two runs meant to be identical (sync against
+    async, a replay against its --append) can differ by a few tokens at a compression
+    boundary with random ids."""
+
+    def restart(seed: int = 7) -> None:
+        import random
+
+        rng = random.Random(seed)
+        monkeypatch.setattr(uuid, "uuid4", lambda: uuid.UUID(int=rng.getrandbits(128), version=4))
+
+    return restart

@@ -226,7 +226,7 @@ def test_sqlite_store_keeps_history(
 
 
 def test_sqlite_store_used_twice_is_refused_unless_append(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path, small: Path
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, small: Path, seeded_uuids: Any
 ) -> None:
     pytest.importorskip("langgraph.store.sqlite", reason="needs langgraph-checkpoint-sqlite")
     from tests.conftest import open_sqlite
@@ -234,7 +234,7 @@ def test_sqlite_store_used_twice_is_refused_unless_append(
     db = tmp_path / "replay.db"
     argv = [str(small), "--store", str(db), "--budget", "4000", "--no-plot", "--no-progress"]
 
-    def counts() -> tuple[int, int, int]:
+    def counts(db: Path = db) -> tuple[int, int, int]:
         backend = open_sqlite(db)
         try:
             store = OffloadStore(backend)
@@ -243,6 +243,7 @@ def test_sqlite_store_used_twice_is_refused_unless_append(
         finally:
             backend.conn.close()
 
+    seeded_uuids()
     code, _, err = run_cli(capsys, *argv)
     assert code == 0, err
     first = counts()
@@ -255,11 +256,20 @@ def test_sqlite_store_used_twice_is_refused_unless_append(
     # Another prefix is another namespace: nothing of it is in the file yet.
     code, _, err = run_cli(capsys, *argv, "--store-prefix", "other")
     assert code == 0, err
+    # What a second replay writes, learned from the same ids into a fresh file (a uuid's
+    # token count varies, so other ids could compress at another boundary).
+    fresh = tmp_path / "fresh.db"
+    seeded_uuids(11)
+    code, _, err = run_cli(capsys, str(small), "--store", str(fresh), *argv[3:])
+    assert code == 0, err
+    second = counts(fresh)
+    seeded_uuids(11)
     code, _, err = run_cli(capsys, *argv, "--append")
     assert code == 0, err
     history, events, offloads = counts()
     assert history == first[0]  # one history entry per message id
-    assert events == 2 * first[1] and offloads == 2 * first[2]  # what --append asks for
+    # what --append asks for: the second replay's events and offloads beside the first's
+    assert events == first[1] + second[1] and offloads == first[2] + second[2]
 
 
 @pytest.mark.parametrize(

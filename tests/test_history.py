@@ -246,23 +246,13 @@ def test_runnable_reuses_its_last_result_and_ids() -> None:
     assert store.history_count("r") == history + 2  # only the edited message is new
 
 
-async def test_runnable_async_matches_sync_and_threads_are_apart(monkeypatch) -> None:
-    import random
-    import uuid
-
-    def seeded_ids() -> None:
-        """The same id sequence for both runs: offload ids are shown in the context, and
-        a uuid's token count varies, so random ids would let the two runs differ by a
-        few tokens at a compression boundary."""
-        rng = random.Random(7)
-        monkeypatch.setattr(uuid, "uuid4", lambda: uuid.UUID(int=rng.getrandbits(128), version=4))
-
+async def test_runnable_async_matches_sync_and_threads_are_apart(seeded_uuids) -> None:
     ac = make_ac()
     run = ac.as_runnable()
     convo = conversation(8)
-    seeded_ids()
+    seeded_uuids()
     sync_out = run.invoke(convo, {"configurable": {"thread_id": "x"}})
-    seeded_ids()
+    seeded_uuids()
     async_out = await run.ainvoke(convo, {"configurable": {"thread_id": "y"}})
     assert [m.type for m in sync_out] == [m.type for m in async_out]
     store = OffloadStore.wrap(ac.store)
