@@ -998,8 +998,8 @@ CHAT_SYSTEMS = ("langmem", "middleware", "ours", "ours-lean")
 
 def locomo_chats(path: Path) -> list[tuple[Trajectory, dict[str, str], list[dict[str, Any]]]]:
     """Each LoCoMo conversation as a chat: the first speaker's turns are user messages,
-    the second speaker's assistant messages, each ``"Name (session date): text"`` (what a
-    chat app that stores both sides would keep); with the text of each ``dia_id`` and
+    the second speaker's assistant messages, each ``"Name (session date): text"`` with the
+    speaker as the message name (what a chat app that stores both sides would keep); with the text of each ``dia_id`` and
     the questions of categories 1-4."""
     from langchain_core.messages import HumanMessage
 
@@ -1018,7 +1018,11 @@ def locomo_chats(path: Path) -> list[tuple[Trajectory, dict[str, str], list[dict
                 text = f"{turn['speaker']} ({date}): {turn['text']}"
                 texts[turn["dia_id"]] = text
                 cls = HumanMessage if turn["speaker"] == first else AIMessage
-                msgs.append(cls(text, id=f"{conv['sample_id']}-{turn['dia_id']}"))
+                # the speaker as the message's name too, as LangChain records who spoke
+                # (benchmarks/search_recall.py archives the turns the same way)
+                msgs.append(
+                    cls(text, id=f"{conv['sample_id']}-{turn['dia_id']}", name=turn["speaker"])
+                )
             k += 1
         qa = [q for q in conv["qa"] if q.get("category") in (1, 2, 3, 4) and q.get("evidence")]
         out.append((Trajectory(str(conv["sample_id"]), msgs), texts, qa))
