@@ -158,28 +158,7 @@ class ContextEngine:
     """Keeps an agent's context under budget: the engine under
     :class:`~langchain_autocontext.AutoContext` (use that one; it adds the surfaces).
 
-    Args:
-        config: budgets and behaviour (defaults: :class:`AutoContextConfig`).
-        summarizer: ``None``/``"offline"`` for the deterministic offline summarizer,
-            any LangChain chat model, a ``"provider:model"`` string, or a
-            :class:`~langchain_autocontext.summarizers.Summarizer`.
-        store: where originals, offloads and events live. Any LangGraph
-            ``BaseStore`` (wrapped in an :class:`OffloadStore`); ``None`` uses the
-            graph's store when run inside a graph compiled with one, else an
-            in-memory store owned by this object.
-        token_counter: an encoding name, a model name, a callable, a chat model or
-            a :class:`TokenCounter` (default: tiktoken ``cl100k_base``).
-        tools: the agent's tools, so their schemas are counted in the budget.
-        system_prompt: a system prompt your agent adds *after* this package runs
-            (``create_react_agent(prompt=…)``), counted in the budget.
-        strategies: replace the default seven strategies (advanced).
-        trigger: LangChain's form of the trigger, ``("tokens", n)``, ``("fraction", x)``
-            or ``("messages", n)`` (or a list of a token and a message form); sets
-            ``token_ratio``/``msg_threshold``.
-        keep: what compression keeps, ``("tokens", n)`` or ``("fraction", x)``; sets
-            ``target_ratio``.
-        model: a chat model whose ``profile["max_input_tokens"]`` gives the budget when
-            ``max_tokens`` is not given (the window less room for the reply).
+    Its arguments are :class:`~langchain_autocontext.AutoContext`'s, documented there.
     """
 
     def __init__(
