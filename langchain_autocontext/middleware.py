@@ -25,6 +25,10 @@ cannot see it. The middleware learns the system message and the tool schemas of
 each model request and remembers them per thread in the store (one small item,
 written when they change), so the budget counts them from the first call after a
 restart too; ``AutoContext(system_prompt=…)`` overrides what is learned.
+
+Over 600 lines because each hook comes in a sync and an async twin over shared helpers,
+and the request bookkeeping (learned system prompt, tools, response format, overflow
+retry) belongs to the one surface that sees the model request.
 """
 
 from __future__ import annotations

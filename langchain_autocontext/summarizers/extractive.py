@@ -4,6 +4,10 @@ It keeps what an agent needs to carry on -- tool names with their exact argument
 error lines, ids, paths and URLs, the first and last lines of long outputs -- within
 the request's token cap, and says what it cut. The default summarizer of the
 package, and the fallback of :class:`~langchain_autocontext.summarizers.llm.LLMSummarizer`.
+
+Over 600 lines because the extraction rules (what of a tool call, an error, an output
+is worth keeping) and the cap that trims their result are one summary read together;
+split, each half would only make sense beside the other.
 """
 
 from __future__ import annotations
