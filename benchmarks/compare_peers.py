@@ -32,6 +32,7 @@ Prints one markdown table per data set and writes ``compare_peers.md`` and
 from __future__ import annotations
 
 import argparse
+import ast
 import builtins
 import json
 import keyword
@@ -76,6 +77,10 @@ LABELS = {
     "ours-lean": "autocontext (no tools, no tags)",
 }
 BUDGETS = (8_000, 16_000, 32_000)
+#: Set from --ours-config / --ours-order: a variant of this package's systems to compare
+#: (config fields, and the strategy order by the design's numbers, e.g. "2314567").
+OURS_CONFIG: dict[str, Any] = {}
+OURS_ORDER: str | None = None
 #: The package's default ratios, applied to the peers' knobs too.
 TRIGGER_RATIO = 0.75
 KEEP_RATIO = 0.5
@@ -506,10 +511,11 @@ class OursRunner(Runner):
     def start(self, system: SystemMessage | None) -> None:
         self.store = OffloadStore(InMemoryStore())
         self.ac = AutoContext(
-            AutoContextConfig(max_tokens=self.budget, **self.config_overrides),
+            AutoContextConfig(max_tokens=self.budget, **{**OURS_CONFIG, **self.config_overrides}),
             summarizer=self.summarizer,
             store=self.store,
             token_counter=self.counter,
+            strategies=strategies_in_order(OURS_ORDER) if OURS_ORDER else None,
         )
         self.working: list[BaseMessage] = []
         self.ac_state: dict[str, Any] | None = None
@@ -566,6 +572,32 @@ class OursRunner(Runner):
                     reached |= {i for i in rec.message_ids if i}
                     frontier.extend(text_of(m) for m in rec.messages)
         return reached
+
+
+def strategies_in_order(order: str) -> list[Any]:
+    """The seven strategies in ``order``, named by the design's numbers (``"2346157"`` is
+    the default order, ``"2314567"`` AgentScope's with the offloads first)."""
+    from langchain_autocontext.strategies import (
+        CurrentRoundCompression,
+        CurrentRoundLargeMessages,
+        FifoEviction,
+        LargeMessageOffload,
+        RoundSummary,
+        ToolRunCompression,
+    )
+
+    by_number = {
+        "1": ToolRunCompression,
+        "2": lambda: LargeMessageOffload(keep_last=True),
+        "3": lambda: LargeMessageOffload(keep_last=False),
+        "4": RoundSummary,
+        "5": CurrentRoundLargeMessages,
+        "6": CurrentRoundCompression,
+        "7": FifoEviction,
+    }
+    if sorted(order) != sorted(by_number):
+        raise ValueError(f"--ours-order {order!r}: each of 1-7 once, e.g. 2346157")
+    return [by_number[k]() for k in order]
 
 
 def make_runner(
@@ -1111,7 +1143,25 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help=f"also the long-chat benchmark on {LOCOMO} (4k and 8k budgets)",
     )
+    ap.add_argument(
+        "--ours-config",
+        default="",
+        help="config fields for this package's systems, e.g. keep_ratio=0.5,target_ratio=0.4",
+    )
+    ap.add_argument(
+        "--ours-order",
+        default=None,
+        help="strategy order for this package's systems by the design's numbers, e.g. 2314567",
+    )
     args = ap.parse_args(argv)
+    global OURS_ORDER
+    OURS_CONFIG.update(
+        (k.strip(), ast.literal_eval(v.strip()))
+        for k, v in (item.split("=", 1) for item in args.ours_config.split(",") if item.strip())
+    )
+    if args.ours_order:
+        strategies_in_order(args.ours_order)  # a bad order fails before the long run
+        OURS_ORDER = args.ours_order
     budgets = [int(b) for b in args.budgets.split(",") if b]
     systems = []
     for s in (s.strip() for s in args.systems.split(",") if s.strip()):
