@@ -146,6 +146,49 @@ def test_support_counts_only_original_text_still_sent(cp: ModuleType) -> None:
     assert "QueryBuilder" in cp.original_text(msgs[3])
 
 
+def test_compare_runs_a_variant_of_this_package(
+    cp: ModuleType, tmp_path: Path, capsys, monkeypatch
+) -> None:
+    """--ours-order and --ours-config reach the engine: AgentScope's order is a different
+    list of strategies than the default one, and a bad order stops before the run."""
+    _data(MINI)
+    monkeypatch.setattr(cp, "OURS_CONFIG", {})
+    monkeypatch.setattr(cp, "OURS_ORDER", None)
+    assert [s.name for s in cp.strategies_in_order("2314567")] == [
+        "offload_history",
+        "offload_all",
+        "tool_run",
+        "round",
+        "current_large",
+        "current_round",
+        "fifo",
+    ]
+    with pytest.raises(ValueError, match="each of 1-7 once"):
+        cp.main(["--ours-order", "231456", "--limit", "1"])
+    args = ["--limit", "1", "--budgets", "8000", "--systems", "ours", "--no-plot"]
+    code = cp.main(
+        [
+            *args,
+            "--files",
+            MINI.name,
+            "--out",
+            str(tmp_path),
+            "--ours-order",
+            "2314567",
+            "--ours-config",
+            "keep_ratio=0.4",
+        ]
+    )
+    assert code == 0
+    assert cp.OURS_ORDER == "2314567" and cp.OURS_CONFIG == {"keep_ratio": 0.4}
+    runner = cp.make_runner("ours", 8000, None, None)
+    runner.counter = cp.default_counter()
+    runner.summarizer = cp.CountingSummarizer(counter=runner.counter)
+    runner.start(None)
+    assert runner.ac.config.keep_ratio == 0.4
+    assert [s.name for s in runner.ac.strategies][2] == "tool_run"
+
+
 def test_compare_rejects_unknown_system(cp: ModuleType) -> None:
     with pytest.raises(SystemExit):
         cp.main(["--systems", "nope"])
