@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import json
 import sys
 from pathlib import Path
 
@@ -64,6 +65,35 @@ def composition(system: str, budget: int, limit: int, data: Path) -> tuple[dict,
     return {k: round(v / max(calls, 1)) for k, v in parts.most_common()}, dict(cache)
 
 
+def fact_sources(limit: int | None, data: Path) -> dict[str, float]:
+    """Where the facts a next action reuses were last seen (no system involved): the share
+    of those facts by the kind of message, beside the share of the tokens each kind holds,
+    and for assistant messages the share found in their tool-call arguments."""
+    trajectories = cp.load_trajectories(data, limit=limit)
+    counter = cp.default_counter()
+    common = cp.frequent_tokens(trajectories)
+    facts: collections.Counter[str] = collections.Counter()
+    tokens: collections.Counter[str] = collections.Counter()
+    in_args = 0
+    for t in trajectories:
+        tracker = cp.FactTracker(t.messages, common, counter)
+        for point in cp._call_points(t.messages):
+            for fact in tracker.needed(point):
+                source = t.messages[tracker.last_seen[fact]]
+                facts[source.type] += 1
+                if source.type == "ai" and any(
+                    fact in json.dumps(tc["args"], ensure_ascii=False) for tc in source.tool_calls
+                ):
+                    in_args += 1
+        for m, n in zip(t.messages, tracker.tokens, strict=True):
+            tokens[m.type] += n
+    n_facts, n_tokens = sum(facts.values()), sum(tokens.values())
+    out = {f"facts last seen in {k} messages": v / n_facts for k, v in facts.most_common()}
+    out |= {f"tokens in {k} messages": v / n_tokens for k, v in tokens.most_common()}
+    out["of the assistant's, in its tool-call arguments"] = in_args / max(facts["ai"], 1)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -76,6 +106,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.data.is_file():
         print(f"no data: {args.data} is absent", file=sys.stderr)
         return 1
+    print(f"where the facts a next action reuses were last seen ({args.data.name}):")
+    for key, share in fact_sources(args.limit, args.data).items():
+        print(f"  {key:48s} {share:6.1%}")
     for system in args.systems.split(","):
         parts, cache = composition(system, args.budget, args.limit, args.data)
         print(f"\n{system} at {args.budget:,}, average tokens per over-budget call:")
