@@ -64,9 +64,9 @@ def default_strategies() -> list[Strategy]:
     the current round's large messages (5), come after them: what an agent reuses
     next is mostly what it did last (on the coding runs of ``../shared/data``, 68%
     of the facts a next action reuses were last seen in the agent's own messages,
-    which hold 49% of the tokens: ``benchmarks/composition.py``), so a whole run of tool calls in the middle of the history, or a
-    large recent message, is summarized only when evicting older work cannot reach
-    the target. FIFO eviction (7) closes. Every strategy leaves the protected tail
+    which hold 49% of the tokens: ``benchmarks/composition.py``), so a whole run of
+    tool calls in the middle of the history, or a large recent message, is
+    summarized only when evicting older work cannot reach the target. FIFO eviction (7) closes. Every strategy leaves the protected tail
     alone, works oldest first and stops at the target.
     """
     return [
@@ -221,14 +221,22 @@ def run_pipeline(
     def count(msgs: Sequence[BaseMessage]) -> int:
         return counter.count(msgs, tools, tags=tags)
 
-    def tag_costs(msgs: Sequence[BaseMessage]) -> list[int]:
+    measured: list[Any] = [None, []]  # the message list last measured, its tag costs
+
+    def tag_costs(msgs: list[BaseMessage]) -> list[int]:
         """What each message's tag adds as sent (strategies count what they free as
-        sent: evicting twenty tagged messages frees twenty tags too)."""
+        sent: evicting twenty tagged messages frees twenty tags too). Measured once per
+        message list: a pass that plans nothing leaves the list as it was."""
         if not tags:
             return []
-        fmt = tags if isinstance(tags, str) else "seed"
-        rendered = view_counts(msgs, counter, tools=tools, fmt=fmt).counts
-        return [r - counter.count_message(m) for r, m in zip(rendered, msgs, strict=True)]
+        if measured[0] is not msgs:
+            fmt = tags if isinstance(tags, str) else "seed"
+            rendered = view_counts(msgs, counter, tools=tools, fmt=fmt).counts
+            measured[:] = [
+                msgs,
+                [r - counter.count_message(m) for r, m in zip(rendered, msgs, strict=True)],
+            ]
+        return measured[1]
 
     msgs = list(messages)
     _check_pins(msgs, config.model_copy(update={"max_tokens": configured}).pin_limit, counter)
