@@ -51,6 +51,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import (
     AIMessage,
     BaseMessage,
+    HumanMessage,
     SystemMessage,
     ToolMessage,
     convert_to_messages,
@@ -81,6 +82,9 @@ BUDGETS = (8_000, 16_000, 32_000)
 #: (config fields, and the strategy order by the design's numbers, e.g. "2314567").
 OURS_CONFIG: dict[str, Any] = {}
 OURS_ORDER: str | None = None
+#: Set from --task-stand-in: every system gets the task statement (the first user
+#: message) replaced by this line, so the support a kept task statement costs shows.
+TASK_STAND_IN: str | None = None
 #: The package's default ratios, applied to the peers' knobs too.
 TRIGGER_RATIO = 0.75
 KEEP_RATIO = 0.5
@@ -257,6 +261,8 @@ class FactTracker:
         self.facts = [raw_facts(message_text(m)) - common for m in messages]
         self.tokens = [counter.count_message(m) for m in messages]
         first_user = next((k for k, m in enumerate(messages) if m.type == "human"), None)
+        #: Index of the task statement (the first user message), if any.
+        self.first_user = first_user
         self.task = set().union(
             *(
                 self.facts[k]
@@ -363,6 +369,9 @@ class Runner:
         self.budget = budget
         self.counter = counter
         self.summarizer = summarizer
+        #: Compaction events so far, and those closed with a placeholder, not a summary.
+        self.compactions = 0
+        self.placeholders = 0
 
     def start(self, system: SystemMessage | None) -> None:
         """Called once per trajectory with its system message (if any)."""
@@ -441,8 +450,13 @@ class LangMemRunner(Runner):
             token_counter=self._count,
         )
         if result.running_summary is not None:
+            self.compactions += result.running_summary is not self.running
             self.running = result.running_summary
         return list(result.messages)
+
+
+#: What ``SummarizationMiddleware`` writes when it drops history without a summary.
+PLACEHOLDER = "Previous conversation was too long to summarize."
 
 
 class MiddlewareRunner(Runner):
@@ -481,6 +495,13 @@ class MiddlewareRunner(Runner):
             msgs = update["messages"]
             assert getattr(msgs[0], "id", None) == REMOVE_ALL_MESSAGES
             self.state = list(msgs[1:])
+            self.compactions += 1
+            # langchain writes this instead of calling the summary model when no user
+            # message falls in the last trim_tokens_to_summarize tokens of what it
+            # summarizes (langchain-ai/langchain#39261): the history is dropped unsummarized.
+            self.placeholders += any(
+                PLACEHOLDER in text_of(m) for m in self.state if m.type == "human"
+            )
         return ([self.system] if self.system is not None else []) + list(self.state)
 
 
@@ -529,6 +550,7 @@ class OursRunner(Runner):
             self.working, thread_id=self.thread, store=self.store, state=self.ac_state
         )
         self.working = list(result.messages)
+        self.compactions += bool(result.events)
         engaged = self.ac.engaged(self.working, self.ac_state)
         own = {t.name for t in self.ac.tools}
         self.tools_sent = [
@@ -654,6 +676,16 @@ class Row:
     count_checks: int = 0
     count_mismatches: int = 0
     support: Support = field(default_factory=Support)
+    #: Over-budget calls, and those whose sent context holds the task statement verbatim.
+    task_checks: int = 0
+    task_kept: int = 0
+    #: Compaction events, and those a peer closed with a placeholder instead of a summary.
+    compactions: int = 0
+    placeholders: int = 0
+
+    @property
+    def task_share(self) -> float | None:
+        return self.task_kept / self.task_checks if self.task_checks else None
 
     @property
     def effective(self) -> float:
@@ -697,6 +729,11 @@ class Row:
             "originals": self.originals,
             "recoverable": self.recoverable,
             "count_mismatches": self.count_mismatches,
+            "task_statement_kept_over_budget": (
+                None if self.task_share is None else round(self.task_share, 4)
+            ),
+            "compactions": self.compactions,
+            "placeholder_summaries": self.placeholders,
             "support": round(self.support.share, 4),
             "support_over_budget": round(self.support.over_share, 4),
             "needed_facts": self.support.needed,
@@ -730,10 +767,16 @@ def replay_one(
     """Replay one trajectory through ``runner``, adding its measurements to ``row``.
 
     ``common`` are the data set's boilerplate tokens (see :func:`frequent_tokens`),
-    never counted as facts the next action needs.
+    never counted as facts the next action needs. With :data:`TASK_STAND_IN` set, the
+    system is fed that line in place of the task statement (needed facts are still
+    those of the recorded trajectory, where task facts never count).
     """
-    msgs = trajectory.messages
-    facts = FactTracker(msgs, common, runner.counter)
+    facts = FactTracker(trajectory.messages, common, runner.counter)
+    msgs = list(trajectory.messages)
+    task = facts.first_user
+    if TASK_STAND_IN is not None and task is not None:
+        msgs[task] = HumanMessage(TASK_STAND_IN, id=msgs[task].id)
+    task_key = _content_key(msgs[task]) if task is not None else None
     system = msgs[0] if msgs and isinstance(msgs[0], SystemMessage) else None
     runner.start(system)
     calls_before = runner.summarizer.calls
@@ -769,9 +812,12 @@ def replay_one(
         previous = keys
         unmanaged = sum(facts.tokens[:point])  # what an unmanaged agent would send
         needed = facts.needed(point)
+        over = unmanaged > runner.budget
+        if over and task_key is not None:
+            row.task_checks += 1
+            row.task_kept += any(_content_key(m) == task_key for m in runner.context_messages(sent))
         if needed:
             text = "\n".join(original_text(m) for m in runner.context_messages(sent))
-            over = unmanaged > runner.budget
             for fact, distance in needed.items():
                 hit = fact in text
                 label = FactTracker.bucket(distance)
@@ -793,6 +839,8 @@ def replay_one(
         last = sent
     row.trajectories += 1
     row.summarizer_calls += runner.summarizer.calls - calls_before
+    row.compactions += runner.compactions
+    row.placeholders += runner.placeholders
     row.summarizer_input += runner.summarizer.input_tokens - input_before
     if last is None:
         return
@@ -860,17 +908,21 @@ def table(rows: Sequence[Row]) -> str:
 
 
 def distance_table(rows: Sequence[Row]) -> str:
-    """Support by how far back the needed fact was last seen."""
+    """Support by how far back the needed fact was last seen, and how often the task
+    statement (never a needed fact) was in the context on over-budget calls."""
     labels = [label for _, _, label in DISTANCES]
     lines = [
-        "| system | budget | " + " | ".join(f"last seen {lb} back" for lb in labels) + " |",
-        "|---|---:|" + "---:|" * len(labels),
+        "| system | budget | "
+        + " | ".join(f"last seen {lb} back" for lb in labels)
+        + " | task statement in context |",
+        "|---|---:|" + "---:|" * (len(labels) + 1),
     ]
     for r in rows:
         cells = []
         for lb in labels:
             share = r.support.distance_share(lb)
             cells.append("–" if share is None else f"{share:.0%} ({r.support.by_distance[lb]:,})")
+        cells.append("–" if r.task_share is None else f"{r.task_share:.0%}")
         lines.append(f"| {r.system} | {r.budget // 1000}k | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -879,6 +931,13 @@ def notes(rows: Sequence[Row]) -> list[str]:
     """Facts a reader of the table needs: violation kinds, count checks, targets at 16k."""
     out = []
     for r in rows:
+        if r.placeholders:
+            out.append(
+                f"- {r.system} at {r.budget // 1000}k: {r.placeholders} of {r.compactions} "
+                "compactions dropped the history with langchain's placeholder summary "
+                f"({PLACEHOLDER!r}: the summary model is not called when no user message falls "
+                "in the last trim_tokens_to_summarize tokens; langchain-ai/langchain#39261)"
+            )
         if r.violation_kinds:
             kinds = ", ".join(f"{k}: {v}" for k, v in r.violation_kinds.most_common())
             out.append(f"- {r.system} at {r.budget // 1000}k: invalid sequences are {kinds}")
@@ -1149,12 +1208,20 @@ def main(argv: list[str] | None = None) -> int:
         help="config fields for this package's systems, e.g. keep_ratio=0.5,target_ratio=0.4",
     )
     ap.add_argument(
+        "--task-stand-in",
+        action="store_true",
+        help="an ablation: every system gets a one-line stand-in for the task statement "
+        "(the first user message), to show the support that keeping it costs",
+    )
+    ap.add_argument(
         "--ours-order",
         default=None,
         help="strategy order for this package's systems by the design's numbers, e.g. 2314567",
     )
     args = ap.parse_args(argv)
-    global OURS_ORDER
+    global OURS_ORDER, TASK_STAND_IN
+    if args.task_stand_in:
+        TASK_STAND_IN = "Fix the issue in the task statement given earlier."
     OURS_CONFIG.update(
         (k.strip(), ast.literal_eval(v.strip()))
         for k, v in (item.split("=", 1) for item in args.ours_config.split(",") if item.strip())
@@ -1177,6 +1244,11 @@ def main(argv: list[str] | None = None) -> int:
         "Same fake 150-word summarizer and the same exact counter (tiktoken cl100k_base) for "
         "every system; effective cost = uncached input + 0.1 x cached prefix + summarizer input.",
     ]
+    if TASK_STAND_IN is not None:
+        report.append(
+            f"Ablation (--task-stand-in): every system was given {TASK_STAND_IN!r} in place of "
+            "the task statement."
+        )
     for name in (f.strip() for f in args.files.split(",") if f.strip()):
         path = args.data / name
         if not path.is_file():
@@ -1196,7 +1268,9 @@ def main(argv: list[str] | None = None) -> int:
             f"\n### {name} ({n_traj} trajectories, {n_calls:,} model calls)\n",
             table(rows),
             "",
-            "Next-action support by how far back the needed fact was last seen:\n",
+            "Next-action support by how far back the needed fact was last seen, and the share "
+            "of over-budget calls whose context holds the task statement (the first user "
+            "message; its facts never count as needed):\n",
             distance_table(rows),
             "",
             *notes(rows),

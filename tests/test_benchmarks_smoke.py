@@ -89,6 +89,32 @@ def test_compare_one_trajectory(cp: ModuleType, system: str) -> None:
         assert row.recoverable_share < 1.0
 
 
+def test_task_statement_presence_and_the_stand_in_ablation(
+    cp: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The package keeps the task statement (the latest user message) on every
+    over-budget call; with --task-stand-in every system gets a one-line stand-in instead,
+    and the needed facts stay those of the recorded run."""
+    (kept,) = cp.run(_data(MINI), ["ours-lean"], [8_000], limit=1)
+    assert kept.task_checks > 0 and kept.task_kept == kept.task_checks
+    assert kept.compactions > 0 and kept.placeholders == 0
+    monkeypatch.setattr(cp, "TASK_STAND_IN", "Fix the issue in the task statement.")
+    (stand_in,) = cp.run(_data(MINI), ["ours-lean"], [8_000], limit=1)
+    assert stand_in.support.needed == kept.support.needed  # same facts to find
+    assert stand_in.task_kept == stand_in.task_checks  # the stand-in is kept instead
+    assert stand_in.sent < kept.sent  # a much shorter first user message
+
+
+def test_middleware_placeholder_summaries_are_counted(cp: ModuleType) -> None:
+    """When no user message falls in the middleware's trim window it writes langchain's
+    placeholder instead of calling the summary model (langchain#39261); the runner
+    counts those compactions."""
+    (row,) = cp.run(_data(MINI), ["middleware"], [16_000], limit=1)
+    assert row.compactions > 0
+    assert 0 < row.placeholders <= row.compactions
+    assert row.task_share is not None and row.task_share < 1.0  # summarized away
+
+
 def test_compare_langmem(cp: ModuleType) -> None:
     pytest.importorskip(
         "langmem", reason="LangMem is a benchmark-only peer: pip install -e '.[bench]'"
