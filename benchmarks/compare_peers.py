@@ -640,6 +640,19 @@ def make_runner(
     raise ValueError(f"unknown system {system!r}; expected one of {', '.join(SYSTEMS)}")
 
 
+def peer_versions() -> str:
+    """The installed versions of what is compared (the peers change between releases)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = []
+    for dist in ("langchain-autocontext", "langchain", "langmem", "langchain-core"):
+        try:
+            out.append(f"{dist} {version(dist)}")
+        except PackageNotFoundError:
+            out.append(f"{dist} (not installed)")
+    return ", ".join(out)
+
+
 def available(system: str) -> str | None:
     """``None`` when the system can run here, else why not."""
     try:
@@ -1244,6 +1257,7 @@ def main(argv: list[str] | None = None) -> int:
         "Same fake 150-word summarizer and the same exact counter (tiktoken cl100k_base) for "
         "every system; effective cost = uncached input + 0.1 x cached prefix + summarizer input.",
     ]
+    report.append(f"Versions: {peer_versions()}.")
     if TASK_STAND_IN is not None:
         report.append(
             f"Ablation (--task-stand-in): every system was given {TASK_STAND_IN!r} in place of "
