@@ -39,12 +39,16 @@ class AutoContextConfig(BaseModel):
         description="Compress when the counted context exceeds max_tokens * token_ratio.",
     )
     target_ratio: float = Field(
-        0.5,
+        0.4,
         gt=0,
         le=1,
         description=(
             "Once triggered, compress until the context is under max_tokens * target_ratio "
-            "(hysteresis: compaction stays rare, so the provider's prompt cache survives)."
+            "(hysteresis: compaction stays rare, so the provider's prompt cache survives). "
+            "What can never be compressed (system prompt, tool schemas, the latest user "
+            "message, pins) is set aside first: the target is that floor plus target_ratio "
+            "of the room above it, and the trigger keeps its distance above the target "
+            "(see thresholds())."
         ),
     )
     keep_ratio: float = Field(
@@ -187,7 +191,7 @@ class AutoContextConfig(BaseModel):
     @classmethod
     def _target_follows_trigger(cls, data: Any) -> Any:
         """``target_ratio`` not given and a ``token_ratio`` below its default: the target
-        keeps the defaults' proportion to the trigger (0.5 / 0.75) instead of failing."""
+        keeps the defaults' proportion to the trigger (0.4 / 0.75) instead of failing."""
         if isinstance(data, dict) and "token_ratio" in data and "target_ratio" not in data:
             trigger, target = data["token_ratio"], cls.model_fields["target_ratio"].default
             default_trigger = cls.model_fields["token_ratio"].default
@@ -251,6 +255,24 @@ class AutoContextConfig(BaseModel):
     def target_tokens(self) -> int:
         """Token count the pipeline compresses down to once triggered."""
         return int(self.max_tokens * self.target_ratio)
+
+    def thresholds(self, floor: int = 0) -> tuple[int, int]:
+        """``(trigger, target)`` in tokens for a context whose incompressible part (system
+        prompt, tool schemas, latest user message, pins) counts ``floor`` tokens.
+
+        The target is the floor plus ``target_ratio`` of the room above it, so that a
+        large system prompt or task statement does not leave the conversation almost no
+        room after each compaction (with ``max_tokens * target_ratio`` alone, a floor
+        near the target meant every compaction summarized nearly everything). The
+        trigger moves up by as much as the target did, keeping the configured distance
+        between the two (how often compaction runs), and never passes ``max_tokens``.
+        With ``floor=0`` these are :attr:`trigger_tokens` and :attr:`target_tokens`.
+        """
+        floor = max(0, min(int(floor), self.max_tokens))
+        target = floor + int(self.target_ratio * (self.max_tokens - floor))
+        shift = max(0, target - self.target_tokens)
+        trigger = min(self.max_tokens, self.trigger_tokens + shift)
+        return trigger, min(target, trigger)
 
     @property
     def warning_tokens(self) -> int:

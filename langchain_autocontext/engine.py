@@ -52,6 +52,7 @@ from langchain_autocontext.strategies.pipeline import (
     PipelineResult,
     adrive,
     drive,
+    minimal_context,
     run_pipeline,
 )
 from langchain_autocontext.summarizers import Summarizer, resolve_summarizer
@@ -497,6 +498,15 @@ class ContextEngine:
         )
         limit = int(config.max_tokens / (token_scale(state) * window_scale(state)))
         return config.model_copy(update={"max_tokens": max(1, limit - reserve)})
+
+    def floor_tokens(
+        self, messages: Sequence[BaseMessage], shown: AutoContextConfig | None = None
+    ) -> int:
+        """Tokens of what no strategy compresses in ``messages`` (system prompt, tool
+        schemas, latest user message, pending call, pins), counted as the pipeline
+        counts them: the ``floor`` of :meth:`AutoContextConfig.thresholds`."""
+        tags = (shown or self.config).tags_mode
+        return self.counter.count(minimal_context(list(messages)), self.count_tools, tags=tags)
 
     def calibrate(
         self, call: ModelCall, reply: Any, state: Mapping[str, Any] | None

@@ -367,8 +367,12 @@ class _Call:
 
     @property
     def trigger_tokens(self) -> int:
-        """Tokens above which the next model call compresses (the view's reserve taken off)."""
-        return self.engine._budget(self.messages, self.ac).trigger_tokens
+        """Tokens above which the next model call compresses (the view's reserve taken
+        off; see :meth:`AutoContextConfig.thresholds`)."""
+        engine = self.engine
+        shown = engine.view_config(self.messages, self.ac)
+        budget = engine._budget(self.messages, self.ac, shown)
+        return budget.thresholds(engine.floor_tokens(self.messages, shown))[0]
 
     def used_tokens(self, messages: Sequence[BaseMessage] | None = None) -> int:
         """Tokens of the view of ``messages`` (default: the working messages)."""

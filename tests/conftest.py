@@ -202,8 +202,16 @@ def seeded_uuids(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
 
     def restart(seed: int = 7) -> None:
         import random
+        import types
+
+        from langchain_autocontext import messages, store
 
         rng = random.Random(seed)
-        monkeypatch.setattr(uuid, "uuid4", lambda: uuid.UUID(int=rng.getrandbits(128), version=4))
+        # the package's own ids only: LangChain draws uuid4s for its run ids too, and
+        # does so differently in sync and async runs
+        shim = types.SimpleNamespace(**{k: getattr(uuid, k) for k in dir(uuid)})
+        shim.uuid4 = lambda: uuid.UUID(int=rng.getrandbits(128), version=4)
+        for module in (messages, store):
+            monkeypatch.setattr(module, "uuid", shim)
 
     return restart

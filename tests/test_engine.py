@@ -304,11 +304,11 @@ async def test_message_likes_are_accepted_like_everywhere_in_langchain() -> None
 
 
 def test_target_ratio_follows_a_lowered_token_ratio_when_not_given() -> None:
-    """Issue 12: lowering token_ratio alone was rejected (the default target_ratio, 0.5,
-    was then above it); the target keeps the defaults' proportion to the trigger."""
+    """Issue 12: lowering token_ratio alone was rejected (the default target_ratio was
+    then above it); the target keeps the defaults' proportion to the trigger (0.4/0.75)."""
     cfg = AutoContextConfig(token_ratio=0.3)
-    assert (cfg.token_ratio, cfg.target_ratio) == (0.3, 0.2)
-    assert AutoContextConfig(token_ratio=0.6).target_ratio == 0.5  # not below: unchanged
+    assert (cfg.token_ratio, cfg.target_ratio) == (0.3, 0.16)
+    assert AutoContextConfig(token_ratio=0.6).target_ratio == 0.4  # not below: unchanged
     with pytest.raises(InvalidConfigError, match="target_ratio"):
         AutoContextConfig(token_ratio=0.3, target_ratio=0.5)  # given: checked as given
 
@@ -318,7 +318,7 @@ def test_derived_configs_are_validated_as_a_whole() -> None:
     base = AutoContextConfig(max_tokens=32_000, target_ratio=0.4)
     assert base.derive(max_tokens=8_000).max_tokens == 8_000
     assert base.derive(max_tokens=8_000).target_ratio == 0.4  # what was set stays set
-    assert AutoContextConfig().derive(token_ratio=0.3).target_ratio == 0.2  # follows
+    assert AutoContextConfig().derive(token_ratio=0.3).target_ratio == 0.16  # follows
     with pytest.raises(InvalidConfigError, match="max_tokens"):
         base.derive(max_tokens=10)
     with pytest.raises(InvalidConfigError, match="target_ratio"):

@@ -28,6 +28,7 @@ from langchain_autocontext import (
     OffloadStore,
 )
 from langchain_autocontext.messages import find_violations, text_of
+from langchain_autocontext.strategies.pipeline import minimal_context
 
 CFG = AutoContextConfig(max_tokens=4000, token_ratio=0.6, target_ratio=0.4, last_keep=4)
 
@@ -57,7 +58,9 @@ def test_history_adds_reads_and_compresses() -> None:
         working = hist.messages
         assert not find_violations(working)
         assert all(m.id for m in working)
-        assert ac.counter.count(working, ac.count_tools, tags=CFG.tags_mode) <= CFG.trigger_tokens
+        count = ac.counter.count(working, ac.count_tools, tags=CFG.tags_mode)
+        floor = ac.counter.count(minimal_context(working), ac.count_tools, tags=CFG.tags_mode)
+        assert count <= CFG.thresholds(floor)[0] <= CFG.max_tokens
     assert len(hist.messages) < len(added)  # compressed
     assert [text_of(m) for m in hist.original_messages] == [text_of(m) for m in added]
     assert OffloadStore.wrap(ac.store).list_events("s1")

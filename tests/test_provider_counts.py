@@ -139,14 +139,15 @@ OVERFLOWS = {
 def test_a_request_rejected_as_too_long_is_compressed_and_sent_again(shape: str, mode: str) -> None:
     store = InMemoryStore()
     ac = AutoContext(AutoContextConfig(max_tokens=BUDGET), store=store)
-    # the provider's real window holds 3,900 of the package's tokens, not 6,000
-    model = ProviderModel(counter=ac.counter, limit=3_900, error=OVERFLOWS[shape])
+    # the provider's real window holds 3,500 of the package's tokens, not 6,000 (the
+    # requests of this run reach about 3,800 before each compaction)
+    model = ProviderModel(counter=ac.counter, limit=3_500, error=OVERFLOWS[shape])
     out = run(agent(ac, model, store), mode, "over")
     assert out["messages"][-1].content == "All documents read."
     (event, *_) = events(ac, store, "over", "overflow")
     assert event.scale_after == 1.25 and shape in {"langchain", "openai", "anthropic"}
-    assert event.tokens_after <= 3_900
-    assert max(model.reported) <= 3_900  # every request answered fit the real window
+    assert event.tokens_after <= 3_500
+    assert max(model.reported) <= 3_500  # every request answered fit the real window
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])

@@ -242,10 +242,11 @@ def run_pipeline(
     _check_pins(msgs, config.model_copy(update={"max_tokens": configured}).pin_limit, counter)
     tokens = count(msgs)
     before = tokens
-    triggered = force or tokens > config.trigger_tokens or len(msgs) > config.msg_threshold
+    floor = count(minimal_context(msgs))
+    trigger_tokens, target_tokens = config.thresholds(floor)
+    triggered = force or tokens > trigger_tokens or len(msgs) > config.msg_threshold
     if not triggered:
         return PipelineResult(msgs, before, tokens, triggered=False)
-    floor = count(minimal_context(msgs))
     if floor > config.max_tokens:
         raise ContextBudgetError(
             f"The system prompt, tool schemas and latest user message alone count "
@@ -256,7 +257,6 @@ def run_pipeline(
             required_tokens=floor + reserved_tokens,
             max_tokens=configured,
         )
-    target_tokens = config.target_tokens
     target_messages = max(2, int(config.msg_threshold * config.target_ratio))
     events: list[dict[str, Any]] = []
 
