@@ -6,6 +6,8 @@ import re
 
 import pytest
 from _builders import chat_rounds, coding_run, log_text, tool_group, uid
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 from langgraph.store.memory import InMemoryStore
 
@@ -337,3 +339,49 @@ def test_the_budget_error_says_what_takes_the_room() -> None:
     assert "What takes the room" in text
     assert re.search(r"the system message \d+", text) and re.search(r"7 tool schemas \d+", text)
     assert "self_management_tools=False" in text and "the latest user message" in text
+
+
+# --- the thresholds: ratios of the room above what can never be compressed ----------------------
+@settings(max_examples=200, deadline=None)
+@given(
+    max_tokens=st.integers(256, 400_000),
+    token_ratio=st.floats(0.05, 1.0),
+    share=st.floats(0.01, 1.0),
+    floor_share=st.floats(0.0, 1.2),
+)
+def test_thresholds_set_the_floor_aside_and_keep_the_gap(
+    max_tokens: int, token_ratio: float, share: float, floor_share: float
+) -> None:
+    cfg = AutoContextConfig(
+        max_tokens=max_tokens, token_ratio=token_ratio, target_ratio=token_ratio * share
+    )
+    assert cfg.thresholds(0) == (cfg.trigger_tokens, min(cfg.target_tokens, cfg.trigger_tokens))
+    floor = int(max_tokens * floor_share)
+    trigger, target = cfg.thresholds(floor)
+    assert target <= trigger <= max_tokens
+    room = max(0, max_tokens - min(floor, max_tokens))
+    if trigger < max_tokens:  # not capped: the target is the floor plus its share of the room
+        assert target == min(floor, max_tokens) + int(cfg.target_ratio * room)
+        # and the trigger moved up by as much as the target did (how often compaction runs)
+        assert trigger - cfg.trigger_tokens == target - cfg.target_tokens
+    assert target >= cfg.target_tokens or floor >= max_tokens  # never below the old target
+
+
+def test_a_large_system_prompt_leaves_the_conversation_its_share_of_the_room() -> None:
+    """With a system prompt of ~2,500 tokens in a 6,000-token window, a target of
+    max_tokens * target_ratio (2,400) sat below the floor: every compaction summarized
+    everything it could. The target now leaves target_ratio of the room above the floor,
+    and the newest work stays verbatim."""
+    rules = "\n".join(f"Rule {i}: keep answers short and cite sources." for i in range(250))
+    msgs = coding_run(40, output_lines=12, system=rules)
+    cfg = AutoContextConfig(max_tokens=6_000)
+    ac, _store = make(cfg)
+    done = ac.compress(msgs, thread_id="big-prompt")
+    floor = ac.floor_tokens(done.messages)
+    trigger, target = cfg.thresholds(floor)
+    assert floor > cfg.target_tokens  # the old target was unreachable
+    assert done.triggered and done.tokens_after <= target < trigger <= cfg.max_tokens
+    assert done.tokens_after > floor + 0.5 * (target - floor)  # stops near the target
+    kept = {m.id for m in done.messages if marker(m) is None}
+    assert {m.id for m in msgs[-2:]} <= kept  # the newest group verbatim
+    assert not find_violations(done.messages)
