@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from langchain_autocontext.errors import InvalidConfigError
 
 __all__ = ["AutoContextConfig"]
+
+
+class Thresholds(NamedTuple):
+    """Token thresholds of one context (:meth:`AutoContextConfig.thresholds`)."""
+
+    trigger: int
+    """Compression starts above this many tokens."""
+    target: int
+    """Once triggered, compression stops at or under this many tokens."""
+    warning: int
+    """The memory-pressure notice is shown from this many tokens on."""
 
 
 class AutoContextConfig(BaseModel):
@@ -256,23 +267,25 @@ class AutoContextConfig(BaseModel):
         """Token count the pipeline compresses down to once triggered."""
         return int(self.max_tokens * self.target_ratio)
 
-    def thresholds(self, floor: int = 0) -> tuple[int, int]:
-        """``(trigger, target)`` in tokens for a context whose incompressible part (system
-        prompt, tool schemas, latest user message, pins) counts ``floor`` tokens.
+    def thresholds(self, floor: int = 0) -> Thresholds:
+        """The token thresholds for a context whose incompressible part (system prompt,
+        tool schemas, latest user message, pins) counts ``floor`` tokens.
 
         The target is the floor plus ``target_ratio`` of the room above it, so that a
         large system prompt or task statement does not leave the conversation almost no
         room after each compaction (with ``max_tokens * target_ratio`` alone, a floor
         near the target meant every compaction summarized nearly everything). The
-        trigger moves up by as much as the target did, keeping the configured distance
-        between the two (how often compaction runs), and never passes ``max_tokens``.
-        With ``floor=0`` these are :attr:`trigger_tokens` and :attr:`target_tokens`.
+        trigger and the memory-pressure warning move up by as much as the target did,
+        keeping their configured distances (how often compaction runs, how early the
+        model is warned), and never pass ``max_tokens``. With ``floor=0`` these are
+        :attr:`trigger_tokens`, :attr:`target_tokens` and :attr:`warning_tokens`.
         """
         floor = max(0, min(int(floor), self.max_tokens))
         target = floor + int(self.target_ratio * (self.max_tokens - floor))
         shift = max(0, target - self.target_tokens)
         trigger = min(self.max_tokens, self.trigger_tokens + shift)
-        return trigger, min(target, trigger)
+        warning = min(self.max_tokens, self.warning_tokens + shift)
+        return Thresholds(trigger, min(target, trigger), warning)
 
     @property
     def warning_tokens(self) -> int:

@@ -699,6 +699,7 @@ class ContextEngine:
             tools=self.count_tools if tools is None else list(tools),
             state=state,
             agent_system_prompt=None if owns_system else self.system_prompt,
+            floor_tokens=self.floor_tokens(msgs),
         )
         call.engaged = engaged
         if self.config.self_management_tools and "working_context" not in (
@@ -721,7 +722,8 @@ class ContextEngine:
         """Whether the model is shown the package's tags, section and tools on this call.
 
         With ``config.disclosure == "when_needed"``: once the context first passes
-        ``warning_ratio`` of ``max_tokens``, or once something was compressed (a message
+        the memory-pressure warning (``warning_ratio`` of ``max_tokens``, moved up with
+        the floor: :meth:`AutoContextConfig.thresholds`), or once something was compressed (a message
         the package wrote is in it); from then on for good (``state["engaged"]``), so the
         prompt prefix changes once. Before that the model sees the conversation alone:
         a short conversation costs nothing extra.
@@ -734,7 +736,8 @@ class ContextEngine:
         msgs = as_messages(messages)
         if any(marker(m) for m in msgs):
             return True
-        return self.counter.count(msgs, self.count_tools) > cfg.warning_tokens
+        warning = cfg.thresholds(self.floor_tokens(msgs)).warning
+        return self.counter.count(msgs, self.count_tools) > warning
 
     def view_config(
         self, messages: Sequence[BaseMessage], state: Mapping[str, Any] | None

@@ -99,7 +99,7 @@ def build_node(engine: ContextEngine, *, name: str = "autocontext") -> Any:
         msgs, _, _ = engine._with_view(msgs, ac_state, virtual, shown)
         tokens = engine.counter.count(msgs, engine.count_tools, tags=shown.tags_mode)
         cfg = engine._budget(state.get("messages") or [], ac_state, shown)
-        trigger, _ = cfg.thresholds(engine.floor_tokens(msgs, shown))
+        trigger = cfg.thresholds(engine.floor_tokens(msgs, shown)).trigger
         triggered = tokens > trigger or len(msgs) > cfg.msg_threshold
         work = {"triggered": triggered, "ids_assigned": ids_assigned or repaired}
         return {"ac_work": {**work, "tokens": tokens}}

@@ -372,7 +372,7 @@ class _Call:
         engine = self.engine
         shown = engine.view_config(self.messages, self.ac)
         budget = engine._budget(self.messages, self.ac, shown)
-        return budget.thresholds(engine.floor_tokens(self.messages, shown))[0]
+        return budget.thresholds(engine.floor_tokens(self.messages, shown)).trigger
 
     def used_tokens(self, messages: Sequence[BaseMessage] | None = None) -> int:
         """Tokens of the view of ``messages`` (default: the working messages)."""

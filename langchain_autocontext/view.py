@@ -11,14 +11,12 @@ stored. Before each call :func:`build_view` assembles the *input view*:
    message right after the recursive summary instead, because providers accept
    one system message only;
 2. the working messages, the recursive summary (if any) first;
-3. one-turn notices at the end: the memory-pressure warning (once per crossing
-   of ``warning_ratio``) and errors of the XML commands of the previous turn;
-4. metadata tags on every non-system message
-   (:func:`langchain_autocontext.metadata.render_view`), with *short ids*: a
-   uuid4 id is shown by its shortest unique prefix of at least 8 characters
-   (about 20 tokens less per message). Tools and commands accept a full id or any prefix
-   that matches exactly one working message, and say so when a prefix is
-   ambiguous, so a short id is never resolved to the wrong message.
+3. one-turn notices at the end: the memory-pressure warning (once per crossing of
+   ``warning_ratio``, moved up with the floor) and the previous turn's command errors;
+4. metadata tags on every non-system message (:func:`~langchain_autocontext.metadata.render_view`)
+   with *short ids*: a uuid4 id is shown by its shortest unique prefix (about 20 tokens
+   less per message). Tools and commands accept a full id or any prefix that matches
+   one working message only, and say when a prefix is ambiguous.
 
 Nothing here is persisted: the view is a list of copies. The per-thread state of
 the model's self-management (working context, pressure flag, pending command
@@ -371,8 +369,8 @@ _ALIAS_CHARS = frozenset("ghijklmnopqrstuv")
 
 
 # --- notices ----------------------------------------------------------------------------
-def pressure_notice(config: AutoContextConfig, tokens: int) -> str:
-    """The memory-pressure warning text."""
+def pressure_notice(config: AutoContextConfig, tokens: int, trigger: int | None = None) -> str:
+    """The memory-pressure warning text; compression starts past ``trigger`` tokens."""
     how = (
         "save what you still need with working_context_append, and shorten "
         "(update_message) or delete (delete_message) what you no longer need"
@@ -386,8 +384,8 @@ def pressure_notice(config: AutoContextConfig, tokens: int) -> str:
     )
     return (
         f"Memory pressure: your context holds {tokens:,} of {config.max_tokens:,} tokens "
-        f"({tokens / config.max_tokens:.0%}). Past {config.trigger_tokens:,} tokens, older "
-        f"messages are summarized automatically. Now {how}."
+        f"({tokens / config.max_tokens:.0%}). Past {trigger or config.trigger_tokens:,} "
+        f"tokens, older messages are summarized automatically. Now {how}."
     )
 
 
@@ -426,7 +424,7 @@ def view_reserve(
     """
     st = normalize_state(state)
     width = 10 ** (len(str(config.max_tokens)) + 1) - 1
-    parts = [pressure_notice(config, config.max_tokens)]
+    parts = [pressure_notice(config, config.max_tokens, config.max_tokens)]  # widest numbers
     if st.get("command_errors"):
         parts.append(errors_notice(st["command_errors"]))
     extra = [_notice_message(parts)]
@@ -486,6 +484,7 @@ def build_view(
     tools: Sequence[Any] | None,
     state: Mapping[str, Any] | None,
     agent_system_prompt: str | None = None,
+    floor_tokens: int = 0,
 ) -> ModelCall:
     """Assemble the model's input view of the (already compressed) working messages.
 
@@ -498,6 +497,7 @@ def build_view(
         agent_system_prompt: the system prompt the agent adds after this package
             runs, when the messages do not start with a system message; the
             instructions then travel as a user-role message.
+        floor_tokens: what can never be compressed (``config.thresholds`` moves the warning).
 
     Raises:
         ContextBudgetError: the view cannot fit ``max_tokens`` (the messages were
@@ -558,7 +558,7 @@ def build_view(
     tokens = count(base)
     warned = bool(st.get("pressure_warned"))
     show_pressure = False
-    if tokens >= config.warning_tokens:
+    if tokens >= (limits := config.thresholds(floor_tokens)).warning:
         show_pressure = not warned
     elif warned:
         new_state["pressure_warned"] = False
@@ -567,7 +567,7 @@ def build_view(
     if errors:
         parts.append(errors_notice(errors))
     if show_pressure:
-        parts.append(pressure_notice(config, tokens))
+        parts.append(pressure_notice(config, tokens, limits.trigger))
     for attempt in range(3):
         final = list(msgs)
         if parts:  # last, but never between a pending tool call and its results

@@ -355,15 +355,21 @@ def test_thresholds_set_the_floor_aside_and_keep_the_gap(
     cfg = AutoContextConfig(
         max_tokens=max_tokens, token_ratio=token_ratio, target_ratio=token_ratio * share
     )
-    assert cfg.thresholds(0) == (cfg.trigger_tokens, min(cfg.target_tokens, cfg.trigger_tokens))
+    zero = cfg.thresholds(0)
+    assert zero.trigger == cfg.trigger_tokens and zero.warning == cfg.warning_tokens
+    assert zero.target == min(cfg.target_tokens, cfg.trigger_tokens)
     floor = int(max_tokens * floor_share)
-    trigger, target = cfg.thresholds(floor)
-    assert target <= trigger <= max_tokens
+    trigger, target, warning = cfg.thresholds(floor)
+    assert target <= trigger <= max_tokens and warning <= max_tokens
     room = max(0, max_tokens - min(floor, max_tokens))
     if trigger < max_tokens:  # not capped: the target is the floor plus its share of the room
         assert target == min(floor, max_tokens) + int(cfg.target_ratio * room)
-        # and the trigger moved up by as much as the target did (how often compaction runs)
+        # the trigger moved up by as much as the target did (how often compaction runs)
         assert trigger - cfg.trigger_tokens == target - cfg.target_tokens
+    if warning < max_tokens:  # and so did the warning (how early the model is warned)
+        assert warning - cfg.warning_tokens == max(0, target - cfg.target_tokens) or (
+            trigger == max_tokens
+        )
     assert target >= cfg.target_tokens or floor >= max_tokens  # never below the old target
 
 
@@ -378,7 +384,7 @@ def test_a_large_system_prompt_leaves_the_conversation_its_share_of_the_room() -
     ac, _store = make(cfg)
     done = ac.compress(msgs, thread_id="big-prompt")
     floor = ac.floor_tokens(done.messages)
-    trigger, target = cfg.thresholds(floor)
+    trigger, target, _ = cfg.thresholds(floor)
     assert floor > cfg.target_tokens  # the old target was unreachable
     assert done.triggered and done.tokens_after <= target < trigger <= cfg.max_tokens
     assert done.tokens_after > floor + 0.5 * (target - floor)  # stops near the target

@@ -60,7 +60,7 @@ def test_history_adds_reads_and_compresses() -> None:
         assert all(m.id for m in working)
         count = ac.counter.count(working, ac.count_tools, tags=CFG.tags_mode)
         floor = ac.counter.count(minimal_context(working), ac.count_tools, tags=CFG.tags_mode)
-        assert count <= CFG.thresholds(floor)[0] <= CFG.max_tokens
+        assert count <= CFG.thresholds(floor).trigger <= CFG.max_tokens
     assert len(hist.messages) < len(added)  # compressed
     assert [text_of(m) for m in hist.original_messages] == [text_of(m) for m in added]
     assert OffloadStore.wrap(ac.store).list_events("s1")

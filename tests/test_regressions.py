@@ -97,7 +97,8 @@ def test_at_the_budget_boundary_a_call_either_fits_or_is_refused_before_sending(
             return None
         call = ac.prepare_model_call(done.messages, state=state)
         assert call.tokens <= ac.config.max_tokens, words
-        if call.tokens >= ac.config.warning_tokens:  # a first crossing: the notice is owed
+        warning = ac.config.thresholds(ac.floor_tokens(done.messages)).warning
+        if call.tokens >= warning:  # a first crossing: the notice is owed
             assert call.pressure, f"{words}: no room was kept for the memory-pressure notice"
         return call.tokens
 

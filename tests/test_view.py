@@ -180,6 +180,36 @@ def test_pressure_notice_once_per_crossing_and_rearmed() -> None:
         assert c.tokens <= cfg.max_tokens
 
 
+def test_the_warning_moves_up_with_what_cannot_be_compressed() -> None:
+    """A large system prompt moves the trigger up (AutoContextConfig.thresholds); the
+    memory-pressure notice moves with it, so that it still comes just before compaction,
+    and it names the trigger that applies."""
+    cfg = AutoContextConfig(max_tokens=6_000, **DETAILED)
+    ac = AutoContext(cfg)
+    rules = "\n".join(f"Rule {i}: cite the source of every figure." for i in range(150))
+    head = [SystemMessage(rules, id=str(uuid.uuid4())), HumanMessage("go", id=str(uuid.uuid4()))]
+    limits = cfg.thresholds(ac.floor_tokens(head))
+    assert limits.warning > cfg.warning_tokens and limits.trigger > cfg.trigger_tokens
+
+    def call_at(tokens: int):
+        words = 1
+        while True:
+            msgs = [*head, AIMessage("w " * words, id="fill")]
+            view = ac.prepare_model_call(msgs)
+            plain = ac.counter.count(
+                [m for m in view.messages if m.id != NOTICE_ID], ac.count_tools
+            )
+            if plain >= tokens:
+                return view, plain
+            words += max(1, (tokens - plain) // 2)
+
+    below, plain = call_at(cfg.warning_tokens + 50)
+    assert plain < limits.warning and not below.pressure  # past the old warning: quiet
+    above, plain = call_at(limits.warning + 10)
+    assert plain >= limits.warning and above.pressure
+    assert f"Past {limits.trigger:,} tokens" in above.messages[-1].content
+
+
 def test_a_notice_never_breaks_the_budget() -> None:
     cfg = AutoContextConfig(max_tokens=2_000, warning_ratio=0.1, **DETAILED)
     ac = AutoContext(cfg, token_counter=TokenCounter())
@@ -265,7 +295,7 @@ def test_every_view_sent_fits_max_tokens_in_a_long_run(owned_prompt: bool) -> No
     assert out["messages"][-1].content == "done"
     assert len(out["autocontext"]["working_context"]) > 1_000
     notices = 0
-    armed = True  # one notice per upward crossing of warning_tokens, re-armed below it
+    previous = False
     for sent in model.seen:
         assert not find_violations(sent)
         assert sum(isinstance(m, SystemMessage) for m in sent) == 1
@@ -275,12 +305,11 @@ def test_every_view_sent_fits_max_tokens_in_a_long_run(owned_prompt: bool) -> No
         )
         notice = any(m.id == NOTICE_ID and "Memory pressure" in m.content for m in sent)
         base = ac.counter.count([m for m in sent if m.id != NOTICE_ID], ac.count_tools)
-        if base >= cfg.warning_tokens:
-            assert notice == armed or (armed and not notice and base > cfg.max_tokens - 150)
-            armed = armed and not notice
-        else:
-            assert not notice
-            armed = True
+        # the warning sits at warning_tokens moved up with what cannot be compressed
+        # (AutoContextConfig.thresholds): never below warning_tokens, once per crossing
+        assert not notice or base >= cfg.warning_tokens
+        assert not (notice and previous)
+        previous = notice
         notices += notice
     assert notices >= 1
 

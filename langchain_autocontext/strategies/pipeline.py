@@ -243,7 +243,7 @@ def run_pipeline(
     tokens = count(msgs)
     before = tokens
     floor = count(minimal_context(msgs))
-    trigger_tokens, target_tokens = config.thresholds(floor)
+    trigger_tokens, target_tokens, _ = config.thresholds(floor)
     triggered = force or tokens > trigger_tokens or len(msgs) > config.msg_threshold
     if not triggered:
         return PipelineResult(msgs, before, tokens, triggered=False)
