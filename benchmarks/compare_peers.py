@@ -85,6 +85,21 @@ OURS_ORDER: str | None = None
 #: Set from --task-stand-in: every system gets the task statement (the first user
 #: message) replaced by this line, so the support a kept task statement costs shows.
 TASK_STAND_IN: str | None = None
+#: Set from --pad-system: tokens of policy rules appended to every system prompt (real
+#: agents often carry prompts of thousands of tokens; the data sets' are short).
+PAD_SYSTEM = 0
+
+
+def padded_system(message: SystemMessage, tokens: int, counter: Any) -> SystemMessage:
+    """``message`` with numbered filler rules appended, about ``tokens`` tokens of them."""
+    rules: list[str] = []
+    while counter.count_text("\n".join(rules)) < tokens:
+        k = len(rules)
+        rules.append(f"Rule {k}: confirm step {k} of the procedure before running it.")
+    body = f"{text_of(message)}\n\n" + "\n".join(rules)
+    return message.model_copy(update={"content": body})
+
+
 #: The package's default ratios, applied to the peers' knobs too.
 TRIGGER_RATIO = 0.75
 KEEP_RATIO = 0.5
@@ -786,6 +801,10 @@ def replay_one(
     """
     facts = FactTracker(trajectory.messages, common, runner.counter)
     msgs = list(trajectory.messages)
+    padding = 0  # what --pad-system adds to every unmanaged context
+    if PAD_SYSTEM and msgs and isinstance(msgs[0], SystemMessage):
+        msgs[0] = padded_system(msgs[0], PAD_SYSTEM, runner.counter)
+        padding = runner.counter.count_message(msgs[0]) - facts.tokens[0]
     task = facts.first_user
     if TASK_STAND_IN is not None and task is not None:
         msgs[task] = HumanMessage(TASK_STAND_IN, id=msgs[task].id)
@@ -823,7 +842,7 @@ def replay_one(
             # messages (the reply priming closes the request, it is never a prefix).
             row.cached += sent.base - runner.counter.reply_priming + sum(sent.counts[:common])
         previous = keys
-        unmanaged = sum(facts.tokens[:point])  # what an unmanaged agent would send
+        unmanaged = padding + sum(facts.tokens[:point])  # what an unmanaged agent would send
         needed = facts.needed(point)
         over = unmanaged > runner.budget
         if over and task_key is not None:
@@ -1227,12 +1246,20 @@ def main(argv: list[str] | None = None) -> int:
         "(the first user message), to show the support that keeping it costs",
     )
     ap.add_argument(
+        "--pad-system",
+        type=int,
+        default=0,
+        metavar="TOKENS",
+        help="append about TOKENS tokens of rules to every system prompt (all systems)",
+    )
+    ap.add_argument(
         "--ours-order",
         default=None,
         help="strategy order for this package's systems by the design's numbers, e.g. 2314567",
     )
     args = ap.parse_args(argv)
-    global OURS_ORDER, TASK_STAND_IN
+    global OURS_ORDER, TASK_STAND_IN, PAD_SYSTEM
+    PAD_SYSTEM = max(0, args.pad_system)
     if args.task_stand_in:
         TASK_STAND_IN = "Fix the issue in the task statement given earlier."
     OURS_CONFIG.update(
@@ -1258,6 +1285,8 @@ def main(argv: list[str] | None = None) -> int:
         "every system; effective cost = uncached input + 0.1 x cached prefix + summarizer input.",
     ]
     report.append(f"Versions: {peer_versions()}.")
+    if PAD_SYSTEM:
+        report.append(f"Every system prompt carried about {PAD_SYSTEM:,} more tokens of rules.")
     if TASK_STAND_IN is not None:
         report.append(
             f"Ablation (--task-stand-in): every system was given {TASK_STAND_IN!r} in place of "

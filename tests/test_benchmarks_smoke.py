@@ -105,6 +105,26 @@ def test_task_statement_presence_and_the_stand_in_ablation(
     assert stand_in.sent < kept.sent  # a much shorter first user message
 
 
+def test_padded_system_prompts_are_sent_and_counted(
+    cp: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--pad-system appends rules to every system prompt: more is sent, more calls are
+    over the budget, and the package still holds the budget with every original
+    recoverable."""
+    (plain,) = cp.run(_data(MINI), ["ours"], [8_000], limit=1)
+    monkeypatch.setattr(cp, "PAD_SYSTEM", 2_000)
+    (padded,) = cp.run(_data(MINI), ["ours"], [8_000], limit=1)
+    assert padded.sent > plain.sent and padded.support.over_needed > plain.support.over_needed
+    assert padded.over_budget == 0 and padded.invalid == 0 and padded.recoverable_share == 1.0
+    from langchain_core.messages import SystemMessage
+
+    from langchain_autocontext.tokens import default_counter
+
+    counter = default_counter()
+    grown = cp.padded_system(SystemMessage("You help."), 500, counter)
+    assert str(grown.content).startswith("You help.") and counter.count_message(grown) >= 500
+
+
 def test_middleware_placeholder_summaries_are_counted(cp: ModuleType) -> None:
     """When no user message falls in the middleware's trim window it writes langchain's
     placeholder instead of calling the summary model (langchain#39261); the runner
