@@ -36,7 +36,10 @@ class AutoContextConfig(BaseModel):
 
     # --- triggers and budget (AgentScope AutoContextMemory's parameters) ---
     msg_threshold: int = Field(
-        100, ge=1, description="Compress when the working context holds more messages than this."
+        100,
+        ge=1,
+        description="Compress when the working context holds more messages than this, down "
+        "to msg_threshold * target_ratio / token_ratio messages (the tokens' proportion).",
     )
     max_tokens: int = Field(
         131_072,

@@ -257,7 +257,7 @@ def run_pipeline(
             required_tokens=floor + reserved_tokens,
             max_tokens=configured,
         )
-    target_messages = max(2, int(config.msg_threshold * config.target_ratio))
+    target_messages = max(2, int(config.msg_threshold * config.target_ratio / config.token_ratio))
     events: list[dict[str, Any]] = []
 
     def fits() -> bool:
