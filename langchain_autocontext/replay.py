@@ -293,7 +293,10 @@ class ReplayReport:
     unmanaged_tokens: list[int] = field(default_factory=list)
     """With ``compare``: tokens an agent without context management would have sent."""
     trigger_tokens: int = 0
+    """Where compression starts for the context as the run left it (the ratios apply
+    above what can never be compressed: :meth:`AutoContextConfig.thresholds`)."""
     target_tokens: int = 0
+    """Where compression stops for that context."""
     summarizer: str = ""
     messages: int = 0
     """Messages in the recorded trajectory."""
@@ -601,6 +604,9 @@ class _Run:
                     continue
                 reloadable += 1
         cfg = self.ac.config
+        # where compression starts and stops for the context as the run left it (the
+        # ratios apply above what can never be compressed: AutoContextConfig.thresholds)
+        limits = cfg.thresholds(self.ac.floor_tokens(self.working) if self.working else 0)
         return ReplayReport(
             trajectory_id=self.trajectory.id,
             max_tokens=cfg.max_tokens,
@@ -608,8 +614,8 @@ class _Run:
             originals=len(originals),
             recoverable=recoverable,
             unmanaged_tokens=self.unmanaged,
-            trigger_tokens=cfg.trigger_tokens,
-            target_tokens=cfg.target_tokens,
+            trigger_tokens=limits.trigger,
+            target_tokens=limits.target,
             summarizer=str(getattr(self.ac.summarizer, "name", type(self.ac.summarizer).__name__)),
             messages=len(self.trajectory.messages),
             offloads_reloadable=reloadable,
