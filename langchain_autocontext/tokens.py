@@ -392,7 +392,9 @@ class TokenCounter:
         self._tools_cache = _LRU(1024)
         self._tool_schemas: dict[int, tuple[Any, str]] = {}
         self._objs: dict[int, tuple[weakref.ref[BaseMessage], Any, Any, Any, Any, Hashable]] = {}
-        self._objs_lock = threading.Lock()
+        # re-entrant: a weakref callback (``forget``) can run on this thread while the
+        # lock is held, whenever an allocation under it starts a garbage collection
+        self._objs_lock = threading.RLock()
         self._lock = threading.Lock()
         self._enc: tiktoken.Encoding | None = None
         self._enc_exact = False
@@ -564,7 +566,7 @@ class TokenCounter:
             with lock:
                 current = objs.get(ident)
                 if current is not None and current[0] is ref:
-                    del objs[ident]
+                    objs.pop(ident, None)
 
         try:
             ref = weakref.ref(message, forget)
@@ -574,7 +576,7 @@ class TokenCounter:
             objs[ident] = (ref, content, calls, message.name, message.id, key)
             if len(objs) > self._cache.maxsize:  # drop the oldest half of the identity memo
                 for stale in list(objs)[: len(objs) // 2]:
-                    del objs[stale]
+                    objs.pop(stale, None)  # a callback may have dropped it meanwhile
 
     def _measure(self, message: BaseMessage) -> _Entry:
         """Count one message from scratch: (total, tokens of str content or -1)."""

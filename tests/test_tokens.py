@@ -554,3 +554,27 @@ def test_warm_cache_equals_fresh_counter(ops: list[tuple[str, int]], data: st.Da
             del msgs[1 + pick % (len(msgs) - 1)]
         assert warm.count(msgs, tools) == TokenCounter().count(msgs, tools)
         assert warm.count(msgs, tools, tags=True) == TokenCounter().count(msgs, tools, tags=True)
+
+
+def test_a_message_collected_while_the_identity_memo_is_locked_does_not_hang() -> None:
+    """Regression: the identity memo drops a message's entry from a weakref callback. A
+    garbage collection that starts while the memo's lock is held (any allocation under
+    it) runs that callback on the same thread; with a plain lock the thread hung for
+    ever (found by ``benchmarks/adversarial.py``)."""
+    import gc
+
+    from langchain_core.messages import AIMessage
+
+    counter = TokenCounter()
+
+    def body() -> None:
+        message = AIMessage("collected under the lock", id="gone")
+        counter.count_message(message)  # remembered, with a weakref callback
+        with counter._objs_lock:
+            del message
+            gc.collect()  # the callback runs here, on this thread, under the lock
+
+    worker = threading.Thread(target=body, daemon=True)
+    worker.start()
+    worker.join(timeout=10)
+    assert not worker.is_alive(), "the weakref callback deadlocked on the memo's lock"
