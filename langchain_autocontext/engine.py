@@ -52,7 +52,7 @@ from langchain_autocontext.strategies.pipeline import (
     PipelineResult,
     adrive,
     drive,
-    minimal_context,
+    floor_tokens,
     run_pipeline,
 )
 from langchain_autocontext.summarizers import Summarizer, resolve_summarizer
@@ -506,7 +506,7 @@ class ContextEngine:
         schemas, latest user message, pending call, pins), counted as the pipeline
         counts them: the ``floor`` of :meth:`AutoContextConfig.thresholds`."""
         tags = (shown or self.config).tags_mode
-        return self.counter.count(minimal_context(list(messages)), self.count_tools, tags=tags)
+        return floor_tokens(list(messages), self.counter, self.count_tools, tags)
 
     def calibrate(
         self, call: ModelCall, reply: Any, state: Mapping[str, Any] | None

@@ -49,6 +49,7 @@ __all__ = [
     "adrive",
     "default_strategies",
     "drive",
+    "floor_tokens",
     "run_pipeline",
 ]
 
@@ -142,6 +143,14 @@ def minimal_context(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
             keep.append(idx)
     keep.extend(i for i, m in enumerate(messages) if is_pinned(m) and i not in keep)
     return [messages[i] for i in sorted(keep)]
+
+
+def floor_tokens(
+    messages: Sequence[BaseMessage], counter: TokenCounter, tools: Any, tags: bool | str
+) -> int:
+    """Tokens of :func:`minimal_context` as sent (tool schemas and tags included): the
+    ``floor`` that :meth:`AutoContextConfig.thresholds` sets aside."""
+    return counter.count(minimal_context(messages), tools, tags=tags)
 
 
 def _room_report(
@@ -242,7 +251,7 @@ def run_pipeline(
     _check_pins(msgs, config.model_copy(update={"max_tokens": configured}).pin_limit, counter)
     tokens = count(msgs)
     before = tokens
-    floor = count(minimal_context(msgs))
+    floor = floor_tokens(msgs, counter, tools, tags)
     trigger_tokens, target_tokens, _ = config.thresholds(floor)
     triggered = force or tokens > trigger_tokens or len(msgs) > config.msg_threshold
     if not triggered:
