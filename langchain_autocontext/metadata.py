@@ -18,16 +18,20 @@ model copied into its own output before that output is stored.
 
 The counting and the rendering of the tags live one layer down, in
 :mod:`langchain_autocontext.tag_counts` (which :class:`~langchain_autocontext.tokens.TokenCounter`
-uses for ``count(..., tags=...)``); this module is the public face: render, count, strip.
+uses for ``count(..., tags=...)``); this module is the public face: render, count, strip, and the *short ids* the tags
+show (:func:`short_id_map`): a uuid4 id by its shortest prefix that no earlier
+message's id starts with, stable as messages are added.
 """
 
 from __future__ import annotations
 
+import bisect
+import hashlib
 import re
 from collections.abc import Sequence
 from typing import Any
 
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import BaseMessage, SystemMessage
 
 from langchain_autocontext.tag_counts import (
     TAG_FORMATS,
@@ -42,8 +46,11 @@ __all__ = [
     "TAG_FORMATS",
     "TAG_PATTERN",
     "ViewCounts",
+    "id_alias",
+    "ref_matches",
     "render_tag",
     "render_view",
+    "short_id_map",
     "strip_message_tags",
     "strip_tags",
     "view_counts",
@@ -158,3 +165,135 @@ def render_view(
             totals).
     """
     return tagged_view(messages, resolve_counter(counter), tools=tools, fmt=fmt)
+
+
+# --- short ids --------------------------------------------------------------------------
+MIN_SHORT = 8
+_UUID4_RE = re.compile(
+    r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$", re.IGNORECASE
+)
+_ALIAS_CHARS = frozenset("ghijklmnopqrstuv")
+
+
+def short_id_map(
+    ids: Sequence[str | None], min_length: int = 8, aliases: bool = False
+) -> dict[str, str]:
+    """See :func:`_short_id_map`; remembered for the last few id lists (every model
+    call renders the view of mostly the same ids)."""
+    key = (min_length, aliases, *ids)
+    hit = _SHORT_IDS.get(key)
+    if hit is None:
+        hit = _short_id_map(tuple(ids), min_length, aliases)
+        if len(_SHORT_IDS) >= 8:
+            _SHORT_IDS.pop(next(iter(_SHORT_IDS)))
+        _SHORT_IDS[key] = hit
+    return dict(hit)
+
+
+_SHORT_IDS: dict[tuple[Any, ...], dict[str, str]] = {}
+
+
+def id_alias(message_id: str) -> str:
+    """A stable short name for an id that is not a uuid4 (``lc_run--…`` run ids, custom
+    ids): 16 letters from ``g``-``v`` (never hex, so an alias prefix is never a uuid
+    prefix) of the id's BLAKE2b digest. :func:`resolve_message_ref` accepts any
+    unique prefix of it."""
+    digest = hashlib.blake2b(message_id.encode("utf-8"), digest_size=8).hexdigest()
+    return digest.translate(_ALIAS_LETTERS)
+
+
+_ALIAS_LETTERS = str.maketrans("0123456789abcdef", "ghijklmnopqrstuv")
+
+
+def _common_prefix(a: str, b: str) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _stable_prefixes(names: Sequence[str], min_length: int) -> list[int]:
+    """For each of ``names`` (in order), the length of its shortest prefix (at least
+    ``min_length``) that no *earlier* name starts with."""
+    earlier: list[str] = []  # sorted: the names sharing most with a new one are its neighbours
+    lengths = []
+    for name in names:
+        k = bisect.bisect_left(earlier, name)
+        shared = max(
+            (_common_prefix(name, earlier[j]) for j in (k - 1, k) if 0 <= j < len(earlier)),
+            default=0,
+        )
+        lengths.append(max(min_length, shared + 1))
+        bisect.insort(earlier, name)
+    return lengths
+
+
+def _short_id_map(
+    ids: Sequence[str | None], min_length: int = MIN_SHORT, aliases: bool = False
+) -> dict[str, str]:
+    """Short ids of the uuid4 ids (and, with ``aliases``, of the others), *stable*.
+
+    A message's short id is the shortest prefix (at least ``min_length`` characters)
+    of its id that no **earlier** message's id starts with. So a new message never
+    changes the short id of a message before it: the model keeps addressing a message
+    by the id it was shown, and the prompt prefix (the provider's cache) does not
+    change when a new id happens to share a prefix with an old one. A later message
+    that shares an earlier one's short id gets a longer one; :func:`resolve_message_ref`
+    matches shown short ids exactly before it tries prefixes.
+
+    Only random ids are shortened: a uuid4 (what LangGraph gives messages) is random
+    from its first character. Time-ordered ids (uuid7, LangChain's ``lc_run--…`` run
+    ids) share long prefixes with the next message and are shown whole, or, with
+    ``aliases``, by a prefix of their alias (:func:`id_alias`). A short id is never
+    another message's full id.
+    """
+    ordered = list(dict.fromkeys(i for i in ids if i))
+    id_set = set(ordered)
+    out: dict[str, str] = {}
+    uuids = [i for i in ordered if _UUID4_RE.match(i)]
+    for mid, n in zip(uuids, _stable_prefixes(uuids, min_length), strict=True):
+        while n < len(mid) and (mid[n - 1] == "-" or mid[:n] in id_set):
+            n += 1
+        if n <= len(mid) - 4:
+            out[mid] = mid[:n]
+    if aliases:  # the other ids by a prefix of their alias
+        others = [i for i in ordered if not _UUID4_RE.match(i)]
+        names = [id_alias(i) for i in others]
+        for mid, alias, n in zip(others, names, _stable_prefixes(names, min_length), strict=True):
+            if n < len(mid):
+                out[mid] = alias[:n]
+    return out
+
+
+def _shown_refs(messages: Sequence[BaseMessage]) -> dict[str, list[int]]:
+    """Short id -> indices of the messages shown by it, for both tag formats
+    (``compact``: 4 characters and aliases; ``seed``: 8 characters)."""
+    order = [(i, m.id) for i, m in enumerate(messages) if m.id and not isinstance(m, SystemMessage)]
+    ids = [mid for _, mid in order]
+    index = {mid: i for i, mid in order}
+    refs: dict[str, list[int]] = {}
+    for min_length, aliases in ((4, True), (MIN_SHORT, False)):
+        for mid, short in short_id_map(ids, min_length=min_length, aliases=aliases).items():
+            hits = refs.setdefault(short, [])
+            if index[mid] not in hits:
+                hits.append(index[mid])
+    return refs
+
+
+def ref_matches(messages: Sequence[BaseMessage], ref: str) -> list[int]:
+    """Indices of the messages a short reference (4+ characters) may name, best rule
+    first: the messages a tag shows by exactly ``ref`` (:func:`short_id_map`, either
+    tag format); else those whose id starts with it; else those (not uuid4) whose
+    alias starts with it. One index is an answer, several an ambiguity."""
+    hits = _shown_refs(messages).get(ref) or []
+    if not hits:
+        hits = [i for i, m in enumerate(messages) if m.id and m.id.startswith(ref)]
+    if not hits and set(ref) <= _ALIAS_CHARS:  # an alias (see :func:`id_alias`)
+        hits = [
+            i
+            for i, m in enumerate(messages)
+            if m.id and not _UUID4_RE.match(m.id) and id_alias(m.id).startswith(ref)
+        ]
+    return hits

@@ -14,9 +14,10 @@ stored. Before each call :func:`build_view` assembles the *input view*:
 3. one-turn notices at the end: the memory-pressure warning (once per crossing of
    ``warning_ratio``, moved up with the floor) and the previous turn's command errors;
 4. metadata tags on every non-system message (:func:`~langchain_autocontext.metadata.render_view`)
-   with *short ids*: a uuid4 id is shown by its shortest unique prefix (about 20 tokens
-   less per message). Tools and commands accept a full id or any prefix that matches
-   one working message only, and say when a prefix is ambiguous.
+   with *short ids*: a uuid4 id is shown by its shortest prefix that no earlier
+   message's id starts with (about 20 tokens less per message; stable as messages are
+   added). Tools and commands accept a full id, a short id as shown, or any prefix
+   that matches one working message only, and say when a prefix is ambiguous.
 
 Nothing here is persisted: the view is a list of copies. The per-thread state of
 the model's self-management (working context, pressure flag, pending command
@@ -26,8 +27,6 @@ errors, autonomous step count) is plain JSON under the graph state key
 
 from __future__ import annotations
 
-import hashlib
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,7 +36,13 @@ from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langchain_autocontext.config import AutoContextConfig
 from langchain_autocontext.errors import ContextBudgetError
 from langchain_autocontext.messages import mark, marker, memo_copy, pending_call_index
-from langchain_autocontext.metadata import render_tag, render_view
+from langchain_autocontext.metadata import (
+    MIN_SHORT,
+    ref_matches,
+    render_tag,
+    render_view,
+    short_id_map,
+)
 from langchain_autocontext.strategies.base import KIND_RECURSIVE
 from langchain_autocontext.tokens import TokenCounter
 
@@ -75,13 +80,6 @@ STATE_KEYS = {
     "autonomous_pending": "True right after a <user> command: the model should be called again",
 }
 
-_UUID_RE = re.compile(
-    r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
-)
-_MIN_SHORT = 8
-_UUID4_RE = re.compile(
-    r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$", re.IGNORECASE
-)
 _NOTICE_KIND = "view_notice"
 _INSTRUCTIONS_KIND = "view_instructions"
 
@@ -132,7 +130,7 @@ def system_section(config: AutoContextConfig) -> str:
             "## Message tags",
             'Each message you see begins with a tag like <metadata id="…" '
             'cumulative_message_token_count="…" message_token_count="…"/>. The id names the '
-            "message when you edit it (a short id is a unique prefix of the full id; both "
+            "message when you edit it (the short id as shown or the full id; both "
             "work). message_token_count is the message's size in tokens; "
             "cumulative_message_token_count is the size of everything up to and including it, "
             "so the last tag tells you how full your context is. The context manager adds "
@@ -257,88 +255,10 @@ def augment_system(system: SystemMessage, text: str) -> SystemMessage:
 
 
 # --- short ids --------------------------------------------------------------------------
-def short_id_map(
-    ids: Sequence[str | None], min_length: int = 8, aliases: bool = False
-) -> dict[str, str]:
-    """See :func:`_short_id_map`; remembered for the last few id lists (every model
-    call renders the view of mostly the same ids)."""
-    key = (min_length, aliases, *ids)
-    hit = _SHORT_IDS.get(key)
-    if hit is None:
-        hit = _short_id_map(tuple(ids), min_length, aliases)
-        if len(_SHORT_IDS) >= 8:
-            _SHORT_IDS.pop(next(iter(_SHORT_IDS)))
-        _SHORT_IDS[key] = hit
-    return dict(hit)
-
-
-_SHORT_IDS: dict[tuple[Any, ...], dict[str, str]] = {}
-
-
-def id_alias(message_id: str) -> str:
-    """A stable short name for an id that is not a uuid4 (``lc_run--…`` run ids, custom
-    ids): 16 letters from ``g``-``v`` (never hex, so an alias prefix is never a uuid
-    prefix) of the id's BLAKE2b digest. :func:`resolve_message_ref` accepts any
-    unique prefix of it."""
-    digest = hashlib.blake2b(message_id.encode("utf-8"), digest_size=8).hexdigest()
-    return digest.translate(_ALIAS_LETTERS)
-
-
-_ALIAS_LETTERS = str.maketrans("0123456789abcdef", "ghijklmnopqrstuv")
-
-
-def _short_id_map(
-    ids: Sequence[str | None], min_length: int = _MIN_SHORT, aliases: bool = False
-) -> dict[str, str]:
-    """Shortest unique prefixes (at least ``min_length`` characters) of the uuid4 ids.
-
-    Only random ids are shortened: a uuid4 (what LangGraph gives messages) is random
-    from its first character, so a prefix that is unique now stays unique with
-    overwhelming probability as messages are added. Time-ordered ids (uuid7,
-    LangChain's ``lc_run--…`` run ids) share long prefixes with the next message
-    and are shown whole. A prefix is used only when no other id starts with it and
-    it is not itself another message's full id, so resolving it (exact id first,
-    then unique prefix) finds the same message; a later collision is reported as
-    ambiguous, never resolved to another message.
-    """
-    all_ids = sorted({i for i in ids if i})
-    id_set = set(all_ids)
-    out: dict[str, str] = {}
-    for k, mid in enumerate(all_ids):
-        if not _UUID4_RE.match(mid):
-            continue
-        # in sorted order the ids sharing the longest prefix with mid are its neighbours
-        shared = 0
-        for other in (all_ids[k - 1] if k else "", all_ids[k + 1] if k + 1 < len(all_ids) else ""):
-            n = 0
-            while n < min(len(mid), len(other)) and mid[n] == other[n]:
-                n += 1
-            shared = max(shared, n)
-        n = max(min_length, shared + 1)
-        while n < len(mid) and (mid[n - 1] == "-" or mid[:n] in id_set):
-            n += 1
-        if n <= len(mid) - 4:
-            out[mid] = mid[:n]
-    if aliases:  # the other ids by the shortest unique prefix of their alias
-        others = sorted((id_alias(i), i) for i in all_ids if not _UUID4_RE.match(i))
-        for k, (alias, mid) in enumerate(others):
-            shared = 0
-            for j in (k - 1, k + 1):
-                if 0 <= j < len(others):
-                    other = others[j][0]
-                    n = 0
-                    while n < len(alias) and alias[n] == other[n]:
-                        n += 1
-                    shared = max(shared, n)
-            short = alias[: max(min_length, shared + 1)]
-            if len(short) < len(mid):
-                out[mid] = short
-    return out
-
-
 def resolve_message_ref(messages: Sequence[BaseMessage], ref: str) -> tuple[int | None, str | None]:
-    """Index of the working message ``ref`` names (a full id, a unique prefix of one,
-    or a unique prefix of an id's alias, :func:`id_alias`).
+    """Index of the working message ``ref`` names: a full id, a short id as the tags
+    show it, or a unique prefix of an id or of an id's alias
+    (:func:`~langchain_autocontext.metadata.ref_matches`).
 
     Returns ``(index, None)`` or ``(None, reason)`` where reason is ``"missing"``,
     ``"view-only"`` or ``"ambiguous: id1, id2, …"``.
@@ -350,22 +270,13 @@ def resolve_message_ref(messages: Sequence[BaseMessage], ref: str) -> tuple[int 
         if m.id == ref:
             return i, None
     if len(ref) >= 4:
-        hits = [i for i, m in enumerate(messages) if m.id and m.id.startswith(ref)]
-        if not hits and set(ref) <= _ALIAS_CHARS:  # an alias (see :func:`id_alias`)
-            hits = [
-                i
-                for i, m in enumerate(messages)
-                if m.id and not _UUID4_RE.match(m.id) and id_alias(m.id).startswith(ref)
-            ]
+        hits = ref_matches(messages, ref)
         if len(hits) == 1:
             return hits[0], None
         if len(hits) > 1:
             shown = ", ".join(str(messages[i].id) for i in hits[:5])
             return None, f"ambiguous: {shown}"
     return None, "missing"
-
-
-_ALIAS_CHARS = frozenset("ghijklmnopqrstuv")
 
 
 # --- notices ----------------------------------------------------------------------------
@@ -536,7 +447,7 @@ def build_view(
         id_map = (
             short_id_map(
                 [m.id for m in messages if not isinstance(m, SystemMessage)],
-                min_length=4 if config.tag_format == "compact" else _MIN_SHORT,
+                min_length=4 if config.tag_format == "compact" else MIN_SHORT,
                 aliases=config.tag_format == "compact",
             )
             if short

@@ -151,6 +151,48 @@ def test_short_ids_resolve_to_their_own_message(ids: list[str], data) -> None:
         assert why is None and idx == i
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_short_ids_stay_put_as_messages_are_added(data) -> None:
+    """A new message never changes the short id of an earlier one (the model keeps
+    using what it was shown, the prompt prefix stays cached), even when it shares
+    that short id's characters; every shown id still names its own message."""
+    prefixes = ["abcd", "abce", "0000"]
+    ids: list[str] = []
+    for _ in range(data.draw(st.integers(2, 30))):
+        u = str(uuid.uuid4())
+        if data.draw(st.booleans()):  # a collision on the first characters
+            u = data.draw(st.sampled_from(prefixes)) + u[4:]
+        if data.draw(st.integers(0, 4)) == 0:  # a LangChain run id (shown by its alias)
+            u = f"lc_run--{u}-0"
+        ids.append(u)
+    ids = list(dict.fromkeys(ids))
+    msgs = [HumanMessage("x", id=i) for i in ids]
+    for min_length, aliases in ((4, True), (8, False)):
+        before = {}
+        for n in range(1, len(ids) + 1):
+            shown = short_id_map(ids[:n], min_length=min_length, aliases=aliases)
+            assert all(shown.get(i) == s for i, s in before.items()), "an earlier id moved"
+            before = shown
+            for k, m in enumerate(msgs[:n]):
+                idx, why = resolve_message_ref(msgs[:n], shown.get(m.id, m.id))
+                assert why is None and idx == k
+
+
+def test_a_colliding_new_message_leaves_the_shown_id_working() -> None:
+    ac = AutoContext(AutoContextConfig(max_tokens=16_000, disclosure="always"))
+    old = AIMessage("the old answer", id="abcd" + str(uuid.uuid4())[4:])
+    msgs = [SystemMessage("s", id="s"), HumanMessage("q", id=str(uuid.uuid4())), old]
+    first = ac.prepare_model_call(msgs)
+    assert first.id_map[old.id] == "abcd"
+    new = AIMessage("a new answer", id="abcd" + str(uuid.uuid4())[4:])
+    second = ac.prepare_model_call([*msgs, new])
+    assert second.messages[2].content == first.messages[2].content  # same tag, same prefix
+    assert second.id_map[old.id] == "abcd" and len(second.id_map[new.id]) > 4
+    assert resolve_message_ref([*msgs, new], "abcd") == (2, None)
+    assert resolve_message_ref([*msgs, new], second.id_map[new.id]) == (3, None)
+
+
 def test_ambiguous_and_view_only_refs() -> None:
     msgs = [HumanMessage("a", id="abcd1111-x"), HumanMessage("b", id="abcd2222-y")]
     assert resolve_message_ref(msgs, "abcd")[1].startswith("ambiguous")
