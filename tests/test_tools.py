@@ -9,6 +9,7 @@ call, and checks the resulting state, the store and the messages the model got b
 from __future__ import annotations
 
 import re
+import uuid
 from typing import Any
 
 from _builders import (
@@ -97,6 +98,34 @@ def test_update_shortens_a_tool_output_and_keeps_the_original(build) -> None:
     assert "alpha: 40 lines" in last_result(model.seen[2][:-1] or model.seen[2]).content or any(
         "alpha: 40 lines" in str(m.content) for m in model.seen[2]
     )
+
+
+def test_a_shown_id_still_names_its_message_when_the_calling_message_shares_it(build) -> None:
+    """The message that issues the edit is appended after the view was built; its id may
+    start with the short id the model was shown. The shown id still names the message
+    the model saw it on (it used to be answered "ambiguous")."""
+    store = InMemoryStore()
+    ac = AutoContext(CFG, store=store)
+
+    def respond(view, n):
+        if n == 0:
+            return AIMessage("", tool_calls=[call("fetch", {"name": "alpha"})])
+        if n == 1:
+            target = shown_id(view, lambda m: isinstance(m, ToolMessage))
+            twin = target + str(uuid.uuid4())[len(target) :]  # same first characters
+            return AIMessage(
+                "",
+                id=twin,
+                tool_calls=[call("update_message", {"message_id": target, "content": "short"})],
+            )
+        return AIMessage("done")
+
+    model = FunctionModel(respond=respond)
+    out = build(ac, model, store, tools=[fetch]).invoke(start(), cfg("twin"))
+    check_state(out)
+    fetched, receipt = tool_results(out["messages"])
+    assert receipt.status == "success", receipt.content
+    assert fetched.content == "short"
 
 
 def test_delete_of_a_tool_calling_message_takes_its_results(build) -> None:
