@@ -34,15 +34,19 @@ from __future__ import annotations
 import argparse
 import ast
 import builtins
+import contextlib
 import json
 import keyword
+import random
 import re
 import statistics
 import sys
 import threading
 import time
+import types
+import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -402,6 +406,10 @@ class Runner:
         """Ids of originals the model can get back with a tool it has (none for peers)."""
         return set()
 
+    def ids(self) -> contextlib.AbstractContextManager[None]:
+        """Where the system's own ids come from during a replay (see OursRunner)."""
+        return contextlib.nullcontext()
+
     def context_messages(self, last: Sent) -> list[BaseMessage]:
         """The last call's messages without any rendering (tags), to find originals in."""
         return last.messages
@@ -520,6 +528,29 @@ class MiddlewareRunner(Runner):
         return ([self.system] if self.system is not None else []) + list(self.state)
 
 
+@contextlib.contextmanager
+def seeded_package_ids(seed: int = 0) -> Iterator[None]:
+    """Within the block, this package's own ids (offload ids, ids of the messages it
+    writes) come from one fixed sequence, as ``tests/conftest.py``'s ``seeded_uuids``.
+
+    Offload ids are shown in the context and a uuid's token count varies, so with
+    random ids two runs of the same code differed by about 0.3 points of support;
+    seeded for every trajectory, a run is reproducible and two variants differ only
+    by what they change. LangChain's and the peers' ids are left alone.
+    """
+    from langchain_autocontext import messages, store
+
+    rng = random.Random(seed)
+    shim = types.SimpleNamespace(**{k: getattr(uuid, k) for k in dir(uuid)})
+    shim.uuid4 = lambda: uuid.UUID(int=rng.getrandbits(128), version=4)
+    saved = messages.uuid, store.uuid  # type: ignore[attr-defined]
+    messages.uuid = store.uuid = shim  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        messages.uuid, store.uuid = saved  # type: ignore[attr-defined]
+
+
 class OursRunner(Runner):
     """``AutoContext`` driven as its ``create_agent`` middleware drives it.
 
@@ -585,6 +616,10 @@ class OursRunner(Runner):
             self.counter.reply_priming + self.counter.count_tools(tools),
             tools,
         )
+
+    def ids(self) -> contextlib.AbstractContextManager[None]:
+        """The package's ids from one fixed sequence per trajectory (reproducible runs)."""
+        return seeded_package_ids()
 
     def context_messages(self, last: Sent) -> list[BaseMessage]:
         return self.working
@@ -909,8 +944,9 @@ def run(
             row = Row(system, budget, path.name)
             started = time.perf_counter()
             for t in trajectories:
-                summarizer = CountingSummarizer(counter=counter)
-                replay_one(t, make_runner(system, budget, counter, summarizer), row, common=common)
+                runner = make_runner(system, budget, counter, CountingSummarizer(counter=counter))
+                with runner.ids():
+                    replay_one(t, runner, row, common=common)
             rows.append(row)
             if progress is not None:
                 progress(f"{path.name} {system} {budget}: {time.perf_counter() - started:.1f}s")
@@ -1184,20 +1220,25 @@ def run_chats(path: Path, systems: Sequence[str], budgets: Sequence[int]) -> lis
             row = ChatRow(system, budget)
             for trajectory, texts, qa in chats:
                 runner = make_runner(system, budget, counter, CountingSummarizer(counter=counter))
-                replay_one(trajectory, runner, Row(system, budget, path.name), check_every=10**9)
-                last = runner.measure(runner.step([]))
-                context = "\n".join(original_text(m) for m in runner.context_messages(last))
-                for q in qa:
-                    wanted = [texts[e] for e in q["evidence"] if e in texts]
-                    here = any(t in context for t in wanted)
-                    found = here
-                    if not here and isinstance(runner, OursRunner):
-                        ids = {f"{trajectory.id}-{e}" for e in q["evidence"]}
-                        hits = search_history(runner.store, runner.thread, str(q["question"]), 5)
-                        found = any(h.id in ids for h in hits)
-                    row.questions += 1
-                    row.in_context += here
-                    row.findable += found
+                with runner.ids():
+                    replay_one(
+                        trajectory, runner, Row(system, budget, path.name), check_every=10**9
+                    )
+                    last = runner.measure(runner.step([]))
+                    context = "\n".join(original_text(m) for m in runner.context_messages(last))
+                    for q in qa:
+                        wanted = [texts[e] for e in q["evidence"] if e in texts]
+                        here = any(t in context for t in wanted)
+                        found = here
+                        if not here and isinstance(runner, OursRunner):
+                            ids = {f"{trajectory.id}-{e}" for e in q["evidence"]}
+                            hits = search_history(
+                                runner.store, runner.thread, str(q["question"]), 5
+                            )
+                            found = any(h.id in ids for h in hits)
+                        row.questions += 1
+                        row.in_context += here
+                        row.findable += found
             rows.append(row)
     return rows
 

@@ -34,34 +34,35 @@ def composition(system: str, budget: int, limit: int, data: Path) -> tuple[dict,
     for t in trajectories:
         runner = cp.make_runner(system, budget, counter, cp.CountingSummarizer(counter=counter))
         msgs = t.messages
-        runner.start(msgs[0] if isinstance(msgs[0], cp.SystemMessage) else None)
-        cursor, previous, events = 0, [], 0
-        for point in cp._call_points(msgs):
-            sent = runner.measure(runner.step(list(msgs[cursor:point])))
-            cursor = point
-            keys = [cp._key(m) for m in sent.messages]
-            common = next(
-                (k for k, (a, b) in enumerate(zip(keys, previous, strict=False)) if a != b),
-                min(len(keys), len(previous)),
-            )
-            if system.startswith("ours"):
-                now = len(runner.store.list_events(runner.thread))
-                if now == events and previous and common < len(previous):
-                    cache["prefix changed without an event"] += 1
-                cache["calls"] += 1
-                events = now
-            previous = keys
-            if sum(counter.message_counts(msgs[:point])) <= budget:
-                continue
-            calls += 1
-            context = runner.context_messages(sent)
-            own = 0
-            for m in context:
-                n = counter.count_message(m)
-                own += n
-                parts[(marker(m) or {}).get("kind") or m.type] += n
-            parts["tool schemas and priming"] += sent.base
-            parts["view additions (tags, section)"] += sent.total - sent.base - own
+        with runner.ids():
+            runner.start(msgs[0] if isinstance(msgs[0], cp.SystemMessage) else None)
+            cursor, previous, events = 0, [], 0
+            for point in cp._call_points(msgs):
+                sent = runner.measure(runner.step(list(msgs[cursor:point])))
+                cursor = point
+                keys = [cp._key(m) for m in sent.messages]
+                common = next(
+                    (k for k, (a, b) in enumerate(zip(keys, previous, strict=False)) if a != b),
+                    min(len(keys), len(previous)),
+                )
+                if system.startswith("ours"):
+                    now = len(runner.store.list_events(runner.thread))
+                    if now == events and previous and common < len(previous):
+                        cache["prefix changed without an event"] += 1
+                    cache["calls"] += 1
+                    events = now
+                previous = keys
+                if sum(counter.message_counts(msgs[:point])) <= budget:
+                    continue
+                calls += 1
+                context = runner.context_messages(sent)
+                own = 0
+                for m in context:
+                    n = counter.count_message(m)
+                    own += n
+                    parts[(marker(m) or {}).get("kind") or m.type] += n
+                parts["tool schemas and priming"] += sent.base
+                parts["view additions (tags, section)"] += sent.total - sent.base - own
     return {k: round(v / max(calls, 1)) for k, v in parts.most_common()}, dict(cache)
 
 

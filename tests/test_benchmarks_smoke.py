@@ -89,6 +89,20 @@ def test_compare_one_trajectory(cp: ModuleType, system: str) -> None:
         assert row.recoverable_share < 1.0
 
 
+def test_a_run_is_reproducible_and_leaves_the_package_ids_random(cp: ModuleType) -> None:
+    import uuid
+
+    from langchain_autocontext import messages, store
+
+    def measured(row) -> dict:
+        return {k: v for k, v in row.as_dict().items() if not k.endswith("_ms")}  # timings vary
+
+    first, again = (cp.run(_data(MINI), ["ours"], [8_000], limit=2)[0] for _ in range(2))
+    assert measured(first) == measured(again) and first.compactions > 0
+    assert messages.uuid is uuid and store.uuid is uuid  # restored after every trajectory
+    assert messages.new_id() != messages.new_id()
+
+
 def test_task_statement_presence_and_the_stand_in_ablation(
     cp: ModuleType, monkeypatch: pytest.MonkeyPatch
 ) -> None:
