@@ -107,7 +107,11 @@ class AutoContextConfig(BaseModel):
         "leave it alone.",
     )
     summary_max_tokens: int = Field(
-        1024, ge=32, description="Cap on the tokens of any one summary."
+        1024,
+        ge=32,
+        description="Cap on the tokens of any one summary (and never more than an eighth of "
+        "the room under the target beside what is never compressed; a sixteenth for the "
+        "recursive summary and the current round's, which live side by side).",
     )
 
     # --- the model managing its own context (Auto + MemGPT) ---

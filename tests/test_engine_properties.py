@@ -9,6 +9,8 @@ drives it, and checks what issue 11 asks of every strategy:
 * no strategy runs once the target holds (compression stops at the target);
 * no pass grows the context, and every replacement is smaller than what it replaced;
 * no original message is read by the summarizer twice (summaries extend themselves);
+* the two running summaries (the recursive one and the current round's) take at most a
+  sixteenth of the room each;
 * a pinned message reaches the model verbatim on every later call.
 """
 
@@ -29,7 +31,12 @@ from langchain_autocontext import AutoContext, AutoContextConfig
 from langchain_autocontext.messages import atomic_groups, marker, pin
 from langchain_autocontext.replay import load_trajectories
 from langchain_autocontext.store import OffloadStore
-from langchain_autocontext.strategies.base import is_summary
+from langchain_autocontext.strategies.base import (
+    KIND_CURRENT,
+    KIND_RECURSIVE,
+    is_summary,
+    summary_body,
+)
 from langchain_autocontext.strategies.pipeline import minimal_context
 from langchain_autocontext.summarizers import ExtractiveSummarizer, SummaryRequest, SummaryResult
 
@@ -131,6 +138,13 @@ def test_real_runs_keep_the_tail_stop_at_the_target_and_never_grow(run, budget) 
         target = events[0]["target_tokens"] if events else 0
         if not events or strategies & LAST_RESORTS or result.tokens_after > target:
             continue
+        # the running summaries leave the room to the verbatim messages: a sixteenth each
+        # (of the room this compaction had; one written earlier may have had a little more)
+        room = target - ac.counter.count(minimal_context(before))
+        cap = max(48, min(ac.config.summary_max_tokens, room // 16))
+        for m in result.messages:
+            if (marker(m) or {}).get("kind") in (KIND_CURRENT, KIND_RECURSIVE):
+                assert ac.counter.count_text(summary_body(m)) <= cap * 1.1 + 8, (room, m)
         # the protected tail reaches the model verbatim (same ids, same content)
         sent = {m.id: m for m in result.messages}
         for m in _tail(ac, before, target):

@@ -248,12 +248,17 @@ class PassContext:
             need_m -= removed
         return jobs
 
-    def summary_cap(self) -> int:
+    def summary_cap(self, running: bool = False) -> int:
         """The most tokens one summary may take: ``summary_max_tokens``, and never more
         than an eighth of the room the target leaves beside what can never be
-        compressed (a summary must not crowd out the working set); at least 48."""
+        compressed (a summary must not crowd out the working set); at least 48.
+
+        ``running``: one of the two summaries that grow by carrying what they absorb
+        to their cap and live side by side, the recursive summary (strategy 7) and
+        the current round's (strategy 6). Each of those gets a sixteenth, so together
+        they stay within the eighth and the rest of the room stays verbatim."""
         room = max(0, self.target_tokens - self.floor_tokens)
-        return max(48, min(self.config.summary_max_tokens, room // 8))
+        return max(48, min(self.config.summary_max_tokens, room // (16 if running else 8)))
 
     def protected(self, i: int) -> bool:
         """System message, the latest user message, a pending last tool call, and
@@ -328,12 +333,14 @@ class PassContext:
         preview: str,
         messages: Sequence[BaseMessage] | None = None,
         extra: dict[str, Any] | None = None,
+        running: bool = False,
     ) -> Job:
         """A job replacing ``messages[start:end]`` with a summary of about the ratio's size.
 
         ``messages`` is what the summarizer reads (default: the span itself). Summaries
         the package wrote earlier are not read again: their text is carried into the
         new summary as it is (each original token is summarized at most once).
+        ``running``: see :meth:`summary_cap`.
         """
         from langchain_autocontext.summarizers import SummaryRequest
 
@@ -342,13 +349,13 @@ class PassContext:
         to_read = summarizer_input([m for m in source if not is_summary(m)], chars)
         carried = [summary_body(m) for m in source if is_summary(m)]
         read_tokens = sum(self.counter.count_message(m) for m in to_read)
-        cap = self.summary_cap()
+        cap = self.summary_cap(running)
         request = (
             SummaryRequest(
                 messages=to_read,
                 strategy=strategy,
                 max_tokens=cap,
-                target_tokens=self.summary_budget(read_tokens),
+                target_tokens=self.summary_budget(read_tokens, running=running),
             )
             if to_read and read_tokens
             else None
@@ -371,22 +378,25 @@ class PassContext:
             extra=extra or {},
         )
 
-    def expected_summary(self, span_tokens: int) -> int:
+    def expected_summary(self, span_tokens: int, running: bool = False) -> int:
         """Tokens a summary of ``span_tokens`` tokens is expected to take, header and
         tag included."""
-        return self.summary_budget(span_tokens) + 64 + self.tag_tokens
+        return self.summary_budget(span_tokens, running=running) + 64 + self.tag_tokens
 
-    def summary_budget(self, span_tokens: int, ratio: float | None = None) -> int:
+    def summary_budget(
+        self, span_tokens: int, ratio: float | None = None, *, running: bool = False
+    ) -> int:
         """Target size of a summary of ``span_tokens`` tokens."""
         ratio = self.config.current_round_compression_ratio if ratio is None else ratio
-        return max(48, min(self.summary_cap(), int(span_tokens * ratio)))
+        return max(48, min(self.summary_cap(running), int(span_tokens * ratio)))
 
-    def worth_summarizing(self, span_tokens: int) -> bool:
+    def worth_summarizing(self, span_tokens: int, running: bool = False) -> bool:
         """Whether a summary of ``span_tokens`` tokens can be smaller than the span:
         at least ``min_summary_span_tokens``, and twice the summary it would get plus
         the replacement's header (a summary is never larger than what it replaces)."""
         return span_tokens >= max(
-            self.config.min_summary_span_tokens, 2 * self.summary_budget(span_tokens) + 64
+            self.config.min_summary_span_tokens,
+            2 * self.summary_budget(span_tokens, running=running) + 64,
         )
 
 

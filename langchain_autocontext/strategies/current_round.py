@@ -122,13 +122,15 @@ class CurrentRoundCompression:
         end, tokens = start, 0
         for a, b in groups:
             end, tokens = b, tokens + ctx.tokens_of(a, b)
-            freed = tokens - ctx.expected_summary(tokens)
+            freed = tokens - ctx.expected_summary(tokens, running=True)
             if freed >= ctx.need_tokens and (end - start - 1) >= ctx.need_messages:
                 break
         span = ctx.messages[start:end]
         if len(span) == 1 and marker(span[0]):
             return []  # already compressed
-        if not ctx.worth_summarizing(tokens) and not (ctx.over_messages and end - start > 2):
+        if not ctx.worth_summarizing(tokens, running=True) and not (
+            ctx.over_messages and end - start > 2
+        ):
             return []
         n = end - start
 
@@ -144,5 +146,6 @@ class CurrentRoundCompression:
                 build,
                 strategy="current_round",
                 preview=f"current round, {n} messages",
+                running=True,
             )
         ]

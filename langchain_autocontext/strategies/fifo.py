@@ -59,7 +59,7 @@ class FifoEviction:
         if len(groups) <= 1:
             return []
         old_tokens = ctx.cost(sys_end) if has_summary else 0
-        cap = ctx.summary_cap()
+        cap = ctx.summary_cap(running=True)
         evict_end = first
         freed = 0  # tokens of the evicted messages
         fresh_tokens = 0  # of those, what the summarizer reads (not earlier summaries)
@@ -97,7 +97,7 @@ class FifoEviction:
                         else 0
                     )
                     + kept_tokens
-                    + (ctx.summary_budget(fresh_tokens) if fresh_tokens else 0),
+                    + (ctx.summary_budget(fresh_tokens, running=True) if fresh_tokens else 0),
                 )
             )
             if (
@@ -133,7 +133,7 @@ class FifoEviction:
                 messages=to_read,
                 strategy="recursive",
                 max_tokens=cap,
-                target_tokens=ctx.summary_budget(fresh_tokens),
+                target_tokens=ctx.summary_budget(fresh_tokens, running=True),
             )
             if to_read
             else None
