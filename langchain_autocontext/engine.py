@@ -692,14 +692,15 @@ class ContextEngine:
         msgs = merge_system_messages(as_messages(messages))  # one system message, in the view too
         owns_system = bool(msgs) and isinstance(msgs[0], SystemMessage)
         engaged = self.engaged(msgs, state)
+        shown = self._config_shown(engaged)
         call = build_view(
             msgs,
-            config=self._config_shown(engaged),
+            config=shown,
             counter=self.counter,
             tools=self.count_tools if tools is None else list(tools),
             state=state,
             agent_system_prompt=None if owns_system else self.system_prompt,
-            floor_tokens=self.floor_tokens(msgs),
+            floor_tokens=self.floor_tokens(msgs, shown),  # tags counted as this view shows them
         )
         call.engaged = engaged
         if self.config.self_management_tools and "working_context" not in (
