@@ -18,9 +18,9 @@ model copied into its own output before that output is stored.
 
 The counting and the rendering of the tags live one layer down, in
 :mod:`langchain_autocontext.tag_counts` (which :class:`~langchain_autocontext.tokens.TokenCounter`
-uses for ``count(..., tags=...)``); this module is the public face: render, count, strip, and the *short ids* the tags
-show (:func:`short_id_map`): a uuid4 id by its shortest prefix that no earlier
-message's id starts with, stable as messages are added.
+uses for ``count(..., tags=...)``); this module is the public face: render, count,
+strip, and the *short ids* the tags show (:func:`short_id_map`): a uuid4 id by its
+shortest prefix that no earlier message's id starts with, stable as messages are added.
 """
 
 from __future__ import annotations
