@@ -43,6 +43,7 @@ from langchain_autocontext.tag_counts import (
 from langchain_autocontext.tokens import resolve_counter
 
 __all__ = [
+    "SHORT_ID_RULES",
     "TAG_FORMATS",
     "TAG_PATTERN",
     "ViewCounts",
@@ -169,6 +170,8 @@ def render_view(
 
 # --- short ids --------------------------------------------------------------------------
 MIN_SHORT = 8
+#: How each tag format shortens ids: ``(min_length, aliases)`` for :func:`short_id_map`.
+SHORT_ID_RULES: dict[str, tuple[int, bool]] = {"compact": (4, True), "seed": (MIN_SHORT, False)}
 _UUID4_RE = re.compile(
     r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$", re.IGNORECASE
 )
@@ -176,7 +179,7 @@ _ALIAS_CHARS = frozenset("ghijklmnopqrstuv")
 
 
 def short_id_map(
-    ids: Sequence[str | None], min_length: int = 8, aliases: bool = False
+    ids: Sequence[str | None], min_length: int = MIN_SHORT, aliases: bool = False
 ) -> dict[str, str]:
     """See :func:`_short_id_map`; remembered for the last few id lists (every model
     call renders the view of mostly the same ids)."""
@@ -268,13 +271,13 @@ def _short_id_map(
 
 
 def _shown_refs(messages: Sequence[BaseMessage]) -> dict[str, list[int]]:
-    """Short id -> indices of the messages shown by it, for both tag formats
-    (``compact``: 4 characters and aliases; ``seed``: 8 characters)."""
+    """Short id -> indices of the messages shown by it, in every tag format
+    (:data:`SHORT_ID_RULES`)."""
     order = [(i, m.id) for i, m in enumerate(messages) if m.id and not isinstance(m, SystemMessage)]
     ids = [mid for _, mid in order]
     index = {mid: i for i, mid in order}
     refs: dict[str, list[int]] = {}
-    for min_length, aliases in ((4, True), (MIN_SHORT, False)):
+    for min_length, aliases in SHORT_ID_RULES.values():
         for mid, short in short_id_map(ids, min_length=min_length, aliases=aliases).items():
             hits = refs.setdefault(short, [])
             if index[mid] not in hits:

@@ -37,7 +37,7 @@ from langchain_autocontext.config import AutoContextConfig
 from langchain_autocontext.errors import ContextBudgetError
 from langchain_autocontext.messages import mark, marker, memo_copy, pending_call_index
 from langchain_autocontext.metadata import (
-    MIN_SHORT,
+    SHORT_ID_RULES,
     ref_matches,
     render_tag,
     render_view,
@@ -447,8 +447,7 @@ def build_view(
         id_map = (
             short_id_map(
                 [m.id for m in messages if not isinstance(m, SystemMessage)],
-                min_length=4 if config.tag_format == "compact" else MIN_SHORT,
-                aliases=config.tag_format == "compact",
+                *SHORT_ID_RULES[config.tag_format],
             )
             if short
             else {}

@@ -67,8 +67,9 @@ def default_strategies() -> list[Strategy]:
     of the facts a next action reuses were last seen in the agent's own messages,
     which hold 49% of the tokens: ``benchmarks/composition.py``), so a whole run of
     tool calls in the middle of the history, or a large recent message, is
-    summarized only when evicting older work cannot reach the target. FIFO eviction (7) closes. Every strategy leaves the protected tail
-    alone, works oldest first and stops at the target.
+    summarized only when evicting older work cannot reach the target. FIFO eviction
+    (7) closes. Every strategy leaves the protected tail alone, works oldest first
+    and stops at the target.
     """
     return [
         LargeMessageOffload(keep_last=True),
