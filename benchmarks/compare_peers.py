@@ -1190,13 +1190,16 @@ def locomo_chats(path: Path) -> list[tuple[Trajectory, dict[str, str], list[dict
 
 @dataclass
 class ChatRow:
-    """Evidence of LoCoMo's questions at the end of each conversation."""
+    """Evidence of LoCoMo's questions at the end of each conversation, and over the ends
+    of its sessions (every question whose evidence turns were all said by then)."""
 
     system: str
     budget: int
     questions: int = 0
     in_context: int = 0
     findable: int = 0  # in context, or an evidence turn in search_history's top 5
+    session_questions: int = 0  # (question, session end) pairs, the evidence said by then
+    session_in_context: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -1205,11 +1208,41 @@ class ChatRow:
             "questions": self.questions,
             "evidence_in_context": round(self.in_context / max(self.questions, 1), 4),
             "in_context_or_search_top5": round(self.findable / max(self.questions, 1), 4),
+            "session_end_questions": self.session_questions,
+            "evidence_in_context_at_session_ends": round(
+                self.session_in_context / max(self.session_questions, 1), 4
+            ),
         }
 
 
+def _session(message: BaseMessage) -> str:
+    """The LoCoMo session of a turn, from its id (``"<sample>-D<session>:<turn>"``)."""
+    return str(message.id).rsplit("-", 1)[-1].split(":", 1)[0]
+
+
+def chat_snapshots(trajectory: Trajectory, runner: Runner) -> Iterator[tuple[int, Sent]]:
+    """Replay one chat through ``runner`` as :func:`replay_one` does (the system called
+    before each assistant message) and, at the end of each session, feed what is left of
+    it too: yields ``(messages fed, what was sent)`` at every session end, the
+    conversation's end last."""
+    msgs = trajectory.messages
+    has_system = bool(msgs) and isinstance(msgs[0], SystemMessage)
+    runner.start(msgs[0] if has_system else None)
+    cursor = int(has_system)
+    for i in range(cursor, len(msgs)):
+        if isinstance(msgs[i], AIMessage) and cursor < i:  # a model call before message i
+            runner.step(list(msgs[cursor:i]))
+            cursor = i
+        if i + 1 == len(msgs) or _session(msgs[i + 1]) != _session(msgs[i]):
+            sent = runner.measure(runner.step(list(msgs[cursor : i + 1])))
+            cursor = i + 1
+            yield cursor, sent
+
+
 def run_chats(path: Path, systems: Sequence[str], budgets: Sequence[int]) -> list[ChatRow]:
-    """Replay every conversation; at its end, which questions' evidence is still there."""
+    """Replay every conversation; at each session's end and at the conversation's end,
+    which questions' evidence is still there (and, at the end, which ``search_history``
+    finds)."""
     from langchain_autocontext.search import search_history
 
     chats = locomo_chats(path)
@@ -1220,25 +1253,34 @@ def run_chats(path: Path, systems: Sequence[str], budgets: Sequence[int]) -> lis
             row = ChatRow(system, budget)
             for trajectory, texts, qa in chats:
                 runner = make_runner(system, budget, counter, CountingSummarizer(counter=counter))
+                turn = {m.id: k for k, m in enumerate(trajectory.messages)}
+                # the index of the last evidence turn of each question: said from then on
+                said_at = [
+                    max(turn.get(f"{trajectory.id}-{e}", 0) for e in q["evidence"]) for q in qa
+                ]
                 with runner.ids():
-                    replay_one(
-                        trajectory, runner, Row(system, budget, path.name), check_every=10**9
-                    )
-                    last = runner.measure(runner.step([]))
-                    context = "\n".join(original_text(m) for m in runner.context_messages(last))
-                    for q in qa:
-                        wanted = [texts[e] for e in q["evidence"] if e in texts]
-                        here = any(t in context for t in wanted)
-                        found = here
-                        if not here and isinstance(runner, OursRunner):
-                            ids = {f"{trajectory.id}-{e}" for e in q["evidence"]}
-                            hits = search_history(
-                                runner.store, runner.thread, str(q["question"]), 5
-                            )
-                            found = any(h.id in ids for h in hits)
-                        row.questions += 1
-                        row.in_context += here
-                        row.findable += found
+                    for fed, sent in chat_snapshots(trajectory, runner):
+                        context = "\n".join(original_text(m) for m in runner.context_messages(sent))
+                        end = fed == len(trajectory.messages)
+                        for q, at in zip(qa, said_at, strict=True):
+                            if at >= fed:
+                                continue  # not said yet
+                            wanted = [texts[e] for e in q["evidence"] if e in texts]
+                            here = any(t in context for t in wanted)
+                            row.session_questions += 1
+                            row.session_in_context += here
+                            if not end:
+                                continue
+                            found = here
+                            if not here and isinstance(runner, OursRunner):
+                                ids = {f"{trajectory.id}-{e}" for e in q["evidence"]}
+                                hits = search_history(
+                                    runner.store, runner.thread, str(q["question"]), 5
+                                )
+                                found = any(h.id in ids for h in hits)
+                            row.questions += 1
+                            row.in_context += here
+                            row.findable += found
             rows.append(row)
     return rows
 
@@ -1246,15 +1288,17 @@ def run_chats(path: Path, systems: Sequence[str], budgets: Sequence[int]) -> lis
 def chat_table(rows: Sequence[ChatRow]) -> str:
     lines = [
         "| system | budget | questions | evidence turn in context | in context or in "
-        "search_history's top 5 |",
-        "|---|---:|---:|---:|---:|",
+        "search_history's top 5 | evidence in context at every session's end |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         d = r.as_dict()
         findable = f"{d['in_context_or_search_top5']:.2f}" if r.system.startswith("ours") else "–"
         lines.append(
             f"| {r.system} | {r.budget // 1000}k | {r.questions} | "
-            f"{d['evidence_in_context']:.2f} | {findable} |"
+            f"{d['evidence_in_context']:.2f} | {findable} | "
+            f"{d['evidence_in_context_at_session_ends']:.2f} "
+            f"({r.session_questions:,}) |"
         )
     return "\n".join(lines)
 
@@ -1368,12 +1412,14 @@ def main(argv: list[str] | None = None) -> int:
         chats = run_chats(args.data / LOCOMO, chat_systems, CHAT_BUDGETS)
         section = [
             f"\n### {LOCOMO} (long chats; at the end of each conversation, the questions "
-            "of categories 1-4 whose evidence turn is still there)\n",
+            "of categories 1-4 whose evidence turn is still there; the last column over "
+            "the end of every session, each question from the session of its evidence "
+            "on, with the number of such pairs)\n",
             chat_table(chats),
         ]
         print("\n".join(section), flush=True)
         report.extend(section)
-    if not results:
+    if not results and not chats:
         print("no data: nothing to compare", file=sys.stderr)
         return 1
     args.out.mkdir(parents=True, exist_ok=True)

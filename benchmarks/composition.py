@@ -8,6 +8,7 @@ generated section). For this package it also counts the calls that changed the p
 prefix without a compression event.
 
     python benchmarks/composition.py --budget 8000 --limit 12
+    python benchmarks/composition.py --chats --budget 8000   # LoCoMo, at every session's end
 """
 
 from __future__ import annotations
@@ -66,6 +67,32 @@ def composition(system: str, budget: int, limit: int, data: Path) -> tuple[dict,
     return {k: round(v / max(calls, 1)) for k, v in parts.most_common()}, dict(cache)
 
 
+def chat_composition(system: str, budget: int, data: Path) -> dict[str, float]:
+    """The same parts for the long chats of ``data`` (LoCoMo), averaged over the end of
+    every session (:func:`compare_peers.chat_snapshots`), with the number of original
+    turns still verbatim."""
+    counter = cp.default_counter()
+    parts: collections.Counter[str] = collections.Counter()
+    snapshots = 0
+    for trajectory, _texts, _qa in cp.locomo_chats(data):
+        runner = cp.make_runner(system, budget, counter, cp.CountingSummarizer(counter=counter))
+        with runner.ids():
+            for _fed, sent in cp.chat_snapshots(trajectory, runner):
+                snapshots += 1
+                context = runner.context_messages(sent)
+                own = 0
+                for m in context:
+                    n = counter.count_message(m)
+                    own += n
+                    kind = (marker(m) or {}).get("kind") or m.type
+                    parts[kind] += n
+                    parts["verbatim turns (count)"] += kind in ("human", "ai")
+                parts["tool schemas and priming"] += sent.base
+                parts["view additions (tags, section)"] += sent.total - sent.base - own
+                parts["total sent"] += sent.total
+    return {k: round(v / max(snapshots, 1), 1) for k, v in parts.most_common()}
+
+
 def fact_sources(limit: int | None, data: Path) -> dict[str, float]:
     """Where the facts a next action reuses were last seen (no system involved): the share
     of those facts by the kind of message, beside the share of the tokens each kind holds,
@@ -102,16 +129,33 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", type=int, default=8_000)
     ap.add_argument("--limit", type=int, default=12, help="trajectories")
     ap.add_argument("--systems", default="ours,middleware")
-    ap.add_argument("--data", type=Path, default=cp.DATA / "mini-swe-agent-dev.jsonl")
+    ap.add_argument(
+        "--data",
+        type=Path,
+        default=None,
+        help=f"default: mini-swe-agent-dev.jsonl, or {cp.LOCOMO} with --chats",
+    )
+    ap.add_argument(
+        "--chats",
+        action="store_true",
+        help="long chats in LoCoMo's format instead, at the end of every session",
+    )
     args = ap.parse_args(argv)
-    if not args.data.is_file():
-        print(f"no data: {args.data} is absent", file=sys.stderr)
+    data = args.data or cp.DATA / (cp.LOCOMO if args.chats else "mini-swe-agent-dev.jsonl")
+    if not data.is_file():
+        print(f"no data: {data} is absent", file=sys.stderr)
         return 1
-    print(f"where the facts a next action reuses were last seen ({args.data.name}):")
-    for key, share in fact_sources(args.limit, args.data).items():
+    if args.chats:
+        for system in args.systems.split(","):
+            print(f"\n{system} at {args.budget:,}, average tokens at a session's end:")
+            for key, value in chat_composition(system, args.budget, data).items():
+                print(f"  {key:32s} {value:9,.1f}")
+        return 0
+    print(f"where the facts a next action reuses were last seen ({data.name}):")
+    for key, share in fact_sources(args.limit, data).items():
         print(f"  {key:48s} {share:6.1%}")
     for system in args.systems.split(","):
-        parts, cache = composition(system, args.budget, args.limit, args.data)
+        parts, cache = composition(system, args.budget, args.limit, data)
         print(f"\n{system} at {args.budget:,}, average tokens per over-budget call:")
         for key, value in parts.items():
             print(f"  {key:32s} {value:7,}")

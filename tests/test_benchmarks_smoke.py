@@ -249,6 +249,50 @@ def test_compare_runs_a_variant_of_this_package(
     assert [s.name for s in runner.ac.strategies][2] == "tool_run"
 
 
+def _locomo(path: Path, sessions: int, turns: int) -> Path:
+    """A LoCoMo-shaped file: one conversation, ``sessions`` sessions of ``turns`` turns,
+    one question per session whose evidence is that session's first turn."""
+    conversation: dict = {"speaker_a": "Ann", "speaker_b": "Bo"}
+    qa = []
+    plants = ["tulips", "cedars", "ferns", "roses", "maples"]
+    for k, plant in zip(range(1, sessions + 1), plants, strict=False):
+        conversation[f"session_{k}_date_time"] = f"{k} May 2023"
+        conversation[f"session_{k}"] = [
+            {
+                "speaker": "Ann" if t % 2 else "Bo",
+                "dia_id": f"D{k}:{t}",
+                "text": (f"I planted {plant} today. " if t == 1 else f"turn {t}: ")
+                + "we talked about the garden " * 12,
+            }
+            for t in range(1, turns + 1)
+        ]
+        qa.append(
+            {"question": f"When were {plant} planted?", "evidence": [f"D{k}:1"], "category": 1}
+        )
+    path.write_text(json.dumps([{"sample_id": "c-1", "conversation": conversation, "qa": qa}]))
+    return path
+
+
+@pytest.mark.parametrize("system", ["middleware", "ours"])
+def test_chats_count_evidence_at_every_session_end(
+    cp: ModuleType, system: str, tmp_path: Path
+) -> None:
+    """Each question counts at every session end from its evidence's session on (3 + 2 +
+    1 pairs for 3 sessions); with room for everything all evidence is there, with a
+    small budget the oldest is not, and no question is counted before it was said."""
+    path = _locomo(tmp_path / "locomo.json", sessions=3, turns=8)
+    (roomy,) = cp.run_chats(path, [system], [100_000])
+    assert (roomy.questions, roomy.in_context) == (3, 3)
+    assert (roomy.session_questions, roomy.session_in_context) == (6, 6)
+    (tight,) = cp.run_chats(path, [system], [1_500])
+    assert tight.session_questions == 6 and tight.questions == 3
+    assert tight.in_context < 3  # session 1's first turn no longer fits
+    assert tight.session_in_context < 6
+    if system == "ours":
+        assert tight.findable == 3  # search_history brings every evidence turn back
+    assert "| 6 |" not in cp.chat_table([tight]) and "(6)" in cp.chat_table([tight])
+
+
 def test_compare_rejects_unknown_system(cp: ModuleType) -> None:
     with pytest.raises(SystemExit):
         cp.main(["--systems", "nope"])
@@ -291,6 +335,24 @@ def test_composition_runs_on_one_trajectory(capsys: pytest.CaptureFixture[str]) 
     assert _load("composition").main(["--budget", "8000", "--limit", "1", "--systems", "ours"]) == 0
     out = capsys.readouterr().out
     assert "average tokens per over-budget call" in out and "human" in out
+
+
+def test_composition_of_chats_at_session_ends(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _locomo(tmp_path / "locomo.json", sessions=3, turns=8)
+    args = ["--chats", "--data", str(path), "--budget", "1500", "--systems", "ours,middleware"]
+    assert _load("composition").main(args) == 0
+    out = capsys.readouterr().out
+    ours, middleware = out.split("middleware at 1,500")
+    # the package's overhead is counted apart; the middleware has none of it
+    assert "tool schemas and priming" in ours and "verbatim turns (count)" in middleware
+    totals = [
+        float(line.split()[-1].replace(",", ""))
+        for line in out.splitlines()
+        if "total sent" in line
+    ]
+    assert len(totals) == 2 and all(0 < t <= 1_500 for t in totals)
 
 
 def test_search_scaling_runs_at_a_tiny_size(capsys: pytest.CaptureFixture[str]) -> None:
