@@ -56,17 +56,22 @@ from langchain_core.messages import (
 
 from langchain_autocontext.config import AutoContextConfig
 from langchain_autocontext.messages import (
+    atomic_groups,
     find_violations,
     is_pinned,
     latest_user_index,
+    marker,
     message_chars,
     new_id,
     pending_call_index,
     pin,
+    pinned_group_indices,
+    pinned_tokens,
     text_of,
     tool_call_ids,
 )
 from langchain_autocontext.metadata import strip_message_tags, strip_tags
+from langchain_autocontext.strategies.base import KIND_RECURSIVE
 from langchain_autocontext.tokens import resolve_counter
 from langchain_autocontext.view import normalize_state, resolve_message_ref
 
@@ -272,14 +277,20 @@ def update_op(
             True, f"Message {mid} already has this content; nothing changed.", list(messages)
         )
     updated = target.model_copy(update={"content": new_text})
-    if is_pinned(target) and counter is not None and pin_limit is not None:
-        over = _past_pin_limit(messages, target, updated, counter, pin_limit)
+    if (
+        counter is not None
+        and pin_limit is not None
+        and idx in pinned_group_indices(messages)  # pinned, or paired with a pinned message
+    ):
+        over = _past_pin_limit(messages, idx, updated, counter, pin_limit)
         if over is not None:
             others, size = over
+            how = "pinned" if is_pinned(target) else "paired with a pinned message"
             return _refuse(
                 messages,
                 "limit",
-                f"Message {mid} is pinned, and its new content ({size:,} tokens) would take "
+                f"Message {mid} is {how}, "
+                f"and its new content ({size:,} tokens{_with_group(messages, idx)}) would take "
                 f"the pins past their limit of {pin_limit:,} tokens ({others:,} in use by "
                 "other pins). Write a shorter content, or unpin it first (pin_message with "
                 "pinned=false).",
@@ -297,25 +308,32 @@ def update_op(
     )
 
 
-def pinned_tokens(messages: Sequence[BaseMessage], counter: Any) -> int:
-    """Tokens of the pinned messages of ``messages`` (see :func:`~.messages.is_pinned`)."""
-    return sum(counter.count_message(m) for m in messages if is_pinned(m))
-
-
 def _past_pin_limit(
     messages: Sequence[BaseMessage],
-    target: BaseMessage,
-    pinned_as: BaseMessage,
+    idx: int,
+    replacement: BaseMessage,
     counter: Any,
     limit: int,
 ) -> tuple[int, int] | None:
-    """``(tokens of the other pins, tokens of pinned_as)`` when ``target`` pinned as
-    ``pinned_as`` would take the pins past ``limit``; else None."""
-    others = pinned_tokens(messages, counter)
-    if is_pinned(target):
-        others -= counter.count_message(target)
-    size = counter.count_message(pinned_as)
-    return (others, size) if others + size > limit else None
+    """``(tokens the other pins protect, tokens of the tool-call group of idx)`` when
+    ``messages`` with ``messages[idx]`` replaced by ``replacement`` would take what the
+    pins protect (:func:`~.messages.pinned_tokens`: each pin with its tool-call group)
+    past ``limit``; else None."""
+    new = list(messages)
+    new[idx] = replacement
+    total = pinned_tokens(new, counter)
+    if total <= limit:
+        return None
+    a, b = next((a, b) for a, b in atomic_groups(new) if a <= idx < b)
+    size = sum(counter.count_message(new[k]) for k in range(a, b))
+    return total - size, size
+
+
+def _with_group(messages: Sequence[BaseMessage], idx: int) -> str:
+    """`` with the tool call/results it is paired with`` when the pin of ``messages[idx]``
+    protects more than the message itself."""
+    a, b = next((a, b) for a, b in atomic_groups(messages) if a <= idx < b)
+    return " with the tool call and results paired with it" if b - a > 1 else ""
 
 
 def pin_op(
@@ -339,16 +357,24 @@ def pin_op(
     if is_pinned(target) == pinned:
         state = "pinned" if pinned else "not pinned"
         return Edit(True, f"Message {mid} is already {state}; nothing changed.", list(messages))
+    if pinned and (marker(target) or {}).get("kind") == KIND_RECURSIVE:
+        return _refuse(
+            messages,
+            "summary",
+            f"Message {mid} is the running summary of older messages: it is rewritten each "
+            "time more of them are moved into it, so it cannot be pinned. Save what you need "
+            "from it in your working context, or pin the messages that follow it.",
+        )
     if pinned:
-        over = _past_pin_limit(messages, target, target, counter, limit)
+        over = _past_pin_limit(messages, idx, pin(target), counter, limit)
         if over is not None:
             used, size = over
             return _refuse(
                 messages,
                 "limit",
-                f"Message {mid} ({size:,} tokens) was not pinned: pins may take {limit:,} "
-                f"tokens and {used:,} are in use. Unpin a message first (pinned=false), or "
-                "save the part that matters in your working context.",
+                f"Message {mid} ({size:,} tokens{_with_group(messages, idx)}) was not pinned: "
+                f"pins may take {limit:,} tokens and {used:,} are in use. Unpin a message "
+                "first (pinned=false), or save the part that matters in your working context.",
             )
     new = list(messages)
     new[idx] = pin(target, pinned)

@@ -157,7 +157,7 @@ class AutoContextConfig(BaseModel):
         "compact",
         description="How the package explains itself to the model: 'compact' (a few lines "
         "of system section and one-sentence tool descriptions, ~300 tokens with every "
-        "feature on) or 'full' (the detailed section and tool descriptions, ~1,300 tokens).",
+        "feature on) or 'full' (the detailed section and tool descriptions, ~1,570 tokens).",
     )
     xml_commands: bool = Field(
         False,
@@ -224,6 +224,12 @@ class AutoContextConfig(BaseModel):
             raise ValueError(
                 f"target_ratio ({self.target_ratio}) must not exceed token_ratio "
                 f"({self.token_ratio}): compression aims below its own trigger"
+            )
+        if self.pin_max_tokens is not None and self.pin_max_tokens >= self.max_tokens:
+            raise ValueError(
+                f"pin_max_tokens ({self.pin_max_tokens}) must be below max_tokens "
+                f"({self.max_tokens}): pinned messages are never compressed, so they must "
+                "leave room for the rest of the context"
             )
         if "/" in self.store_prefix or not self.store_prefix.strip():
             raise ValueError("store_prefix must be a non-blank string without '/'")

@@ -34,7 +34,7 @@ from langgraph.store.base import BaseStore
 from pydantic import field_validator
 
 from langchain_autocontext.engine import ContextEngine
-from langchain_autocontext.messages import dump_messages, load_messages
+from langchain_autocontext.messages import dump_messages, is_pinned, load_messages
 from langchain_autocontext.metadata import strip_message_tags
 from langchain_autocontext.store import OffloadStore, encode_thread_id
 from langchain_autocontext.tools import attach_tools
@@ -199,11 +199,12 @@ class AutoContextChatMessageHistory(BaseChatMessageHistory):
 
 # --- the Runnable ------------------------------------------------------------------------------
 def _fingerprint(message: BaseMessage) -> bytes:
-    """What identifies a message of an input: role, id, content, tool calls, name."""
+    """What identifies a message of an input: role, id, content, tool calls, name, pin
+    (pinning a message already sent changes what may be compressed)."""
     h = hashlib.sha256()
     content = message.content
     text = content if isinstance(content, str) else json.dumps(content, sort_keys=True, default=str)
-    extra: list[Any] = [getattr(message, "tool_call_id", None), message.name]
+    extra: list[Any] = [getattr(message, "tool_call_id", None), message.name, is_pinned(message)]
     if isinstance(message, AIMessage) and message.tool_calls:
         extra.append(message.tool_calls)
     for part in (message.type, message.id or "", text, json.dumps(extra, default=str)):

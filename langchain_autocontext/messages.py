@@ -50,6 +50,8 @@ __all__ = [
     "new_id",
     "pending_call_index",
     "pin",
+    "pinned_group_indices",
+    "pinned_tokens",
     "repair_tool_pairs",
     "round_starts",
     "sanitize_message",
@@ -246,6 +248,27 @@ def atomic_groups(
         groups.append((i, j))
         i = j
     return groups
+
+
+def pinned_group_indices(messages: Sequence[BaseMessage], start: int = 0) -> list[int]:
+    """Indices (from ``start`` on) of what the pins protect: each pinned message and every
+    message of its tool-call group (a pinned call keeps its results, a pinned result its
+    call and its sibling results). This is what no strategy compresses and what the pin
+    limit counts."""
+    if not any(is_pinned(m) for m in messages[start:]):
+        return []
+    return [
+        k
+        for a, b in atomic_groups(messages, start)
+        if any(is_pinned(messages[i]) for i in range(a, b))
+        for k in range(a, b)
+    ]
+
+
+def pinned_tokens(messages: Sequence[BaseMessage], counter: Any) -> int:
+    """Tokens of what the pins of ``messages`` protect (:func:`pinned_group_indices`),
+    each message counted by ``counter.count_message``: what the pin limit bounds."""
+    return sum(counter.count_message(messages[i]) for i in pinned_group_indices(messages))
 
 
 def group_start(messages: Sequence[BaseMessage], index: int) -> int:

@@ -58,8 +58,11 @@ from langchain_autocontext.engine import thread_id_of
 from langchain_autocontext.errors import OffloadNotFoundError
 from langchain_autocontext.messages import (
     find_violations,
+    is_pinned,
     latest_user_index,
     marker,
+    pin,
+    pinned_tokens,
     text_of,
     tool_call_ids,
 )
@@ -581,7 +584,7 @@ def _restore_plan(
         if msgs[i].content == entry_msg.content and type(msgs[i]) is type(entry_msg):
             return None, False, "it is already in your context unchanged"
         new = list(msgs)
-        new[i] = entry_msg
+        new[i] = pin(entry_msg, is_pinned(msgs[i]))  # a pin stays where it was
         return new, False, ""
     originals = list(record.messages)
     holders = [
@@ -601,7 +604,7 @@ def _restore_plan(
     }:
         new = list(msgs)
         for o in originals:
-            new[by_id[o.id]] = o
+            new[by_id[o.id]] = pin(o, is_pinned(msgs[by_id[o.id]]))
         return new, False, ""
     if len(holders) != 1 or any(o.id in by_id for o in originals):
         return None, False, "its originals overlap messages already in your context"
@@ -615,7 +618,8 @@ def _restore_plan(
             ),
         )
     i = holders[0]
-    return [*msgs[:i], *originals, *msgs[i + 1 :]], True, ""
+    back = [pin(o, is_pinned(msgs[i])) for o in originals]  # a pinned summary's originals too
+    return [*msgs[:i], *back, *msgs[i + 1 :]], True, ""
 
 
 def _reload_tool(engine: ContextEngine) -> StructuredTool:
@@ -663,6 +667,17 @@ def _reload_tool(engine: ContextEngine) -> StructuredTool:
                     "read it here"
                 )
                 new = None
+            if new is not None:
+                pinned_after = pinned_tokens(new, engine.counter)
+                if pinned_after > cfg.pin_limit and pinned_after > pinned_tokens(
+                    call.messages, engine.counter
+                ):
+                    why = (
+                        f"the pinned messages would take {pinned_after:,} tokens, over the pin "
+                        f"limit of {cfg.pin_limit:,}; unpin it first (pin_message with "
+                        "pinned=false), or read it here"
+                    )
+                    new = None
             if new is not None:
                 need = call.used_tokens(new)
                 if need > call.trigger_tokens:

@@ -151,6 +151,9 @@ def system_section(config: AutoContextConfig) -> str:
             "context when it fits.",
             "- search_history(query, limit=5): search every message of this conversation, "
             "including those no longer in your context, by keywords or exact identifiers.",
+            "- pin_message(message_id, pinned=true): keep a message (the task, a constraint, "
+            "a plan) verbatim: no summary or offload touches it, nor the tool call and "
+            "results paired with it. Pins share a token limit; pinned=false unpins.",
             "- working_context_append(text) and working_context_replace(old, new): edit your "
             "working context (below).",
             "The system message, the latest user message and the message that makes the "
@@ -166,10 +169,13 @@ def system_section(config: AutoContextConfig) -> str:
             '<delete id="ID"/> removes a message (a message that called tools goes with its '
             "results);",
             '<update id="ID">new content</update> replaces a message\'s content;',
+            '<pin id="ID"/> keeps a message verbatim (no summary or offload touches it; pins '
+            'share a token limit), <unpin id="ID"/> releases it;',
             "<user>text</user> makes text the next user message, so you keep working without "
             "waiting for the user (at most "
             f"{config.max_autonomous_steps} times in a row).",
-            "Deletes run first, then updates, then <user>. Commands inside code blocks or "
+            "Deletes run first, then updates, pins and unpins, then <user>. Commands inside "
+            "code blocks or "
             "inline code are not run, nor is anything written with entities such as &lt;; "
             "use that to mention a command without running it. Errors are reported to you "
             "on your next turn.",
@@ -207,6 +213,7 @@ def _compact_section(config: AutoContextConfig) -> str:
     if xml:
         lines.append(
             'Reply commands: <delete id="ID"/>, <update id="ID">text</update>, '
+            '<pin id="ID"/>, <unpin id="ID"/>, '
             f"<user>next request</user> (at most {config.max_autonomous_steps} in a row)."
         )
     return "\n".join(lines)

@@ -341,6 +341,20 @@ def test_the_budget_error_says_what_takes_the_room() -> None:
     assert "self_management_tools=False" in text and "the latest user message" in text
 
 
+def test_pins_are_named_when_they_take_the_room() -> None:
+    """A pin limit as large as the window is refused up front; pins within the limit
+    that still leave no room are named, with their size, in the budget error."""
+    with pytest.raises(InvalidConfigError, match="pin_max_tokens"):
+        AutoContextConfig(max_tokens=1_000, pin_max_tokens=5_000)
+    ac, _store = make(AutoContextConfig(max_tokens=600, pin_max_tokens=590, disclosure="always"))
+    rules = pin(HumanMessage("rules " * 400, id="rules"))
+    with pytest.raises(ContextBudgetError) as info:
+        ac.compress([SystemMessage("s"), rules, HumanMessage("hi")], thread_id="pins")
+    text = str(info.value)
+    assert "pinned messages" in text and re.search(r"1 pinned message\(s\) \d+", text)
+    assert "unpin" in text
+
+
 # --- the thresholds: ratios of the room above what can never be compressed ----------------------
 @settings(max_examples=200, deadline=None)
 @given(

@@ -185,3 +185,179 @@ def test_the_model_pins_a_result_and_it_survives_compression_and_a_restart() -> 
     again.checkpointer = agent.checkpointer
     restored = again.get_state(config).values["messages"]
     assert [m.id for m in restored if is_pinned(m)] == [pinned[0].id]
+
+
+def _tool(ac: AutoContext, store: Any, messages: list, name: str, args: dict) -> tuple[list, Any]:
+    """Call one of the package's tools as the model would (a ToolRuntime over the graph
+    state), apply its update; returns the messages and the tool's receipt."""
+    from langgraph.graph.message import add_messages
+    from langgraph.prebuilt import ToolRuntime
+
+    tool_call = call(name, args)
+    msgs = add_messages(
+        list(messages), [AIMessage("", tool_calls=[tool_call], id=uuid.uuid4().hex)]
+    )
+    runtime = ToolRuntime(
+        state={"messages": msgs, "autocontext": {}},
+        context=None,
+        config={"configurable": {"thread_id": "t"}},
+        stream_writer=lambda _: None,
+        tool_call_id=tool_call["id"],
+        store=store,
+    )
+    tool = next(t for t in ac.tools if t.name == name)
+    out = tool.invoke({**tool_call, "args": {**args, "runtime": runtime}})
+    msgs = add_messages(msgs, out.update["messages"])
+    return msgs, msgs[-1]
+
+
+def _dump_pair() -> list:
+    """A tool call with two results: a tiny one and a ~6,800-token one."""
+    calls = [call("dump", {"k": 1}, "c1"), call("dump", {"k": 2}, "c2")]
+    big = "\n".join(
+        f"/src/pkg/module_{i % 37}.py:{i}: checked item {i} status=ok" for i in range(400)
+    )
+    return [
+        SystemMessage("sys", id="s"),
+        HumanMessage("task: read the dumps", id="u0"),
+        AIMessage("", tool_calls=calls, id="ai1"),
+        ToolMessage("ok", tool_call_id="c1", name="dump", id="t1"),
+        ToolMessage(big, tool_call_id="c2", name="dump", id="t2"),
+        AIMessage("read them", id="a2"),
+        HumanMessage("go on", id="u1"),
+    ]
+
+
+@pytest.mark.parametrize("target", ["ai1", "t1"])
+def test_the_pin_limit_counts_the_tool_call_group_a_pin_keeps(target: str) -> None:
+    """A pin keeps its whole tool-call group (the call and every result), so the limit
+    counts the group: pinning the tiny call or its tiny sibling result must not make a
+    6,800-token result incompressible (it used to, and every later call was refused)."""
+    store = InMemoryStore()
+    ac = AutoContext(AutoContextConfig(max_tokens=4_000, disclosure="always"), store=store)
+    msgs = _dump_pair()
+    refused = pin_op(msgs, target, counter=ac.counter, limit=ac.config.pin_limit)
+    assert not refused.ok and refused.reason == "limit"
+    assert "paired with it" in refused.text and f"{ac.config.pin_limit:,}" in refused.text
+    out, receipt = _tool(ac, store, msgs, "pin_message", {"message_id": target})
+    assert receipt.status == "error" and not any(is_pinned(m) for m in out)
+    assert ac.compress(out, thread_id="t", force=True).tokens_after <= 4_000
+    # a developer pin on the same message: a clear error that names the pins
+    msgs[2 if target == "ai1" else 3] = pin(msgs[2 if target == "ai1" else 3])
+    with pytest.raises(ContextBudgetError, match="pin limit of 500"):
+        ac.compress(msgs, thread_id="dev")
+
+
+def test_restore_keeps_the_pin_and_the_pin_limit() -> None:
+    """reload_offloaded(restore=true) puts the original where its shortened copy was: a
+    pinned copy stays pinned, and a restore that would take the pins past their limit is
+    refused (the original is shown instead), so the next call still goes through."""
+    store = InMemoryStore()
+    cfg = AutoContextConfig(max_tokens=8_000, pin_max_tokens=500, disclosure="always")
+    ac = AutoContext(cfg, store=store)
+    spec = HumanMessage("SPEC: " + "keep every column; " * 70, id="spec")  # ~290 tokens
+    note = HumanMessage("NOTE: " + "prefer small commits; " * 60, id="note")  # ~250 tokens
+    msgs = [SystemMessage("sys", id="s"), spec, note, AIMessage("ok", id="a0")]
+    msgs = ac.compress([*msgs, HumanMessage("go", id="u")], thread_id="t").messages
+    msgs, _ = _tool(ac, store, msgs, "update_message", {"message_id": "spec", "content": "SPEC."})
+    msgs, receipt = _tool(ac, store, msgs, "pin_message", {"message_id": "spec"})
+    assert receipt.status == "success"
+    msgs, receipt = _tool(
+        ac, store, msgs, "reload_offloaded", {"offload_id": "spec", "restore": True}
+    )
+    restored = next(m for m in msgs if m.id == "spec")
+    assert "Restored" in receipt.content and restored.content == spec.content
+    assert is_pinned(restored)  # the pin stayed with the message
+    # now the same with the note pinned too: restoring would pass the limit
+    msgs, _ = _tool(ac, store, msgs, "update_message", {"message_id": "spec", "content": "SPEC."})
+    msgs, receipt = _tool(ac, store, msgs, "pin_message", {"message_id": "note"})
+    assert receipt.status == "success"
+    msgs, receipt = _tool(
+        ac, store, msgs, "reload_offloaded", {"offload_id": "spec", "restore": True}
+    )
+    assert "not restored" in receipt.content and "pin limit of 500" in receipt.content
+    assert next(m for m in msgs if m.id == "spec").content == "SPEC."
+    assert "keep every column" in receipt.content  # read here instead
+    ac.compress(msgs, thread_id="t")  # no ContextBudgetError: the thread goes on
+
+
+def test_restoring_a_pinned_preview_keeps_its_original_pinned() -> None:
+    store = InMemoryStore()
+    cfg = AutoContextConfig(max_tokens=6_000, disclosure="always", min_consecutive_tool_messages=50)
+    ac = AutoContext(cfg, store=store)
+    msgs: list = [SystemMessage("sys", id="s"), HumanMessage("read the files", id="u")]
+    for k in range(8):
+        calls = [call("cat", {"f": k}, f"c{k}")]
+        msgs += [
+            AIMessage("", tool_calls=calls, id=f"ai{k}"),
+            ToolMessage(
+                fetch.invoke({"name": f"file{k}", "size": 25}), tool_call_id=f"c{k}", id=f"t{k}"
+            ),
+        ]
+    msgs = ac.compress(
+        [*msgs, AIMessage("read all", id="done")], thread_id="t", force=True
+    ).messages
+    from langchain_autocontext.messages import marker
+
+    held = next(
+        m for m in msgs if isinstance(m, ToolMessage) and (marker(m) or {}).get("offload_id")
+    )
+    msgs, receipt = _tool(ac, store, msgs, "pin_message", {"message_id": held.id})
+    assert receipt.status == "success"
+    oid = marker(held)["offload_id"]
+    msgs, receipt = _tool(ac, store, msgs, "reload_offloaded", {"offload_id": oid, "restore": True})
+    now = next(m for m in msgs if m.id == held.id)
+    assert "Restored" in receipt.content and marker(now) is None and is_pinned(now)
+
+
+def test_the_running_summary_cannot_be_pinned() -> None:
+    """The recursive summary is rewritten whenever more messages are evicted into it: a
+    pin on it could not hold, so it is refused with what to do instead."""
+    ac = AutoContext(
+        AutoContextConfig(max_tokens=4_000, self_management_tools=False), store=InMemoryStore()
+    )
+    msgs: list = [SystemMessage("You are an airline agent.", id="sys")]
+    for r in range(12):
+        msgs += [
+            HumanMessage(f"Request {r}: " + "details " * 60, id=f"user{r}"),
+            AIMessage(f"Done {r}. " + "answer " * 60, id=f"answer{r}"),
+        ]
+    msgs = ac.compress(msgs, thread_id="t", force=True).messages
+    from langchain_autocontext.messages import marker
+
+    assert (marker(msgs[1]) or {}).get("kind") == "summary"
+    refused = pin_op(msgs, msgs[1].id, counter=ac.counter, limit=ac.config.pin_limit)
+    assert not refused.ok and refused.reason == "summary" and "working context" in refused.text
+    assert pin_op(msgs, msgs[2].id, counter=ac.counter, limit=ac.config.pin_limit).ok
+
+
+def test_a_runnable_sees_a_pin_added_to_a_message_it_has_seen() -> None:
+    """as_runnable() recognises a resent conversation by its messages; a pin added later
+    changes what may be compressed, so the runnable must not reuse its unpinned copy."""
+    ac = AutoContext(
+        AutoContextConfig(max_tokens=3_000, self_management_tools=False), store=InMemoryStore()
+    )
+    runnable = ac.as_runnable()
+    cfg = {"configurable": {"thread_id": "chain"}}
+    task = HumanMessage("TASK: migrate billing; never drop a column. " + "details " * 30, id="task")
+    convo: list = [SystemMessage("sys", id="s"), task, AIMessage("ok", id="a0")]
+    runnable.invoke(convo, cfg)
+    convo[1] = pin(task)
+    for r in range(30):
+        convo += [
+            HumanMessage(f"step {r}: " + "more input " * 25, id=f"u{r}"),
+            AIMessage(f"done {r} " + "reply " * 25, id=f"a{r + 1}"),
+        ]
+        out = runnable.invoke(convo, cfg)
+    kept = [m for m in out if m.id == "task"]
+    assert kept and kept[0].content == task.content and is_pinned(kept[0])
+
+
+@pytest.mark.parametrize("instructions", ["compact", "full"])
+def test_the_xml_pin_commands_are_taught(instructions: str) -> None:
+    from langchain_autocontext.view import system_section
+
+    text = system_section(AutoContextConfig(xml_commands=True, instructions=instructions))
+    assert '<pin id="ID"/>' in text and '<unpin id="ID"/>' in text
+    full = system_section(AutoContextConfig(instructions="full"))
+    assert "pin_message(message_id" in full and "<pin" not in full  # no XML: not offered

@@ -24,13 +24,13 @@ from langchain_core.messages import (
 from langchain_autocontext.messages import (
     atomic_groups,
     group_start,
-    is_pinned,
     latest_user_index,
     mark,
     marker,
     message_chars,
     new_id,
     pending_call_index,
+    pinned_group_indices,
     text_of,
     tool_call_ids,
 )
@@ -274,14 +274,7 @@ class PassContext:
     def pinned_indices(self) -> frozenset[int]:
         """Indices of pinned messages and of every message in their tool-call group
         (a pinned call keeps its results, a pinned result its call)."""
-        n = len(self.messages)
-        if not any(is_pinned(m) for m in self.messages):
-            return frozenset()
-        out: set[int] = set()
-        for a, b in atomic_groups(self.messages, self.body_start, n):
-            if any(is_pinned(self.messages[k]) for k in range(a, b)):
-                out.update(range(a, b))
-        return frozenset(out)
+        return frozenset(pinned_group_indices(self.messages, self.body_start))
 
     def spans_between_protected(self, start: int, end: int) -> list[tuple[int, int]]:
         """``[start, end)`` cut around protected messages: the unprotected runs."""

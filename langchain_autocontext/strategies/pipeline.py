@@ -22,6 +22,8 @@ from langchain_autocontext.messages import (
     latest_user_index,
     marker,
     pending_call_index,
+    pinned_group_indices,
+    pinned_tokens,
     text_of,
 )
 from langchain_autocontext.metadata import view_counts
@@ -135,14 +137,14 @@ def _check_pass(before: Sequence[BaseMessage], after: Sequence[BaseMessage], str
 
 def minimal_context(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
     """What can never be compressed: system message, latest user message, pending call,
-    and pinned messages."""
+    and pinned messages with their tool-call groups."""
     keep: list[int] = []
     if messages and isinstance(messages[0], SystemMessage):
         keep.append(0)
     for idx in (latest_user_index(messages), pending_call_index(messages)):
         if idx is not None and idx not in keep:
             keep.append(idx)
-    keep.extend(i for i, m in enumerate(messages) if is_pinned(m) and i not in keep)
+    keep.extend(i for i in pinned_group_indices(messages) if i not in keep)
     return [messages[i] for i in sorted(keep)]
 
 
@@ -176,9 +178,12 @@ def _room_report(
     pc = pending_call_index(msgs)
     if pc is not None:
         parts.append(f"a pending tool call {counter.count_message(msgs[pc])}")
-    pinned = [m for m in msgs if is_pinned(m)]
-    if pinned:
-        parts.append(f"{len(pinned)} pinned messages {sum(map(counter.count_message, pinned))}")
+    if any(is_pinned(m) for m in msgs):
+        n = sum(map(is_pinned, msgs))
+        parts.append(
+            f"{n} pinned message(s) {pinned_tokens(msgs, counter)} with their tool-call groups "
+            "(unpin some, or lower pin_max_tokens)"
+        )
     if reserved:
         parts.append(f"the view's reserve {reserved} (notices; warning_ratio)")
     return "; ".join(parts)
@@ -187,13 +192,14 @@ def _room_report(
 def _check_pins(msgs: Sequence[BaseMessage], limit: int, counter: TokenCounter) -> None:
     """Pins set by the developer (``messages.pin``) past the pin limit: a clear error
     (the model's pins are refused before they pass it)."""
-    pinned = [m for m in msgs if is_pinned(m)]
-    if not pinned:
+    if not any(is_pinned(m) for m in msgs):
         return
-    used = sum(counter.count_message(m) for m in pinned)
+    used = pinned_tokens(msgs, counter)
     if used > limit:
+        n = sum(map(is_pinned, msgs))
         raise ContextBudgetError(
-            f"{len(pinned)} pinned message(s) take {used} tokens, more than the pin limit of "
+            f"{n} pinned message(s) take {used} tokens with their tool-call groups (a pin "
+            f"keeps the call and results it is paired with), more than the pin limit of "
             f"{limit} (pin_max_tokens, default max_tokens // 8): pinned messages are "
             "never compressed. Unpin some (langchain_autocontext.messages.pin(m, False)) or "
             "raise pin_max_tokens. Nothing was sent.",
@@ -259,11 +265,12 @@ def run_pipeline(
         return PipelineResult(msgs, before, tokens, triggered=False)
     if floor > config.max_tokens:
         raise ContextBudgetError(
-            f"The system prompt, tool schemas and latest user message alone count "
-            f"{floor + reserved_tokens} tokens, more than max_tokens={configured}{reserve_note}. "
+            f"What can never be compressed (system prompt, tool schemas, latest user "
+            f"message, pinned messages) alone counts {floor + reserved_tokens} tokens, more "
+            f"than max_tokens={configured}{reserve_note}. "
             f"What takes the room: {_room_report(msgs, counter, tools, reserved_tokens)}. "
-            "Raise max_tokens, shorten the system prompt or the user message, or send fewer "
-            "tools. Nothing was sent.",
+            "Raise max_tokens, shorten the system prompt or the user message, unpin messages "
+            "or send fewer tools. Nothing was sent.",
             required_tokens=floor + reserved_tokens,
             max_tokens=configured,
         )
@@ -348,8 +355,10 @@ def run_pipeline(
         raise ContextBudgetError(
             f"After every strategy the context still counts {tokens + reserved_tokens} tokens, "
             f"more than max_tokens={configured}{reserve_note}: what cannot be compressed "
-            "(system prompt, tool schemas, latest user message, a pending tool call) is too "
-            "large. Raise max_tokens or lower large_payload_threshold. Nothing was sent.",
+            "(system prompt, tool schemas, latest user message, a pending tool call, pinned "
+            f"messages: {_room_report(msgs, counter, tools, reserved_tokens)}) is too large. "
+            "Raise max_tokens, unpin messages or lower large_payload_threshold. Nothing was "
+            "sent.",
             required_tokens=tokens + reserved_tokens,
             max_tokens=configured,
         )
