@@ -91,7 +91,15 @@ def test_pin_op_limits_and_unpins() -> None:
     ]
     refused = pin_op(msgs, "plan", counter=counter, limit=100)
     assert not refused.ok and "100" in refused.text and refused.reason == "limit"
+    assert "Pinned now" not in refused.text  # nothing pinned yet
     done = pin_op(msgs, "plan", counter=counter, limit=1_000)
+    crowded = pin_op(
+        [*done.messages[:2], HumanMessage("x " * 300, id="x"), msgs[2]],
+        "x",
+        counter=counter,
+        limit=300,
+    )
+    assert not crowded.ok and "Pinned now: plan (" in crowded.text  # what could be unpinned
     assert done.ok and is_pinned(done.messages[1]) and done.messages[1].id == "plan"
     again = pin_op(done.messages, "plan", counter=counter, limit=1_000)
     assert again.ok and again.event is None  # already pinned: nothing changed
