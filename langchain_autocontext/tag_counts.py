@@ -82,10 +82,23 @@ def _is_tagged(message: BaseMessage) -> bool:
     return not isinstance(message, SystemMessage)
 
 
+#: Content blocks a provider requires first in an assistant message, unchanged: Anthropic's
+#: extended thinking (the assistant turn that continues a tool loop must start with
+#: them) and OpenAI's reasoning items. A tag goes after them.
+LEADING_BLOCK_TYPES = frozenset({"thinking", "redacted_thinking", "reasoning"})
+
+
 def _render_content(content: Any, tag: str) -> Any:
     if isinstance(content, str):
         return f"{tag}\n{content}" if content else tag
-    return [{"type": "text", "text": tag}, *content]
+    k = 0
+    while (
+        k < len(content)
+        and isinstance(content[k], dict)
+        and content[k].get("type") in LEADING_BLOCK_TYPES
+    ):
+        k += 1
+    return [*content[:k], {"type": "text", "text": tag}, *content[k:]]
 
 
 def _render_message(message: BaseMessage, tag: str) -> BaseMessage:

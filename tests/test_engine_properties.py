@@ -16,6 +16,7 @@ drives it, and checks what issue 11 asks of every strategy:
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from functools import cache
 from typing import Any
@@ -124,6 +125,12 @@ def test_real_runs_keep_the_tail_stop_at_the_target_and_never_grow(run, budget) 
     for call in calls:
         result, before = call["result"], call["before"]
         assert result.tokens_after <= ac.config.max_tokens
+        # what the package writes never puts two assistant turns in a row (Anthropic
+        # merges them, Gemini rejects a function call right after a model turn)
+        out = result.messages
+        for m, nxt in itertools.pairwise(out):
+            if marker(m) and isinstance(nxt, AIMessage):
+                assert not isinstance(m, AIMessage), (marker(m), nxt.id)
         events = result.events
         strategies = {e["strategy"] for e in events}
         for e in events:

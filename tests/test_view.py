@@ -375,3 +375,60 @@ def test_the_hook_persists_what_it_must() -> None:
     assert out["autocontext"] == {"working_context": ""}
     assert "llm_input_messages" not in out or out["messages"][0].id != INSTRUCTIONS_ID
     assert all(m.id != INSTRUCTIONS_ID for m in out["messages"])  # the view is never persisted
+
+
+SIGNATURE = "EqQBCkgIARABGAIiQL" + "x" * 120
+
+
+def _thinking_loop() -> list:
+    """An Anthropic extended-thinking tool loop, as langchain-anthropic records it, and
+    an OpenAI Responses reply with a reasoning item."""
+    tool_call = {"name": "screenshot", "args": {}, "id": "toolu_01", "type": "tool_call"}
+    return [
+        SystemMessage("You are a coding agent.", id="sys"),
+        HumanMessage("Fix the bug.", id="u"),
+        AIMessage(
+            [{"type": "reasoning", "id": "rs_1", "summary": []}, {"type": "text", "text": "Ok."}],
+            id="msg_1",
+        ),
+        HumanMessage("Go on.", id="u2"),
+        AIMessage(
+            [
+                {"type": "redacted_thinking", "data": "ENCRYPTED" * 10},
+                {"type": "thinking", "thinking": "Look at the screen.", "signature": SIGNATURE},
+                {"type": "tool_use", "id": "toolu_01", "name": "screenshot", "input": {}},
+            ],
+            tool_calls=[tool_call],
+            id="lc_run--loop",
+        ),
+        ToolMessage("screenshot taken", tool_call_id="toolu_01", id="t1"),
+    ]
+
+
+@pytest.mark.parametrize("fmt", ["compact", "seed"])
+def test_a_tag_goes_after_the_blocks_a_provider_requires_first(fmt: str) -> None:
+    """Anthropic requires the assistant turn that continues a tool loop to start with
+    its thinking blocks, unchanged; OpenAI's reasoning items lead their reply. The tag
+    goes right after them, and the counts stay exact."""
+    msgs = _thinking_loop()
+    ac = AutoContext(AutoContextConfig(max_tokens=8_000, disclosure="always", tag_format=fmt))
+    view = ac.prepare_model_call(msgs)
+    assert len(view.messages) == len(msgs)
+    for before, m in zip(msgs, view.messages, strict=True):
+        if not isinstance(before.content, list):
+            continue
+        original = before.content
+        lead = [
+            b for b in original if b.get("type") in ("thinking", "redacted_thinking", "reasoning")
+        ]
+        assert m.content[: len(lead)] == lead  # first and unchanged
+        tag = m.content[len(lead)]
+        assert tag["type"] == "text" and re.match(r"<\S", tag["text"])
+        assert m.content[len(lead) + 1 :] == original[len(lead) :]
+    assert view.tokens == TokenCounter().count(view.messages, ac.count_tools)
+    anthropic = pytest.importorskip("langchain_anthropic.chat_models")
+    _system, formatted = anthropic._format_messages(
+        view.messages[:1] + view.messages[3:], model="claude-sonnet-4-5"
+    )
+    last = [m for m in formatted if m["role"] == "assistant"][-1]
+    assert last["content"][0]["type"] == "redacted_thinking"

@@ -49,7 +49,7 @@ __all__ = [
     "clip_text",
     "is_summary",
     "offload_note",
-    "replacement_ai",
+    "replacement_message",
     "shrink_args",
     "summarizer_input",
     "summarizer_view",
@@ -465,12 +465,24 @@ def offload_note(offload_id: str) -> str:
     return f'originals: reload_offloaded(offload_id="{offload_id}")'
 
 
-def replacement_ai(kind: str, header: str, body: str, out: JobOutput, **info: Any) -> AIMessage:
-    """An assistant-role message that stands for a replaced span."""
-    msg = AIMessage(
-        content=f"[{header}; {offload_note(out.offload_id)}]\n{body}".rstrip(), id=new_id()
-    )
-    return mark(msg, kind, offload_id=out.offload_id, **info)  # type: ignore[return-value]
+def replacement_message(
+    kind: str,
+    header: str,
+    body: str,
+    out: JobOutput,
+    *,
+    followed_by: BaseMessage | None,
+    **info: Any,
+) -> BaseMessage:
+    """The message that stands for a replaced span: in the assistant's role, except
+    right before an assistant message, where it takes the user's role. Two assistant
+    turns in a row are merged by Anthropic's API (the turn that continues a tool loop
+    must then start with its thinking blocks, and a summary's text came first) and
+    rejected by Gemini before a function call; two user turns in a row are merged by
+    every provider without complaint."""
+    cls = HumanMessage if isinstance(followed_by, AIMessage) else AIMessage
+    msg = cls(content=f"[{header}; {offload_note(out.offload_id)}]\n{body}".rstrip(), id=new_id())
+    return mark(msg, kind, offload_id=out.offload_id, **info)
 
 
 def replacement_summary(body: str, out: JobOutput, evicted: int) -> HumanMessage:

@@ -14,7 +14,7 @@ from langchain_autocontext.strategies.base import (
     JobOutput,
     PassContext,
     offload_note,
-    replacement_ai,
+    replacement_message,
     shrink_args,
 )
 
@@ -133,10 +133,15 @@ class CurrentRoundCompression:
         ):
             return []
         n = end - start
+        after = ctx.messages[end] if end < len(ctx.messages) else None
 
         def build(out: JobOutput) -> list[BaseMessage]:
             header = f"Summary of the {n} messages of work so far on the current request"
-            return [replacement_ai(KIND_CURRENT, header, out.summary or "", out, messages=n)]
+            return [
+                replacement_message(
+                    KIND_CURRENT, header, out.summary or "", out, followed_by=after, messages=n
+                )
+            ]
 
         return [
             ctx.summary_job(

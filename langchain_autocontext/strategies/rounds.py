@@ -10,7 +10,7 @@ from langchain_autocontext.strategies.base import (
     Job,
     JobOutput,
     PassContext,
-    replacement_ai,
+    replacement_message,
 )
 
 __all__ = ["RoundSummary"]
@@ -49,10 +49,15 @@ class RoundSummary:
 
     def _job(self, ctx: PassContext, start: int, end: int) -> Job:
         n = end - start
+        after = ctx.messages[end] if end < len(ctx.messages) else None
 
         def build(out: JobOutput) -> list[BaseMessage]:
             header = f"Summary of the {n} messages that answered the user message above"
-            return [replacement_ai(KIND_ROUND, header, out.summary or "", out, messages=n)]
+            return [
+                replacement_message(
+                    KIND_ROUND, header, out.summary or "", out, followed_by=after, messages=n
+                )
+            ]
 
         # The user message stays in place verbatim: the summarizer reads only the
         # span it replaces (every original token is summarized at most once).

@@ -10,7 +10,7 @@ from langchain_autocontext.strategies.base import (
     Job,
     JobOutput,
     PassContext,
-    replacement_ai,
+    replacement_message,
 )
 
 __all__ = ["ToolRunCompression"]
@@ -76,10 +76,15 @@ class ToolRunCompression:
             shown.append(m)
         calls = len(names)
         distinct = ", ".join(dict.fromkeys(names))
+        after = ctx.messages[end] if end < len(ctx.messages) else None
 
         def build(out: JobOutput) -> list[BaseMessage]:
             header = f"Compressed {calls} tool calls ({distinct}) and their results"
-            return [replacement_ai(KIND_TOOL_RUN, header, out.summary or "", out, calls=calls)]
+            return [
+                replacement_message(
+                    KIND_TOOL_RUN, header, out.summary or "", out, followed_by=after, calls=calls
+                )
+            ]
 
         return ctx.summary_job(
             start,
