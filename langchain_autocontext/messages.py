@@ -29,6 +29,7 @@ from langchain_autocontext.errors import InvariantViolationError
 
 __all__ = [
     "AC_KEY",
+    "LEADING_BLOCK_TYPES",
     "PIN_KEY",
     "assert_valid_sequence",
     "atomic_groups",
@@ -41,6 +42,7 @@ __all__ = [
     "is_pinned",
     "is_real_user",
     "latest_user_index",
+    "leading_blocks",
     "load_message",
     "load_messages",
     "mark",
@@ -48,6 +50,7 @@ __all__ = [
     "memo_copy",
     "message_chars",
     "new_id",
+    "open_loop_index",
     "pending_call_index",
     "pin",
     "pinned_group_indices",
@@ -175,6 +178,13 @@ def is_real_user(message: BaseMessage) -> bool:
 
 
 # --- content ----------------------------------------------------------------------
+#: Content blocks a provider requires first in an assistant message, unchanged:
+#: Anthropic's extended thinking (the assistant turn that continues a tool loop must
+#: start with them). OpenAI's reasoning items are not among them: each must be followed
+#: by the item it produced, so nothing may come between them and their reply.
+LEADING_BLOCK_TYPES = frozenset({"thinking", "redacted_thinking"})
+
+
 def text_of(message: BaseMessage) -> str:
     """The message's content flattened to text; non-text blocks become placeholders."""
     return content_text(message.content)
@@ -192,9 +202,22 @@ def content_text(content: Any) -> str:
         elif isinstance(block, dict):
             if block.get("type") == "text" or "text" in block:
                 parts.append(str(block.get("text", "")))
-            else:
+            elif block.get("type") not in _UNSHOWN_BLOCKS:
                 parts.append(f"[{block.get('type', 'block')}]")
     return "\n".join(parts)
+
+
+#: Blocks :func:`content_text` leaves out: tool calls (the message's ``tool_calls`` say
+#: them) and reasoning (opaque or private to the provider), so a preview or a summary
+#: is not made of placeholders such as ``[thinking]`` and ``[tool_use]``.
+_UNSHOWN_BLOCKS = LEADING_BLOCK_TYPES | {
+    "reasoning",
+    "tool_use",
+    "server_tool_use",
+    "function_call",
+    "tool_call",
+    "tool_call_chunk",
+}
 
 
 def tool_call_ids(message: BaseMessage) -> list[str]:
@@ -248,6 +271,32 @@ def atomic_groups(
         groups.append((i, j))
         i = j
     return groups
+
+
+def leading_blocks(content: Any) -> list[Any]:
+    """The blocks of ``content`` a provider requires first (:data:`LEADING_BLOCK_TYPES`)."""
+    if isinstance(content, str):
+        return []
+    k = 0
+    while (
+        k < len(content)
+        and isinstance(content[k], dict)
+        and content[k].get("type") in LEADING_BLOCK_TYPES
+    ):
+        k += 1
+    return list(content[:k])
+
+
+def open_loop_index(messages: Sequence[BaseMessage]) -> int | None:
+    """Index of the assistant message whose tool calls the context ends with (followed
+    by nothing but their results): the turn a provider sees the model continue, which
+    Anthropic requires unchanged from its thinking blocks on."""
+    i = len(messages) - 1
+    while i >= 0 and isinstance(messages[i], ToolMessage):
+        i -= 1
+    if i >= 0 and isinstance(messages[i], AIMessage) and messages[i].tool_calls:
+        return i
+    return None
 
 
 def pinned_group_indices(messages: Sequence[BaseMessage], start: int = 0) -> list[int]:

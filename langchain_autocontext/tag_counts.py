@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import BaseMessage, SystemMessage
 
-from langchain_autocontext.messages import memo_copy
+from langchain_autocontext.messages import leading_blocks, memo_copy
 
 if TYPE_CHECKING:
     import tiktoken
@@ -82,22 +82,11 @@ def _is_tagged(message: BaseMessage) -> bool:
     return not isinstance(message, SystemMessage)
 
 
-#: Content blocks a provider requires first in an assistant message, unchanged: Anthropic's
-#: extended thinking (the assistant turn that continues a tool loop must start with
-#: them) and OpenAI's reasoning items. A tag goes after them.
-LEADING_BLOCK_TYPES = frozenset({"thinking", "redacted_thinking", "reasoning"})
-
-
 def _render_content(content: Any, tag: str) -> Any:
+    """The content with its tag first, after the blocks a provider requires first."""
     if isinstance(content, str):
         return f"{tag}\n{content}" if content else tag
-    k = 0
-    while (
-        k < len(content)
-        and isinstance(content[k], dict)
-        and content[k].get("type") in LEADING_BLOCK_TYPES
-    ):
-        k += 1
+    k = len(leading_blocks(content))
     return [*content[:k], {"type": "text", "text": tag}, *content[k:]]
 
 

@@ -405,3 +405,35 @@ def test_a_large_system_prompt_leaves_the_conversation_its_share_of_the_room() -
     kept = {m.id for m in done.messages if marker(m) is None}
     assert {m.id for m in msgs[-2:]} <= kept  # the newest group verbatim
     assert not find_violations(done.messages)
+
+
+def test_the_turn_the_model_continues_keeps_its_thinking_first() -> None:
+    """The last resort may shorten the freshest assistant message (a 40k-character file
+    written in one tool call, over a 6k budget). Anthropic requires the turn that
+    continues a tool loop to start with its thinking blocks, unchanged: they stay first;
+    the preview shows the call, not block placeholders."""
+    thinking = {"type": "thinking", "thinking": "Write the fixed file.", "signature": "Eq" * 80}
+    body = log_text(700, 3)
+    write = {"path": "/src/a.py", "content": body}
+    ai = AIMessage(
+        [thinking, {"type": "tool_use", "id": "toolu_w", "name": "write_file", "input": write}],
+        tool_calls=[{"name": "write_file", "args": write, "id": "toolu_w", "type": "tool_call"}],
+        id="lc_run--w",
+    )
+    msgs = [
+        SystemMessage("You are a coding agent.", id="sys"),
+        HumanMessage("Rewrite a.py.", id="u"),
+        ai,
+        ToolMessage("wrote 40000 bytes", tool_call_id="toolu_w", id="t"),
+    ]
+    ac, store = make(AutoContextConfig(max_tokens=6_000))
+    result = ac.compress(msgs, thread_id="loop")
+    assert "offload_fresh" in {e["strategy"] for e in result.events}
+    final = next(m for m in result.messages if m.id == "lc_run--w")
+    assert final.content[0] == thinking and marker(final)["kind"] == "offloaded"
+    assert "[thinking]" not in final.content[1]["text"] and "write_file" in final.content[1]["text"]
+    assert len(final.tool_calls[0]["args"]["content"]) < 1_000 and not find_violations(
+        result.messages
+    )
+    assert ac.prepare_model_call(result.messages).tokens <= 6_000
+    assert store.reload("loop", marker(final)["offload_id"]).messages[0].content == ai.content

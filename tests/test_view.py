@@ -408,8 +408,9 @@ def _thinking_loop() -> list:
 @pytest.mark.parametrize("fmt", ["compact", "seed"])
 def test_a_tag_goes_after_the_blocks_a_provider_requires_first(fmt: str) -> None:
     """Anthropic requires the assistant turn that continues a tool loop to start with
-    its thinking blocks, unchanged; OpenAI's reasoning items lead their reply. The tag
-    goes right after them, and the counts stay exact."""
+    its thinking blocks, unchanged: the tag goes right after them. An OpenAI reasoning
+    item must be followed by the reply it produced: the tag goes before it. The counts
+    stay exact."""
     msgs = _thinking_loop()
     ac = AutoContext(AutoContextConfig(max_tokens=8_000, disclosure="always", tag_format=fmt))
     view = ac.prepare_model_call(msgs)
@@ -418,9 +419,7 @@ def test_a_tag_goes_after_the_blocks_a_provider_requires_first(fmt: str) -> None
         if not isinstance(before.content, list):
             continue
         original = before.content
-        lead = [
-            b for b in original if b.get("type") in ("thinking", "redacted_thinking", "reasoning")
-        ]
+        lead = [b for b in original if b.get("type") in ("thinking", "redacted_thinking")]
         assert m.content[: len(lead)] == lead  # first and unchanged
         tag = m.content[len(lead)]
         assert tag["type"] == "text" and re.match(r"<\S", tag["text"])

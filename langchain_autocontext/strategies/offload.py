@@ -7,7 +7,14 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolMessage
 
-from langchain_autocontext.messages import mark, marker, message_chars, text_of
+from langchain_autocontext.messages import (
+    leading_blocks,
+    mark,
+    marker,
+    message_chars,
+    open_loop_index,
+    text_of,
+)
 from langchain_autocontext.strategies.base import (
     KIND_OFFLOADED,
     Job,
@@ -97,12 +104,18 @@ class LargeMessageOffload:
             freed -= ctx.counter.count_text(
                 json.dumps([tc["args"] for tc in original.tool_calls])[:size]
             )
+        # the turn the model continues keeps its thinking/reasoning blocks first (Anthropic
+        # rejects that turn without them); older turns may drop them
+        lead = leading_blocks(original.content) if i == open_loop_index(ctx.messages) else []
+        if lead:
+            freed -= ctx.counter.count_text(json.dumps(lead))
 
         def build(out: JobOutput) -> list[BaseMessage]:
             note = (
                 f"[Offloaded {chars} characters ({tokens} tokens); {offload_note(out.offload_id)}]"
             )
-            content = f"{preview}…\n{note}" if preview else note
+            text = f"{preview}…\n{note}" if preview else note
+            content: Any = [*lead, {"type": "text", "text": text}] if lead else text
             update: dict[str, Any] = {"content": content}
             if isinstance(original, AIMessage) and original.tool_calls:
                 update["tool_calls"] = [
