@@ -10,8 +10,10 @@
 * a ``name`` adds its own tokens plus :data:`TOKENS_PER_NAME` (1);
   ``ToolMessage`` names are not sent by providers and are not counted;
 * list content counts each text block as text, media blocks (image, file,
-  audio, video) as the fixed estimates of :data:`BLOCK_TOKEN_ESTIMATES`, and any
-  other block as its JSON;
+  audio, video, document, media) as the fixed estimates of
+  :data:`BLOCK_TOKEN_ESTIMATES`, thinking and reasoning blocks as their readable text
+  (signatures, encrypted reasoning and redacted thinking are opaque to the tokenizer
+  and not counted), and any other block as its JSON without those opaque fields;
 * each tool call of an ``AIMessage`` costs :data:`TOKENS_PER_TOOL_CALL` plus
   the tokens of the function name and of ``json.dumps(args, ensure_ascii=False)``
   (invalid tool calls likewise, with their raw argument string);
@@ -104,7 +106,14 @@ BLOCK_TOKEN_ESTIMATES: dict[str, int] = {
     "audio": 85,
     "input_audio": 85,
     "video": 85,
+    "document": 85,  # Anthropic: PDFs and plain-text documents
+    "media": 85,  # Gemini: inline data
 }
+#: Fields of provider blocks that are opaque to the model's tokenizer (signatures,
+#: encrypted reasoning, redacted thinking): the provider verifies or decrypts them, and
+#: drops earlier turns' reasoning, so they are not counted as text (the provider's
+#: reported input tokens calibrate the count upward if they are billed).
+_OPAQUE_FIELDS = frozenset({"signature", "encrypted_content", "data"})
 #: Blocks that duplicate an ``AIMessage``'s ``tool_calls`` (Anthropic/Responses
 #: style content); skipped when the message has tool calls, which are counted.
 _TOOL_CALL_BLOCK_TYPES = frozenset({"tool_use", "tool_call", "function_call"})
@@ -294,6 +303,16 @@ class _LRU:
 
 
 # --- message fingerprints ----------------------------------------------------------------
+def _reasoning_text(block: dict[str, Any]) -> str:
+    """The readable text of a thinking/reasoning block (Anthropic ``thinking``, OpenAI
+    Responses ``summary``, LangChain's standard ``reasoning``), without its opaque
+    fields (:data:`_OPAQUE_FIELDS`)."""
+    parts = [block.get("thinking"), block.get("reasoning")]
+    for item in block.get("summary") or []:
+        parts.append(item.get("text") if isinstance(item, dict) else item)
+    return "\n".join(str(p) for p in parts if p)
+
+
 def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)
 
@@ -629,8 +648,10 @@ class TokenCounter:
                     total += BLOCK_TOKEN_ESTIMATES[kind]
                 elif has_calls and kind in _TOOL_CALL_BLOCK_TYPES:
                     continue
+                elif kind in ("thinking", "redacted_thinking", "reasoning"):
+                    total += tok(_reasoning_text(block))
                 else:
-                    total += tok(_json(block))
+                    total += tok(_json({k: v for k, v in block.items() if k not in _OPAQUE_FIELDS}))
             else:
                 total += tok(str(block))
         return total

@@ -223,13 +223,13 @@ def test_name_counted(enc: tiktoken.Encoding) -> None:
 
 def test_list_content_blocks(enc: tiktoken.Encoding) -> None:
     counter = TokenCounter()
-    unknown = {"type": "thinking", "thinking": "let me see", "signature": "abc"}
+    custom = {"type": "citation", "cited_text": "page 3", "signature": "abc" * 50}
     msg = HumanMessage(
         [
             {"type": "text", "text": "Describe this image."},
             {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "A" * 10_000}},
             "a bare string block",
-            unknown,
+            custom,
         ]
     )
     expected = (
@@ -238,10 +238,43 @@ def test_list_content_blocks(enc: tiktoken.Encoding) -> None:
         + t(enc, "Describe this image.")
         + BLOCK_TOKEN_ESTIMATES["image_url"]
         + t(enc, "a bare string block")
-        + t(enc, json.dumps(unknown, ensure_ascii=False))
+        + t(enc, json.dumps({"type": "citation", "cited_text": "page 3"}, ensure_ascii=False))
     )
     assert counter.count_message(msg) == expected
     assert BLOCK_TOKEN_ESTIMATES["image"] == 85
+
+
+def test_opaque_reasoning_and_documents_are_not_counted_as_text(enc: tiktoken.Encoding) -> None:
+    """Signatures, encrypted reasoning and redacted thinking are opaque to the tokenizer
+    (a 2,000-character signature counted as ~600 tokens of text before); thinking and
+    reasoning count their readable text; a base64 PDF (Anthropic ``document``) or Gemini
+    ``media`` block counts the media estimate, not its base64 as text."""
+    counter = TokenCounter()
+    pdf = {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0x" * 12_000}
+    blocks = [
+        {"type": "redacted_thinking", "data": "ENCRYPTED" * 300},
+        {"type": "thinking", "thinking": "Check the totals.", "signature": "Eq" * 1_000},
+        {
+            "type": "reasoning",
+            "id": "rs_1",
+            "summary": [{"type": "summary_text", "text": "Compared the totals."}],
+            "encrypted_content": "gAAAA" * 800,
+        },
+        {"type": "text", "text": "Done."},
+    ]
+    reply = AIMessage(blocks)
+    expected = (
+        3
+        + t(enc, "assistant")
+        + t(enc, "Check the totals.")
+        + t(enc, "Compared the totals.")
+        + t(enc, "Done.")
+    )
+    assert counter.count_message(reply) == expected
+    doc = HumanMessage([{"type": "text", "text": "Sum it."}, {"type": "document", "source": pdf}])
+    media = HumanMessage([{"type": "media", "mime_type": "application/pdf", "data": pdf["data"]}])
+    assert counter.count_message(doc) == 3 + t(enc, "user") + t(enc, "Sum it.") + 85
+    assert counter.count_message(media) == 3 + t(enc, "user") + 85
 
 
 def test_tool_calls_and_tool_messages(enc: tiktoken.Encoding) -> None:
