@@ -437,3 +437,6 @@ def test_the_turn_the_model_continues_keeps_its_thinking_first() -> None:
     )
     assert ac.prepare_model_call(result.messages).tokens <= 6_000
     assert store.reload("loop", marker(final)["offload_id"]).messages[0].content == ai.content
+    # the cut argument names the offload too: langchain-google-genai sends a message
+    # that calls tools as its calls alone, without the text where the note is
+    assert marker(final)["offload_id"] in final.tool_calls[0]["args"]["content"]

@@ -449,14 +449,19 @@ def summarizer_input(messages: Sequence[BaseMessage], preview_chars: int) -> lis
     return out
 
 
-def shrink_args(value: Any, keep: int) -> Any:
-    """Tool-call arguments with long strings cut to ``keep`` characters (still valid JSON)."""
+def shrink_args(value: Any, keep: int, offload_id: str | None = None) -> Any:
+    """Tool-call arguments with long strings cut to ``keep`` characters (still valid JSON).
+
+    With ``offload_id``, each cut says where the rest is: some providers' integrations
+    (langchain-google-genai) send an assistant message that calls tools as its calls
+    alone, without its text, where the offload note is."""
     if isinstance(value, str) and len(value) > keep:
-        return value[:keep] + f"… [{len(value) - keep} characters offloaded]"
+        where = f': reload_offloaded(offload_id="{offload_id}")' if offload_id else ""
+        return value[:keep] + f"… [{len(value) - keep} characters offloaded{where}]"
     if isinstance(value, dict):
-        return {k: shrink_args(v, keep) for k, v in value.items()}
+        return {k: shrink_args(v, keep, offload_id) for k, v in value.items()}
     if isinstance(value, list):
-        return [shrink_args(v, keep) for v in value]
+        return [shrink_args(v, keep, offload_id) for v in value]
     return value
 
 

@@ -78,7 +78,8 @@ class CurrentRoundLargeMessages:
             if isinstance(original, AIMessage) and original.tool_calls:
                 # the call stays (its result answers it), its long arguments as previews
                 update["tool_calls"] = [
-                    {**tc, "args": shrink_args(tc["args"], keep)} for tc in original.tool_calls
+                    {**tc, "args": shrink_args(tc["args"], keep, out.offload_id)}
+                    for tc in original.tool_calls
                 ]
                 update["invalid_tool_calls"] = []
             replaced = original.model_copy(update=update)

@@ -119,7 +119,7 @@ class LargeMessageOffload:
             update: dict[str, Any] = {"content": content}
             if isinstance(original, AIMessage) and original.tool_calls:
                 update["tool_calls"] = [
-                    {**tc, "args": shrink_args(tc["args"], max(size, 32))}
+                    {**tc, "args": shrink_args(tc["args"], max(size, 32), out.offload_id)}
                     for tc in original.tool_calls
                 ]
                 update["invalid_tool_calls"] = []
