@@ -110,15 +110,38 @@ def strip_message_tags(message: BaseMessage) -> BaseMessage:
             new = strip_tags(text)
             if new != text:
                 changed = True
-                if not new:
-                    continue
+                if not new and "id" not in block:
+                    continue  # a block of nothing but tags (one with an id is an item of
+                    # the provider's own, e.g. a Responses message a reasoning item needs)
                 block = {**block, "text": new}
+                if block.get("annotations"):
+                    block["annotations"] = _shift_annotations(text, block["annotations"])
             blocks.append(block)
         else:
             blocks.append(block)
     if not changed:
         return message
     return message.model_copy(update={"content": blocks})
+
+
+def _shift_annotations(text: str, annotations: Any) -> Any:
+    """``annotations`` (OpenAI's url citations: ``start_index``/``end_index`` into the
+    text) moved to where their characters are once the tags of ``text`` are removed."""
+    cuts = [(m.start(), m.end()) for m in TAG_PATTERN.finditer(text)]
+
+    def moved(index: Any) -> Any:
+        if not isinstance(index, int):
+            return index
+        return index - sum(min(end, index) - start for start, end in cuts if start < index)
+
+    if not isinstance(annotations, list):
+        return annotations
+    return [
+        {k: moved(v) if k in ("start_index", "end_index") else v for k, v in a.items()}
+        if isinstance(a, dict)
+        else a
+        for a in annotations
+    ]
 
 
 def view_counts(

@@ -329,3 +329,29 @@ def test_property_strip_fake_tags_from_model_output(parts: list[tuple[str, str, 
     if "<metadata" not in expected:
         assert strip_tags(noisy) == expected
         assert strip_tags(expected) == expected
+
+
+def test_stripping_an_echoed_tag_keeps_citations_and_provider_items() -> None:
+    """OpenAI's Responses replies carry url citations as offsets into their text, and a
+    reasoning item must be followed by its message: a tag the model echoed is removed
+    with the citations moved along, and a message item left empty is kept."""
+    text = "<3f2a 15/120/>\nSee the docs at example.com for details.\n<ab12 3/4/>\n"
+    start = text.index("example.com")
+    cite = {"type": "url_citation", "start_index": start, "end_index": start + 11, "url": "u"}
+    reply = AIMessage(
+        [{"type": "text", "text": text, "id": "msg_1", "annotations": [cite]}], id="r1"
+    )
+    block = strip_message_tags(reply).content[0]
+    a = block["annotations"][0]
+    assert block["text"] == "See the docs at example.com for details.\n"
+    assert block["text"][a["start_index"] : a["end_index"]] == "example.com"
+    only = AIMessage(
+        [
+            {"type": "reasoning", "id": "rs_9", "summary": []},
+            {"type": "text", "text": "<3f2a 15/120/>", "id": "msg_9", "annotations": []},
+        ],
+        id="r9",
+    )
+    assert [b["type"] for b in strip_message_tags(only).content] == ["reasoning", "text"]
+    plain = AIMessage([{"type": "text", "text": "<3f2a 15/120/>"}, {"type": "text", "text": "Hi"}])
+    assert strip_message_tags(plain).content == [{"type": "text", "text": "Hi"}]
