@@ -46,7 +46,7 @@ from langchain_core.messages import (
     ToolMessage,
 )
 from langchain_core.tools import BaseTool, StructuredTool
-from langgraph.graph.message import REMOVE_ALL_MESSAGES
+from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
 from langgraph.prebuilt import ToolRuntime
 from langgraph.types import Command
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, create_model
@@ -330,6 +330,14 @@ class _Call:
             name=self.name,
             status="error" if error else "success",
         )
+        if self.room and updates:
+            # the list was rewritten (compressed first): apply the updates to it here, as
+            # add_messages would, since everything after REMOVE_ALL is taken literally (a
+            # restored original would otherwise sit beside its preview under one id)
+            merged = add_messages(list(self.messages), list(updates))
+            return Command(
+                update={"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *merged, tm]}
+            )
         return Command(update={"messages": [*self.room, *updates, tm]})
 
     def make_room(self, messages: list[BaseMessage]) -> None:

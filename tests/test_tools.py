@@ -12,6 +12,7 @@ import re
 import uuid
 from typing import Any
 
+import pytest
 from _builders import (
     FunctionModel,
     call,
@@ -21,6 +22,7 @@ from _builders import (
     view_ids,
 )
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.tools import tool as tool_decorator
 from langgraph.store.memory import InMemoryStore
 
 from langchain_autocontext import AutoContext, AutoContextConfig
@@ -763,3 +765,66 @@ def test_the_working_context_is_limited_in_tokens_too() -> None:
     assert out["autocontext"]["working_context"] == "Thu 15:00"
     for view in model.seen:
         assert ac.counter.count(view, ac.count_tools) <= 6_000
+
+
+@tool_decorator
+def read_log(name: str) -> str:
+    """Read a build log."""
+    return "\n".join(
+        f"{name}: line {i} value={i * 7919 % 1000} status=ok path=/src/pkg/mod_{i % 37}.py"
+        for i in range(60)
+    )
+
+
+@pytest.mark.parametrize("steps", [6, 7])
+def test_a_restore_that_first_makes_room_puts_the_original_in_place(steps: int) -> None:
+    """reload_offloaded(restore=true) alone in its turn, near the trigger: the tool
+    compresses first, then restores. The original used to be appended after the
+    compressed list (add_messages takes a list after REMOVE_ALL literally), beside its
+    preview under one id; the next call archived it again and dropped it, though the
+    model had been told it was restored."""
+    from langchain.agents import create_agent
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    store = InMemoryStore()
+    ac = AutoContext(AutoContextConfig(max_tokens=8_000), store=store)
+    uuid_re = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[0-9a-f]{4}-[0-9a-f]{12}")
+    restored: dict[str, str] = {}
+
+    def respond(view: list, n: int) -> AIMessage:
+        if n < steps:
+            return AIMessage("", tool_calls=[call("read_log", {"name": f"b{n}"}, f"r{n}")])
+        if n == steps:
+            offloads = [
+                u
+                for m in view
+                if isinstance(m, ToolMessage) and "Offloaded" in str(m.content)
+                for u in uuid_re.findall(str(m.content))
+            ]
+            restored["id"] = offloads[-1]
+            args = {"offload_id": offloads[-1], "restore": True}
+            return AIMessage("", tool_calls=[call("reload_offloaded", args, "rs1")])
+        return AIMessage("done")
+
+    model = FunctionModel(respond=respond)
+    agent = create_agent(
+        model,
+        [read_log],
+        system_prompt="You are a build bot.",
+        middleware=[ac.middleware()],
+        checkpointer=InMemorySaver(),
+        store=store,
+    )
+    config = {"configurable": {"thread_id": "t"}, "recursion_limit": 100}
+    out = agent.invoke({"messages": [HumanMessage("check builds")]}, config)
+    receipt = next(m for m in out["messages"] if getattr(m, "tool_call_id", "") == "rs1")
+    assert receipt.content.startswith("Restored")
+    ids = [m.id for m in out["messages"]]
+    assert len(ids) == len(set(ids))  # one message per id in the state
+    record = OffloadStore.wrap(store).reload("t", restored["id"])
+    original = record.messages[0]
+    last_view = model.seen[steps + 1]
+    assert any(strip_tags(str(m.content)) == original.content for m in last_view)
+    entries = OffloadStore.wrap(store).iter_history("t")
+    logs = [str(e.message.content) for e in entries if e.message.type == "tool"]
+    assert len(logs) == len(set(logs))  # each tool result archived once
