@@ -437,7 +437,7 @@ def build_view(
             pos = 1 if msgs and (marker(msgs[0]) or {}).get("kind") == KIND_RECURSIVE else 0
             msgs.insert(pos, _instructions_message(text))
     elif text:
-        msgs.insert(0, SystemMessage(text, id=INSTRUCTIONS_ID))
+        msgs.insert(0, mark(SystemMessage(text, id=INSTRUCTIONS_ID), _INSTRUCTIONS_KIND))
 
     # one-turn notices: command errors of the previous turn, memory pressure
     errors = list(st.get("command_errors") or [])
@@ -468,8 +468,17 @@ def build_view(
         if extra_tokens:  # the agent's own system prompt comes first: count it in the totals
             head = SystemMessage(agent_system_prompt or "")
             fmt = config.tag_format
-            return render_view([head, *shown], counter, tools=tools, fmt=fmt)[1:], id_map
-        return render_view(shown, counter, tools=tools, fmt=config.tag_format), id_map
+            tagged = render_view([head, *shown], counter, tools=tools, fmt=fmt)[1:]
+        else:
+            tagged = render_view(shown, counter, tools=tools, fmt=config.tag_format)
+        # the tags show the short ids; the copies keep the messages' own ids, so a stream
+        # (LangGraph's "messages" mode) or a checkpoint that sees the view knows them
+        return [
+            t
+            if t.id == m.id
+            else memo_copy(t, ("id", m.id), lambda t, m=m: t.model_copy(update={"id": m.id}))
+            for t, m in zip(tagged, view_msgs, strict=True)
+        ], id_map
 
     base, _ = render(msgs, short=True)
     tokens = count(base)

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import dataclasses
 import itertools
+import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -77,6 +78,10 @@ def check_messages_stream(surface, items: list[tuple[Any, dict[str, Any]]]) -> N
     assert MARK not in streamed  # ... and no token of the summarizer
     assert not [m for _, m in items if "autocontext:summarizer" in (m.get("tags") or [])]
     for message, meta in items:
+        if not isinstance(message, BaseMessageChunk) and not marker(message):
+            # the model's view (tagged copies of the history) never reaches the stream:
+            # its copies keep the state's ids, what it adds is marked
+            assert not re.match(r"\[?\{?.{0,40}<[\w\"-]{4,} \d+/\d+/>", chunk_text(message)), meta
         if MARK in chunk_text(message):
             # a summary can only arrive whole, as part of the compressed state update
             assert not isinstance(message, BaseMessageChunk)
