@@ -194,6 +194,8 @@ class ContextEngine:
         self._window: ModelWindow | None = None
         self._window_deferred = False  # a middleware reads the window at the first call
         self._budget_warned = self._explicit_max  # the default-budget warning: once
+        self._windows_seen: set[Any] = set()  # to warn when agents of two windows share it
+        self._shared_warned = False
         self._budget_lock = threading.Lock()
         self.counter: TokenCounter = resolve_counter(token_counter)
         self.summarizer: Summarizer = resolve_summarizer(
@@ -335,7 +337,21 @@ class ContextEngine:
             if window == self._window:
                 return False
             config = self._derive_config(window)
+            back = window in self._windows_seen  # a window it had left: two models alternate
+            if self._window is not None:
+                self._windows_seen.add(self._window)
             self._window, self.config = window, config
+        if back and not self._shared_warned:
+            self._shared_warned = True
+            warnings.warn(
+                "langchain-autocontext: this AutoContext takes its budget from the model of "
+                "each call, and models with different context windows alternate (two agents "
+                "sharing it?): each call may be compressed to the other model's budget. Give "
+                "each agent its own AutoContext (they can share the store), or pass "
+                "max_tokens=….",
+                UserWarning,
+                stacklevel=2,
+            )
         return True
 
     def _warn_default_budget(self, stacklevel: int = 2) -> None:

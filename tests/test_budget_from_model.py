@@ -368,3 +368,21 @@ def test_the_engine_surfaces_warn_once_without_a_budget() -> None:
         known = AutoContext(model=windowed(max_input_tokens=8_000), store=InMemoryStore())
         known.compress([HumanMessage("hi")])
     assert len([w for w in caught if "default budget" in str(w.message)]) == 1
+
+
+def test_models_of_two_windows_alternating_on_one_instance_are_warned_about() -> None:
+    """One AutoContext without max_tokens takes its budget from each call's model: a
+    switch of model is followed, but two agents of different windows sharing it would
+    compress each other to their budgets. When a window it had left comes back, it says
+    so, once."""
+    ac = AutoContext(store=InMemoryStore())
+    big = SimpleNamespace(profile={"max_input_tokens": 128_000})
+    small = SimpleNamespace(profile={"max_input_tokens": 8_000})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert ac.use_model(big) and ac.use_model(small)  # a switch: followed, no warning
+        assert not [w for w in caught if "alternate" in str(w.message)]
+        assert ac.use_model(big) and ac.use_model(small) and ac.use_model(big)
+    shared = [w for w in caught if "alternate" in str(w.message)]
+    assert len(shared) == 1 and "its own AutoContext" in str(shared[0].message)
+    assert ac.config.max_tokens > 64_000  # the budget still follows the call's model
