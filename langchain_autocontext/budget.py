@@ -41,13 +41,21 @@ class ModelWindow:
 
     max_input_tokens: int
     max_output_tokens: int | None = None
+    #: The reply size the model object itself asks for (its ``max_tokens``): providers
+    #: that share the window between input and reply (Anthropic) reject a request whose
+    #: input plus this exceeds it.
+    requested_output: int | None = None
 
     @property
     def reply_room(self) -> int:
         """Tokens left for the reply: ``max_output_tokens``, at most a quarter of the
-        window; a quarter when the profile does not state it."""
+        window (a quarter when the profile does not state it); at least what the model
+        asks for (``requested_output``), up to half the window."""
         quarter = self.max_input_tokens // 4
-        return quarter if self.max_output_tokens is None else min(self.max_output_tokens, quarter)
+        room = quarter if self.max_output_tokens is None else min(self.max_output_tokens, quarter)
+        if self.requested_output is not None:
+            room = max(room, min(self.requested_output, self.max_input_tokens // 2))
+        return room
 
     @property
     def budget(self) -> int:
@@ -78,7 +86,21 @@ def model_window(model: Any) -> ModelWindow | None:
     if not _count(window):
         return None
     output = profile.get("max_output_tokens")
-    return ModelWindow(window, output if _count(output) else None)
+    return ModelWindow(window, output if _count(output) else None, _requested_output(model))
+
+
+def _requested_output(model: Any) -> int | None:
+    """The reply size the model object is set to ask for (``max_tokens`` of
+    ChatAnthropic and ChatOpenAI, ``max_completion_tokens``, ``max_output_tokens`` of
+    Gemini's), or None."""
+    for name in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
+        try:
+            value = getattr(model, name, None)
+        except Exception:  # a wrapper whose attribute lookup fails
+            return None
+        if _count(value):
+            return int(value)
+    return None
 
 
 def _pair(value: Any, name: str) -> tuple[str, int | float]:

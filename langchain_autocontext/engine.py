@@ -531,17 +531,26 @@ class ContextEngine:
 
         ``reply``'s ``usage_metadata["input_tokens"]`` against ``call.tokens`` (what the
         package counted for that request): when the provider counts more, later calls
-        budget ``max_tokens / scale`` counted tokens, ``scale`` being the ratio plus a
-        5% margin (``state["autocontext"]["token_scale"]``, kept with the thread); when
-        it counts as much or less, the scale goes back to 1. Returns the new state and
+        budget ``max_tokens / scale`` counted tokens (``state["autocontext"]["token_scale"]``,
+        kept with the thread), ``scale`` being what a request of the whole budget needs
+        to fit by the provider's count, plus a 5% margin: the provider's ratio up to
+        :data:`TOKENIZER_RATIO_CAP`, its excess beyond that as a fixed cost. When it
+        counts as much or less, the scale goes back to 1. Returns the new state and
         a ``calibration`` event when the scale changed, else ``(None, None)``.
         """
         usage = getattr(reply, "usage_metadata", None) or {}
         reported = usage.get("input_tokens") if isinstance(usage, Mapping) else None
         if not isinstance(reported, int) or reported <= 0 or call.tokens <= 0:
             return None, None
-        ratio = reported / call.tokens
-        scale = round(ratio * CALIBRATION_MARGIN, 4) if ratio > 1.0 else 1.0
+        # Up to TOKENIZER_RATIO_CAP the excess is taken as the provider's tokenizer (a
+        # ratio); beyond it, as a fixed cost the package does not see (a hidden tool
+        # prompt, images, another middleware's prompt), which a small request would
+        # otherwise turn into a ratio shrinking the budget many times over.
+        ratio = min(reported / call.tokens, TOKENIZER_RATIO_CAP)
+        fixed = max(0.0, reported - ratio * call.tokens)
+        window = self.config.max_tokens
+        needed = ratio * window / max(window - fixed, window / 16)
+        scale = round(needed * CALIBRATION_MARGIN, 4) if needed > 1.0 else 1.0
         old = token_scale(state)
         if abs(scale - old) < 0.01:
             return None, None
@@ -880,6 +889,12 @@ def _scale(state: Mapping[str, Any] | None, key: str) -> float:
     if isinstance(value, int | float) and not isinstance(value, bool) and value > 1.0:
         return float(min(value, 16.0))
     return 1.0
+
+
+#: Most a provider's tokenizer counts beyond this package's on the same request
+#: (Anthropic's and Gemini's count 10-25% more on English and code): what a request
+#: reports beyond this ratio is a fixed cost, not a ratio (see ``calibrate``).
+TOKENIZER_RATIO_CAP = 1.5
 
 
 def token_scale(state: Mapping[str, Any] | None) -> float:

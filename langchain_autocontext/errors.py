@@ -26,8 +26,12 @@ _OVERFLOW_PHRASES = (
     "input is too long",
     "exceeds the context window",
     "context window exceeded",
-    "too many tokens",
+    "exceeds the maximum number of tokens allowed",  # Gemini: "The input token count (N) …"
+    "exceed context limit",  # Anthropic: "input length and `max_tokens` exceed context limit"
 )
+#: Rate limits that speak of tokens ("Too many tokens, please wait before trying
+#: again.": Bedrock's ThrottlingException): never an overflow, whatever else they say.
+_RATE_LIMIT_PHRASES = ("throttl", "rate limit", "rate_limit", "please wait", "try again later")
 
 
 def is_context_overflow(error: BaseException) -> bool:
@@ -36,7 +40,10 @@ def is_context_overflow(error: BaseException) -> bool:
     LangChain's ``ContextOverflowError`` (what ``langchain-openai`` and
     ``langchain-anthropic`` raise), an error whose ``code`` is
     ``context_length_exceeded`` (OpenAI's), or a message providers use for it
-    (Anthropic's "prompt is too long", "maximum context length" …).
+    (Anthropic's "prompt is too long" and "input length and `max_tokens` exceed context
+    limit", Gemini's "exceeds the maximum number of tokens allowed", "maximum context
+    length" …); never a rate limit (HTTP 429, "throttling", "please wait"), even one
+    that speaks of too many tokens.
     """
     try:
         from langchain_core.exceptions import ContextOverflowError
@@ -52,6 +59,8 @@ def is_context_overflow(error: BaseException) -> bool:
     if code == "context_length_exceeded":
         return True
     text = str(error).lower()
+    if getattr(error, "status_code", None) == 429 or any(p in text for p in _RATE_LIMIT_PHRASES):
+        return False
     return any(phrase in text for phrase in _OVERFLOW_PHRASES)
 
 

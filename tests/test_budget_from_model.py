@@ -386,3 +386,17 @@ def test_models_of_two_windows_alternating_on_one_instance_are_warned_about() ->
     shared = [w for w in caught if "alternate" in str(w.message)]
     assert len(shared) == 1 and "its own AutoContext" in str(shared[0].message)
     assert ac.config.max_tokens > 64_000  # the budget still follows the call's model
+
+
+def test_the_reply_room_is_at_least_what_the_model_asks_for() -> None:
+    """ChatAnthropic asks for 64,000 reply tokens by default on a 200,000 window that
+    input and reply share: the budget used to leave 50,000 (a quarter), so a request of
+    140,000 was rejected ("input length and `max_tokens` exceed context limit")."""
+    profile = {"max_input_tokens": 200_000, "max_output_tokens": 64_000}
+    asks = SimpleNamespace(profile=profile, max_tokens=64_000)
+    assert model_window(asks).budget == 136_000
+    assert model_window(SimpleNamespace(profile=profile)).budget == 150_000  # a quarter
+    greedy = SimpleNamespace(profile=profile, max_tokens=500_000)
+    assert model_window(greedy).budget == 100_000  # at most half the window
+    ac = AutoContext(store=InMemoryStore(), model=asks)
+    assert ac.config.max_tokens == 136_000

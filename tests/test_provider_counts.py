@@ -41,6 +41,7 @@ class ProviderModel(BaseChatModel):
     counter: Any
     steps: int = 14
     factor: float = 1.0
+    hidden: int = 0  # tokens the provider adds to every request (a hidden tool prompt)
     limit: int | None = None
     error: Any = None
     bound: list = Field(default_factory=list)
@@ -61,7 +62,7 @@ class ProviderModel(BaseChatModel):
             raise self.error
         n = self.calls
         self.calls += 1
-        reported = int(counted * self.factor)
+        reported = int(counted * self.factor) + self.hidden
         self.reported.append(reported)
         done = n >= self.steps
         msg = (
@@ -162,7 +163,40 @@ def test_a_second_rejection_is_a_clear_error(mode: str) -> None:
 def test_other_errors_are_not_taken_for_an_overflow() -> None:
     assert not is_context_overflow(RuntimeError("rate limit reached"))
     assert not is_context_overflow(ValueError("bad request: unknown parameter"))
+    # Bedrock's throttling speaks of tokens: compressing and resending at once would be wrong
+    throttled = RuntimeError(
+        "An error occurred (ThrottlingException) when calling the Converse operation: "
+        "Too many tokens, please wait before trying again."
+    )
+    assert not is_context_overflow(throttled)
     assert all(is_context_overflow(e) for e in OVERFLOWS.values())
+    # what Gemini and Anthropic (input plus the reply's max_tokens) say
+    assert is_context_overflow(
+        RuntimeError(
+            "400 The input token count (1048577) exceeds the maximum number of "
+            "tokens allowed (1048576)."
+        )
+    )
+    assert is_context_overflow(
+        RuntimeError("input length and `max_tokens` exceed context limit: 150000 + 64000 > 200000")
+    )
+
+
+def test_a_fixed_cost_the_package_does_not_see_is_not_taken_for_a_ratio() -> None:
+    """A provider adding a fixed 400 tokens (a hidden tool prompt) to a first request of
+    50 used to make a scale of 9.6: the budget fell to a tenth and a document that fits
+    was offloaded. The excess beyond a tokenizer's plausible ratio is a fixed cost: the
+    budget keeps room for it, and the documents stay whole."""
+    store = InMemoryStore()
+    ac = AutoContext(AutoContextConfig(max_tokens=20_000), store=store)
+    model = ProviderModel(counter=ac.counter, steps=6, hidden=400)
+    out = run(agent(ac, model, store), "sync", "fixed")
+    assert out["messages"][-1].content == "All documents read."
+    assert max(model.reported) <= 20_000
+    first, *_ = events(ac, store, "fixed", "calibration")
+    assert first.counted_tokens < 100 and first.scale_after < 2.0
+    results = [m for m in out["messages"] if m.type == "tool"]
+    assert len(results) == 6 and not any("Offloaded" in str(m.content) for m in results)
 
 
 # --- everything sent is counted: the response format's tool ------------------------------------

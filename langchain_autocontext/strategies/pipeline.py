@@ -185,7 +185,10 @@ def _room_report(
             "(unpin some, or lower pin_max_tokens)"
         )
     if reserved:
-        parts.append(f"the view's reserve {reserved} (notices; warning_ratio)")
+        parts.append(
+            f"set aside {reserved} (the view's notices; the provider's larger count: "
+            "token_scale, window_scale)"
+        )
     return "; ".join(parts)
 
 
@@ -227,8 +230,10 @@ def run_pipeline(
     """
     configured = config.max_tokens + reserved_tokens
     reserve_note = (
-        f" ({reserved_tokens} of the {configured} are reserved for what the model's view "
-        "adds: instructions, working context, notices)"
+        f" ({reserved_tokens} of the {configured} are set aside: what the model's view "
+        "adds (instructions, working context, notices) and, when the provider counts this "
+        "thread's requests larger than this package does, its calibration "
+        "(state['autocontext']['token_scale'] and ['window_scale'])"
         if reserved_tokens
         else ""
     )
