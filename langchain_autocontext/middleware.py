@@ -60,6 +60,7 @@ from langchain_autocontext.engine import (
     ContextEngine,
     run_thread,
     thread_id_of,
+    token_scale,
     window_scale,
 )
 from langchain_autocontext.errors import ContextBudgetError, is_context_overflow
@@ -412,6 +413,11 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextMiddlewareState, Any, Any
             # before_model ran without this request's system prompt/tools (the first call
             # of a process, or another middleware changed them): fit this call's view;
             # the state follows at the next before_model, which knows them now.
+            return None, msgs, system, tools, counted
+        scales = token_scale(ac_state) * window_scale(ac_state)
+        if scales > 1.0 and call.tokens > self.autocontext.config.max_tokens / scales:
+            # over the thread's calibrated budget (what the provider counts larger): the
+            # prompt or tools grew after before_model; fit this call's view to it
             return None, msgs, system, tools, counted
         return call, msgs, system, tools, counted
 

@@ -310,3 +310,41 @@ def test_the_tools_bound_to_a_stategraph_model_are_counted() -> None:
     assert out["messages"][-1].content == "All documents read."
     assert ac.counter.count_tools(extra) > 1_000
     assert max(model.reported) <= BUDGET, model.reported
+
+
+def test_a_prompt_that_grows_after_before_model_is_fitted_to_the_calibrated_budget() -> None:
+    """A @dynamic_prompt placed before the package (passages retrieved per call) makes
+    a request larger than before_model budgeted for. The view was only checked against
+    the unscaled max_tokens, so with a provider counting 30% more a request over the
+    thread's calibrated budget went out and was rejected; it is fitted first now."""
+    from langchain.agents.middleware import dynamic_prompt
+
+    step = {"n": 0}
+
+    @dynamic_prompt
+    def passages(request: Any) -> str:
+        step["n"] += 1
+        many = 230 if step["n"] % 4 == 0 else 5  # every fourth call retrieves a lot
+        lines = (f"passage {i}: fact-{i * 7 % 101} holds for item {i}" for i in range(many))
+        return "You answer from these passages:\n" + "\n".join(lines)
+
+    store = InMemoryStore()
+    ac = AutoContext(AutoContextConfig(max_tokens=8_000), store=store)
+    model = ProviderModel(
+        counter=ac.counter,
+        steps=30,
+        factor=1.3,
+        limit=int(8_000 / 1.3),
+        error=ContextOverflowError("prompt is too long"),
+    )
+    graph = create_agent(
+        model,
+        tools=[blob],
+        middleware=[passages, ac.middleware()],
+        checkpointer=InMemorySaver(),
+        store=store,
+    )
+    out = run(graph, "sync", "rag")
+    assert out["messages"][-1].content == "All documents read."
+    assert not events(ac, store, "rag", "overflow")  # never rejected: fitted before sending
+    assert max(model.reported[1:]) <= 8_000
