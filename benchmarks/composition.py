@@ -18,12 +18,30 @@ import collections
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import compare_peers as cp
 
 from langchain_autocontext.messages import marker
+
+
+def add_parts(parts: collections.Counter[str], runner: Any, sent: Any, counter: Any) -> int:
+    """Add to ``parts`` the tokens of each part of the request ``sent``: its messages by
+    kind (the package's summaries, previews and markers by their marker kind), tool
+    schemas and reply priming, and what the view adds (tags, the generated section).
+    Returns how many of its messages are original user or assistant turns."""
+    own = turns = 0
+    for m in runner.context_messages(sent):
+        n = counter.count_message(m)
+        own += n
+        kind = (marker(m) or {}).get("kind") or m.type
+        parts[kind] += n
+        turns += kind in ("human", "ai")
+    parts["tool schemas and priming"] += sent.base
+    parts["view additions (tags, section)"] += sent.total - sent.base - own
+    return turns
 
 
 def composition(system: str, budget: int, limit: int, data: Path) -> tuple[dict, dict]:
@@ -56,14 +74,7 @@ def composition(system: str, budget: int, limit: int, data: Path) -> tuple[dict,
                 if sum(counter.message_counts(msgs[:point])) <= budget:
                     continue
                 calls += 1
-                context = runner.context_messages(sent)
-                own = 0
-                for m in context:
-                    n = counter.count_message(m)
-                    own += n
-                    parts[(marker(m) or {}).get("kind") or m.type] += n
-                parts["tool schemas and priming"] += sent.base
-                parts["view additions (tags, section)"] += sent.total - sent.base - own
+                add_parts(parts, runner, sent, counter)
     return {k: round(v / max(calls, 1)) for k, v in parts.most_common()}, dict(cache)
 
 
@@ -79,16 +90,7 @@ def chat_composition(system: str, budget: int, data: Path) -> dict[str, float]:
         with runner.ids():
             for _fed, sent in cp.chat_snapshots(trajectory, runner):
                 snapshots += 1
-                context = runner.context_messages(sent)
-                own = 0
-                for m in context:
-                    n = counter.count_message(m)
-                    own += n
-                    kind = (marker(m) or {}).get("kind") or m.type
-                    parts[kind] += n
-                    parts["verbatim turns (count)"] += kind in ("human", "ai")
-                parts["tool schemas and priming"] += sent.base
-                parts["view additions (tags, section)"] += sent.total - sent.base - own
+                parts["verbatim turns (count)"] += add_parts(parts, runner, sent, counter)
                 parts["total sent"] += sent.total
     return {k: round(v / max(snapshots, 1), 1) for k, v in parts.most_common()}
 
