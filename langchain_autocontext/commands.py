@@ -324,9 +324,13 @@ def _past_pin_limit(
     total = pinned_tokens(new, counter)
     if total <= limit:
         return None
-    a, b = next((a, b) for a, b in atomic_groups(new) if a <= idx < b)
-    size = sum(counter.count_message(new[k]) for k in range(a, b))
+    size = sum(counter.count_message(new[k]) for k in _group_of(new, idx))
     return total - size, size
+
+
+def _group_of(messages: Sequence[BaseMessage], idx: int) -> range:
+    """The indices of the tool-call group ``messages[idx]`` belongs to."""
+    return next(range(a, b) for a, b in atomic_groups(messages) if a <= idx < b)
 
 
 def _pinned_now(messages: Sequence[BaseMessage], counter: Any) -> str:
@@ -343,8 +347,11 @@ def _pinned_now(messages: Sequence[BaseMessage], counter: Any) -> str:
 def _with_group(messages: Sequence[BaseMessage], idx: int) -> str:
     """`` with the tool call/results it is paired with`` when the pin of ``messages[idx]``
     protects more than the message itself."""
-    a, b = next((a, b) for a, b in atomic_groups(messages) if a <= idx < b)
-    return " with the tool call and results paired with it" if b - a > 1 else ""
+    return (
+        " with the tool call and results paired with it"
+        if len(_group_of(messages, idx)) > 1
+        else ""
+    )
 
 
 def pin_op(

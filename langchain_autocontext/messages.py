@@ -31,6 +31,8 @@ __all__ = [
     "AC_KEY",
     "LEADING_BLOCK_TYPES",
     "PIN_KEY",
+    "REASONING_BLOCK_TYPES",
+    "TOOL_CALL_BLOCK_TYPES",
     "assert_valid_sequence",
     "atomic_groups",
     "clean_text",
@@ -183,6 +185,10 @@ def is_real_user(message: BaseMessage) -> bool:
 #: start with them). OpenAI's reasoning items are not among them: each must be followed
 #: by the item it produced, so nothing may come between them and their reply.
 LEADING_BLOCK_TYPES = frozenset({"thinking", "redacted_thinking"})
+#: Reasoning blocks of every provider: Anthropic's thinking, OpenAI's reasoning items.
+REASONING_BLOCK_TYPES = LEADING_BLOCK_TYPES | {"reasoning"}
+#: Blocks that repeat an ``AIMessage``'s ``tool_calls`` (Anthropic/Responses content).
+TOOL_CALL_BLOCK_TYPES = frozenset({"tool_use", "tool_call", "function_call"})
 
 
 def text_of(message: BaseMessage) -> str:
@@ -210,14 +216,9 @@ def content_text(content: Any) -> str:
 #: Blocks :func:`content_text` leaves out: tool calls (the message's ``tool_calls`` say
 #: them) and reasoning (opaque or private to the provider), so a preview or a summary
 #: is not made of placeholders such as ``[thinking]`` and ``[tool_use]``.
-_UNSHOWN_BLOCKS = LEADING_BLOCK_TYPES | {
-    "reasoning",
-    "tool_use",
-    "server_tool_use",
-    "function_call",
-    "tool_call",
-    "tool_call_chunk",
-}
+_UNSHOWN_BLOCKS = (
+    REASONING_BLOCK_TYPES | TOOL_CALL_BLOCK_TYPES | {"server_tool_use", "tool_call_chunk"}
+)
 
 
 def tool_call_ids(message: BaseMessage) -> list[str]:

@@ -59,6 +59,7 @@ from langchain_core.messages import (
     ToolMessage,
 )
 
+from langchain_autocontext.messages import REASONING_BLOCK_TYPES, TOOL_CALL_BLOCK_TYPES
 from langchain_autocontext.tag_counts import count_view
 
 if TYPE_CHECKING:
@@ -114,9 +115,6 @@ BLOCK_TOKEN_ESTIMATES: dict[str, int] = {
 #: drops earlier turns' reasoning, so they are not counted as text (the provider's
 #: reported input tokens calibrate the count upward if they are billed).
 _OPAQUE_FIELDS = frozenset({"signature", "encrypted_content", "data"})
-#: Blocks that duplicate an ``AIMessage``'s ``tool_calls`` (Anthropic/Responses
-#: style content); skipped when the message has tool calls, which are counted.
-_TOOL_CALL_BLOCK_TYPES = frozenset({"tool_use", "tool_call", "function_call"})
 
 _OFFLINE_SUFFIX = "_offline"
 _DOWNLOAD_HINT = "(network access, or pre-populate the directory named by TIKTOKEN_CACHE_DIR)"
@@ -646,9 +644,9 @@ class TokenCounter:
                     total += tok(str(block.get("text") or ""))
                 elif kind in BLOCK_TOKEN_ESTIMATES:
                     total += BLOCK_TOKEN_ESTIMATES[kind]
-                elif has_calls and kind in _TOOL_CALL_BLOCK_TYPES:
+                elif has_calls and kind in TOOL_CALL_BLOCK_TYPES:  # its tool_calls count
                     continue
-                elif kind in ("thinking", "redacted_thinking", "reasoning"):
+                elif kind in REASONING_BLOCK_TYPES:
                     total += tok(_reasoning_text(block))
                 else:
                     total += tok(_json({k: v for k, v in block.items() if k not in _OPAQUE_FIELDS}))

@@ -104,8 +104,8 @@ class LargeMessageOffload:
             freed -= ctx.counter.count_text(
                 json.dumps([tc["args"] for tc in original.tool_calls])[:size]
             )
-        # the turn the model continues keeps its thinking/reasoning blocks first (Anthropic
-        # rejects that turn without them); older turns may drop them
+        # the turn the model continues keeps its thinking blocks first (Anthropic rejects
+        # that turn without them); older turns may drop them
         lead = leading_blocks(original.content) if i == open_loop_index(ctx.messages) else []
         if lead:
             freed -= ctx.counter.count_text(json.dumps(lead))
