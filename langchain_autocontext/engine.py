@@ -243,7 +243,12 @@ class ContextEngine:
         self._lock = threading.Lock()
         self._wrapped: dict[int, OffloadStore] = {}
         self._own_store: OffloadStore | None = None
-        self._archived: OrderedDict[tuple[int, str], set[str]] = OrderedDict()
+        #: (id of the store's backend, thread) -> (a weak reference to that backend, the
+        #: ids archived there): the reference tells a new store that got a freed one's
+        #: address from the old one, whose memo would otherwise skip its archiving
+        self._archived: OrderedDict[tuple[int, str], tuple[weakref.ref[BaseStore], set[str]]] = (
+            OrderedDict()
+        )
         self._tools: list[BaseTool] | None = None
         _ENGINES.add(self)  # a deleted thread's archived-ids memo is dropped (delete_thread)
 
@@ -413,21 +418,34 @@ class ContextEngine:
         return list(self._tools)
 
     # --- the archive: originals go to the history store before anything changes -------
+    def _archived_ids(self, store: OffloadStore, thread_id: str) -> set[str]:
+        """The memo of ids this engine archived in ``store`` for ``thread_id`` (a
+        cache: ``append_history`` itself skips ids the store holds). A backend that
+        cannot be weakly referenced gets an empty, unkept memo each time."""
+        backend = store.backend
+        key = (id(backend), thread_id)
+        entry = self._archived.get(key)
+        if entry is not None and entry[0]() is backend:
+            return entry[1]
+        try:
+            ref = weakref.ref(backend)
+        except TypeError:
+            return set()
+        seen: set[str] = set()
+        with self._lock:
+            self._archived[key] = (ref, seen)
+            while len(self._archived) > 4096:
+                self._archived.popitem(last=False)
+        return seen
+
     def _unarchived(
         self, store: OffloadStore, thread_id: str, messages: Sequence[BaseMessage]
     ) -> list[BaseMessage]:
-        key = (id(store.backend), thread_id)
-        seen = self._archived.get(key)
-        if seen is None:
-            seen = set()
-            with self._lock:
-                self._archived[key] = seen
-                while len(self._archived) > 4096:
-                    self._archived.popitem(last=False)
+        seen = self._archived_ids(store, thread_id)
         return [m for m in messages if m.id not in seen and marker(m) is None]
 
     def _mark_archived(self, store: OffloadStore, thread_id: str, ids: Sequence[str]) -> None:
-        self._archived.setdefault((id(store.backend), thread_id), set()).update(ids)
+        self._archived_ids(store, thread_id).update(ids)
 
     def archive(
         self, messages: Sequence[BaseMessage], *, thread_id: str, store: OffloadStore

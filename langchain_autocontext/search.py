@@ -48,7 +48,7 @@ import re
 import threading
 import weakref
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -206,6 +206,9 @@ def query_terms(query: str, language: str = "english") -> list[str]:
     return terms
 
 
+_WORD_RE = re.compile(r"\w+")
+
+
 class BM25Index:
     """An append-only Okapi BM25 index (documents are added, never changed)."""
 
@@ -284,6 +287,23 @@ class BM25Index:
                 norm = tf + k1 * (1 - b + b * lengths[doc] / avg)
                 out[doc] = out.get(doc, 0.0) + idf * tf * (k1 + 1) / norm
         return out
+
+    def containing_all(self, query: str) -> list[str]:
+        """Keys of the documents indexed under every one of the query's word terms
+        (their own or their neighbour's), oldest first: the candidates of an exact phrase
+        match, however low their score. A compound term (``a.b.c``) is left out: a text
+        holding the phrase may hold it inside a longer compound (``x=a.b.c``), and its
+        parts are terms of their own."""
+        terms = {t for t in query_terms(query, self.language) if _WORD_RE.fullmatch(t)}
+        postings = sorted((self.postings.get(t, []) for t in terms), key=len)
+        if not postings or not postings[0]:
+            return []
+        docs = set(postings[0][::2])
+        for posting in postings[1:]:
+            docs.intersection_update(posting[::2])
+            if not docs:
+                return []
+        return [self.keys[int(doc)] for doc in sorted(docs)]
 
     def search(
         self,
@@ -790,6 +810,11 @@ def _newest(
 SPEAKER_PRIOR = 1.25
 
 
+#: Quotes a model may put around a query it means as an exact phrase (ASCII and
+#: typographic).
+_QUOTES = "\"'`\u201c\u201d\u2018\u2019\u201e\u00ab\u00bb"
+
+
 def _rank(
     index: _ThreadIndex,
     query: str,
@@ -821,14 +846,25 @@ def _rank(
         lexical = index.bm25.search(query, pool + len(exclude), prior=prior)
         lexical = [kv for kv in lexical if kv[0] not in skip]
         semantic = [k for k in semantic if k not in skip]
-    # The whole query as a phrase, on word boundaries ("red car" is not in "tired car")
-    q = " ".join(query.lower().split())
-    phrase = re.compile(rf"(?<!\w){re.escape(q)}(?!\w)") if q else None
-    exact = {
-        key
-        for key, _ in lexical
-        if phrase is not None and phrase.search(" ".join(index.texts[key].lower().split()))
-    }
+    # The whole query as a phrase, on word boundaries ("red car" is not in "tired car"),
+    # without the quotes a model may put around it; looked for among every message
+    # holding all its terms, not only the best-scored few (a long message holding the
+    # phrase can score below short ones holding its words).
+    q = " ".join(query.lower().split()).strip(_QUOTES).strip()
+    exact: dict[str, None] = {}
+    if q:
+        phrase = re.compile(rf"(?<!\w){re.escape(q)}(?!\w)")
+        # one term: the scored pool is already every message's rank by it (a check of
+        # all its holders would cost a scan of a common word's postings per search)
+        several = len(set(query_terms(q, index.bm25.language))) > 1  # parts count
+        candidates = index.bm25.containing_all(q) if several else [k for k, _ in lexical]
+        exact = dict.fromkeys(
+            key
+            for key in candidates
+            if wanted(key) and phrase.search(" ".join(index.texts[key].lower().split()))
+        )
+        scored = {key for key, _ in lexical}
+        lexical = lexical + [(key, 0.0) for key in reversed(exact) if key not in scored]
     if semantic:
         fused: dict[str, float] = {}
         for ranking in ([k for k, _ in lexical], list(semantic)):
@@ -883,7 +919,7 @@ def _with_replies(
     index: _ThreadIndex,
     ranked: list[tuple[str, float]],
     query: str,
-    exact: set[str],
+    exact: Collection[str],
     wanted: Callable[[str], bool],
 ) -> list[tuple[str, float]]:
     """``ranked`` with the reply of each question placed just before it, at its score.
@@ -1118,9 +1154,15 @@ async def asearch_history(
 
 
 def format_hits(
-    query: str, hits: Sequence[SearchHit], total: int, filters: SearchFilter | None = None
+    query: str,
+    hits: Sequence[SearchHit],
+    total: int,
+    filters: SearchFilter | None = None,
+    *,
+    more: int = 0,
 ) -> str:
-    """The search result as the model reads it (``filters``: those the search used)."""
+    """The search result as the model reads it (``filters``: those the search used;
+    ``more``: further hits left out for lack of room, said at the end)."""
     where_ = filters.describe() if filters else ""
     what = " ".join(p for p in (repr(query) if query else "", f"({where_})" if where_ else "") if p)
     if not hits:
@@ -1146,4 +1188,9 @@ def format_hits(
         hint = "" if h.in_context == "yes" else f'; reload_offloaded("{h.id}") returns it in full'
         lines.append(f"{n}. id={h.id} {who}{when}, position {h.seq}, {where}{hint}")
         lines.append(f"   {h.snippet}")
+    if more:
+        lines.append(
+            f"{more} more result(s) not shown: your context has no room for them. Ask for "
+            "fewer (limit), narrow the query or filter by speaker, after or before."
+        )
     return "\n".join(lines)

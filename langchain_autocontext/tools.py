@@ -354,6 +354,11 @@ class _Call:
         """
         return self.alone and self.used_tokens() + tokens + _MESSAGE_OVERHEAD > self.trigger_tokens
 
+    def room_tokens(self) -> int:
+        """Tokens a result can take before the context passes the compression trigger
+        (other results of the same turn not counted)."""
+        return max(0, self.trigger_tokens - self.used_tokens() - _MESSAGE_OVERHEAD)
+
     def compress_first(self) -> None:
         """Compress the working messages now (see :meth:`lacks_room`)."""
         done = self.engine.compress(
@@ -866,13 +871,31 @@ def _search_tool(engine: ContextEngine) -> StructuredTool:
             )
         return filters
 
+    def fitted(call: _Call, query: str, hits: list[Any], total: int, filters: Any) -> str:
+        """The result with as many hits, best first, as the room under the trigger takes
+        (at least one): a result past the trigger would itself be offloaded by the next
+        model call, and the model would read a preview of its own search."""
+        room = call.room_tokens()
+        shown = len(hits)
+        text = format_hits(query, hits, total, filters)
+        while shown > 1 and engine.counter.count_text(text) > room:
+            shown -= 1
+            text = format_hits(query, hits[:shown], total, filters, more=len(hits) - shown)
+        return text
+
     def finish(call: _Call, query: str, hits: list[Any], total: int, filters: Any) -> str:
         text = format_hits(query, hits, total, filters)
         if call.lacks_room(engine.counter.count_text(text)):
             call.compress_first()
             hits = mark_in_context(hits, call.messages)  # "in your context" changed
-            text = format_hits(query, hits, total, filters)
-        return text
+        return fitted(call, query, hits, total, filters)
+
+    async def afinish(call: _Call, query: str, hits: list[Any], total: int, filters: Any) -> str:
+        text = format_hits(query, hits, total, filters)
+        if call.lacks_room(engine.counter.count_text(text)):
+            await call.acompress_first()
+            hits = mark_in_context(hits, call.messages)  # "in your context" changed
+        return fitted(call, query, hits, total, filters)
 
     def search(
         runtime: ToolRuntime,
@@ -934,12 +957,7 @@ def _search_tool(engine: ContextEngine) -> StructuredTool:
         except ValueError as exc:  # a speaker of no message
             return call.error(str(exc))
         total = await call.store.ahistory_count(call.thread_id)
-        text = format_hits(query.strip(), hits, total, filters)
-        if call.lacks_room(engine.counter.count_text(text)):
-            await call.acompress_first()
-            hits = mark_in_context(hits, call.messages)  # "in your context" changed
-            text = format_hits(query.strip(), hits, total, filters)
-        return call.reply(text)
+        return call.reply(await afinish(call, query.strip(), hits, total, filters))
 
     return StructuredTool.from_function(
         func=search,

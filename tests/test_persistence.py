@@ -309,3 +309,26 @@ def test_strict_serde_would_notice_a_custom_class(tmp_path: Path, serde_events) 
     graph.get_state(cfg)
     saver.conn.close()
     assert serde_events, "the serde listener saw nothing: the checks above would prove nothing"
+
+
+def test_a_new_store_is_never_taken_for_a_freed_one_at_its_address() -> None:
+    """One AutoContext and a store per job: the engine's memo of archived ids was keyed
+    by the store's address, so a new store that got a freed one's address was taken for
+    it and the job's history was never written (22 of 150 jobs lost theirs)."""
+    from langchain_core.messages import AIMessage, HumanMessage
+
+    from langchain_autocontext import AutoContext, OffloadStore
+
+    ac = AutoContext(max_tokens=8_000)
+    msgs = [HumanMessage("hello", id="h1"), AIMessage("hi", id="a1")]
+    addresses: set[int] = set()
+    reused = 0
+    for _ in range(400):  # the engine keeps the last 64 stores: later ones are freed
+        backend = InMemoryStore()
+        reused += id(backend) in addresses
+        addresses.add(id(backend))
+        ac.compress(msgs, thread_id="t", store=backend)
+        assert OffloadStore(backend).history_count("t") == 2
+        del backend
+    if not reused:
+        pytest.skip("no store got a freed one's address on this interpreter")

@@ -133,6 +133,40 @@ def test_exact_phrase_beats_scattered_terms() -> None:
     assert search_history(store, "t", "port connection", 2)[0].id in {"scattered", "phrase"}
 
 
+@pytest.mark.parametrize("limit", [1, 5, 50])
+def test_the_phrase_holder_ranks_first_whatever_the_limit(limit: int) -> None:
+    """A long message holding the exact identifier scores below many short ones holding
+    its parts: it used to be found only when ``limit`` made the scored pool large enough."""
+    store = OffloadStore(InMemoryStore())
+    task = "Fix: on_delete=django.db.models.deletion.CASCADE in LookImage. " + "filler. " * 200
+    store.append_history(
+        "t",
+        [
+            HumanMessage(task, id="task"),
+            *(
+                AIMessage(f"step {k}: django db models deletion cascade checked", id=f"n{k}")
+                for k in range(30)
+            ),
+        ],
+    )
+    hits = search_history(store, "t", "django.db.models.deletion.CASCADE", limit)
+    assert hits[0].id == "task"
+
+
+@pytest.mark.parametrize("quoted", ['"red car"', "'red car'", "\u201cred car\u201d", "`red car`"])
+def test_a_quoted_query_is_the_phrase_it_quotes(quoted: str) -> None:
+    store = OffloadStore(InMemoryStore())
+    store.append_history(
+        "t",
+        [
+            HumanMessage("a red car parked by a red house", id="exact"),
+            HumanMessage("the car was red, a red bike and a car, a red one", id="words"),
+            HumanMessage("red red red, car car car", id="noise"),
+        ],
+    )
+    assert search_history(store, "t", quoted, 3)[0].id == "exact"
+
+
 def _embed(texts: list[str]) -> list[list[float]]:
     """A toy embedding: synonyms share a dimension (what a real model does, crudely)."""
     groups = [("car", "automobile", "vehicle"), ("dog", "puppy", "canine"), ("rain", "storm")]

@@ -542,6 +542,50 @@ def test_search_history_finds_messages_that_left_the_context(build) -> None:
     assert f"position {holder.seq}" in first
 
 
+@pytest.mark.parametrize("run", ["invoke", "ainvoke"])
+def test_a_search_result_never_outgrows_the_room_under_the_trigger(build, run: str) -> None:
+    """A search asked for 50 hits at a small budget used to answer with more tokens than
+    the whole budget; the next call offloaded it and the model read a preview of its own
+    search. The result now holds the best hits that fit and says how many were left out."""
+    import asyncio
+
+    store = InMemoryStore()
+    ac = AutoContext(CFG.model_copy(update={"max_tokens": 3_000}), store=store)
+    seen: dict[str, Any] = {}
+    history = [
+        m
+        for k in range(60)
+        for m in (
+            HumanMessage(f"Day {k}: I painted a lake sunrise with {k} shades of blue today."),
+            AIMessage(f"A lake sunrise in {k} shades of blue sounds calming; paint more!"),
+        )
+    ]
+
+    def respond(view, n):
+        if n == 0:
+            return AIMessage(
+                "", tool_calls=[call("search_history", {"query": "painted lake", "limit": 50})]
+            )
+        if n == 1:
+            seen["result"] = last_result(view)
+            seen["tokens"] = ac.counter.count(view, ac.count_tools)
+        return AIMessage("done")
+
+    agent = build(ac, FunctionModel(respond=respond), store)
+    state = {"messages": [SystemMessage("You paint."), *history, HumanMessage("What did I paint?")]}
+    if run == "invoke":
+        out = agent.invoke(state, cfg("fit"))
+    else:
+        out = asyncio.run(agent.ainvoke(state, cfg("fit")))
+    assert out["messages"][-1].content == "done"
+    text = strip_tags(seen["result"].content)
+    assert marker(seen["result"]) is None, "the model must read the result itself"
+    shown = len(re.findall(r"^\d+\. id=", text, flags=re.M))
+    assert 1 <= shown < 50
+    assert f"{50 - shown} more result(s) not shown" in text
+    assert seen["tokens"] <= 3_000
+
+
 def test_search_history_bad_query() -> None:
     store = InMemoryStore()
     ac = AutoContext(CFG, store=store)
