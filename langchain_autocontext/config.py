@@ -231,8 +231,11 @@ class AutoContextConfig(BaseModel):
                 f"({self.max_tokens}): pinned messages are never compressed, so they must "
                 "leave room for the rest of the context"
             )
-        if "/" in self.store_prefix or not self.store_prefix.strip():
-            raise ValueError("store_prefix must be a non-blank string without '/'")
+        from langchain_autocontext.store import prefix_problem  # config -> store: one way
+
+        problem = prefix_problem(self.store_prefix)
+        if problem:
+            raise ValueError(f"store_prefix {problem}")
         return self
 
     def _check_language(self) -> None:

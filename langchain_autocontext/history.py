@@ -172,19 +172,24 @@ class AutoContextChatMessageHistory(BaseChatMessageHistory):
         """Archive ``messages`` and compress the working messages when over a threshold."""
         new = self._incoming(messages)
         store = self.store
-        current = self.messages
-        result = self.autocontext.compress([*current, *new], thread_id=self.session_id, store=store)
-        store.put(self._ns(store), _HISTORY_KEY, self._record(result.messages), index=False)
+        with store.working_lock(self.session_id):
+            current = self.messages
+            result = self.autocontext.compress(
+                [*current, *new], thread_id=self.session_id, store=store
+            )
+            store.put(self._ns(store), _HISTORY_KEY, self._record(result.messages), index=False)
 
     async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
         """Async twin of :meth:`add_messages`."""
         new = self._incoming(messages)
         store = self.store
-        current = await self.aget_messages()
-        result = await self.autocontext.acompress(
-            [*current, *new], thread_id=self.session_id, store=store
-        )
-        await store.aput(self._ns(store), _HISTORY_KEY, self._record(result.messages), index=False)
+        async with store.aworking_lock(self.session_id):
+            current = await self.aget_messages()
+            result = await self.autocontext.acompress(
+                [*current, *new], thread_id=self.session_id, store=store
+            )
+            record = self._record(result.messages)
+            await store.aput(self._ns(store), _HISTORY_KEY, record, index=False)
 
     def clear(self) -> None:
         """Empty the working messages (the original history stays in the store)."""
@@ -311,11 +316,12 @@ class AutoContextRunnable(RunnableSerializable[Any, list[BaseMessage]]):
         thread_id = self.thread_of(config)
         messages = _checked(_as_messages(value))
         store = ac.resolve_store()
-        item = store.get(self._ns(store, thread_id), _RUNNABLE_KEY)
-        work, state = self._plan(messages, thread_id, item.value if item else None)
-        result = ac.compress(work, thread_id=thread_id, store=store)
-        record = {**state, "messages": dump_messages(result.messages)}
-        store.put(self._ns(store, thread_id), _RUNNABLE_KEY, record, index=False)
+        with store.working_lock(thread_id):
+            item = store.get(self._ns(store, thread_id), _RUNNABLE_KEY)
+            work, state = self._plan(messages, thread_id, item.value if item else None)
+            result = ac.compress(work, thread_id=thread_id, store=store)
+            record = {**state, "messages": dump_messages(result.messages)}
+            store.put(self._ns(store, thread_id), _RUNNABLE_KEY, record, index=False)
         return result.messages
 
     async def _amanaged(self, value: Any, config: RunnableConfig) -> list[BaseMessage]:
@@ -323,11 +329,12 @@ class AutoContextRunnable(RunnableSerializable[Any, list[BaseMessage]]):
         thread_id = self.thread_of(config)
         messages = _checked(_as_messages(value))
         store = ac.resolve_store()
-        item = await store.aget(self._ns(store, thread_id), _RUNNABLE_KEY)
-        work, state = self._plan(messages, thread_id, item.value if item else None)
-        result = await ac.acompress(work, thread_id=thread_id, store=store)
-        record = {**state, "messages": dump_messages(result.messages)}
-        await store.aput(self._ns(store, thread_id), _RUNNABLE_KEY, record, index=False)
+        async with store.aworking_lock(thread_id):
+            item = await store.aget(self._ns(store, thread_id), _RUNNABLE_KEY)
+            work, state = self._plan(messages, thread_id, item.value if item else None)
+            result = await ac.acompress(work, thread_id=thread_id, store=store)
+            record = {**state, "messages": dump_messages(result.messages)}
+            await store.aput(self._ns(store, thread_id), _RUNNABLE_KEY, record, index=False)
         return result.messages
 
     def invoke(

@@ -115,18 +115,48 @@ def new_id() -> str:
     return str(uuid.uuid4())
 
 
-def ensure_ids(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
-    """Return the messages with an id on each; messages lacking one get a uuid4 copy.
+#: The namespace of the ids :func:`ensure_ids` derives (uuid5).
+_DERIVED_IDS = uuid.UUID("0d4c6c53-5b0e-4a43-9a4c-7f1f3a0c2e61")
 
-    Duplicate ids (hostile or buggy input) are made unique too: a later message
-    with an id already seen gets a fresh one, so history and edits stay unambiguous.
+
+def derived_id(previous: str, message: BaseMessage) -> str:
+    """The id :func:`ensure_ids` gives ``message`` when it has none: a uuid5 of the id
+    of the message before it (``previous``) and of its own kind and content. The same
+    message after the same messages gets the same id on every call; two messages differ
+    in id as soon as they or anything before them differ."""
+    body = json.dumps(
+        [
+            previous,
+            message.type,
+            message.content,
+            message.name,
+            getattr(message, "tool_call_id", None),
+            getattr(message, "tool_calls", None),
+        ],
+        default=str,
+        sort_keys=True,
+    )
+    return str(uuid.uuid5(_DERIVED_IDS, body))
+
+
+def ensure_ids(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+    """Return the messages with an id on each; a message lacking one (or repeating an
+    id seen earlier in the list: hostile or buggy input) gets a copy with the
+    :func:`derived_id` of its place and content.
+
+    Derived, not random: a caller who passes the same id-less list again (plain
+    ``compress`` on a list it keeps itself, a node that prepares the same messages twice)
+    gets the same ids, so nothing is archived twice under two ids.
     """
     seen: set[str] = set()
     out: list[BaseMessage] = []
+    previous = ""
     for m in messages:
         if not m.id or m.id in seen:
-            m = m.model_copy(update={"id": new_id()})
+            mid = derived_id(previous, m)
+            m = m.model_copy(update={"id": mid if mid not in seen else new_id()})
         seen.add(m.id)  # type: ignore[arg-type]
+        previous = m.id  # type: ignore[assignment]
         out.append(m)
     return out
 

@@ -104,6 +104,9 @@ _SEQ_KEY = "seq_key"
 _SEQ_WIDTH = 15
 _RESERVED_EVENT_KEYS = frozenset({"seq", _SEQ_KEY, "ts"})
 _LOCK_STRIPES = 64
+#: Locks of the surfaces that keep a thread's working messages in the store (see
+#: :meth:`OffloadStore.working_lock`), striped by backend and thread.
+_SURFACE_LOCKS = [threading.Lock() for _ in range(_LOCK_STRIPES)]
 
 
 # --- thread ids ---------------------------------------------------------------------
@@ -279,6 +282,35 @@ def _sorted_items(items: Iterable[Item]) -> list[Item]:
 
 
 # --- the store ------------------------------------------------------------------------
+@asynccontextmanager
+async def _polled(lock: threading.Lock) -> AsyncIterator[None]:
+    """Hold a threading lock (shared with sync callers) from a coroutine: polled, so the
+    event loop never blocks and a cancelled waiter never holds it."""
+    while not lock.acquire(blocking=False):
+        await asyncio.sleep(0.001)
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def prefix_problem(prefix: Any) -> str | None:
+    """What is wrong with ``prefix`` as the first element of the package's namespaces
+    (``None``: nothing). LangGraph's stores reject a '.' in a namespace label and
+    reserve ``langgraph``; '/' and NUL would break the thread-id encoding."""
+    if (
+        not isinstance(prefix, str)
+        or not prefix.strip()
+        or any(c in prefix for c in "./\x00")
+        or prefix == "langgraph"
+    ):
+        return (
+            "must be a non-blank string without '.', '/' or NUL and not 'langgraph', "
+            f"got {prefix!r}"
+        )
+    return None
+
+
 class OffloadStore(BaseStore):
     """A ``BaseStore`` wrapping any backend, with typed per-thread helpers.
 
@@ -310,16 +342,9 @@ class OffloadStore(BaseStore):
             backend = InMemoryStore()
         if not isinstance(backend, BaseStore):
             raise TypeError(f"backend must be a langgraph BaseStore, got {type(backend).__name__}")
-        if (
-            not isinstance(prefix, str)
-            or not prefix.strip()
-            or any(c in prefix for c in "./\x00")
-            or prefix == "langgraph"
-        ):
-            raise ValueError(
-                f"prefix must be a non-blank string without '.', '/' or NUL and not "
-                f"'langgraph', got {prefix!r}"
-            )
+        problem = prefix_problem(prefix)
+        if problem:
+            raise ValueError(f"prefix {problem}")
         self._backend = backend
         self._prefix = prefix
         self._async_via_thread = False
@@ -402,31 +427,29 @@ class OffloadStore(BaseStore):
         thread id used again starts empty. Returns how many items were deleted. The
         graph's checkpoints are the checkpointer's: delete them with it
         (``checkpointer.delete_thread(thread_id)``)."""
-        prefix = self.thread_namespace(thread_id)
-        deleted = 0
-        while True:
-            items = self._backend.search(prefix, limit=500)
-            if not items:
-                break
-            for item in items:
-                self._backend.delete(item.namespace, item.key)
-            deleted += len(items)
+        deleted = self._run(self._delete_plan(thread_id))
         _drop_thread_caches(self, thread_id)
         return deleted
 
     async def adelete_thread(self, thread_id: str) -> int:
-        """Async twin of :meth:`delete_thread`."""
+        """Async twin of :meth:`delete_thread` (a backend without async support, such as
+        ``SqliteStore``, runs in a worker thread, as every async call here does)."""
+        deleted = await self._arun(self._delete_plan(thread_id))
+        _drop_thread_caches(self, thread_id)
+        return deleted
+
+    def _delete_plan(self, thread_id: str) -> _Plan[int]:
+        """Pages of the thread's items, each deleted in one batch (one round trip per
+        page, not one per item: a 60,000-message thread on a remote Postgres)."""
         prefix = self.thread_namespace(thread_id)
         deleted = 0
         while True:
-            items = await self._backend.asearch(prefix, limit=500)
+            found = yield [SearchOp(prefix, None, self.max_batch_ops, 0, None, False)]
+            items = found[0]
             if not items:
-                break
-            for item in items:
-                await self._backend.adelete(item.namespace, item.key)
+                return deleted
+            yield [PutOp(item.namespace, item.key, None) for item in items]
             deleted += len(items)
-        _drop_thread_caches(self, thread_id)
-        return deleted
 
     # --- namespaces ----------------------------------------------------------------------
     def namespace(self, thread_id: str, kind: Kind) -> tuple[str, str, str]:
@@ -471,17 +494,33 @@ class OffloadStore(BaseStore):
         with self._lock(thread_id, kind):
             yield
 
+    def _surface_lock(self, thread_id: str) -> threading.Lock:
+        # module-wide stripes keyed by the backend, not this wrapper: two wrappers of
+        # one backend (two AutoContexts, a store passed unwrapped) share them
+        key = hash((id(self._backend), encode_thread_id(thread_id)))
+        return _SURFACE_LOCKS[key % _LOCK_STRIPES]
+
+    @contextmanager
+    def working_lock(self, thread_id: str) -> Iterator[None]:
+        """Hold while reading, compressing and writing back a thread's working messages
+        kept in this store (the chat history, the Runnable): two writers of one session
+        in this process would otherwise both read the same record and the second write
+        would drop the first one's turns from the working messages (the history keeps
+        them). Not reentrant; separate from the locks of the store's own writes."""
+        with self._surface_lock(thread_id):
+            yield
+
+    @asynccontextmanager
+    async def aworking_lock(self, thread_id: str) -> AsyncIterator[None]:
+        """Async twin of :meth:`working_lock` (the same locks, polled so the event loop
+        never blocks and a cancelled waiter never holds one)."""
+        async with _polled(self._surface_lock(thread_id)):
+            yield
+
     @asynccontextmanager
     async def _alocked(self, thread_id: str, kind: Kind) -> AsyncIterator[None]:
-        # A threading lock (shared with sync callers), polled so the loop never blocks
-        # and a cancelled waiter never holds it.
-        lock = self._lock(thread_id, kind)
-        while not lock.acquire(blocking=False):
-            await asyncio.sleep(0.001)
-        try:
+        async with _polled(self._lock(thread_id, kind)):
             yield
-        finally:
-            lock.release()
 
     # --- plans: shared building blocks ------------------------------------------------------
     def _exists_from(self, ns: tuple[str, ...], seq: int) -> _Plan[bool]:

@@ -44,6 +44,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import numbers
 import threading
 import warnings
 import weakref
@@ -768,12 +769,26 @@ class TokenCounter:
         if fn is None:
             raise _FallbackError
         if not self._fn_fallible:
-            return int(fn(messages))
+            return self._as_count(fn(messages))
         try:
-            return int(fn(messages))
+            return self._as_count(fn(messages))
         except Exception as exc:
             self._fall_back(exc)
             raise _FallbackError from exc
+
+    def _as_count(self, value: Any) -> int:
+        """The counter's answer as a count; a negative or non-numeric one is an error
+        (clamped to 0 it would have turned compression off without a word)."""
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise TypeError(
+                f"the token counter {self._fn_label} returned {value!r}, not a number of tokens"
+            )
+        if value < 0 or value != value:  # negative or NaN
+            raise ValueError(
+                f"the token counter {self._fn_label} returned {value!r}: a number of tokens "
+                "is never negative"
+            )
+        return int(value)
 
     def _fall_back(self, exc: Exception) -> None:
         """A chat model's counter failed: switch to tiktoken for good (warned once)."""

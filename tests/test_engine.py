@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 from _builders import chat_rounds, coding_run, log_text, tool_group, uid
@@ -440,3 +441,24 @@ def test_the_turn_the_model_continues_keeps_its_thinking_first() -> None:
     # the cut argument names the offload too: langchain-google-genai sends a message
     # that calls tools as its calls alone, without the text where the note is
     assert marker(final)["offload_id"] in final.tool_calls[0]["args"]["content"]
+
+
+@pytest.mark.parametrize("value", [-1, "12", None, float("nan")])
+def test_a_counter_answering_a_non_count_is_an_error_naming_it(value: Any) -> None:
+    """A counter callable returning -1 was clamped to 0: every message counted nothing
+    and compression never ran (36,848 real tokens kept at a 4,000 budget)."""
+
+    def broken(messages: Any) -> Any:
+        return value
+
+    ac = AutoContext(max_tokens=4_000, token_counter=broken, store=InMemoryStore())
+    with pytest.raises((TypeError, ValueError), match=r"token counter \S*broken returned"):
+        ac.compress([HumanMessage("hi " * 50)], thread_id="c")
+
+
+@pytest.mark.parametrize("prefix", ["my.app", "langgraph", "a\x00b", " "])
+def test_a_store_prefix_the_store_would_reject_is_a_config_error(prefix: str) -> None:
+    """``store_prefix='my.app'`` passed the config and failed later, at the first store
+    use, with a plain ValueError."""
+    with pytest.raises(InvalidConfigError, match="store_prefix"):
+        AutoContextConfig(store_prefix=prefix)

@@ -279,3 +279,48 @@ class CountingSummarizer(ExtractiveSummarizer):
     def summarize(self, request):
         self.calls += 1
         return super().summarize(request)
+
+
+def test_concurrent_writers_of_one_session_lose_no_turn(tmp_path: Path) -> None:
+    """Two threads adding to one session on a SqliteStore: each read the working record,
+    compressed and wrote it back, so the second write dropped the first one's turns from
+    what the model is sent (43 of 80 kept); the writers now take turns."""
+    import threading
+
+    backend = open_sqlite(tmp_path / "race.db")
+    ac = AutoContext(max_tokens=64_000)
+
+    def writer(who: str) -> None:
+        hist = AutoContextChatMessageHistory("sess", ac, store=backend)
+        for k in range(40):
+            hist.add_messages([HumanMessage(f"{who} says {k}")])
+
+    threads = [threading.Thread(target=writer, args=(w,)) for w in ("ana", "bo")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    texts = {text_of(m) for m in AutoContextChatMessageHistory("sess", ac, store=backend).messages}
+    assert texts == {f"{w} says {k}" for w in ("ana", "bo") for k in range(40)}
+    backend.conn.close()
+
+
+def test_concurrent_async_writers_of_one_session_lose_no_turn(tmp_path: Path) -> None:
+    import asyncio
+
+    from conftest import async_backend
+
+    async def main() -> list[BaseMessage]:
+        async with async_backend("sqlite", tmp_path / "arace.db") as backend:
+            ac = AutoContext(max_tokens=64_000, store=backend)
+
+            async def writer(who: str) -> None:
+                hist = AutoContextChatMessageHistory("sess", ac)
+                for k in range(30):
+                    await hist.aadd_messages([HumanMessage(f"{who} says {k}")])
+
+            await asyncio.gather(writer("ana"), writer("bo"))
+            return await AutoContextChatMessageHistory("sess", ac).aget_messages()
+
+    texts = {text_of(m) for m in asyncio.run(main())}
+    assert texts == {f"{w} says {k}" for w in ("ana", "bo") for k in range(30)}

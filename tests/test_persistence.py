@@ -332,3 +332,25 @@ def test_a_new_store_is_never_taken_for_a_freed_one_at_its_address() -> None:
         del backend
     if not reused:
         pytest.skip("no store got a freed one's address on this interpreter")
+
+
+def test_plain_compress_on_a_kept_id_less_list_archives_each_message_once() -> None:
+    """A caller keeping its own list of id-less messages and passing it to ``compress``
+    each turn: a fresh uuid4 per call archived every message again on every call (30
+    history items for 10 messages); derived ids make the same list the same messages."""
+    from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+
+    from langchain_autocontext import AutoContext, OffloadStore
+
+    store = OffloadStore(InMemoryStore())
+    ac = AutoContext(max_tokens=8_000, store=store)
+    msgs: list[Any] = [SystemMessage("You are helpful."), HumanMessage("hello")]
+    for _ in range(5):
+        ac.compress(msgs, thread_id="kept")
+        msgs += [AIMessage("ok"), HumanMessage("ok")]  # repeated texts stay distinct
+    ac.compress(msgs, thread_id="kept")
+    history = store.get_history("kept")
+    assert len(history) == len(msgs)
+    assert len({h.id for h in history}) == len(msgs)
+    again = ac.compress(msgs, thread_id="kept").messages
+    assert [m.id for m in again] == [h.id for h in history]

@@ -675,6 +675,38 @@ async def test_sync_sqlite_store_works_through_async_api(tmp_path: Path) -> None
     backend.conn.close()
 
 
+@pytest.mark.parametrize("use_async", [False, True])
+async def test_deleting_a_thread_takes_one_round_trip_per_page(
+    tmp_path: Path, use_async: bool
+) -> None:
+    """``adelete_thread`` on a sync ``SqliteStore`` raised NotImplementedError (it called
+    the backend's async methods directly), and both twins made one backend call per item
+    (3,365 calls for a 3,357-item thread: a minute on a remote Postgres)."""
+    calls: list[int] = []
+
+    class Counting(SqliteStore):
+        def batch(self, ops: Any) -> list[Any]:
+            ops = list(ops)
+            calls.append(len(ops))
+            return super().batch(ops)
+
+    conn = sqlite3.connect(tmp_path / "d.db", check_same_thread=False, isolation_level=None)
+    backend = Counting(conn)
+    backend.setup()
+    store = OffloadStore(backend)
+    store.append_history("t", convo(1_200))
+    store.append_history("other", convo(3))
+    calls.clear()
+    deleted = await store.adelete_thread("t") if use_async else store.delete_thread("t")
+    round_trips = len(calls)
+    assert deleted >= 1_200
+    assert store.history_count("t") == 0 and store.history_count("other") == 3
+    assert (
+        round_trips <= 2 * (deleted // store.max_batch_ops + 1) + 1
+    )  # search, delete; last search
+    conn.close()
+
+
 def test_text_is_indexed_when_the_backend_has_a_semantic_index() -> None:
     backend = InMemoryStore(index={"dims": 16, "embed": DeterministicFakeEmbedding(size=16)})
     store = OffloadStore(backend)

@@ -921,10 +921,48 @@ def test_missing_provider_package_error_is_clear() -> None:
         AutoContext(max_tokens=8_000, summarizer="mistralai:mistral-small-latest")
 
 
-def test_unknown_provider_error_is_clear() -> None:
+def test_an_unknown_provider_falls_back_with_the_reason() -> None:
     s = LLMSummarizer("nosuchprovider:some-model")
+    with pytest.warns(UserWarning, match="'nosuchprovider:some-model' could not be loaded"):
+        result = s.summarize(request())
+    assert result.fallback and "cannot load the model" in (result.error or "")
     with pytest.raises(ValueError, match="cannot load the model 'nosuchprovider:some-model'"):
-        s.summarize(request())
+        LLMSummarizer("nosuchprovider:some-model", fallback=None).summarize(request())
+
+
+def test_a_typo_of_offline_is_caught_with_a_suggestion() -> None:
+    """``summarizer="offlin"`` built an LLMSummarizer that failed at the first summary."""
+    from langchain_autocontext import AutoContext
+
+    with pytest.raises(ValueError, match="Did you mean summarizer='offline'"):
+        AutoContext(max_tokens=8_000, summarizer="offlin")
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_a_model_that_cannot_be_built_falls_back_and_warns_once(
+    monkeypatch: pytest.MonkeyPatch, use_async: bool
+) -> None:
+    """A "provider:model" summarizer whose model cannot be built at the first summary (a
+    missing API key: the provider's constructor raises) crashed the agent mid-run; the
+    offline summarizer answers instead, with one warning, as the docs promise."""
+    import asyncio
+    import warnings
+
+    import langchain.chat_models as chat_models
+
+    def no_key(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("Missing credentials: set OPENAI_API_KEY")
+
+    monkeypatch.setattr(chat_models, "init_chat_model", no_key)
+    s = LLMSummarizer("openai:gpt-4o-mini")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            result = asyncio.run(s.asummarize(request())) if use_async else s.summarize(request())
+            assert result.fallback and result.text
+            assert "could not be loaded" in (result.error or "")
+            assert "OPENAI_API_KEY" in (result.error or "")
+    assert len([w for w in caught if "could not be loaded" in str(w.message)]) == 1
 
 
 def test_resolve_summarizer() -> None:
@@ -941,6 +979,8 @@ def test_resolve_summarizer() -> None:
     by_name = resolve_summarizer("nosuchprovider:some-model")  # resolved at the first call
     assert isinstance(by_name, LLMSummarizer) and by_name.name == "llm:nosuchprovider:some-model"
     assert isinstance(by_name, Summarizer)
+    with pytest.raises(ValueError, match="names no chat model"):  # no provider: checked now
+        resolve_summarizer("gpt4o")
     with pytest.raises(TypeError, match="summarizer must be None or 'offline'"):
         resolve_summarizer(42)
     with pytest.raises(ValueError):

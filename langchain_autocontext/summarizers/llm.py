@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import difflib
 import functools
 import importlib.util
 import re
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -78,14 +80,32 @@ def _model_name(model: Any) -> str:
 def _missing_provider_package(spec: str) -> str | None:
     """The pip name of the package ``init_chat_model`` needs for ``spec``
     (``"openai:gpt-4o-mini"`` -> ``langchain-openai``) when it is not installed; ``None``
-    when it is, or when the provider is not one LangChain knows (then
-    ``init_chat_model`` says what is wrong at the first call)."""
+    when it is, or when langchain's layout is not the one known here.
+
+    Raises:
+        ValueError: ``spec`` names no provider and none can be told from the model name
+            (``"offlin"``, a typo of ``"offline"``), as ``init_chat_model`` would say at
+            the first summary, many tool calls later. A provider named explicitly
+            (``"name:model"``) is left to ``init_chat_model`` at the first summary.
+    """
     try:
         from langchain.chat_models.base import _BUILTIN_PROVIDERS, _parse_model
-
+    except ImportError:  # another langchain layout: init_chat_model says at the first call
+        return None
+    try:
         _, provider = _parse_model(spec, None)
         module = str(_BUILTIN_PROVIDERS[provider][0])
-    except Exception:  # another langchain layout, an unknown provider
+    except (ValueError, KeyError) as exc:
+        if ":" in spec:
+            return None
+        near = difflib.get_close_matches(spec.strip().lower(), sorted(_OFFLINE_NAMES), n=1)
+        guess = f" Did you mean summarizer={near[0]!r}?" if near else ""
+        raise ValueError(
+            f"The summarizer {spec!r} names no chat model LangChain can tell: give it as "
+            f"'provider:model' (e.g. 'openai:gpt-4o-mini'), pass a chat model instance, or "
+            f"use summarizer='offline' for the offline extractive summarizer.{guess}"
+        ) from exc
+    except Exception:  # another langchain layout
         return None
     top = module.split(".")[0]
     return None if importlib.util.find_spec(top) is not None else top.replace("_", "-")
@@ -177,6 +197,7 @@ class LLMSummarizer(Summarizer):
         self._model_spec = model
         self._model: Runnable[Any, Any] | None = None if isinstance(model, str) else model
         self._model_lock = threading.Lock()
+        self._load_warned = False
         self.prompts = self._check_prompts(prompts or {})
         self.retries = retries
         self._owns_fallback = fallback is _DEFAULT_FALLBACK
@@ -422,8 +443,39 @@ class LLMSummarizer(Summarizer):
 
     # The fallback is not ``with_fallbacks``: it takes the request (not the prompt), and
     # its result must carry the failed attempts' usage and the last error.
+    def _unloadable(self, exc: Exception) -> str:
+        """A ``"provider:model"`` model that cannot be built (a missing API key, a bad
+        option) answers with the fallback, warned once: the agent goes on."""
+        error = f"{self.name} could not be loaded: {type(exc).__name__}: {exc}"
+        if self._load_warned:
+            return error
+        self._load_warned = True
+        warnings.warn(
+            f"langchain-autocontext: the summarizer model {self._model_spec!r} could not be "
+            f"loaded ({type(exc).__name__}: {exc}); the offline extractive summarizer "
+            "writes the summaries until it can be.",
+            UserWarning,
+            stacklevel=3,
+        )
+        return error
+
+    def _loaded(self) -> Exception | None:
+        """``None`` once the model is at hand; the error when it could not be loaded and
+        a fallback will answer (without a fallback the error is raised)."""
+        try:
+            self.model  # noqa: B018 - resolves a "provider:model" string
+        except Exception as exc:
+            if self.fallback is None or not isinstance(self._model_spec, str):
+                raise
+            return exc
+        return None
+
     def summarize(self, request: SummaryRequest) -> SummaryResult:
         """Summarize with the model; retry, then fall back (or raise without a fallback)."""
+        failed = self._loaded()
+        if failed is not None and self.fallback is not None:
+            fb = self.fallback.summarize(request)
+            return self._fallback_result(fb, _Usage(), self._unloadable(failed))
         retrying, prompt, usage = self._retrying(request)
         try:
             text = retrying.invoke(prompt, config=self.call_config(request))
@@ -436,6 +488,10 @@ class LLMSummarizer(Summarizer):
 
     async def asummarize(self, request: SummaryRequest) -> SummaryResult:
         """Async :meth:`summarize` (``ainvoke``, ``asyncio.sleep`` between retries)."""
+        failed = self._loaded()
+        if failed is not None and self.fallback is not None:
+            fb = await self.fallback.asummarize(request)
+            return self._fallback_result(fb, _Usage(), self._unloadable(failed))
         retrying, prompt, usage = self._retrying(request)
         try:
             text = await retrying.ainvoke(prompt, config=self.call_config(request))
