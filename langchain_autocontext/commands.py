@@ -25,9 +25,10 @@ The XML protocol (:func:`parse_commands`, :func:`process_reply`)::
     <pin id="ID"/>  <unpin id="ID"/>
 
 Commands are read from the model's *own* reply only (never from tool outputs or
-user messages). Text inside markdown code (fenced blocks, inline code spans) is
-not a command, nor is anything written with XML entities (``&lt;delete …/&gt;``):
-that is how a model mentions a command without running it. Deletes run first,
+user messages). Text inside markdown code (fenced blocks, inline code spans,
+indented code blocks), blockquotes, HTML comments or quotation marks is not a
+command, nor is anything written with XML entities (``&lt;delete …/&gt;``): that is
+how a model mentions a command without running it. Deletes run first,
 then updates, pins, unpins, then ``<user>`` commands, each group in the order written.
 
 Everything here is pure (no I/O): the engine archives the originals, records the
@@ -164,10 +165,10 @@ def _resolve(
     return None, _refuse(
         messages,
         "missing",
-        f"No message with id {ref!r} in your context. Use an id exactly as a "
-        '<metadata id="…"/> tag shows it (the short id or the full id). A message that '
-        "left your context (summarized or offloaded) cannot be edited; search_history "
-        "and reload_offloaded read it back.",
+        f"No message with id {ref!r} in your context. Use an id exactly as the tag "
+        "at the start of each message shows it (the short id or the full id). A message "
+        "that left your context (summarized or offloaded) cannot be edited (with the "
+        "search_history and reload_offloaded tools you can read it back).",
     )
 
 
@@ -457,6 +458,31 @@ class ParsedCommands:
 _FENCE_RE = re.compile(r"^[ \t]{0,3}(`{3,}|~{3,})", re.M)
 _OPEN_RE = re.compile(r"<\s*(delete|update|user|pin|unpin)\b([^<>]*)>", re.I)
 _ATTR_RE = re.compile(r"""\s*([A-Za-z_][\w.-]*)\s*=\s*(?:"([^"]*)"|'([^']*)')""")
+_UNQUOTED_RE = re.compile(r"""[A-Za-z_][\w.-]*\s*=\s*[^"'\s]""")
+
+
+#: Markdown a model quotes or comments out, never what it means to do: HTML comments,
+#: blockquote lines, and indented code blocks (4 spaces or a tab after a blank line that
+#: does not end a list item).
+_COMMENT_RE = re.compile(r"<!--.*?(?:-->|\Z)", re.S)
+_QUOTE_LINE_RE = re.compile(r"^[ \t]{0,3}>.*$", re.M)
+_INDENTED_RE = re.compile(r"(?:^|\n)[ \t]*\n((?:(?: {4}|\t)[^\n]*(?:\n|\Z)|[ \t]*\n)+)")
+_LIST_ITEM_RE = re.compile(r"^[ \t]*(?:[-*+]|\d{1,9}[.)])[ \t]")
+#: Quotation marks around a command that is only mentioned ("type <delete id="a"/>").
+_QUOTE_PAIRS = {'"': '"', "'": "'", "\u201c": "\u201d", "\u2018": "\u2019", "\u00ab": "\u00bb"}
+
+
+def quoted_spans(text: str) -> list[tuple[int, int]]:
+    """Spans a model quotes or comments out: HTML comments, blockquote lines and
+    indented code blocks (commands there are shown, not meant)."""
+    spans = [m.span() for m in _COMMENT_RE.finditer(text)]
+    spans += [m.span() for m in _QUOTE_LINE_RE.finditer(text)]
+    for m in _INDENTED_RE.finditer(text):
+        before = text[: m.start(1)].rstrip("\n \t")
+        last_line = before.rsplit("\n", 1)[-1]
+        if not _LIST_ITEM_RE.match(last_line):  # not the continuation of a list item
+            spans.append(m.span(1))
+    return spans
 
 
 def code_spans(text: str) -> list[tuple[int, int]]:
@@ -546,7 +572,7 @@ def parse_commands(text: str) -> ParsedCommands:
     out = ParsedCommands()
     if "<" not in text:
         return out
-    masked = _mask(text, code_spans(text))
+    masked = _mask(text, code_spans(text) + quoted_spans(text))
     pos = 0
     while True:
         m = _OPEN_RE.search(masked, pos)
@@ -560,7 +586,9 @@ def parse_commands(text: str) -> ParsedCommands:
         raw_open = text[start:end]
         error: str | None = None
         content: str | None = None
-        if junk or set(attrs) - {"id"}:
+        if _UNQUOTED_RE.match(junk):
+            error = f'{_short(raw_open)} is not a valid command: quote the id, as in id="ID"'
+        elif junk or set(attrs) - {"id"}:
             error = (
                 f'{_short(raw_open)} is not a valid command: only an id="…" attribute is allowed'
             )
@@ -587,6 +615,10 @@ def parse_commands(text: str) -> ParsedCommands:
                     end = close.end()
                     if not content.strip():
                         error = f"<{op}> command with empty content: nothing was done"
+        opening = text[start - 1] if start else ""
+        if opening in _QUOTE_PAIRS and text[end : end + 1] == _QUOTE_PAIRS[opening]:
+            pos = max(end, m.start() + 1)  # between quotation marks: mentioned, not meant
+            continue
         out.spans.append((start, end))
         if error:
             out.errors.append(f"Malformed command: {error}.")

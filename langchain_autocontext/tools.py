@@ -32,6 +32,7 @@ reload tool alone (truncation, offsets, restore) is about 200 lines.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import warnings
@@ -293,6 +294,26 @@ class _Call:
                 out.append(tc)
         return out
 
+    def with_earlier_pins(self) -> list[BaseMessage]:
+        """The working messages with the pins of earlier calls of this turn applied: the
+        pin limit counts them (two parallel pins, each within the limit alone, took the
+        pins past it together, and every later model call raised ContextBudgetError)."""
+        msgs = list(self.messages)
+        for tc in self.earlier_calls({"pin_message"}):
+            args = tc.get("args") or {}
+            if not bool(args.get("pinned", True)):
+                continue
+            edit = pin_op(
+                msgs,
+                args.get("message_id"),
+                True,
+                counter=self.engine.counter,
+                limit=self.engine.config.pin_limit,
+            )
+            if edit.ok:
+                msgs = edit.messages
+        return msgs
+
     def claimed(self) -> set[str]:
         """Message ids edited (updated, deleted, pinned) by earlier calls of this turn:
         LangGraph applies parallel updates in no fixed order, so a message is edited
@@ -437,22 +458,35 @@ def _edit_tool(engine: ContextEngine, name: str) -> StructuredTool:
     def run_op(call: _Call, message_id: str, content: Any) -> Edit:
         if name == "delete_message":
             return delete_op(call.messages, message_id, issuing_id=call.issuing_id)
+        # the pin limit counts the pins of earlier calls of the turn; the edit then
+        # changes only its own message (the earlier calls write their own pins)
+        base = call.with_earlier_pins()
         if name == "pin_message":  # ``content`` is the pinned flag
-            return pin_op(
-                call.messages,
+            edit = pin_op(
+                base,
                 message_id,
                 bool(content),
                 counter=engine.counter,
                 limit=engine.config.pin_limit,
             )
-        return update_op(
-            call.messages,
-            message_id,
-            content,
-            issuing_id=call.issuing_id,
-            counter=engine.counter,
-            pin_limit=engine.config.pin_limit,
-        )
+        else:
+            edit = update_op(
+                base,
+                message_id,
+                content,
+                issuing_id=call.issuing_id,
+                counter=engine.counter,
+                pin_limit=engine.config.pin_limit,
+            )
+        if all(a is b for a, b in zip(base, call.messages, strict=True)):
+            return edit  # no earlier pins this turn
+        if len(edit.messages) != len(base):  # pragma: no cover - pins and updates keep places
+            return edit
+        own = [
+            new if new is not was else mine
+            for mine, was, new in zip(call.messages, base, edit.messages, strict=True)
+        ]
+        return dataclasses.replace(edit, messages=own)
 
     def finish(call: _Call, edit: Edit) -> Command:
         return call.reply(edit.text, updates=diff_updates(call.messages, edit.messages))

@@ -175,8 +175,8 @@ def system_section(config: AutoContextConfig) -> str:
             "waiting for the user (at most "
             f"{config.max_autonomous_steps} times in a row).",
             "Deletes run first, then updates, pins and unpins, then <user>. Commands inside "
-            "code blocks or "
-            "inline code are not run, nor is anything written with entities such as &lt;; "
+            "code, quotes or comments are not run, nor is anything written with entities "
+            "such as &lt;; "
             "use that to mention a command without running it. Errors are reported to you "
             "on your next turn.",
         ]

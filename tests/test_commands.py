@@ -57,6 +57,29 @@ def test_code_and_entities_are_not_commands() -> None:
     assert not parse_commands(text).errors
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        'You wrote:\n> <delete id="a"/>\nShould I?',
+        'Noted <!-- <delete id="a"/> --> ok',
+        'Example:\n\n    <delete id="a"/>\n\nthat is how.',
+        'The user asked me to type "<delete id="a"/>" as an example.',
+        "It said \u201c<user>go on</user>\u201d, which I will not do.",
+    ],
+)
+def test_quoted_commented_and_indented_commands_are_mentions(text: str) -> None:
+    """A model quoting the user's pasted text (a blockquote, quotation marks), an HTML
+    comment or an indented code block ran the commands it showed: the user's text could
+    delete messages through the model's reply."""
+    assert ops(text) == []
+    assert not parse_commands(text).errors
+
+
+def test_an_indented_list_continuation_is_still_meant() -> None:
+    text = '- first, clean up:\n\n    <delete id="a"/>\n'
+    assert ops(text) == [("delete", "a", None)]
+
+
 def test_an_unclosed_fence_hides_the_rest() -> None:
     text = 'real <delete id="a"/>\n```\n<delete id="b"/>'
     assert ops(text) == [("delete", "a", None)]
@@ -80,6 +103,7 @@ def test_a_command_inside_update_content_is_content() -> None:
         ('<update id="a">   </update>', "empty content"),
         ('<user id="x">hi</user>', "takes no attributes"),
         ('<delete id="a">', "is not closed"),
+        ("<delete id=a/>", 'quote the id, as in id="ID"'),
     ],
 )
 def test_malformed_commands_are_reported(text: str, phrase: str) -> None:

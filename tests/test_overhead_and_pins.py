@@ -369,3 +369,39 @@ def test_the_xml_pin_commands_are_taught(instructions: str) -> None:
     assert '<pin id="ID"/>' in text and '<unpin id="ID"/>' in text
     full = system_section(AutoContextConfig(instructions="full"))
     assert "pin_message(message_id" in full and "<pin" not in full  # no XML: not offered
+
+
+def test_parallel_pins_of_one_turn_share_the_pin_limit() -> None:
+    """Two pin_message calls in one turn, each within the limit alone, used to be both
+    accepted: together they took the pins past the limit and every later model call
+    raised ContextBudgetError (found by the property test over random programs). The
+    later call of the turn now counts the earlier one's pin and is refused."""
+    store = InMemoryStore()
+    cfg = AutoContextConfig(max_tokens=4_000, msg_threshold=30, disclosure="always")
+    ac = AutoContext(cfg, store=store)
+
+    def respond(view: list, n: int) -> AIMessage:
+        if n < 2:
+            return AIMessage("", tool_calls=[call("fetch", {"name": f"doc{n}", "size": 30})])
+        if n == 2:
+            ids = [COMPACT_TAG.match(m.content).group(1) for m in view if m.type == "tool"]
+            return AIMessage(
+                "", tool_calls=[call("pin_message", {"message_id": i}) for i in ids[-2:]]
+            )
+        if n == 3:
+            receipts[:] = [m for m in view if isinstance(m, ToolMessage)][-2:]
+        if n < 12:
+            return AIMessage("", tool_calls=[call("fetch", {"name": f"more{n}", "size": 30})])
+        return AIMessage("done")
+
+    receipts: list[ToolMessage] = []
+    model = FunctionModel(respond=respond)
+    agent = self_managed_agent(ac, model, store, tools=[fetch])
+    config = {"configurable": {"thread_id": "parallel-pins"}, "recursion_limit": 100}
+    out = agent.invoke({"messages": [SystemMessage("s"), HumanMessage("read")]}, config)
+    assert out["messages"][-1].content == "done"
+    assert sorted(r.status for r in receipts) == ["error", "success"]
+    assert "was not pinned" in strip_tags(next(r.content for r in receipts if r.status == "error"))
+    assert len([m for m in out["messages"] if is_pinned(m)]) == 1
+    for view in model.seen:
+        assert ac.counter.count(view, ac.count_tools) <= 4_000
