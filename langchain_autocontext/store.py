@@ -23,9 +23,10 @@ Postgres sort by update time); reads select ``seq`` ranges with the store's
 digit string copy of ``seq``, because backends compare filter values differently
 (``PostgresStore`` compares them as text, so ``"9" >= "10"``).
 
-Concurrency: the counters are read-modify-write. Writers of one thread inside
-one process are serialized by lock striping (sync and async callers share the
-locks); LangGraph runs one run per thread at a time, so several processes
+Concurrency: the counters are read-modify-write. Writers of one thread of one
+backend inside one process are serialized by lock striping (sync and async callers,
+and every wrapper of the backend, share the locks; a cancelled async writer keeps its
+lock until its write has landed); LangGraph runs one run per thread at a time, so several processes
 writing the same thread at once are not expected. If that happens anyway, the
 worst case is two items with the same ``seq`` (ordered by key then): history
 items are keyed by message id and offloads/events by fresh uuids, so nothing
@@ -41,6 +42,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import concurrent.futures
+import contextlib
+import contextvars
+import functools
 import json
 import re
 import threading
@@ -104,9 +109,19 @@ _SEQ_KEY = "seq_key"
 _SEQ_WIDTH = 15
 _RESERVED_EVENT_KEYS = frozenset({"seq", _SEQ_KEY, "ts"})
 _LOCK_STRIPES = 64
+#: Locks of the read-modify-write of a thread's counters, striped by backend, prefix,
+#: thread and kind, module-wide: two wrappers of one backend (two AutoContexts sharing
+#: a store, an agent and its subagent) must exclude each other, or both hand out a seq.
+_STORE_LOCKS = [threading.Lock() for _ in range(_LOCK_STRIPES)]
 #: Locks of the surfaces that keep a thread's working messages in the store (see
 #: :meth:`OffloadStore.working_lock`), striped by backend and thread.
 _SURFACE_LOCKS = [threading.Lock() for _ in range(_LOCK_STRIPES)]
+#: Worker threads of the async calls of a backend without async support (SqliteStore):
+#: their own, not the event loop's default executor, which a hung sync model call or
+#: LangGraph's sync nodes can fill, leaving every store write queued behind them.
+_SYNC_BACKEND_POOL = concurrent.futures.ThreadPoolExecutor(
+    max_workers=8, thread_name_prefix="autocontext-store"
+)
 
 
 # --- thread ids ---------------------------------------------------------------------
@@ -282,6 +297,18 @@ def _sorted_items(items: Iterable[Item]) -> list[Item]:
 
 
 # --- the store ------------------------------------------------------------------------
+async def _finished(pending: asyncio.Future[_T]) -> _T:
+    """The result of ``pending``; a caller cancelled meanwhile waits for the write to
+    land before the cancellation goes on, so the thread's lock is not released while
+    the write still runs (a retry would then hand out the same seq)."""
+    try:
+        return await asyncio.shield(pending)
+    except asyncio.CancelledError:
+        with contextlib.suppress(BaseException):
+            await asyncio.wait({pending})
+        raise
+
+
 @asynccontextmanager
 async def _polled(lock: threading.Lock) -> AsyncIterator[None]:
     """Hold a threading lock (shared with sync callers) from a coroutine: polled, so the
@@ -348,7 +375,6 @@ class OffloadStore(BaseStore):
         self._backend = backend
         self._prefix = prefix
         self._async_via_thread = False
-        self._locks = [threading.Lock() for _ in range(_LOCK_STRIPES)]
 
     @classmethod
     def wrap(cls, store: BaseStore | None = None, *, prefix: str = "autocontext") -> OffloadStore:
@@ -410,10 +436,12 @@ class OffloadStore(BaseStore):
         ops = list(ops)
         if not self._async_via_thread:
             try:
-                return await self._backend.abatch(ops)
+                return await _finished(asyncio.ensure_future(self._backend.abatch(ops)))
             except NotImplementedError:
                 self._async_via_thread = True
-        return await asyncio.to_thread(self._backend.batch, ops)
+        loop = asyncio.get_running_loop()
+        call = functools.partial(contextvars.copy_context().run, self._backend.batch, ops)
+        return await _finished(loop.run_in_executor(_SYNC_BACKEND_POOL, call))
 
     # --- deleting a thread ------------------------------------------------------------------
     def thread_namespace(self, thread_id: str) -> tuple[str, str]:
@@ -487,7 +515,8 @@ class OffloadStore(BaseStore):
             plan.close()
 
     def _lock(self, thread_id: str, kind: Kind) -> threading.Lock:
-        return self._locks[hash((encode_thread_id(thread_id), kind)) % _LOCK_STRIPES]
+        key = (id(self._backend), self._prefix, encode_thread_id(thread_id), kind)
+        return _STORE_LOCKS[hash(key) % _LOCK_STRIPES]
 
     @contextmanager
     def _locked(self, thread_id: str, kind: Kind) -> Iterator[None]:

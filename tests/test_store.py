@@ -39,7 +39,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.config import get_config, get_store
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.runtime import Runtime
-from langgraph.store.base import BaseStore
+from langgraph.store.base import BaseStore, PutOp
 from langgraph.store.memory import InMemoryStore
 from langgraph.store.sqlite import AsyncSqliteStore, SqliteStore
 
@@ -915,3 +915,58 @@ def test_values_json_cannot_hold_are_stored_faithfully_never_a_dead_thread() -> 
     assert marker[SERIALIZED_KEY] == "unserializable" and marker["type"] == "object"
     oid = store.offload("th", [msgs[1]], strategy="test", preview="42 rows", tokens=3)
     assert store.reload("th", oid.offload_id).messages[0].artifact == artifact
+
+
+async def test_two_engines_sharing_a_store_never_hand_out_one_seq_twice(tmp_path: Path) -> None:
+    """An agent and its subagent, each with its own AutoContext on one store, archiving
+    into one thread at once: each engine's store wrapper had its own locks, so both
+    read the same counter (50 of 100 messages shared a seq, history_count said 50)."""
+    from langchain_autocontext import AutoContext
+
+    async with AsyncSqliteStore.from_conn_string(str(tmp_path / "two.db")) as backend:
+        await backend.setup()
+        parent, sub = (AutoContext(max_tokens=8_000, store=backend) for _ in range(2))
+
+        async def writer(ac: AutoContext, tag: str) -> None:
+            for k in range(40):
+                await ac.acompress([HumanMessage(f"{tag} {k}", id=f"{tag}-{k}")], thread_id="t")
+
+        await asyncio.gather(writer(parent, "parent"), writer(sub, "sub"))
+        store = OffloadStore(backend)
+        seqs = [e.seq for e in await store.aget_history("t")]
+        assert sorted(seqs) == list(range(80))
+        assert await store.ahistory_count("t") == 80
+
+
+async def test_a_cancelled_write_keeps_its_lock_until_it_lands() -> None:
+    """A sync-only backend runs each batch in a worker thread; a caller cancelled
+    mid-write released the thread's lock at once, the retry wrote, and the abandoned
+    write landed afterwards with the same seq."""
+    from langchain_autocontext import AutoContext
+
+    class SlowSyncStore(InMemoryStore):
+        slow_once = True
+
+        def batch(self, ops: Any) -> list[Any]:
+            ops = list(ops)
+            slow = [o for o in ops if isinstance(o, PutOp) and o.namespace[-1] == "history"]
+            if self.slow_once and slow:
+                self.slow_once = False
+                time.sleep(0.3)
+            return super().batch(ops)
+
+        async def abatch(self, ops: Any) -> list[Any]:
+            raise NotImplementedError
+
+    def msg(k: int) -> BaseMessage:
+        return HumanMessage(f"m {k}", id=f"m{k}") if k % 2 == 0 else AIMessage(f"r {k}", id=f"m{k}")
+
+    backend = SlowSyncStore()
+    ac = AutoContext(max_tokens=8_000, store=backend)
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(ac.acompress([msg(0), msg(1)], thread_id="x"), 0.05)
+    await ac.acompress([msg(0), msg(1), msg(2)], thread_id="x")
+    await asyncio.sleep(0.4)  # an abandoned write would land now
+    await ac.acompress([msg(k) for k in range(4)], thread_id="x")
+    history = OffloadStore(backend).get_history("x")
+    assert [(e.seq, e.id) for e in history] == [(k, f"m{k}") for k in range(4)]

@@ -1130,3 +1130,61 @@ def test_a_summary_with_a_lone_surrogate_or_nul_is_cleaned_and_stored() -> None:
     assert "\x00" not in result.text and "\ud800" not in result.text
     assert "fixed the parser" in result.text
     result.text.encode("utf-8")  # would raise on a lone surrogate
+
+
+def test_hung_sync_only_models_on_the_async_path_never_starve_the_store(tmp_path: Any) -> None:
+    """A summarizer model with only a sync ``_generate`` runs, under ``ainvoke``, in the
+    event loop's default executor; a hung call outlived ``summarizer_timeout`` there, and
+    a few of them filled the executor, so every SqliteStore write (run in a worker
+    thread) queued behind them and the agent stopped. Each attempt now has a thread of
+    its own, as on the sync path, and the store its own workers."""
+    import sqlite3
+
+    from langchain_core.messages import SystemMessage
+    from langgraph.store.sqlite import SqliteStore
+
+    release = threading.Event()
+
+    class HungSyncModel(BaseChatModel):
+        @property
+        def _llm_type(self) -> str:
+            return "hung"
+
+        def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None, **kw: Any):
+            release.wait(30)  # the provider never answers
+            return ChatResult(generations=[ChatGeneration(message=AIMessage("late"))])
+
+    def conversation(tag: str) -> list[BaseMessage]:
+        out: list[BaseMessage] = [SystemMessage("sys", id="sys")]
+        for k in range(5):
+            out += [
+                HumanMessage(f"{tag} q{k} " + "word " * 150, id=f"{tag}u{k}"),
+                AIMessage("text " * 150, id=f"{tag}a{k}"),
+            ]
+        return [*out, HumanMessage("last?", id=f"{tag}last")]
+
+    conn = sqlite3.connect(tmp_path / "hung.db", check_same_thread=False, isolation_level=None)
+    backend = SqliteStore(conn)
+    backend.setup()
+    ac = AutoContext(
+        max_tokens=1_500,
+        store=backend,
+        summarizer=HungSyncModel(),
+        summarizer_timeout=0.2,
+        summarizer_retries=0,
+    )
+
+    async def main() -> list[Any]:
+        threads = (ac.acompress(conversation(f"T{k}"), thread_id=f"T{k}") for k in range(12))
+        done = await asyncio.wait_for(asyncio.gather(*threads), 20)
+        await asyncio.wait_for(ac.acompress([HumanMessage("hi", id="n")], thread_id="n"), 5)
+        return done
+
+    try:
+        results = asyncio.run(main())
+    finally:
+        release.set()
+        conn.close()
+    fallbacks = sum(e["summarizer_fallbacks"] for r in results for e in r.events)
+    assert fallbacks >= 12
+    assert all(r.tokens_after <= 1_500 for r in results)

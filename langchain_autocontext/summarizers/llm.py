@@ -11,6 +11,7 @@ concurrency, and calls hidden from the user's token streams. :func:`resolve_summ
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import difflib
 import functools
@@ -400,9 +401,11 @@ class LLMSummarizer(Summarizer):
             if usage.calls > 1 and (delay := self._delay(usage.calls - 1)) > 0:
                 await asyncio.sleep(delay)
             try:
-                response = await asyncio.wait_for(
-                    model.ainvoke(messages, config=config), self.timeout
-                )
+                if _native_async(model):
+                    pending = model.ainvoke(messages, config=config)
+                else:  # its own thread, as on the sync path (see _athread)
+                    pending = _athread(functools.partial(model.invoke, messages, config=config))
+                response = await asyncio.wait_for(pending, self.timeout)
             except TimeoutError as exc:
                 usage.input_tokens += prompt_tokens
                 raise _timed_out(self.timeout) from exc
@@ -518,6 +521,46 @@ class _Usage:
 
 def _timed_out(timeout: float | None) -> TimeoutError:
     return TimeoutError(f"the summarizer model did not answer within {timeout} s")
+
+
+def _native_async(model: Any) -> bool:
+    """Whether ``model`` answers ``ainvoke`` on the event loop. A chat model without its
+    own ``_agenerate`` runs its sync call in the loop's default executor: a hung call
+    there outlives ``asyncio.wait_for`` and, a few of them, starve every other
+    ``to_thread`` user (LangGraph's sync nodes and tools among them)."""
+    while isinstance(model, RunnableBinding):
+        model = model.bound
+    if isinstance(model, BaseChatModel):
+        return type(model)._agenerate is not BaseChatModel._agenerate
+    return True
+
+
+async def _athread(call: Callable[[], Any]) -> Any:
+    """``call()`` in a daemon thread of its own (with the caller's context variables),
+    awaited: on a timeout or cancellation the thread is abandoned, as on the sync path
+    (:func:`_within`), and takes no shared worker with it."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+    ctx = contextvars.copy_context()
+
+    def settle(value: Any, error: BaseException | None) -> None:
+        if future.done():  # abandoned meanwhile
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(value)
+
+    def run() -> None:
+        try:
+            value, error = ctx.run(call), None
+        except BaseException as exc:  # handed to the awaiting caller
+            value, error = None, exc
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            loop.call_soon_threadsafe(settle, value, error)
+
+    threading.Thread(target=run, daemon=True, name="autocontext-summarizer").start()
+    return await future
 
 
 def _within(timeout: float | None, call: Callable[[], Any]) -> Any:
