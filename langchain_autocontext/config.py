@@ -251,6 +251,13 @@ class AutoContextConfig(BaseModel):
         return self.max_tokens // 8 if self.pin_max_tokens is None else self.pin_max_tokens
 
     @property
+    def working_context_token_limit(self) -> int:
+        """Tokens the working context may take besides its ``working_context_max_chars``:
+        an eighth of ``max_tokens``, as for pins (it is always in view and never
+        compressed; 4,900 characters of Japanese are about 4,700 tokens)."""
+        return max(1, self.max_tokens // 8)
+
+    @property
     def tags_mode(self) -> str | bool:
         """What the counter's ``tags=`` takes: the tag format, or ``False`` without tags."""
         return self.tag_format if self.metadata_tags else False

@@ -174,7 +174,9 @@ def pre_model_hook(engine: ContextEngine) -> RunnableLambda:
     """For ``create_react_agent(model, tools, pre_model_hook=ac.pre_model_hook)``.
 
     Compresses the state's messages (persisted with ``RemoveMessage`` s) and
-    hands the model its input view in ``llm_input_messages``.
+    hands the model its input view in ``llm_input_messages``. Pair it with
+    ``post_model_hook=ac.post_model_hook``: alone, it archives a run's final answer only
+    at the thread's next model call.
     """
 
     def hook(state: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:

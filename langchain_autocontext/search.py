@@ -276,7 +276,7 @@ class BM25Index:
         avg = self.total_length / n or 1.0
         k1, b, lengths = self.k1, self.b, self.lengths
         out: dict[int, float] = {}
-        for term in query_terms(query, self.language):
+        for term in self._expanded(query_terms(query, self.language)):
             posting = self.postings.get(term)
             if not posting:
                 continue
@@ -286,6 +286,18 @@ class BM25Index:
             for doc, tf in zip(flat, flat, strict=True):
                 norm = tf + k1 * (1 - b + b * lengths[doc] / avg)
                 out[doc] = out.get(doc, 0.0) + idf * tf * (k1 + 1) / norm
+        return out
+
+    def _expanded(self, terms: Iterable[str]) -> list[str]:
+        """``terms``, a single CJK character not indexed by itself standing for the
+        character pairs that hold it (CJK text is indexed as pairs, and many Chinese and
+        Japanese words are one character: "湖" finds "湖边")."""
+        out: list[str] = []
+        for term in terms:
+            if len(term) == 1 and term not in self.postings and _CJK_RE.match(term):
+                out += [t for t in self.postings if len(t) == 2 and term in t]
+            else:
+                out.append(term)
         return out
 
     def containing_all(self, query: str) -> list[str]:

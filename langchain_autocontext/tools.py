@@ -1046,9 +1046,8 @@ def _wc_edit(engine: ContextEngine, call: _Call, op: str, a: Any, b: Any = None)
             "working_context_replace (shorten or remove entries), then try again with less text."
         )
     # Always in view and never compressed: like pins, at most an eighth of the window in
-    # tokens (4,900 characters of Japanese are ~4,700 tokens; the character limit alone
-    # let such a note fill a 6,000-token budget for good).
-    token_limit = max(1, engine.config.max_tokens // 8)
+    # tokens (the character limit alone let a Japanese note fill a 6,000-token budget).
+    token_limit = engine.config.working_context_token_limit
     tokens = engine.counter.count_text(new)
     if tokens > token_limit:
         return call.error(

@@ -219,18 +219,22 @@ def _compact_section(config: AutoContextConfig) -> str:
     return "\n".join(lines)
 
 
-def working_context_block(text: str, max_chars: int, *, compact: bool = False) -> str:
-    """The working-context block as rendered into the system prompt."""
+def working_context_block(
+    text: str, max_chars: int, *, compact: bool = False, max_tokens: int | None = None
+) -> str:
+    """The working-context block as rendered into the system prompt, with both of its
+    limits (``max_tokens``: its token limit, when given)."""
+    tokens = f", at most {max_tokens:,} tokens" if max_tokens is not None else ""
     if compact:  # empty: the working-context tools say it exists
         if not text:
             return ""
         return (
-            f"# Working context ({len(text):,}/{max_chars:,} chars)\n"
+            f"# Working context ({len(text):,}/{max_chars:,} chars{tokens})\n"
             f"<working_context>\n{text}\n</working_context>"
         )
     body = text if text else "(empty: save here what you must not forget)"
     return (
-        f"# Working context ({len(text):,}/{max_chars:,} characters)\n"
+        f"# Working context ({len(text):,}/{max_chars:,} characters{tokens})\n"
         f"<working_context>\n{body}\n</working_context>"
     )
 
@@ -243,7 +247,10 @@ def instructions_text(config: AutoContextConfig, state: Mapping[str, Any] | None
     if config.self_management_tools or wc:
         parts.append(
             working_context_block(
-                wc, config.working_context_max_chars, compact=config.instructions == "compact"
+                wc,
+                config.working_context_max_chars,
+                compact=config.instructions == "compact",
+                max_tokens=config.working_context_token_limit,
             )
         )
     return "\n\n".join(p for p in parts if p)

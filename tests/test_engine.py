@@ -462,3 +462,24 @@ def test_a_store_prefix_the_store_would_reject_is_a_config_error(prefix: str) ->
     use, with a plain ValueError."""
     with pytest.raises(InvalidConfigError, match="store_prefix"):
         AutoContextConfig(store_prefix=prefix)
+
+
+def test_the_budget_error_names_the_tool_calls_in_progress() -> None:
+    """Eight parallel calls whose results the next call needs can fill a small window by
+    themselves: the error listed 497 of 1,528 tokens and left out the round in progress."""
+    calls = [
+        {"name": "lookup", "args": {"query": f"record {k} " + "detail " * 20}, "id": f"c{k}"}
+        for k in range(8)
+    ]
+    msgs = [
+        SystemMessage("sys"),
+        HumanMessage("look them all up"),
+        AIMessage("", tool_calls=calls),
+        *(ToolMessage("found " * 60, tool_call_id=f"c{k}", name="lookup") for k in range(8)),
+    ]
+    ac = AutoContext(max_tokens=900, store=InMemoryStore())
+    with pytest.raises(ContextBudgetError) as info:
+        ac.compress(msgs, thread_id="round")
+    text = str(info.value)
+    found = re.search(r"the tool calls in progress (\d+) \(the last assistant message's 8", text)
+    assert found and int(found.group(1)) > 400

@@ -749,3 +749,21 @@ async def test_a_query_naming_a_speaker_prefers_that_speakers_messages(use_async
     assert index.named("what did nate say") == {"Nate"}
     assert index.named("turtles 2") == set()  # the number in "agent_2" names nobody
     assert index.named("agent turtles") == {"agent_2"}
+
+
+def test_a_single_cjk_character_finds_the_words_holding_it() -> None:
+    """CJK text is indexed as character pairs, so a one-character query ("湖", lake) found
+    nothing although many Chinese and Japanese words are one character."""
+    store = OffloadStore(InMemoryStore())
+    store.append_history(
+        "t",
+        [
+            HumanMessage("我们在湖边散步", id="zh"),
+            HumanMessage("湖の近くに住んでいます", id="ja"),
+            HumanMessage("今天天气很好", id="other"),
+        ],
+    )
+    # (the message after one holding it is found too, lower: the turn before is indexed
+    # with each message at half weight)
+    assert {h.id for h in search_history(store, "t", "湖", 5)[:2]} == {"zh", "ja"}
+    assert search_history(store, "t", "湖边", 5)[0].id == "zh"

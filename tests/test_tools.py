@@ -655,6 +655,8 @@ def test_working_context_edits_persist_and_are_shown(build) -> None:
     system = model.seen[-1][0]
     assert isinstance(system, SystemMessage)
     assert "<working_context>\ngoal: ship v2\nowner: bo\n</working_context>" in system.content
+    # both limits in the header: the characters and the tokens (an eighth of the window)
+    assert f"(23/60 characters, at most {CFG.max_tokens // 8:,} tokens)" in system.content
     # persisted by the checkpointer: a new turn sees it
     graph.invoke({"messages": [HumanMessage("next")]}, cfg("w"))
     assert saved(graph, cfg("w"))["working_context"] == "goal: ship v2\nowner: bo"

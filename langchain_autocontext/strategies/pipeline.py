@@ -21,6 +21,7 @@ from langchain_autocontext.messages import (
     is_pinned,
     latest_user_index,
     marker,
+    open_loop_index,
     pending_call_index,
     pinned_group_indices,
     pinned_tokens,
@@ -178,6 +179,15 @@ def _room_report(
     pc = pending_call_index(msgs)
     if pc is not None:
         parts.append(f"a pending tool call {counter.count_message(msgs[pc])}")
+    loop = open_loop_index(msgs)
+    if loop is not None and loop != pc:
+        round_ = msgs[loop:]
+        parts.append(
+            f"the tool calls in progress {sum(map(counter.count_message, round_))} (the last "
+            f"assistant message's {len(round_) - 1} result(s), already shortened where that "
+            "saves room, and its calls: the next model call answers them; fewer tool calls "
+            "per turn shrink it)"
+        )
     if any(is_pinned(m) for m in msgs):
         n = sum(map(is_pinned, msgs))
         parts.append(
@@ -360,8 +370,9 @@ def run_pipeline(
         raise ContextBudgetError(
             f"After every strategy the context still counts {tokens + reserved_tokens} tokens, "
             f"more than max_tokens={configured}{reserve_note}: what cannot be compressed "
-            "(system prompt, tool schemas, latest user message, a pending tool call, pinned "
-            f"messages: {_room_report(msgs, counter, tools, reserved_tokens)}) is too large. "
+            "(system prompt, tool schemas, latest user message, the tool calls in progress, "
+            f"pinned messages: {_room_report(msgs, counter, tools, reserved_tokens)}) is too "
+            "large. "
             "Raise max_tokens, unpin messages or lower large_payload_threshold. Nothing was "
             "sent.",
             required_tokens=tokens + reserved_tokens,
