@@ -11,8 +11,6 @@ concurrency, and calls hidden from the user's token streams. :func:`resolve_summ
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import contextvars
 import difflib
 import functools
 import importlib.util
@@ -20,7 +18,6 @@ import re
 import threading
 import time
 import warnings
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +36,7 @@ from langchain_autocontext.summarizers.base import (
     TextTokenCounter,
     _clip_to_tokens,
 )
+from langchain_autocontext.summarizers.calls import athread, native_async, timed_out, within
 from langchain_autocontext.summarizers.extractive import ExtractiveSummarizer
 from langchain_autocontext.summarizers.prompts import _LIMIT, DEFAULT_PROMPTS, SYSTEM_PROMPT, _fill
 from langchain_autocontext.summarizers.transcript import render_transcript
@@ -390,7 +388,7 @@ class LLMSummarizer(Summarizer):
                 time.sleep(delay)
             try:
                 call = functools.partial(model.invoke, messages, config=config)
-                response = _within(self.timeout, call)
+                response = within(self.timeout, call)
             except Exception:
                 usage.input_tokens += prompt_tokens
                 raise
@@ -401,14 +399,14 @@ class LLMSummarizer(Summarizer):
             if usage.calls > 1 and (delay := self._delay(usage.calls - 1)) > 0:
                 await asyncio.sleep(delay)
             try:
-                if _native_async(model):
+                if native_async(model):
                     pending = model.ainvoke(messages, config=config)
-                else:  # its own thread, as on the sync path (see _athread)
-                    pending = _athread(functools.partial(model.invoke, messages, config=config))
+                else:  # its own thread, as on the sync path (see calls.athread)
+                    pending = athread(functools.partial(model.invoke, messages, config=config))
                 response = await asyncio.wait_for(pending, self.timeout)
             except TimeoutError as exc:
                 usage.input_tokens += prompt_tokens
-                raise _timed_out(self.timeout) from exc
+                raise timed_out(self.timeout) from exc
             except Exception:
                 usage.input_tokens += prompt_tokens
                 raise
@@ -517,78 +515,6 @@ class _Usage:
     calls: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
-
-
-def _timed_out(timeout: float | None) -> TimeoutError:
-    return TimeoutError(f"the summarizer model did not answer within {timeout} s")
-
-
-def _native_async(model: Any) -> bool:
-    """Whether ``model`` answers ``ainvoke`` on the event loop. A chat model without its
-    own ``_agenerate`` runs its sync call in the loop's default executor: a hung call
-    there outlives ``asyncio.wait_for`` and, a few of them, starve every other
-    ``to_thread`` user (LangGraph's sync nodes and tools among them)."""
-    while isinstance(model, RunnableBinding):
-        model = model.bound
-    if isinstance(model, BaseChatModel):
-        return type(model)._agenerate is not BaseChatModel._agenerate
-    return True
-
-
-async def _athread(call: Callable[[], Any]) -> Any:
-    """``call()`` in a daemon thread of its own (with the caller's context variables),
-    awaited: on a timeout or cancellation the thread is abandoned, as on the sync path
-    (:func:`_within`), and takes no shared worker with it."""
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[Any] = loop.create_future()
-    ctx = contextvars.copy_context()
-
-    def settle(value: Any, error: BaseException | None) -> None:
-        if future.done():  # abandoned meanwhile
-            return
-        if error is not None:
-            future.set_exception(error)
-        else:
-            future.set_result(value)
-
-    def run() -> None:
-        try:
-            value, error = ctx.run(call), None
-        except BaseException as exc:  # handed to the awaiting caller
-            value, error = None, exc
-        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-            loop.call_soon_threadsafe(settle, value, error)
-
-    threading.Thread(target=run, daemon=True, name="autocontext-summarizer").start()
-    return await future
-
-
-def _within(timeout: float | None, call: Callable[[], Any]) -> Any:
-    """``call()``, or :class:`TimeoutError` after ``timeout`` seconds (``None``: wait).
-
-    The call runs in a daemon thread (with the caller's context variables) that is
-    abandoned on timeout: Python cannot stop a blocking network call from outside.
-    """
-    if timeout is None:
-        return call()
-    box: dict[str, Any] = {}
-    done = threading.Event()
-    ctx = contextvars.copy_context()
-
-    def run() -> None:
-        try:
-            box["value"] = ctx.run(call)
-        except BaseException as exc:  # handed to the caller
-            box["error"] = exc
-        finally:
-            done.set()
-
-    threading.Thread(target=run, daemon=True, name="autocontext-summarizer").start()
-    if not done.wait(timeout):
-        raise _timed_out(timeout)
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
 
 
 # --- resolution ---------------------------------------------------------------------------------
