@@ -121,7 +121,7 @@ def config_options() -> list[tuple[str, list[str]]]:
 
 def _add_config_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group(
-        "configuration (every AutoContextConfig field; see the README's Configuration table)"
+        "configuration (every AutoContextConfig field; see docs/configuration.md)"
     )
     for name, flags in config_options():
         info = AutoContextConfig.model_fields[name]

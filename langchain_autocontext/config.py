@@ -122,7 +122,10 @@ class AutoContextConfig(BaseModel):
         description="Show one memory-pressure notice per crossing of max_tokens * warning_ratio.",
     )
     working_context_max_chars: int = Field(
-        5000, ge=0, description="Size limit of the MemGPT working-context block (characters)."
+        5000,
+        ge=0,
+        description="Size limit of the MemGPT working-context block (characters); it also "
+        "takes at most an eighth of max_tokens in tokens, like pins.",
     )
     metadata_tags: bool = Field(
         True,
@@ -155,13 +158,15 @@ class AutoContextConfig(BaseModel):
     )
     instructions: Literal["compact", "full"] = Field(
         "compact",
-        description="How the package explains itself to the model: 'compact' (a few lines "
-        "of system section and one-sentence tool descriptions, ~300 tokens with every "
-        "feature on) or 'full' (the detailed section and tool descriptions, ~1,570 tokens).",
+        description="How the package explains itself to the model: 'compact' (a one-line "
+        "system section and tool schemas without descriptions: a system prompt plus 'hi' "
+        "costs at most 350 tokens more) or 'full' (the detailed section and tool "
+        "descriptions, ~1,570 tokens more).",
     )
     xml_commands: bool = Field(
         False,
-        description="Parse <update>, <delete> and <user> commands from the model's text output.",
+        description="Parse <update>, <delete>, <pin>, <unpin> and <user> commands from the "
+        "model's text output.",
     )
     max_autonomous_steps: int = Field(
         20, ge=1, description="Step limit of the autonomous loop driven by <user> commands."

@@ -209,7 +209,7 @@ class ContextEngine:
         if isinstance(store, OffloadStore) and store.prefix != self.config.store_prefix:
             # An OffloadStore names its namespace: adopt it, unless the config names another.
             if "store_prefix" in self.config.model_fields_set:
-                raise ValueError(
+                raise InvalidConfigError(
                     f"store is OffloadStore(prefix={store.prefix!r}) but config.store_prefix is "
                     f"{self.config.store_prefix!r}: set one of them, or make them equal"
                 )

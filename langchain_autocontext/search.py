@@ -865,15 +865,18 @@ def _rank(
     q = " ".join(query.lower().split()).strip(_QUOTES).strip()
     exact: dict[str, None] = {}
     if q:
-        phrase = re.compile(rf"(?<!\w){re.escape(q)}(?!\w)")
+        # any run of spaces between the words, any case: read the texts as they are
+        # (CJK is written without spaces: no word boundary around a CJK end)
+        words = r"\s+".join(map(re.escape, q.split()))
+        before = "" if _CJK_RE.match(q[0]) else r"(?<!\w)"
+        after = "" if _CJK_RE.match(q[-1]) else r"(?!\w)"
+        phrase = re.compile(f"{before}{words}{after}", re.I)
         # one term: the scored pool is already every message's rank by it (a check of
         # all its holders would cost a scan of a common word's postings per search)
         several = len(set(query_terms(q, index.bm25.language))) > 1  # parts count
         candidates = index.bm25.containing_all(q) if several else [k for k, _ in lexical]
         exact = dict.fromkeys(
-            key
-            for key in candidates
-            if wanted(key) and phrase.search(" ".join(index.texts[key].lower().split()))
+            key for key in candidates if wanted(key) and phrase.search(index.texts[key])
         )
         scored = {key for key, _ in lexical}
         lexical = lexical + [(key, 0.0) for key in reversed(exact) if key not in scored]

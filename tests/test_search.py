@@ -766,4 +766,5 @@ def test_a_single_cjk_character_finds_the_words_holding_it() -> None:
     # (the message after one holding it is found too, lower: the turn before is indexed
     # with each message at half weight)
     assert {h.id for h in search_history(store, "t", "湖", 5)[:2]} == {"zh", "ja"}
+    assert search_history(store, "t", "湖の", 5)[0].id == "ja"  # the phrase holder first
     assert search_history(store, "t", "湖边", 5)[0].id == "zh"
