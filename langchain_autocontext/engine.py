@@ -806,6 +806,7 @@ class ContextEngine:
         state: Mapping[str, Any] | None = None,
         thread_id: str = "default",
         store: BaseStore | None = None,
+        archive_reply: bool = True,
     ) -> dict[str, Any]:
         """Process the model's reply (the last message): strip tags, apply XML commands.
 
@@ -814,14 +815,21 @@ class ContextEngine:
         are applied (see :mod:`langchain_autocontext.commands`). The originals are
         archived and each edit is recorded as an event before anything changes.
 
+        ``archive_reply``: archive the reply now, tool calls and all (a human who edits
+        a pending call before the tools run would otherwise replace the original). The
+        middleware passes ``False``: other middlewares' ``after_model`` hooks (a PII
+        redaction) run after its own, so it archives the reply once they have, at the
+        end of the run or at the next model call.
+
         Returns a LangGraph state update (``{"messages": […], "autocontext": {…}}``)
         or ``{}`` when there is nothing to do. After a ``<user>`` command,
         ``update["autocontext"]["autonomous_pending"]`` is True and the update ends
         with the new user message: call the model again.
         """
         outcome = process_reply(messages, config=self.config, state=state, counter=self.counter)
-        if _final_answer(messages) and not outcome.changed:
-            # the run ends here: its answer reaches the history now, not at the next call
+        if archive_reply and _reply(messages) and not outcome.changed:
+            # the reply reaches the history now, not at the next call (or never, when the
+            # run ends here or a human edits its pending call first)
             self.archive(_with_ids(messages), thread_id=thread_id, store=self.resolve_store(store))
         if not outcome.changed and not outcome.state_changed:
             return {}
@@ -839,10 +847,11 @@ class ContextEngine:
         state: Mapping[str, Any] | None = None,
         thread_id: str = "default",
         store: BaseStore | None = None,
+        archive_reply: bool = True,
     ) -> dict[str, Any]:
         """Async twin of :meth:`after_model_call`."""
         outcome = process_reply(messages, config=self.config, state=state, counter=self.counter)
-        if _final_answer(messages) and not outcome.changed:
+        if archive_reply and _reply(messages) and not outcome.changed:
             await self.aarchive(
                 _with_ids(messages), thread_id=thread_id, store=self.resolve_store(store)
             )
@@ -856,9 +865,9 @@ class ContextEngine:
         return outcome.update(messages)
 
 
-def _final_answer(messages: Sequence[BaseMessage]) -> bool:
-    """Whether the last message is the model's answer that ends a run (no tool call)."""
-    return bool(messages) and isinstance(messages[-1], AIMessage) and not messages[-1].tool_calls
+def _reply(messages: Sequence[BaseMessage]) -> bool:
+    """Whether the last message is the model's reply."""
+    return bool(messages) and isinstance(messages[-1], AIMessage)
 
 
 def _with_ids(messages: Sequence[BaseMessage]) -> list[BaseMessage]:

@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, NotRequired
 
-from langchain_core.messages import AnyMessage, BaseMessage, RemoveMessage
+from langchain_core.messages import AnyMessage, BaseMessage
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from langgraph.graph import END, START, StateGraph
-from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
+from langgraph.graph.message import add_messages
 from langgraph.prebuilt.chat_agent_executor import AgentState
 from langgraph.types import Command
 from typing_extensions import TypedDict
@@ -29,6 +29,7 @@ from langchain_autocontext.engine import (
     run_thread,
     thread_id_of,
 )
+from langchain_autocontext.messages import remove_all
 from langchain_autocontext.strategies.pipeline import PipelineResult, adrive, drive
 
 __all__ = [
@@ -153,7 +154,7 @@ def build_node(engine: ContextEngine, *, name: str = "autocontext") -> Any:
             if new is None:
                 new, _, _ = engine._prepare(state.get("messages") or [])
                 new, _ = engine._repair(new)
-            return {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *new]}
+            return {"messages": [remove_all(), *new]}
         return {"messages": []}
 
     def route(state: _NodeState) -> str:
@@ -207,7 +208,7 @@ def hook_update(
     call = engine.prepare_model_call(result.messages, state=ac_state)
     update: dict[str, Any] = {"llm_input_messages": call.messages}
     if result.changed:
-        update["messages"] = [RemoveMessage(id=REMOVE_ALL_MESSAGES), *result.messages]
+        update["messages"] = [remove_all(), *result.messages]
     if call.state_update or new_state:
         update["autocontext"] = call.state_update or dict(ac_state or {})
     return update

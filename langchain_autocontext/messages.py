@@ -19,11 +19,13 @@ from langchain_core.messages import (
     AIMessage,
     BaseMessage,
     HumanMessage,
+    RemoveMessage,
     SystemMessage,
     ToolMessage,
     message_to_dict,
     messages_from_dict,
 )
+from langgraph.graph.message import REMOVE_ALL_MESSAGES
 
 from langchain_autocontext.errors import InvariantViolationError
 
@@ -57,6 +59,7 @@ __all__ = [
     "pin",
     "pinned_group_indices",
     "pinned_tokens",
+    "remove_all",
     "repair_tool_pairs",
     "round_starts",
     "sanitize_message",
@@ -196,6 +199,13 @@ def mark(message: BaseMessage, kind: str, **info: Any) -> BaseMessage:
     extra = dict(message.additional_kwargs)
     extra[AC_KEY] = {"kind": kind, **info}
     return message.model_copy(update={"additional_kwargs": extra})
+
+
+def remove_all() -> RemoveMessage:
+    """LangGraph's "remove every message" sentinel, marked as the package's (a UI that
+    skips what the package writes, by ``additional_kwargs["autocontext"]``, skips it
+    too in ``stream_mode="messages"``)."""
+    return mark(RemoveMessage(id=REMOVE_ALL_MESSAGES), "remove_all")  # type: ignore[return-value]
 
 
 def marker(message: BaseMessage) -> dict[str, Any] | None:

@@ -49,8 +49,7 @@ from langchain.agents.middleware.types import (
     PrivateStateAttr,
     hook_config,
 )
-from langchain_core.messages import AIMessage, BaseMessage, RemoveMessage, SystemMessage
-from langgraph.graph.message import REMOVE_ALL_MESSAGES
+from langchain_core.messages import AIMessage, BaseMessage, SystemMessage
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
@@ -65,7 +64,7 @@ from langchain_autocontext.engine import (
 )
 from langchain_autocontext.errors import ContextBudgetError, is_context_overflow
 from langchain_autocontext.history import surface_namespace
-from langchain_autocontext.messages import dump_message, load_message
+from langchain_autocontext.messages import dump_message, load_message, remove_all
 from langchain_autocontext.tools import attach_tools
 
 if TYPE_CHECKING:
@@ -336,7 +335,7 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextMiddlewareState, Any, Any
         update: dict[str, Any] = {} if made is None else {"autocontext": made}
         if result.changed:
             kept = [m for m in result.messages if m.id != _SYSTEM_STANDIN_ID]
-            update["messages"] = [RemoveMessage(id=REMOVE_ALL_MESSAGES), *kept]
+            update["messages"] = [remove_all(), *kept]
         return update or None
 
     # --- before_model: compression ------------------------------------------------------------
@@ -596,6 +595,7 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextMiddlewareState, Any, Any
             state["messages"],
             state=state.get("autocontext"),
             thread_id=_thread_id(runtime, state.get("autocontext")),
+            archive_reply=False,  # after the other after_model hooks: see after_agent
         )
         return self._after(update)
 
@@ -608,6 +608,7 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextMiddlewareState, Any, Any
             state["messages"],
             state=state.get("autocontext"),
             thread_id=_thread_id(runtime, state.get("autocontext")),
+            archive_reply=False,  # after the other after_model hooks: see after_agent
         )
         return self._after(update)
 
@@ -616,7 +617,9 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextMiddlewareState, Any, Any
         self, state: AutoContextMiddlewareState, runtime: Runtime[Any]
     ) -> dict[str, Any] | None:
         """Archive what the run added since the last model call (its final answer):
-        otherwise it would reach the history store only at the next model call."""
+        otherwise it would reach the history store only at the next model call. Here,
+        not in ``after_model``: every middleware's ``after_model`` has run by now, so a
+        redacting one's output (``PIIMiddleware``) is what the history keeps."""
         ac = self.autocontext
         ac.archive(
             state["messages"],

@@ -42,12 +42,11 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.messages import (
     AIMessage,
     BaseMessage,
-    RemoveMessage,
     SystemMessage,
     ToolMessage,
 )
 from langchain_core.tools import BaseTool, StructuredTool
-from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
+from langgraph.graph.message import add_messages
 from langgraph.prebuilt import ToolRuntime
 from langgraph.types import Command
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, create_model
@@ -64,6 +63,7 @@ from langchain_autocontext.messages import (
     marker,
     pin,
     pinned_tokens,
+    remove_all,
     text_of,
     tool_call_ids,
 )
@@ -356,15 +356,13 @@ class _Call:
             # add_messages would, since everything after REMOVE_ALL is taken literally (a
             # restored original would otherwise sit beside its preview under one id)
             merged = add_messages(list(self.messages), list(updates))
-            return Command(
-                update={"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *merged, tm]}
-            )
+            return Command(update={"messages": [remove_all(), *merged, tm]})
         return Command(update={"messages": [*self.room, *updates, tm]})
 
     def make_room(self, messages: list[BaseMessage]) -> None:
         """Continue with ``messages`` (compressed) in place of the working messages."""
         self.messages = messages
-        self.room = [RemoveMessage(id=REMOVE_ALL_MESSAGES), *messages]
+        self.room = [remove_all(), *messages]
 
     def lacks_room(self, tokens: int) -> bool:
         """Whether ``tokens`` more would push the context past the compression trigger,
@@ -753,7 +751,7 @@ def _reload_tool(engine: ContextEngine) -> StructuredTool:
                         "Those messages are already edited by an earlier call of this turn."
                     ), None
                 if rewrite:
-                    updates: list[Any] = [RemoveMessage(id=REMOVE_ALL_MESSAGES), *new]
+                    updates: list[Any] = [remove_all(), *new]
                 else:
                     updates = diff_updates(call.messages, new)
                 text = (

@@ -568,7 +568,9 @@ def tool_crash_and_restart(tmp_path: Path, faults: Faults) -> str | None:
 def tool_plan(tmp_path_factory: pytest.TempPathFactory) -> Faults:
     faults = Faults()
     assert tool_crash_and_restart(tmp_path_factory.mktemp("tools-dry"), faults) is None
-    assert len(faults.in_tool) >= 3, "the tools wrote too little to sweep"
+    # (the command node archives each reply as it is written, so the tools themselves
+    # write only their events and edited originals: two writes in this script)
+    assert len(faults.in_tool) >= 2, "the tools wrote too little to sweep"
     return faults
 
 

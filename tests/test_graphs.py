@@ -112,3 +112,56 @@ def test_create_react_agent_pre_model_hook() -> None:
     check_inputs(model, ac)
     assert OffloadStore.wrap(store).list_events("r")
     assert len(agent.get_state(config).values["messages"]) < 1 + 40 * 2 + 1
+
+
+def test_a_tool_call_edited_by_a_reviewer_keeps_its_original_in_the_history() -> None:
+    """A review node between the model and the tools replaced the model's call (a human
+    editing its arguments): the command node archived only replies without tool calls,
+    so the original call was lost. Every reply is archived as soon as it is written."""
+    from _builders import FunctionModel, call
+    from langchain_core.messages import AIMessage
+    from langchain_core.tools import tool
+    from langgraph.types import Command, interrupt
+
+    @tool
+    def delete_file(path: str) -> str:
+        """Delete a file."""
+        return f"deleted {path}"
+
+    def respond(view, n):
+        if n == 0:
+            return AIMessage("", tool_calls=[call("delete_file", {"path": "/etc/x"}, "del")])
+        return AIMessage("done")
+
+    def review(state: AutoContextState) -> Command:
+        ai = state["messages"][-1]
+        if interrupt({"review": ai.tool_calls}) == "edit":
+            edited = [{**ai.tool_calls[0], "args": {"path": "/tmp/x"}}]
+            return Command(
+                goto="tools", update={"messages": [ai.model_copy(update={"tool_calls": edited})]}
+            )
+        return Command(goto="tools")
+
+    store = OffloadStore(InMemoryStore())
+    ac = AutoContext(max_tokens=4_000, store=store)
+    model = FunctionModel(respond=respond)
+    g = StateGraph(AutoContextState)
+    g.add_node("autocontext", ac.node())
+    g.add_node("model", ac.model_node(model.bind_tools([delete_file, *ac.tools])))
+    g.add_node("commands", ac.command_node())
+    g.add_node("review", review)
+    g.add_node("tools", ToolNode([delete_file, *ac.tools]))
+    g.add_edge(START, "autocontext")
+    g.add_edge("autocontext", "model")
+    g.add_edge("model", "commands")
+    g.add_conditional_edges("commands", tools_condition, {"tools": "review", "__end__": "__end__"})
+    g.add_edge("tools", "autocontext")
+    graph = g.compile(checkpointer=InMemorySaver(), store=store)
+    config = {"configurable": {"thread_id": "review"}}
+    graph.invoke({"messages": [SystemMessage("sys"), HumanMessage("clean up")]}, config)
+    pending = graph.get_state(config).values["messages"][-1]
+    out = graph.invoke(Command(resume="edit"), config)
+    assert out["messages"][-1].content == "done"
+    assert "deleted /tmp/x" in [m.content for m in out["messages"]]
+    original = store.get_history_message("review", pending.id)
+    assert original is not None and original.message.tool_calls[0]["args"] == {"path": "/etc/x"}

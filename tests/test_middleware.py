@@ -457,3 +457,31 @@ async def test_the_final_answer_is_archived_when_the_run_ends() -> None:
         assert final.content.startswith("done")
         history = [e.message for e in OffloadStore.wrap(store).iter_history("t")]
         assert history[-1].id == final.id and history[-1].content == final.content
+
+
+def test_a_redacting_middleware_before_ours_keeps_its_redaction_in_the_history() -> None:
+    """PIIMiddleware redacts the reply in its after_model; ours (listed after it, as the
+    docs ask) ran its after_model first, since after-hooks run in reverse, and archived
+    the raw reply, which search_history then showed the model. The reply is archived
+    once every after_model hook has run."""
+    from langchain.agents.middleware import PIIMiddleware
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+
+    store = OffloadStore(InMemoryStore())
+    ac = AutoContext(max_tokens=4_000, store=store)
+    model = GenericFakeChatModel(messages=iter([AIMessage("Sure, write to bob@example.com")]))
+    pii = PIIMiddleware("email", strategy="redact", apply_to_input=True, apply_to_output=True)
+    agent = create_agent(
+        model,
+        [],
+        system_prompt="sys",
+        middleware=[pii, ac.middleware()],
+        checkpointer=InMemorySaver(),
+        store=store,
+    )
+    config = {"configurable": {"thread_id": "pii"}}
+    agent.invoke({"messages": [("user", "my mail is alice@example.com")]}, config)
+    archived = [text_of(e.message) for e in store.get_history("pii")]
+    assert len(archived) == 2
+    assert not any("@example.com" in text for text in archived), archived
+    assert all("[REDACTED_EMAIL]" in text for text in archived)
