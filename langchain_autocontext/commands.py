@@ -373,6 +373,13 @@ def pin_op(
     assert idx is not None
     target = messages[idx]
     mid = str(target.id)
+    if isinstance(target, SystemMessage):
+        return Edit(
+            True,
+            f"Message {mid} is the system message: it is always in your context, so it "
+            "needs no pin; nothing changed.",
+            list(messages),
+        )
     if is_pinned(target) == pinned:
         state = "pinned" if pinned else "not pinned"
         return Edit(True, f"Message {mid} is already {state}; nothing changed.", list(messages))

@@ -344,7 +344,8 @@ def pinned_group_indices(messages: Sequence[BaseMessage], start: int = 0) -> lis
     """Indices (from ``start`` on) of what the pins protect: each pinned message and every
     message of its tool-call group (a pinned call keeps its results, a pinned result its
     call and its sibling results). This is what no strategy compresses and what the pin
-    limit counts."""
+    limit counts. A system message is never counted: it is always kept, pin or not
+    (and the view grows it with the package's section and working context)."""
     if not any(is_pinned(m) for m in messages[start:]):
         return []
     return [
@@ -352,6 +353,7 @@ def pinned_group_indices(messages: Sequence[BaseMessage], start: int = 0) -> lis
         for a, b in atomic_groups(messages, start)
         if any(is_pinned(messages[i]) for i in range(a, b))
         for k in range(a, b)
+        if not isinstance(messages[k], SystemMessage)
     ]
 
 

@@ -405,3 +405,19 @@ def test_parallel_pins_of_one_turn_share_the_pin_limit() -> None:
     assert len([m for m in out["messages"] if is_pinned(m)]) == 1
     for view in model.seen:
         assert ac.counter.count(view, ac.count_tools) <= 4_000
+
+
+def test_a_pin_on_the_system_message_changes_nothing_and_counts_nothing() -> None:
+    """The model pinned the system message: its pin counted toward the limit at its size
+    in the view (with the package's section and the working context), which took the
+    pins past the limit that the pin tool had just checked (found by the property test
+    over random programs: 625 tokens checked, 730 counted by the next call)."""
+    store = InMemoryStore()
+    ac = AutoContext(AutoContextConfig(max_tokens=4_000, disclosure="always"), store=store)
+    msgs = [SystemMessage("rules " * 200, id="sys"), HumanMessage("task", id="u")]
+    out, receipt = _tool(ac, store, msgs, "pin_message", {"message_id": "sys"})
+    assert receipt.status == "success" and "always in your context" in receipt.content
+    assert not any(is_pinned(m) for m in out)
+    # a developer pin on the system message is not counted against the limit either
+    dev = [pin(msgs[0]), msgs[1]]
+    assert ac.compress(dev, thread_id="dev").tokens_after <= 4_000

@@ -71,7 +71,7 @@ def test_working_context_is_rendered_into_the_system_prompt() -> None:
     assert isinstance(system, SystemMessage) and system.id == msgs[0].id
     assert system.content.startswith("You help.\n\n# Your context window")
     assert "<working_context>\ndeadline: friday\n</working_context>" in system.content
-    assert "(16/5,000 characters)" in system.content
+    assert "(16/5,000 characters, at most 1,000 tokens)" in system.content
     assert msgs[0].content == "You help."  # never mutated
     assert not find_violations(call_.messages)
 
