@@ -654,6 +654,7 @@ class ContextEngine:
         tools: Sequence[Any] | None = None,
         force: bool = False,
         state: Mapping[str, Any] | None = None,
+        view: bool = True,
     ) -> CompressionResult:
         """Archive new originals, then compress ``messages`` if over a threshold.
 
@@ -662,6 +663,9 @@ class ContextEngine:
         below the trigger. ``state`` is the graph state's ``autocontext`` dict: what
         the model's view adds (generated section, working context, notices) is
         counted in the budget; pass the same state to :meth:`prepare_model_call`.
+        ``view=False``: the messages are sent as they are, without the view (no tags,
+        no generated section, none of the package's tools), as a chain does with the
+        chat history or the Runnable; only the tools given to this instance count.
         Raises :class:`ContextBudgetError` when the system prompt and the latest
         user message alone exceed ``max_tokens``.
         """
@@ -673,11 +677,29 @@ class ContextEngine:
         )
         msgs, repaired = self._repair(msgs)
         ids_assigned = ids_assigned or repaired
-        shown = self.view_config(msgs, state)
-        msgs, virtual, system = self._with_view(msgs, state, virtual, shown)
-        budget = self._budget(messages, state, shown)
+        msgs, virtual, system, budget, tools = self._as_sent(
+            messages, msgs, state, virtual, view, tools
+        )
         result = drive(self._pipeline(msgs, thread_id, tools, force, budget), st, self.summarizer)
         return self._finish(result, archived, ids_assigned, virtual, system)
+
+    def _as_sent(
+        self,
+        given: Sequence[BaseMessage],
+        msgs: list[BaseMessage],
+        state: Mapping[str, Any] | None,
+        virtual: bool,
+        view: bool,
+        tools: Sequence[Any] | None,
+    ) -> tuple[list[BaseMessage], bool, SystemMessage | None, AutoContextConfig, Any]:
+        """The messages, budget and tool schemas the pipeline counts: with the model's
+        view (:meth:`_with_view`, :meth:`_budget`), or as sent without one."""
+        if not view:
+            plain = self._config_shown(False)
+            return msgs, virtual, None, plain, list(self.agent_tools) if tools is None else tools
+        shown = self.view_config(msgs, state)
+        msgs, virtual, system = self._with_view(msgs, state, virtual, shown)
+        return msgs, virtual, system, self._budget(given, state, shown), tools
 
     async def acompress(
         self,
@@ -688,6 +710,7 @@ class ContextEngine:
         tools: Sequence[Any] | None = None,
         force: bool = False,
         state: Mapping[str, Any] | None = None,
+        view: bool = True,
     ) -> CompressionResult:
         """Async twin of :meth:`compress`."""
         st = self.resolve_store(store)
@@ -698,9 +721,9 @@ class ContextEngine:
         )
         msgs, repaired = self._repair(msgs)
         ids_assigned = ids_assigned or repaired
-        shown = self.view_config(msgs, state)
-        msgs, virtual, system = self._with_view(msgs, state, virtual, shown)
-        budget = self._budget(messages, state, shown)
+        msgs, virtual, system, budget, tools = self._as_sent(
+            messages, msgs, state, virtual, view, tools
+        )
         result = await adrive(
             self._pipeline(msgs, thread_id, tools, force, budget), st, self.summarizer
         )

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -34,6 +35,7 @@ from langgraph.store.base import BaseStore
 from pydantic import field_validator
 
 from langchain_autocontext.engine import ContextEngine
+from langchain_autocontext.errors import ContextBudgetError
 from langchain_autocontext.messages import dump_messages, is_pinned, load_messages
 from langchain_autocontext.metadata import strip_message_tags
 from langchain_autocontext.store import OffloadStore, encode_thread_id
@@ -158,10 +160,15 @@ class AutoContextChatMessageHistory(BaseChatMessageHistory):
     # -- writing --------------------------------------------------------------------------
     @staticmethod
     def _incoming(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
-        """Chunks (a streamed reply) become messages; tags a model copied are stripped."""
+        """Chunks (a streamed reply) become messages; tags a model copied are stripped;
+        a message without an id gets a fresh one (a history receives each message once:
+        an id derived from its content would repeat after :meth:`clear`, and the
+        repeated "hi" would be taken as already archived)."""
         out = []
         for m in _checked(messages):
             m = message_chunk_to_message(m)  # type: ignore[arg-type]
+            if not m.id:
+                m = m.model_copy(update={"id": str(uuid.uuid4())})
             out.append(strip_message_tags(m) if isinstance(m, AIMessage) else m)
         return out
 
@@ -173,23 +180,30 @@ class AutoContextChatMessageHistory(BaseChatMessageHistory):
         new = self._incoming(messages)
         store = self.store
         with store.working_lock(self.session_id):
-            current = self.messages
-            result = self.autocontext.compress(
-                [*current, *new], thread_id=self.session_id, store=store
-            )
-            store.put(self._ns(store), _HISTORY_KEY, self._record(result.messages), index=False)
+            working = [*self.messages, *new]
+            try:
+                kept = self.autocontext.compress(
+                    working, thread_id=self.session_id, store=store, view=False
+                ).messages
+            except ContextBudgetError as exc:
+                kept = _kept_anyway(working, exc)
+            store.put(self._ns(store), _HISTORY_KEY, self._record(kept), index=False)
 
     async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
         """Async twin of :meth:`add_messages`."""
         new = self._incoming(messages)
         store = self.store
         async with store.aworking_lock(self.session_id):
-            current = await self.aget_messages()
-            result = await self.autocontext.acompress(
-                [*current, *new], thread_id=self.session_id, store=store
-            )
-            record = self._record(result.messages)
-            await store.aput(self._ns(store), _HISTORY_KEY, record, index=False)
+            working = [*(await self.aget_messages()), *new]
+            try:
+                kept = (
+                    await self.autocontext.acompress(
+                        working, thread_id=self.session_id, store=store, view=False
+                    )
+                ).messages
+            except ContextBudgetError as exc:
+                kept = _kept_anyway(working, exc)
+            await store.aput(self._ns(store), _HISTORY_KEY, self._record(kept), index=False)
 
     def clear(self) -> None:
         """Empty the working messages (the original history stays in the store)."""
@@ -200,6 +214,21 @@ class AutoContextChatMessageHistory(BaseChatMessageHistory):
         """Async twin of :meth:`clear`."""
         store = self.store
         await store.aput(self._ns(store), _HISTORY_KEY, self._record([]), index=False)
+
+
+def _kept_anyway(messages: list[BaseMessage], exc: ContextBudgetError) -> list[BaseMessage]:
+    """The working messages uncompressed, with a warning, when they cannot be brought
+    under the budget. ``RunnableWithMessageHistory`` adds a turn from a listener whose
+    errors LangChain only logs: raising would drop the turn from the working messages
+    without a word (the store has archived it). Kept, the next read shows it, and the
+    model call that does not fit fails where the user sees it."""
+    warnings.warn(
+        f"langchain-autocontext: the chat history could not be compressed under its "
+        f"budget, so it is kept whole for now: {exc}",
+        UserWarning,
+        stacklevel=3,
+    )
+    return messages
 
 
 # --- the Runnable ------------------------------------------------------------------------------
@@ -319,7 +348,7 @@ class AutoContextRunnable(RunnableSerializable[Any, list[BaseMessage]]):
         with store.working_lock(thread_id):
             item = store.get(self._ns(store, thread_id), _RUNNABLE_KEY)
             work, state = self._plan(messages, thread_id, item.value if item else None)
-            result = ac.compress(work, thread_id=thread_id, store=store)
+            result = ac.compress(work, thread_id=thread_id, store=store, view=False)
             record = {**state, "messages": dump_messages(result.messages)}
             store.put(self._ns(store, thread_id), _RUNNABLE_KEY, record, index=False)
         return result.messages
@@ -332,7 +361,7 @@ class AutoContextRunnable(RunnableSerializable[Any, list[BaseMessage]]):
         async with store.aworking_lock(thread_id):
             item = await store.aget(self._ns(store, thread_id), _RUNNABLE_KEY)
             work, state = self._plan(messages, thread_id, item.value if item else None)
-            result = await ac.acompress(work, thread_id=thread_id, store=store)
+            result = await ac.acompress(work, thread_id=thread_id, store=store, view=False)
             record = {**state, "messages": dump_messages(result.messages)}
             await store.aput(self._ns(store, thread_id), _RUNNABLE_KEY, record, index=False)
         return result.messages

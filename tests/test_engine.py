@@ -483,3 +483,25 @@ def test_the_budget_error_names_the_tool_calls_in_progress() -> None:
     text = str(info.value)
     found = re.search(r"the tool calls in progress (\d+) \(the last assistant message's 8", text)
     assert found and int(found.group(1)) > 400
+
+
+def test_a_result_too_large_for_the_budget_is_shortened_before_older_work_is_evicted() -> None:
+    """An agent loop whose newest tool result alone is over the budget: the strategies
+    summarized and evicted every older step first (they cannot make room for it), then
+    the last resort shortened the result anyway, leaving the model its last step alone
+    in 735 of 8,000 tokens. The result is shortened first; the older steps stay."""
+    store = InMemoryStore()
+    ac = AutoContext(max_tokens=8_000, store=store)
+    big = "\n".join(f"line {k}: value={k} status=ok" for k in range(1_300))  # ~9,500 tokens
+    msgs: list[Any] = [SystemMessage("You help."), HumanMessage("Read the six logs.")]
+    for k in range(6):
+        msgs += [
+            AIMessage("", tool_calls=[{"name": "read", "args": {"f": f"{k}.txt"}, "id": f"c{k}"}]),
+            ToolMessage(big, tool_call_id=f"c{k}", name="read"),
+        ]
+        done = ac.compress(msgs, thread_id="loop")
+        msgs = list(done.messages)
+        assert [e["strategy"] for e in done.events] in ([], ["offload_fresh"])
+        assert done.tokens_after <= 8_000
+    calls = [m for m in msgs if isinstance(m, AIMessage) and m.tool_calls]
+    assert len(calls) == 6  # every step still in view, as a call and a shortened result

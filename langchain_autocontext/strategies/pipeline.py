@@ -336,6 +336,21 @@ def run_pipeline(
         events.append(event)
         return new, new_tokens
 
+    # The tool results just returned, too large to fit under the hard budget beside what
+    # is never compressed, are shortened first: compressing older work cannot make room
+    # for them, and the last resort below would shorten them anyway, after every older
+    # step had been summarized or evicted for nothing (a 9,000-token result at an
+    # 8,000-token budget left the model its last step alone, in 735 tokens).
+    loop = open_loop_index(msgs)
+    if loop is not None and floor + count(msgs[loop:]) - count([]) > config.max_tokens:
+        done = yield from run_pass(
+            LargeMessageOffload(keep_last=False, fresh=True),
+            target=config.max_tokens,
+            keep_tail=False,
+        )
+        if done is not None:
+            msgs, tokens = done
+
     # The strategies in order; the last one (FIFO) may repeat while it makes progress.
     queue = list(strategies)
     fifo_rounds = 0
