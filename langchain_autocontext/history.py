@@ -34,7 +34,7 @@ from langchain_core.runnables import RunnableConfig, RunnableSerializable
 from langgraph.store.base import BaseStore
 from pydantic import field_validator
 
-from langchain_autocontext.engine import ContextEngine
+from langchain_autocontext.engine import ContextEngine, run_thread
 from langchain_autocontext.errors import ContextBudgetError
 from langchain_autocontext.messages import dump_messages, is_pinned, load_messages
 from langchain_autocontext.metadata import strip_message_tags
@@ -297,12 +297,15 @@ class AutoContextRunnable(RunnableSerializable[Any, list[BaseMessage]]):
 
     @staticmethod
     def thread_of(config: RunnableConfig | None) -> str:
-        """The thread of a call: ``thread_id``, else ``session_id``, else ``"default"``."""
+        """The thread of a call: ``thread_id``, else ``session_id``, else a thread of the
+        call's own (``run-<uuid4>``, with a warning once per process): callers without
+        a thread must not share one history, where one's ``search_history`` would find
+        another's messages."""
         conf = (config or {}).get("configurable") or {}
         for key in ("thread_id", "session_id"):
             if conf.get(key) not in (None, ""):
                 return str(conf[key])
-        return "default"
+        return run_thread(config, None)[0]
 
     def _plan(
         self, messages: list[BaseMessage], thread_id: str, record: dict[str, Any] | None

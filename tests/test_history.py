@@ -402,3 +402,19 @@ def test_a_history_that_cannot_fit_is_kept_whole_with_a_warning() -> None:
     with pytest.warns(UserWarning, match="kept whole"):
         hist.add_messages([HumanMessage("paste: " + "word " * 1_000)])
     assert [text_of(m)[:6] for m in hist.messages] == ["hi", "hello", "paste:"]
+
+
+def test_runnable_calls_without_a_thread_do_not_share_one() -> None:
+    """Two callers without a thread_id were filed under "default": one's messages were
+    in the other's history (and its search_history)."""
+    import langchain_autocontext.engine as engine_module
+
+    store = InMemoryStore()
+    run = AutoContext(max_tokens=8_000, store=store).as_runnable()
+    engine_module._warned_run_thread = False
+    with pytest.warns(UserWarning, match="no thread_id"):
+        run.invoke([HumanMessage("Alice here, my SSN is 123-45-6789")])
+    run.invoke([HumanMessage("Bob here, hello")])
+    ost = OffloadStore.wrap(store)
+    threads = {item.namespace[1] for item in store.search((ost.prefix,), limit=100)}
+    assert "default" not in threads and len(threads) == 2
