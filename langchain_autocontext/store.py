@@ -877,12 +877,16 @@ class OffloadStore(BaseStore):
 
     def _reload_plan(self, thread_id: str, offload_id: str) -> _Plan[OffloadRecord]:
         ns = self.namespace(thread_id, OFFLOAD)
+        where = (
+            f"(Searched thread {thread_id!r} under the store prefix {self._prefix!r}: an "
+            "offload belongs to the thread, and the prefix, of the compression that wrote it.)"
+        )
         if not isinstance(offload_id, str) or not offload_id.strip():
-            raise OffloadNotFoundError(str(offload_id))
+            raise OffloadNotFoundError(str(offload_id), where)
         found = yield [GetOp(ns, offload_id.strip(), False)]
         item = found[0]
         if not isinstance(item, Item):
-            raise OffloadNotFoundError(offload_id)
+            raise OffloadNotFoundError(offload_id, where)
         return self._record(thread_id, item.key, item.value)
 
     def _list_offloads_plan(self, thread_id: str) -> _Plan[list[OffloadRecord]]:

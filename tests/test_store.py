@@ -456,6 +456,7 @@ async def test_reload_unknown_or_foreign_offload_raises(api: StoreAPI) -> None:
             await api.reload(thread, offload_id)
         assert isinstance(info.value, AutoContextError) and isinstance(info.value, KeyError)
         assert info.value.offload_id == offload_id
+        assert f"Searched thread {thread!r}" in str(info.value)  # where it looked
     assert (await api.reload("alice", record.offload_id)).offload_id == record.offload_id
 
 

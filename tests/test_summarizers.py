@@ -1188,3 +1188,20 @@ def test_hung_sync_only_models_on_the_async_path_never_starve_the_store(tmp_path
     fallbacks = sum(e["summarizer_fallbacks"] for r in results for e in r.events)
     assert fallbacks >= 12
     assert all(r.tokens_after <= 1_500 for r in results)
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_a_model_failing_at_every_call_warns_once(use_async: bool) -> None:
+    """A chat model summarizer failing at run time (a wrong key, an unreachable host) fell
+    back to the offline summarizer at every compaction with nothing said: the failure was
+    only in the events. The first fallback warns, with the error; later ones do not."""
+    import warnings
+
+    s = LLMSummarizer(FlakyChatModel(failures=100), retries=1, backoff=0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            result = asyncio.run(s.asummarize(request())) if use_async else s.summarize(request())
+            assert result.fallback and "provider overloaded" in (result.error or "")
+    warned = [w for w in caught if "offline extractive summarizer wrote" in str(w.message)]
+    assert len(warned) == 1 and "provider overloaded" in str(warned[0].message)

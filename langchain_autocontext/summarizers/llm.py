@@ -197,6 +197,7 @@ class LLMSummarizer(Summarizer):
         self._model: Runnable[Any, Any] | None = None if isinstance(model, str) else model
         self._model_lock = threading.Lock()
         self._load_warned = False
+        self._fail_warned = False
         self.prompts = self._check_prompts(prompts or {})
         self.retries = retries
         self._owns_fallback = fallback is _DEFAULT_FALLBACK
@@ -349,6 +350,22 @@ class LLMSummarizer(Summarizer):
         """Seconds before retry number ``retry`` (1, 2, …): doubling from ``backoff``."""
         return min(self.max_backoff, self.backoff * (2 ** (retry - 1)))
 
+    def _failed(self, attempts: int, exc: BaseException) -> str:
+        """:meth:`_fail`'s text, and the first time, a warning: a model that fails at
+        every call (a wrong key, an unreachable endpoint) otherwise only shows in the
+        events while the offline summarizer quietly writes every summary."""
+        error = self._fail(attempts, exc)
+        if not self._fail_warned:
+            self._fail_warned = True
+            warnings.warn(
+                f"langchain-autocontext: the summarizer {error}; the offline extractive "
+                "summarizer wrote this summary (later failures are recorded in the "
+                "events' summarizer_errors, without a warning).",
+                UserWarning,
+                stacklevel=4,
+            )
+        return error
+
     def _fail(self, attempts: int, exc: BaseException) -> str:
         return f"{self.name} failed after {attempts} attempt{'s' if attempts > 1 else ''}: {type(exc).__name__}: {exc}"
 
@@ -484,7 +501,7 @@ class LLMSummarizer(Summarizer):
             if self.fallback is None:
                 raise
             fb = self.fallback.summarize(request)
-            return self._fallback_result(fb, usage, self._fail(usage.calls, exc))
+            return self._fallback_result(fb, usage, self._failed(usage.calls, exc))
         return self._result(text, request, usage)
 
     async def asummarize(self, request: SummaryRequest) -> SummaryResult:
@@ -500,7 +517,7 @@ class LLMSummarizer(Summarizer):
             if self.fallback is None:
                 raise
             fb = await self.fallback.asummarize(request)
-            return self._fallback_result(fb, usage, self._fail(usage.calls, exc))
+            return self._fallback_result(fb, usage, self._failed(usage.calls, exc))
         return self._result(text, request, usage)
 
 
