@@ -433,8 +433,9 @@ def _check_unused(args: argparse.Namespace, setup: _Setup, backend: BaseStore) -
     ]
     if used:
         raise CliError(
-            f"--store {args.store}: already holds replay data of {len(used)} of these "
-            f"trajector{'y' if len(used) == 1 else 'ies'} (first: {used[0]}); replaying again "
+            f"--store {args.store}: already holds replay data of "
+            f"{'this trajectory' if len(used) == 1 else f'{len(used)} of these trajectories'}"
+            f" (first: {used[0]}); replaying again "
             "would add a second copy of their events and offloads: pass --append to do so, "
             "or use another file"
         )

@@ -221,8 +221,11 @@ def load_encoding(name: str = DEFAULT_ENCODING) -> tuple[tiktoken.Encoding | Non
         else:
             _warn_once(
                 "no-encoding",
-                f"langchain-autocontext: no tiktoken encoding could be loaded (tried {name!r}, "
-                f"'{name}{_OFFLINE_SUFFIX}' and {DEFAULT_ENCODING!r}); token counts are ESTIMATES "
+                "langchain-autocontext: no tiktoken encoding could be loaded (tried "
+                + " and ".join(
+                    repr(n) for n in dict.fromkeys((name, name + _OFFLINE_SUFFIX, DEFAULT_ENCODING))
+                )
+                + f"); token counts are ESTIMATES "
                 f"(about {CHARS_PER_TOKEN} characters per token). {_offline_hint(name)}",
             )
             result = (None, False)
