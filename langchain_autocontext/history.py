@@ -26,6 +26,7 @@ from langchain_core.messages import (
     AIMessage,
     BaseMessage,
     HumanMessage,
+    SystemMessage,
     convert_to_messages,
     message_chunk_to_message,
 )
@@ -320,25 +321,33 @@ class AutoContextRunnable(RunnableSerializable[Any, list[BaseMessage]]):
         chain = hashlib.sha256()
         prints: list[bytes] = []
         prefix_digest: str | None = None
+        # A leading system message may change from call to call (a template with the
+        # date or retrieved context in it): it is not part of the prefix the Runnable
+        # recognises, or every call would compress the whole conversation again; the
+        # new one takes the old one's place.
+        lead = bool(messages) and isinstance(messages[0], SystemMessage)
         for k, m in enumerate(messages):
             fp = _fingerprint(m)
             prints.append(fp)
-            chain.update(fp)
+            chain.update(b"system" if k == 0 and lead else fp)
             if k + 1 == seen_n:
                 prefix_digest = chain.hexdigest()
         state = {"inputs": len(messages), "digest": chain.hexdigest()}
         start = seen_n if (seen_n and prefix_digest == seen_digest) else 0
-        tail = [
-            m
-            if m.id
-            else m.model_copy(
-                update={"id": str(uuid.uuid5(_ID_NAMESPACE, f"{thread_id}:{k}:{prints[k].hex()}"))}
-            )
-            for k, m in enumerate(messages[start:], start)
-        ]
-        if start:
-            return [*_stored_messages(record), *tail], state
-        return tail, state
+
+        def with_id(k: int, m: BaseMessage) -> BaseMessage:
+            if m.id:
+                return m
+            name = f"{thread_id}:{k}:{prints[k].hex()}"
+            return m.model_copy(update={"id": str(uuid.uuid5(_ID_NAMESPACE, name))})
+
+        tail = [with_id(k, m) for k, m in enumerate(messages[start:], start)]
+        if not start:
+            return tail, state
+        stored = _stored_messages(record)
+        if lead and stored and isinstance(stored[0], SystemMessage):
+            stored = [with_id(0, messages[0]), *stored[1:]]
+        return [*stored, *tail], state
 
     def _ns(self, store: OffloadStore, thread_id: str) -> tuple[str, str, str]:
         return surface_namespace(store, thread_id)

@@ -418,3 +418,31 @@ def test_runnable_calls_without_a_thread_do_not_share_one() -> None:
     ost = OffloadStore.wrap(store)
     threads = {item.namespace[1] for item in store.search((ost.prefix,), limit=100)}
     assert "default" not in threads and len(threads) == 2
+
+
+@pytest.mark.parametrize("system", ["Be terse. Turn {n}.", "Be terse."])
+def test_a_system_prompt_that_changes_per_call_does_not_restart_the_runnable(system: str) -> None:
+    """A template whose system prompt holds the turn (or a date, or retrieved context):
+    the Runnable no longer recognised the conversation it had compressed, and compressed
+    it from scratch every call (10 compressions in 14 turns, against 5 with a stable
+    prompt). The changed system prompt takes the old one's place."""
+    import itertools
+
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+
+    store = InMemoryStore()
+    ac = AutoContext(max_tokens=1_500, store=store, self_management_tools=False)
+    replies = itertools.cycle([f"Answer {_words(60)}"])
+    model = GenericFakeChatModel(messages=(AIMessage(r) for r in replies))
+    prompt = ChatPromptTemplate([("system", system), MessagesPlaceholder("messages")])
+    chain = prompt | ac.as_runnable()
+    conversation: list[BaseMessage] = []
+    for turn in range(14):
+        conversation.append(HumanMessage(f"Task {turn} {_words(60)}"))
+        sent = chain.invoke(
+            {"messages": conversation, "n": turn}, {"configurable": {"thread_id": "d"}}
+        )
+        assert sent[0].content == system.format(n=turn)  # this call's system prompt
+        assert not find_violations(sent) and ac.counter.count(sent) <= 1_500
+        conversation.append(model.invoke(sent))
+    assert len(OffloadStore.wrap(store).list_events("d")) <= 5
