@@ -88,6 +88,22 @@ class CompressionResult:
         """True when the working messages differ from the input."""
         return bool(self.events) or self.ids_assigned
 
+    @property
+    def offload_ids(self) -> list[str]:
+        """The offloads this compression wrote, in order: ``store.reload(thread, id)``
+        returns what each replaced."""
+        return [oid for e in self.events for oid in e.get("offload_ids") or ()]
+
+    def __repr__(self) -> str:  # the default would print every message
+        steps = ", ".join(
+            f"{e['strategy']} {e['tokens_before']:,}->{e['tokens_after']:,}" for e in self.events
+        )
+        return (
+            f"CompressionResult({len(self.messages)} messages, tokens {self.tokens_before:,} -> "
+            f"{self.tokens_after:,}, triggered={self.triggered}, steps=[{steps}], "
+            f"archived={self.archived}, offloads={len(self.offload_ids)})"
+        )
+
 
 def as_messages(messages: Any) -> list[BaseMessage]:
     """``messages`` as LangChain messages: message-likes (``("user", "hi")``, dicts,

@@ -505,3 +505,17 @@ def test_a_result_too_large_for_the_budget_is_shortened_before_older_work_is_evi
         assert done.tokens_after <= 8_000
     calls = [m for m in msgs if isinstance(m, AIMessage) and m.tool_calls]
     assert len(calls) == 6  # every step still in view, as a call and a shortened result
+
+
+def test_a_compression_result_reads_at_a_glance_and_names_its_offloads() -> None:
+    """printing a result dumped every message (hundreds of KB); what a user wants is what
+    ran, the tokens before and after, and the offloads to reload from."""
+    store = OffloadStore(InMemoryStore())
+    ac = AutoContext(max_tokens=1_000, store=store)
+    msgs = [SystemMessage("s"), HumanMessage("hi"), *(AIMessage("x " * 300) for _ in range(3))]
+    result = ac.compress([*msgs, HumanMessage("go")], thread_id="t")
+    text = repr(result)
+    assert len(text) < 300 and f"{result.tokens_before:,} -> {result.tokens_after:,}" in text
+    assert result.offload_ids
+    for oid in result.offload_ids:
+        assert store.reload("t", oid).messages
