@@ -26,7 +26,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langgraph.graph import END, START, StateGraph
 from pydantic import Field
 
-from langchain_autocontext import AutoContext, AutoContextConfig
+from langchain_autocontext import AutoContext, AutoContextConfig, TokenCounter
 from langchain_autocontext.errors import InvalidConfigError
 from langchain_autocontext.summarizers import (
     DEFAULT_PROMPTS,
@@ -1205,3 +1205,26 @@ def test_a_model_failing_at_every_call_warns_once(use_async: bool) -> None:
             assert result.fallback and "provider overloaded" in (result.error or "")
     warned = [w for w in caught if "offline extractive summarizer wrote" in str(w.message)]
     assert len(warned) == 1 and "provider overloaded" in str(warned[0].message)
+
+
+@pytest.mark.parametrize("cap", [120, 240, 480])
+def test_a_tight_recursive_summary_keeps_the_references_of_what_it_leaves_out(cap: int) -> None:
+    """Under a tight cap the offline recursive summary of a long chat was a header or
+    two without content ("- user (1 lines, 508 chars):"): not one of 60 booking codes
+    survived. The references of the messages it leaves out now have a line of their
+    own, within the cap."""
+    counter = TokenCounter()
+    msgs: list[BaseMessage] = []
+    for i in range(60):
+        msgs.append(
+            HumanMessage(
+                f"Fact {i}: my seat on flight BA{100 + i} is {i}A and the booking reference is "
+                f"REF{1000 + i}. " + "I like quiet hotels near the station. " * 8
+            )
+        )
+        msgs.append(AIMessage(f"Noted fact {i}. " + "Recorded in your profile. " * 8))
+    s = ExtractiveSummarizer(token_counter=counter)
+    text = s.summarize_text(request(msgs, strategy="recursive", max_tokens=cap))
+    assert counter.count_text(text) <= cap
+    kept = set(re.findall(r"REF\d+", text))
+    assert "references in the messages left out" in text and len(kept) >= cap // 60

@@ -132,6 +132,8 @@ _REF_RES = (
     # prefixed ids: call_abc123, toolu_01AbC, JIRA-123, #123
     re.compile(r"\b[a-z]+_[A-Za-z0-9]*\d[A-Za-z0-9]*\b"),
     re.compile(r"\b[A-Z][A-Z0-9]+-\d+\b"),
+    # codes of capitals and digits: a booking reference REF1003, a flight BA103, E501
+    re.compile(r"\b[A-Z]{1,6}\d[A-Z0-9]*\b"),
     re.compile(r"(?<![\w&])#\d+\b"),
     # long numbers (ids, ports, pids, line counts rarely reach five digits)
     re.compile(r"(?<![\w.])\d{5,}(?![\w.])"),
@@ -200,6 +202,9 @@ class _Plan:
     prev_lines: list[str] = field(default_factory=list)
     prev_label: str | None = None
 
+
+#: How the line of the references of the messages left out begins.
+_REFS_LEAD = "- references in the messages left out: "
 
 #: Titles of this summarizer's own recursive summaries (stripped when folding).
 _RECURSIVE_TITLE_RE = re.compile(
@@ -287,15 +292,26 @@ class ExtractiveSummarizer(Summarizer):
                 share -= it.cost
                 it.tier = 0 if share >= 0 else 2
         chosen = self._select(items, hard, soft, fixed_cost)
+        cap = hard
+        refs = self._unshown_refs(plan, chosen)
+        if refs:
+            # Not every message keeps even its header: a line of the references of what
+            # is not reproduced (an order number, a path, a booking code: what a later
+            # step asks for, and what search_history finds the messages by) is worth more
+            # than the headers it displaces. Up to a third of the budget is set aside
+            # for it, and the headers are chosen again within the rest.
+            digest = count(_REFS_LEAD + ", ".join(refs)) + 1
+            cap = hard - min(digest, hard // 3)
+            chosen = self._select(items, cap, min(soft, cap), fixed_cost)
         # The reservation above assumed the worst; top up with what really fits.
         text = self._render(plan, chosen)
         used = count(text)
-        if used < min(soft, hard):
-            chosen = self._select(items, hard, soft, used, chosen)
+        if used < min(soft, cap):
+            chosen = self._select(items, cap, min(soft, cap), used, chosen)
         while True:
             text = self._render(plan, chosen)
             if count(text) <= hard:
-                return text
+                return self._with_refs(plan, chosen, text, hard)
             if not chosen:
                 break
             dropped = chosen.pop()
@@ -307,6 +323,38 @@ class ExtractiveSummarizer(Summarizer):
             f"a {hard}-token summary]"
         )
         return _clip_to_tokens(tiny, hard, count)
+
+    def _unshown_refs(self, plan: _Plan, chosen: list[_Item], shown: str = "") -> list[str]:
+        """References (:func:`_references`) of the messages ``chosen`` does not keep a
+        header of, oldest first, without those ``shown`` already has."""
+        headed = {it.msg for it in chosen if it.header}
+        refs: dict[str, None] = {}
+        for i, m in enumerate(plan.messages):
+            if i not in headed:
+                refs.update(dict.fromkeys(_references(text_of(m), self.max_refs, shown)))
+        return list(refs)
+
+    def _with_refs(self, plan: _Plan, chosen: list[_Item], text: str, hard: int) -> str:
+        """``text`` with the references of the messages it leaves out, before its cut
+        line, as many as the budget still holds."""
+        refs = self._unshown_refs(plan, chosen, text)
+        if not refs or "\n" not in text:
+            return text
+        body, cut = text.rsplit("\n", 1)
+        count = self.count
+        kept = 0
+        lo, hi = 0, len(refs)  # the most references that fit (the line only grows)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            line = _REFS_LEAD + ", ".join(refs[:mid])
+            if count(f"{body}\n{line}\n{cut}") <= hard:
+                lo = mid
+            else:
+                hi = mid - 1
+        kept = lo
+        if not kept:
+            return text
+        return f"{body}\n{_REFS_LEAD}{', '.join(refs[:kept])}\n{cut}"
 
     # -- planning ---------------------------------------------------------------------
     def _plan(self, request: SummaryRequest) -> tuple[_Plan, list[_Item]]:
