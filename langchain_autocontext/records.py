@@ -68,6 +68,14 @@ class OffloadRecord:
         )
         return self.offload_id
 
+    def __repr__(self) -> str:  # the default would print every original message
+        preview = self.preview if len(self.preview) <= 60 else self.preview[:57] + "..."
+        return (
+            f"OffloadRecord(offload_id={self.offload_id!r}, thread_id={self.thread_id!r}, "
+            f"strategy={self.strategy!r}, messages={len(self.messages)}, "
+            f"tokens={self.tokens:,}, preview={preview!r})"
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class EventRecord:

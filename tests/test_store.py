@@ -971,3 +971,12 @@ async def test_a_cancelled_write_keeps_its_lock_until_it_lands() -> None:
     await ac.acompress([msg(k) for k in range(4)], thread_id="x")
     history = OffloadStore(backend).get_history("x")
     assert [(e.seq, e.id) for e in history] == [(k, f"m{k}") for k in range(4)]
+
+
+def test_an_offload_record_reads_at_a_glance() -> None:
+    """Printing a record dumped every original message (194 ids and their contents)."""
+    store = OffloadStore(InMemoryStore())
+    record = store.offload("t", convo(40), strategy="fifo", preview="p" * 500, tokens=9_999)
+    text = repr(record)
+    assert len(text) < 250 and record.offload_id in text and "messages=40" in text
+    assert "9,999" in text
