@@ -363,6 +363,9 @@ class _Meta(NamedTuple):
     time: float | None  # unix seconds: the message's own time, else its archiving
     day: bool  # the time is a date only (shown without the time of day)
     doc: int  # its document number in the BM25 index (its neighbours are doc - 1, doc + 1)
+    #: who said it, for the speaker prior: its ``name``, else a speaker its text opens
+    #: with in the transcript convention ("Caroline: …", "Caroline (May 8): …")
+    said_by: str | None = None
 
 
 def _aware(value: dt.datetime) -> dt.datetime:
@@ -687,6 +690,19 @@ def _bulk(count: int) -> Iterator[None]:
         gc.enable()
 
 
+#: A transcript line's speaker: one to three capitalised words, an optional
+#: parenthesis (a date), then a colon ("Caroline: …", "Mel Jones (8 May 2023): …").
+_OPENING_SPEAKER_RE = re.compile(
+    r"([A-Z][\w'’.-]*(?: [A-Z][\w'’.-]*){0,2})(?: \([^)\n]{0,60}\))?: "
+)
+
+
+def _opening_speaker(text: str) -> str | None:
+    """The speaker a message's text opens with in the transcript convention, if any."""
+    m = _OPENING_SPEAKER_RE.match(text)
+    return m.group(1) if m else None
+
+
 def _add(index: _ThreadIndex, items: Iterable[Item]) -> None:
     """Index stored history items (``OffloadStore.get_history_items``), in seq order."""
     with index.lock:
@@ -716,6 +732,7 @@ def _add_locked(index: _ThreadIndex, items: Iterable[Item]) -> None:
         seq = int(value["seq"])
         ts = value.get("ts")
         when = d.time or ((float(ts), False) if ts else None)
+        said_by = None if d.tool else (d.name or _opening_speaker(text))
         index.meta[key] = _Meta(
             seq,
             d.role,
@@ -724,12 +741,13 @@ def _add_locked(index: _ThreadIndex, items: Iterable[Item]) -> None:
             when[0] if when else None,
             when[1] if when else False,
             doc,
+            said_by,
         )
         if d.copy:
             index.noise.add(key)
-        elif d.name and not d.tool and d.name not in index.speakers:
-            words = tokenize(d.name, bm25.language)
-            index.speakers[d.name] = frozenset(w for w in words if not w.isdigit())
+        elif said_by and said_by not in index.speakers:
+            words = tokenize(said_by, bm25.language)
+            index.speakers[said_by] = frozenset(w for w in words if not w.isdigit())
         index.next_seq = max(index.next_seq, seq + 1)
 
 
@@ -847,7 +865,7 @@ def _rank(
     if named:  # a query naming a speaker prefers what that speaker said
 
         def prior(key: str) -> float:
-            return SPEAKER_PRIOR if index.meta[key].speaker in named else 1.0
+            return SPEAKER_PRIOR if index.meta[key].said_by in named else 1.0
 
     if keep is not None:  # a filter: every scored message is tested before the cut-off
         if not query:

@@ -768,3 +768,26 @@ def test_a_single_cjk_character_finds_the_words_holding_it() -> None:
     assert {h.id for h in search_history(store, "t", "湖", 5)[:2]} == {"zh", "ja"}
     assert search_history(store, "t", "湖の", 5)[0].id == "ja"  # the phrase holder first
     assert search_history(store, "t", "湖边", 5)[0].id == "zh"
+
+
+@pytest.mark.parametrize("as_name", [True, False])
+def test_a_query_naming_a_speaker_prefers_them_by_name_or_by_the_transcript_prefix(
+    as_name: bool,
+) -> None:
+    """The speaker prior applied only to message names; a chat archived as transcript
+    lines ("Caroline (8 May 2023): …", the speaker only in the text) got none, and
+    LoCoMo's recall@5 was 0.740 against 0.758 with names."""
+    lines = [  # each names the other: only who said it tells them apart
+        ("Melanie", "Caroline, I painted a sunrise over the lake last week", "m"),
+        ("Caroline", "Melanie, I painted a sunrise over the lake last week", "c"),
+    ]
+    msgs = [
+        HumanMessage(text, name=who, id=mid)
+        if as_name
+        else HumanMessage(f"{who} (8 May 2023): {text}", id=mid)
+        for who, text, mid in lines
+    ]
+    store = OffloadStore(InMemoryStore())
+    store.append_history("t", msgs)
+    assert search_history(store, "t", "What did Caroline paint?", 2)[0].id == "c"
+    assert search_history(store, "t", "What did Melanie paint?", 2)[0].id == "m"
