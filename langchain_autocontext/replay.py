@@ -106,6 +106,11 @@ def _convert_one(raw: Any, where: str) -> BaseMessage | None:
             return load_message(raw)
         except Exception as exc:
             raise ReplayFormatError(f"{where}: not a LangChain message dump ({exc})") from None
+    if _is_model_dump(raw):  # a LangChain message's model_dump(): its fields, typed
+        try:
+            return load_message({"type": raw["type"], "data": raw})
+        except Exception as exc:
+            raise ReplayFormatError(f"{where}: not a LangChain message dump ({exc})") from None
     role = raw.get("role")
     if role in _END_ROLES:
         return None
@@ -143,8 +148,23 @@ def parse_trajectory(raw_messages: Sequence[Any], traj_id: str) -> Trajectory:
     return Trajectory(traj_id, out)
 
 
+#: The ``type`` of LangChain's message classes, as ``model_dump()`` writes it.
+_DUMP_TYPES = frozenset({"human", "ai", "system", "tool", "chat", "function"})
+
+
+def _is_model_dump(obj: Any) -> bool:
+    return (
+        isinstance(obj, dict)
+        and "role" not in obj
+        and obj.get("type") in _DUMP_TYPES
+        and "content" in obj
+    )
+
+
 def _is_message(obj: Any) -> bool:
-    return isinstance(obj, dict) and ("role" in obj or ("type" in obj and "data" in obj))
+    return isinstance(obj, dict) and (
+        "role" in obj or ("type" in obj and "data" in obj) or _is_model_dump(obj)
+    )
 
 
 def _raw_id(obj: Any, name: str, index: int) -> str:
@@ -160,7 +180,8 @@ def _from_obj(obj: Any, traj_id: str, name: str, index: int) -> Trajectory:
         return parse_trajectory(obj, traj_id)
     raise ReplayFormatError(
         f"{name}: entry {index} is neither a list of messages nor an object with 'messages' "
-        "(expected OpenAI chat messages or LangChain message dumps, as JSON or JSONL)"
+        "(expected OpenAI chat messages, or LangChain messages as messages_to_dict or "
+        "model_dump write them, as JSON or JSONL)"
     )
 
 

@@ -132,6 +132,18 @@ def test_langchain_dumps(tmp_path: Path) -> None:
     assert t.messages[2].tool_calls == msgs[2].tool_calls
 
 
+def test_model_dump_messages(tmp_path: Path) -> None:
+    """``[m.model_dump() for m in msgs]``, the dump a LangChain user writes first, was
+    refused as "neither a list of messages nor an object with 'messages'"."""
+    msgs = coding_run(3, output_lines=4)
+    p = tmp_path / "model_dump.json"
+    p.write_text(json.dumps([m.model_dump() for m in msgs]))
+    [t] = load_trajectories(p)
+    assert [type(m) for m in t.messages] == [type(m) for m in msgs]
+    assert [m.content for m in t.messages] == [m.content for m in msgs]
+    assert t.messages[2].tool_calls == msgs[2].tool_calls
+
+
 def test_developer_role_null_content_and_exit(tmp_path: Path) -> None:
     raw = [
         {"role": "developer", "content": "rules"},
