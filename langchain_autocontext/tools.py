@@ -371,7 +371,7 @@ class _Call:
         The next model call would compress anyway, and might compress this call's
         result before the model reads it; compressing first keeps the result whole.
         """
-        return self.alone and self.used_tokens() + tokens + _MESSAGE_OVERHEAD > self.trigger_tokens
+        return self.alone and tokens > self.room_tokens()
 
     def room_tokens(self) -> int:
         """Tokens a result can take before the context passes the compression trigger
@@ -903,31 +903,35 @@ def _search_tool(engine: ContextEngine) -> StructuredTool:
             )
         return filters
 
-    def fitted(call: _Call, query: str, hits: list[Any], total: int, filters: Any) -> str:
+    def fitted(
+        call: _Call, query: str, hits: list[Any], total: int, filters: Any, text: str | None
+    ) -> str:
         """The result with as many hits, best first, as the room under the trigger takes
         (at least one): a result past the trigger would itself be offloaded by the next
-        model call, and the model would read a preview of its own search."""
+        model call, and the model would read a preview of its own search. ``text``: the
+        result with every hit, when already rendered for these hits."""
         room = call.room_tokens()
         shown = len(hits)
-        text = format_hits(query, hits, total, filters)
+        if text is None:
+            text = format_hits(query, hits, total, filters)
         while shown > 1 and engine.counter.count_text(text) > room:
             shown -= 1
             text = format_hits(query, hits[:shown], total, filters, more=len(hits) - shown)
         return text
 
     def finish(call: _Call, query: str, hits: list[Any], total: int, filters: Any) -> str:
-        text = format_hits(query, hits, total, filters)
+        text: str | None = format_hits(query, hits, total, filters)
         if call.lacks_room(engine.counter.count_text(text)):
             call.compress_first()
-            hits = mark_in_context(hits, call.messages)  # "in your context" changed
-        return fitted(call, query, hits, total, filters)
+            hits, text = mark_in_context(hits, call.messages), None  # "in your context" changed
+        return fitted(call, query, hits, total, filters, text)
 
     async def afinish(call: _Call, query: str, hits: list[Any], total: int, filters: Any) -> str:
-        text = format_hits(query, hits, total, filters)
+        text: str | None = format_hits(query, hits, total, filters)
         if call.lacks_room(engine.counter.count_text(text)):
             await call.acompress_first()
-            hits = mark_in_context(hits, call.messages)  # "in your context" changed
-        return fitted(call, query, hits, total, filters)
+            hits, text = mark_in_context(hits, call.messages), None  # "in your context" changed
+        return fitted(call, query, hits, total, filters, text)
 
     def search(
         runtime: ToolRuntime,
