@@ -42,6 +42,7 @@ from langchain_autocontext.config import AutoContextConfig
 from langchain_autocontext.errors import ContextBudgetError, InvalidConfigError
 from langchain_autocontext.messages import (
     ensure_ids,
+    is_real_user,
     marker,
     repair_tool_pairs,
     sanitize_message,
@@ -999,29 +1000,62 @@ def thread_id_of(config: RunnableConfig | None, state: Mapping[str, Any] | None 
 _warned_run_thread = False
 
 
+#: Namespace of the threads derived from a conversation's first user message id.
+_RUN_THREAD_NS = uuid.UUID("9b1f3c2e-5d4a-4e8b-9c7f-2a6d1e0b8f35")
+
+
+def _conversation_thread(messages: Sequence[Any] | None) -> str | None:
+    """``run-<hex>`` derived from the id of the conversation's first user message,
+    when that id is a random uuid4 (as LangGraph's ``add_messages`` and chat UIs give):
+    unguessable, and the same for every agent and request of that conversation. None
+    when there is no such message (a client-chosen id like ``"1"`` could be shared by
+    two users, so it never names a thread)."""
+    for m in messages or ():
+        if not (isinstance(m, BaseMessage) and is_real_user(m)):
+            continue
+        try:
+            parsed = uuid.UUID(str(m.id))
+        except ValueError:
+            return None
+        if parsed.version != 4 or str(parsed) != str(m.id).lower():
+            return None
+        return f"run-{uuid.uuid5(_RUN_THREAD_NS, str(parsed)).hex}"
+    return None
+
+
 def run_thread(
-    config: RunnableConfig | None, state: Mapping[str, Any] | None
+    config: RunnableConfig | None,
+    state: Mapping[str, Any] | None,
+    messages: Sequence[Any] | None = None,
 ) -> tuple[str, dict[str, Any] | None]:
     """The thread of a graph run, making one for a run without ``thread_id``.
 
     Stateless requests (no checkpointer, no ``thread_id``) must not share one history:
     a store shared by several users would let one user's ``search_history`` find
-    another's messages. Such a run gets a thread of its own, ``run-<uuid4>``, kept in
-    ``state["autocontext"]`` for the rest of the run (so its offloads reload and its
-    search finds its own history), and a warning says so once per process. Returns the
-    thread id and the state to persist when a new thread was made (else None).
+    another's messages. Such a run is filed under a thread of the conversation,
+    ``run-<hex>`` derived from the id of its first user message when that id is a random
+    uuid4 (so every agent of a multi-agent graph, and every request that sends the
+    conversation again with its ids, finds the same history and reloads the same
+    offloads), else a thread of its own, ``run-<uuid4>``. The thread is kept in
+    ``state["autocontext"]`` for the rest of the run, and a warning says so once per
+    process. Returns the thread id and the state to persist when a thread was made
+    (else None).
     """
     global _warned_run_thread
     if configured_thread(config) is not None or (state or {}).get(RUN_THREAD_KEY):
         return thread_id_of(config, state), None
-    thread = f"run-{uuid.uuid4().hex}"
+    derived = _conversation_thread(messages)
+    thread = derived or f"run-{uuid.uuid4().hex}"
     if not _warned_run_thread:
         _warned_run_thread = True
+        where = (
+            "a thread named after its first user message's id" if derived else "a thread of its own"
+        )
         warnings.warn(
             "langchain-autocontext: this run has no thread_id, so its history, offloads "
-            f"and events are filed under a thread of its own ({thread}) that later requests "
-            "will not find. Pass config={'configurable': {'thread_id': ...}} (with a "
-            "checkpointer) to keep a conversation's history across requests.",
+            f"and events are filed under {where} ({thread}). Pass config={{'configurable': "
+            "{'thread_id': ...}} (with a checkpointer) to keep a conversation's history "
+            "under a thread you choose.",
             stacklevel=3,
         )
     return thread, {**normalize_state(state), RUN_THREAD_KEY: thread}

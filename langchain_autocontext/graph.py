@@ -110,13 +110,13 @@ def build_node(engine: ContextEngine, *, name: str = "autocontext") -> Any:
 
     def measure(state: _NodeState, config: RunnableConfig) -> dict[str, Any]:
         msgs, ids_assigned, virtual, originals = archivable(state)
-        thread, made = run_thread(config, state.get("autocontext"))
+        thread, made = run_thread(config, state.get("autocontext"), state.get("messages"))
         engine.archive(originals, thread_id=thread, store=engine.resolve_store())
         return with_thread(measured(state, msgs, ids_assigned, virtual), made)
 
     async def ameasure(state: _NodeState, config: RunnableConfig) -> dict[str, Any]:
         msgs, ids_assigned, virtual, originals = archivable(state)
-        thread, made = run_thread(config, state.get("autocontext"))
+        thread, made = run_thread(config, state.get("autocontext"), state.get("messages"))
         await engine.aarchive(originals, thread_id=thread, store=engine.resolve_store())
         return with_thread(measured(state, msgs, ids_assigned, virtual), made)
 
@@ -181,13 +181,13 @@ def pre_model_hook(engine: ContextEngine) -> RunnableLambda:
     """
 
     def hook(state: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
-        thread, made = run_thread(config, state.get("autocontext"))
+        thread, made = run_thread(config, state.get("autocontext"), state.get("messages"))
         ac_state = made or state.get("autocontext")
         result = engine.compress(state.get("messages") or [], thread_id=thread, state=ac_state)
         return hook_update(engine, result, ac_state, made is not None)
 
     async def ahook(state: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
-        thread, made = run_thread(config, state.get("autocontext"))
+        thread, made = run_thread(config, state.get("autocontext"), state.get("messages"))
         ac_state = made or state.get("autocontext")
         result = await engine.acompress(
             state.get("messages") or [], thread_id=thread, state=ac_state

@@ -326,7 +326,9 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextMiddlewareState, Any, Any
     def _thread(runtime: Runtime[Any], state: Any) -> tuple[str, dict[str, Any] | None]:
         """The run's thread, and the state to persist when a run without ``thread_id``
         got a thread of its own (:func:`~langchain_autocontext.engine.run_thread`)."""
-        return run_thread(_run_config(runtime), state.get("autocontext"))  # type: ignore[arg-type]
+        return run_thread(  # type: ignore[arg-type]
+            _run_config(runtime), state.get("autocontext"), state.get("messages")
+        )
 
     @staticmethod
     def _compressed(

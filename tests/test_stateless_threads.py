@@ -10,7 +10,9 @@ from typing import Any
 
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langgraph.prebuilt import ToolRuntime
 from langgraph.store.memory import InMemoryStore
+from langgraph.types import Command
 
 from langchain_autocontext import AutoContext, AutoContextConfig, engine
 from tests._builders import FunctionModel, call
@@ -110,3 +112,108 @@ def test_the_final_answer_reaches_the_history_when_the_run_ends(kind: str) -> No
     assert final.content.startswith("found: ")
     history = {e.id: e.message for e in ac.resolve_store(store).iter_history("final")}
     assert final.id in history and history[final.id].content == final.content
+
+
+def _offload_ids(messages: list[BaseMessage]) -> list[str]:
+    import re
+
+    text = " ".join(str(m.content) for m in messages)
+    return re.findall(r'reload_offloaded\(offload_id="([0-9a-f-]+)"\)', text)
+
+
+def test_agents_of_one_stateless_request_share_its_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A supervisor and a researcher (each ``create_agent`` with the middleware) in one
+    parent graph, no checkpointer and no ``thread_id``: the offload the researcher made
+    is reloaded by the supervisor (its id in the shared messages). Each ``create_agent``
+    invocation starts without the package's private state, so a thread made up per
+    invocation filed one request under five threads and every reload failed."""
+    from langchain.agents import create_agent
+    from langchain_core.messages import HumanMessage
+    from langchain_core.tools import tool
+    from langgraph.graph import END, START, MessagesState, StateGraph
+
+    from langchain_autocontext.store import decode_thread_id
+
+    monkeypatch.setattr(engine, "_warned_run_thread", True)
+    store = InMemoryStore()
+
+    def handoff(dest: str) -> Any:
+        @tool(f"transfer_to_{dest}")
+        def transfer(runtime: ToolRuntime) -> Command:
+            """Hand the conversation over."""
+            done = ToolMessage(f"to {dest}", tool_call_id=runtime.tool_call_id)
+            return Command(
+                goto=dest,
+                graph=Command.PARENT,
+                update={"messages": [*runtime.state["messages"], done]},
+            )
+
+        return transfer
+
+    @tool
+    def fetch(url: str) -> str:
+        """Fetch a page."""
+        return "\n".join(f"{url}: line {i} value={i * 7 % 13} status ok" for i in range(150))
+
+    reloaded: list[str] = []
+
+    def supervisor(msgs: list[BaseMessage], n: int) -> AIMessage:
+        if n == 0:
+            return AIMessage("", tool_calls=[call("transfer_to_researcher", {})])
+        if n == 1:
+            ids = _offload_ids(msgs)
+            assert ids, "the researcher's offload is in the shared messages"
+            return AIMessage("", tool_calls=[call("reload_offloaded", {"offload_id": ids[0]})])
+        reloaded.append(str(msgs[-1].content))
+        return AIMessage("done")
+
+    def researcher(msgs: list[BaseMessage], n: int) -> AIMessage:
+        if n < 3:
+            return AIMessage("", tool_calls=[call("fetch", {"url": f"u{n}"})])
+        return AIMessage("", tool_calls=[call("transfer_to_supervisor", {})])
+
+    def agent(fn: Any, tools: list[Any], name: str) -> Any:
+        ac = AutoContext(max_tokens=4_000, store=store)
+        return create_agent(
+            FunctionModel(respond=fn), tools, system_prompt=name, middleware=[ac.middleware()]
+        )
+
+    g = StateGraph(MessagesState)
+    g.add_node("supervisor", agent(supervisor, [handoff("researcher")], "sup"))
+    g.add_node("researcher", agent(researcher, [fetch, handoff("supervisor")], "res"))
+    g.add_edge(START, "supervisor")
+    g.add_edge("supervisor", END)
+    app = g.compile(store=store)  # no checkpointer: a stateless request
+    app.invoke({"messages": [HumanMessage("go")]}, {"recursion_limit": 40})
+
+    assert reloaded and "No offloaded content" not in reloaded[0], reloaded
+    assert "[offload " in reloaded[0]
+    threads = {decode_thread_id(ns[1]) for ns in store.list_namespaces(prefix=("autocontext",))}
+    assert len(threads) == 1 and next(iter(threads)).startswith("run-"), threads
+
+
+def test_a_stateless_conversation_is_filed_by_its_first_user_message() -> None:
+    """The thread of a run without ``thread_id`` is named after its first user message's
+    id when that is a random uuid4 (the same conversation sent again finds its history;
+    another conversation does not), and made up when the id could be shared."""
+    import uuid
+
+    from langchain_core.messages import HumanMessage
+
+    first = str(uuid.uuid4())
+    convo = [HumanMessage("hi", id=first), AIMessage("hello", id=str(uuid.uuid4()))]
+    a, _ = engine.run_thread(None, None, convo)
+    again, made = engine.run_thread(None, None, [*convo, HumanMessage("more")])
+    assert a == again and a.startswith("run-") and made == {"run_thread": a}
+    other, _ = engine.run_thread(None, None, [HumanMessage("hi", id=str(uuid.uuid4()))])
+    assert other != a
+    # client-chosen or derived (uuid5) ids could be shared by two users: a fresh thread
+    for mid in ("1", str(uuid.uuid5(uuid.NAMESPACE_URL, "hi")), None):
+        t1, _ = engine.run_thread(None, None, [HumanMessage("hi", id=mid)])
+        t2, _ = engine.run_thread(None, None, [HumanMessage("hi", id=mid)])
+        assert t1 != t2
+    # a thread_id, or a thread already kept in the state, wins
+    assert engine.run_thread({"configurable": {"thread_id": "t"}}, None, convo) == ("t", None)
+    assert engine.run_thread(None, {"run_thread": "run-x"}, convo) == ("run-x", None)
