@@ -16,7 +16,7 @@ from langchain_autocontext.errors import (
     UnknownMessageError,
 )
 from langchain_autocontext.facade import AutoContext
-from langchain_autocontext.graph import AutoContextAgentState, AutoContextState
+from langchain_autocontext.graph import AutoContextAgentState, AutoContextState, merge_autocontext
 from langchain_autocontext.history import AutoContextChatMessageHistory, AutoContextRunnable
 from langchain_autocontext.messages import is_pinned, pin
 from langchain_autocontext.metadata import render_view, strip_message_tags, strip_tags
@@ -63,6 +63,7 @@ __all__ = [
     "TokenCounter",
     "UnknownMessageError",
     "is_pinned",
+    "merge_autocontext",
     "pin",
     "render_view",
     "resolve_counter",

@@ -39,7 +39,11 @@ from langgraph.store.memory import InMemoryStore
 from langchain_autocontext.budget import BudgetSpec, ModelWindow, model_window
 from langchain_autocontext.commands import process_reply
 from langchain_autocontext.config import AutoContextConfig
-from langchain_autocontext.errors import ContextBudgetError, InvalidConfigError
+from langchain_autocontext.errors import (
+    ContextBudgetError,
+    InvalidConfigError,
+    OffloadNotFoundError,
+)
 from langchain_autocontext.messages import (
     ensure_ids,
     is_real_user,
@@ -47,8 +51,9 @@ from langchain_autocontext.messages import (
     repair_tool_pairs,
     sanitize_message,
 )
+from langchain_autocontext.records import OffloadRecord
 from langchain_autocontext.store import OffloadStore, on_thread_deleted
-from langchain_autocontext.strategies.base import Strategy
+from langchain_autocontext.strategies.base import Strategy, place_summaries, summary_offload_ids
 from langchain_autocontext.strategies.pipeline import (
     PipelineResult,
     adrive,
@@ -130,6 +135,16 @@ def config_with(config: AutoContextConfig | None, fields: Mapping[str, Any]) -> 
     if not fields:
         return config or AutoContextConfig()
     return (config or AutoContextConfig()).derive(**fields)
+
+
+@dataclass
+class _ThreadMemo:
+    """What an engine knows of one thread in one store."""
+
+    #: ids it archived there
+    archived: set[str] = field(default_factory=set)
+    #: offload id of a summary -> ids of the messages it replaced (records never change)
+    spans: dict[str, frozenset[str]] = field(default_factory=dict)
 
 
 #: Every live engine: a thread deleted from a store is forgotten by each.
@@ -260,10 +275,11 @@ class ContextEngine:
         self._lock = threading.Lock()
         self._wrapped: dict[int, OffloadStore] = {}
         self._own_store: OffloadStore | None = None
-        #: (id of the store's backend, thread) -> (a weak reference to that backend, the
-        #: ids archived there): the reference tells a new store that got a freed one's
-        #: address from the old one, whose memo would otherwise skip its archiving
-        self._archived: OrderedDict[tuple[int, str], tuple[weakref.ref[BaseStore], set[str]]] = (
+        #: (id of the store's backend, thread) -> (a weak reference to that backend, what
+        #: this engine knows of the thread there): the reference tells a new store that
+        #: got a freed one's address from the old one, whose memo would otherwise skip
+        #: its archiving
+        self._archived: OrderedDict[tuple[int, str], tuple[weakref.ref[BaseStore], _ThreadMemo]] = (
             OrderedDict()
         )
         self._tools: list[BaseTool] | None = None
@@ -435,10 +451,11 @@ class ContextEngine:
         return list(self._tools)
 
     # --- the archive: originals go to the history store before anything changes -------
-    def _archived_ids(self, store: OffloadStore, thread_id: str) -> set[str]:
-        """The memo of ids this engine archived in ``store`` for ``thread_id`` (a
-        cache: ``append_history`` itself skips ids the store holds). A backend that
-        cannot be weakly referenced gets an empty, unkept memo each time."""
+    def _memo(self, store: OffloadStore, thread_id: str) -> _ThreadMemo:
+        """What this engine knows of ``thread_id`` in ``store`` (a cache:
+        ``append_history`` itself skips ids the store holds, and offload records never
+        change). A backend that cannot be weakly referenced gets an empty, unkept memo
+        each time."""
         backend = store.backend
         key = (id(backend), thread_id)
         entry = self._archived.get(key)
@@ -447,13 +464,17 @@ class ContextEngine:
         try:
             ref = weakref.ref(backend)
         except TypeError:
-            return set()
-        seen: set[str] = set()
+            return _ThreadMemo()
+        memo = _ThreadMemo()
         with self._lock:
-            self._archived[key] = (ref, seen)
+            self._archived[key] = (ref, memo)
             while len(self._archived) > 4096:
                 self._archived.popitem(last=False)
-        return seen
+        return memo
+
+    def _archived_ids(self, store: OffloadStore, thread_id: str) -> set[str]:
+        """The ids this engine archived in ``store`` for ``thread_id``."""
+        return self._memo(store, thread_id).archived
 
     def _unarchived(
         self, store: OffloadStore, thread_id: str, messages: Sequence[BaseMessage]
@@ -464,10 +485,34 @@ class ContextEngine:
     def _mark_archived(self, store: OffloadStore, thread_id: str, ids: Sequence[str]) -> None:
         self._archived_ids(store, thread_id).update(ids)
 
+    def _unknown_spans(
+        self, store: OffloadStore, thread_id: str, messages: Sequence[BaseMessage]
+    ) -> list[str]:
+        """Offload ids of the summaries in ``messages`` whose replaced ids this engine
+        has not read yet (see :func:`place_summaries`)."""
+        spans = self._memo(store, thread_id).spans
+        return [oid for oid in summary_offload_ids(messages) if oid not in spans]
+
+    def _learn_span(
+        self, store: OffloadStore, thread_id: str, offload_id: str, record: OffloadRecord | None
+    ) -> None:
+        ids = frozenset(i for i in record.message_ids if i) if record is not None else frozenset()
+        self._memo(store, thread_id).spans[offload_id] = ids
+
     def archive(
         self, messages: Sequence[BaseMessage], *, thread_id: str, store: OffloadStore
     ) -> int:
-        """Append originals not yet in the thread's history (idempotent). Returns how many."""
+        """Append originals not yet in the thread's history (idempotent). Returns how many.
+
+        Also reads, once, which messages each summary in ``messages`` replaced (from its
+        offload record), so that :meth:`_repair` can put a summary that arrives beside
+        its originals back in their place."""
+        for oid in self._unknown_spans(store, thread_id, messages):
+            try:
+                record: OffloadRecord | None = store.reload(thread_id, oid)
+            except OffloadNotFoundError:  # written under another thread or store
+                record = None
+            self._learn_span(store, thread_id, oid, record)
         new = self._unarchived(store, thread_id, messages)
         if not new:
             return 0
@@ -479,6 +524,12 @@ class ContextEngine:
         self, messages: Sequence[BaseMessage], *, thread_id: str, store: OffloadStore
     ) -> int:
         """Async twin of :meth:`archive`."""
+        for oid in self._unknown_spans(store, thread_id, messages):
+            try:
+                record: OffloadRecord | None = await store.areload(thread_id, oid)
+            except OffloadNotFoundError:  # written under another thread or store
+                record = None
+            self._learn_span(store, thread_id, oid, record)
         new = self._unarchived(store, thread_id, messages)
         if not new:
             return 0
@@ -609,11 +660,25 @@ class ContextEngine:
             WINDOW_SCALE_KEY: round(window_scale(state) * OVERFLOW_SCALE_STEP, 4),
         }
 
-    @staticmethod
-    def _repair(messages: list[BaseMessage]) -> tuple[list[BaseMessage], bool]:
-        """Tool calls and results paired up (after archiving: a dropped orphan stays in
-        the history). Returns the messages and whether anything changed."""
-        fixed = repair_tool_pairs(messages)
+    def _repair(
+        self,
+        messages: list[BaseMessage],
+        store: OffloadStore | None = None,
+        thread_id: str | None = None,
+    ) -> tuple[list[BaseMessage], bool]:
+        """Summaries in their originals' place, and tool calls and results paired up
+        (after archiving: what is dropped stays in the history). Returns the messages
+        and whether anything changed.
+
+        With ``store`` and ``thread_id``, a summary that arrives beside originals it
+        replaced (a parent graph merged an agent's compressed messages into its own by
+        id: the summary is appended at the end, the originals stay) takes their place
+        and they are dropped, so nothing is summarized twice (:func:`place_summaries`,
+        with the spans :meth:`archive` read)."""
+        fixed = messages
+        if store is not None and thread_id is not None:
+            fixed = place_summaries(fixed, self._memo(store, thread_id).spans)
+        fixed = repair_tool_pairs(fixed)
         changed = len(fixed) != len(messages) or any(
             a is not b for a, b in zip(fixed, messages, strict=True)
         )
@@ -692,7 +757,7 @@ class ContextEngine:
         archived = self.archive(
             [m for m in msgs if m.id != _SYSTEM_PLACEHOLDER_ID], thread_id=thread_id, store=st
         )
-        msgs, repaired = self._repair(msgs)
+        msgs, repaired = self._repair(msgs, st, thread_id)
         ids_assigned = ids_assigned or repaired
         msgs, virtual, system, budget, tools = self._as_sent(
             messages, msgs, state, virtual, view, tools
@@ -736,7 +801,7 @@ class ContextEngine:
         archived = await self.aarchive(
             [m for m in msgs if m.id != _SYSTEM_PLACEHOLDER_ID], thread_id=thread_id, store=st
         )
-        msgs, repaired = self._repair(msgs)
+        msgs, repaired = self._repair(msgs, st, thread_id)
         ids_assigned = ids_assigned or repaired
         msgs, virtual, system, budget, tools = self._as_sent(
             messages, msgs, state, virtual, view, tools

@@ -38,21 +38,38 @@ __all__ = [
     "build_node",
     "command_node",
     "hook_update",
+    "merge_autocontext",
     "model_node",
     "pre_model_hook",
 ]
 
 
+def merge_autocontext(
+    left: Mapping[str, Any] | None, right: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """The reducer of the ``autocontext`` state key: the newer value replaces the older.
+
+    The package writes the whole dict each time (a key left out is a key cleared), so
+    for one writer this is the plain replacement LangGraph applies to a key without a
+    reducer. Nodes running in parallel (a static fan-out, ``Send``) may each write the
+    key in one step, which LangGraph refuses for a key without a reducer
+    (``InvalidUpdateError``): their writes are applied in turn, the last one winning.
+    A write of ``None`` leaves the value as it was.
+    """
+    return dict(right if right is not None else left or {})
+
+
 class AutoContextState(TypedDict):
     """Graph state with the keys the package reads and writes.
 
-    Inherit from it (or add an ``autocontext: dict`` key to your own state) so the
-    working context, memory-pressure flag and counters persist in checkpoints.
-    Everything under ``autocontext`` is plain JSON.
+    Inherit from it (or add an ``autocontext`` key to your own state, annotated with
+    :func:`merge_autocontext` if parallel nodes may write it) so the working context,
+    memory-pressure flag and counters persist in checkpoints. Everything under
+    ``autocontext`` is plain JSON.
     """
 
     messages: Annotated[list[AnyMessage], add_messages]
-    autocontext: NotRequired[dict[str, Any]]
+    autocontext: NotRequired[Annotated[dict[str, Any], merge_autocontext]]
 
 
 class AutoContextAgentState(AgentState):
@@ -62,7 +79,7 @@ class AutoContextAgentState(AgentState):
     and the autonomous step count persist between turns.
     """
 
-    autocontext: NotRequired[dict[str, Any]]
+    autocontext: NotRequired[Annotated[dict[str, Any], merge_autocontext]]
 
 
 class _NodeState(TypedDict):
@@ -91,10 +108,10 @@ def build_node(engine: ContextEngine, *, name: str = "autocontext") -> Any:
         return msgs, ids_assigned, virtual, [m for m in msgs if m.id != _SYSTEM_PLACEHOLDER_ID]
 
     def measured(
-        state: _NodeState, msgs: list[BaseMessage], ids_assigned: bool, virtual: bool
+        state: _NodeState, msgs: list[BaseMessage], ids_assigned: bool, virtual: bool, thread: str
     ) -> dict[str, Any]:
         """After the archive: repair, count what the view sends, decide."""
-        msgs, repaired = engine._repair(msgs)
+        msgs, repaired = engine._repair(msgs, engine.resolve_store(), thread)
         ac_state = state.get("autocontext")
         shown = engine.view_config(msgs, ac_state)
         msgs, _, _ = engine._with_view(msgs, ac_state, virtual, shown)
@@ -112,22 +129,22 @@ def build_node(engine: ContextEngine, *, name: str = "autocontext") -> Any:
         msgs, ids_assigned, virtual, originals = archivable(state)
         thread, made = run_thread(config, state.get("autocontext"), state.get("messages"))
         engine.archive(originals, thread_id=thread, store=engine.resolve_store())
-        return with_thread(measured(state, msgs, ids_assigned, virtual), made)
+        return with_thread(measured(state, msgs, ids_assigned, virtual, thread), made)
 
     async def ameasure(state: _NodeState, config: RunnableConfig) -> dict[str, Any]:
         msgs, ids_assigned, virtual, originals = archivable(state)
         thread, made = run_thread(config, state.get("autocontext"), state.get("messages"))
         await engine.aarchive(originals, thread_id=thread, store=engine.resolve_store())
-        return with_thread(measured(state, msgs, ids_assigned, virtual), made)
+        return with_thread(measured(state, msgs, ids_assigned, virtual, thread), made)
 
     def pipeline(state: _NodeState, config: RunnableConfig) -> tuple[Any, bool, Any]:
         msgs, _, virtual = engine._prepare(state.get("messages") or [])
-        msgs, _ = engine._repair(msgs)
         ac_state = state.get("autocontext")
+        thread = thread_id_of(config, ac_state)
+        msgs, _ = engine._repair(msgs, engine.resolve_store(), thread)
         shown = engine.view_config(msgs, ac_state)
         msgs, virtual, system = engine._with_view(msgs, ac_state, virtual, shown)
         budget = engine._budget(state.get("messages") or [], ac_state, shown)
-        thread = thread_id_of(config, ac_state)
         run = engine._pipeline(msgs, thread, None, False, budget)
         return run, virtual, system
 
@@ -147,13 +164,14 @@ def build_node(engine: ContextEngine, *, name: str = "autocontext") -> Any:
         result = await adrive(run, engine.resolve_store(), engine.summarizer)
         return compressed(state, result, virtual, system)
 
-    def commit(state: _NodeState) -> dict[str, Any]:
+    def commit(state: _NodeState, config: RunnableConfig) -> dict[str, Any]:
         work = state.get("ac_work") or {}
         if work.get("changed") or work.get("ids_assigned"):
             new = work.get("result")
             if new is None:
                 new, _, _ = engine._prepare(state.get("messages") or [])
-                new, _ = engine._repair(new)
+                thread = thread_id_of(config, state.get("autocontext"))
+                new, _ = engine._repair(new, engine.resolve_store(), thread)
             return {"messages": [remove_all(), *new]}
         return {"messages": []}
 

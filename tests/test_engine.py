@@ -522,3 +522,25 @@ def test_a_compression_result_reads_at_a_glance_and_names_its_offloads() -> None
     assert result.offload_ids
     for oid in result.offload_ids:
         assert store.reload("t", oid).messages
+
+
+@settings(max_examples=25, deadline=None)
+@given(steps=st.integers(min_value=4, max_value=40), rounds=st.integers(min_value=0, max_value=8))
+def test_a_summary_beside_its_originals_takes_their_place(steps: int, rounds: int) -> None:
+    """A parent graph that merges an agent's compressed messages into its own by id
+    (``add_messages``) keeps the originals and appends the summaries at the end. Fed
+    that list, ``compress`` puts each summary where its originals stood and drops them:
+    the agent's own list again, with nothing summarized twice."""
+    from langgraph.graph.message import add_messages
+
+    ac = AutoContext(AutoContextConfig(max_tokens=3_000), summarizer="offline")
+    store = OffloadStore(InMemoryStore())
+    parent = [*chat_rounds(rounds, 1, 10), *coding_run(steps, 20)[1:]]
+    first = ac.compress(parent, thread_id="t", store=store)
+    records = len(store.list_offloads("t"))
+    merged = add_messages(parent, first.messages)  # the parent state after a handoff
+    again = ac.compress(merged, thread_id="t", store=store)
+    assert [m.id for m in again.messages] == [m.id for m in first.messages]
+    assert [type(m) for m in again.messages] == [type(m) for m in first.messages]
+    assert len(store.list_offloads("t")) == records  # nothing summarized or offloaded again
+    assert not find_violations(again.messages)

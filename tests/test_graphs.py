@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import itertools
 import warnings
+from typing import Any
 
+import pytest
 from _builders import ScriptedModel, bash
 from langchain_core.messages import HumanMessage, SystemMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, StateGraph
-from langgraph.prebuilt import ToolNode, tools_condition
+from langgraph.prebuilt import ToolNode, ToolRuntime, tools_condition
 from langgraph.store.memory import InMemoryStore
+from langgraph.types import Command
 
 from langchain_autocontext import AutoContext, AutoContextConfig, AutoContextState
 from langchain_autocontext.messages import find_violations
@@ -165,3 +169,150 @@ def test_a_tool_call_edited_by_a_reviewer_keeps_its_original_in_the_history() ->
     assert "deleted /tmp/x" in [m.content for m in out["messages"]]
     original = store.get_history_message("review", pending.id)
     assert original is not None and original.message.tool_calls[0]["args"] == {"path": "/etc/x"}
+
+
+def test_parallel_nodes_may_each_write_the_package_state() -> None:
+    """Two model nodes in one step (a fan-out) each write ``state["autocontext"]`` on a
+    thread's first call: without a reducer on the key LangGraph raised
+    ``InvalidUpdateError`` at the first step of every new thread (multi-agent audit)."""
+    from _builders import FunctionModel
+    from langchain_core.messages import AIMessage
+    from langgraph.graph import END
+    from langgraph.types import Send
+
+    from langchain_autocontext import AutoContextAgentState, merge_autocontext
+
+    ac = AutoContext(AutoContextConfig(max_tokens=8_000), store=InMemoryStore())
+
+    def critic(name: str) -> Any:
+        return ac.model_node(FunctionModel(respond=lambda msgs, n: AIMessage(f"{name}: ok")))
+
+    g = StateGraph(AutoContextState)
+    for name in ("critic_a", "critic_b"):
+        g.add_node(name, critic(name))
+        g.add_edge(START, name)
+        g.add_edge(name, END)
+    app = g.compile(checkpointer=InMemorySaver())
+    out = app.invoke(
+        {"messages": [HumanMessage("Review this.")]}, {"configurable": {"thread_id": "x"}}
+    )
+    assert {m.content for m in out["messages"][1:]} == {"critic_a: ok", "critic_b: ok"}
+    assert isinstance(out["autocontext"], dict)
+
+    # Send fan-out to one node, on create_react_agent's state with the package's key
+    fan = StateGraph(AutoContextAgentState)
+    fan.add_node("critic", critic("critic"))
+    fan.add_conditional_edges(
+        START, lambda s: [Send("critic", {"messages": s["messages"]}) for _ in range(3)]
+    )
+    fan.add_edge("critic", END)
+    out = fan.compile().invoke({"messages": [HumanMessage("Review this.")]})
+    assert [m.content for m in out["messages"][1:]] == ["critic: ok"] * 3
+
+    # the reducer: the last write wins whole (a key left out is cleared), None keeps
+    assert merge_autocontext({"a": 1, "b": 2}, {"b": 3}) == {"b": 3}
+    assert merge_autocontext({"a": 1}, None) == {"a": 1}
+    assert merge_autocontext(None, {"a": 1}) == {"a": 1}
+
+
+def _supervisor_team(rounds: int, store: Any) -> tuple[Any, list[Any]]:
+    """The supervisor pattern (langgraph-supervisor's handoffs): two ``create_agent``
+    agents with the middleware as nodes of a parent graph on a shared ``messages`` key;
+    a handoff returns the agent's whole (compressed) message list to the parent."""
+    from _builders import FunctionModel, call
+    from langchain.agents import create_agent
+    from langchain_core.messages import AIMessage, ToolMessage
+    from langchain_core.tools import tool
+    from langgraph.graph import END, MessagesState
+
+    def handoff(dest: str) -> Any:
+        @tool(f"transfer_to_{dest}")
+        def transfer(runtime: ToolRuntime) -> Command:
+            """Hand the conversation over."""
+            done = ToolMessage(f"Transferred to {dest}", tool_call_id=runtime.tool_call_id)
+            return Command(
+                goto=dest,
+                graph=Command.PARENT,
+                update={"messages": [*runtime.state["messages"], done]},
+            )
+
+        return transfer
+
+    @tool
+    def fetch(url: str) -> str:
+        """Fetch a page."""
+        return f"Findings for {url}: " + " ".join(
+            f"fact{i} of {url} is {i * 3}." for i in range(50)
+        )
+
+    def supervisor(msgs: list[Any], n: int) -> AIMessage:
+        if n < rounds:
+            text = f"Round {n}: asking the researcher about topic {n}. " * 5
+            return AIMessage(text, tool_calls=[call("transfer_to_researcher", {})])
+        return AIMessage("All done.")
+
+    def researcher(msgs: list[Any], n: int) -> AIMessage:
+        if n % 3 < 2:
+            return AIMessage("", tool_calls=[call("fetch", {"url": f"https://x/{n}"})])
+        text = f"Report {n}: " + "the findings are solid. " * 30
+        return AIMessage(text, tool_calls=[call("transfer_to_supervisor", {})])
+
+    models = [FunctionModel(respond=supervisor), FunctionModel(respond=researcher)]
+    agents = {}
+    for name, model, tools in (
+        ("supervisor", models[0], [handoff("researcher")]),
+        ("researcher", models[1], [fetch, handoff("supervisor")]),
+    ):
+        ac = AutoContext(max_tokens=5_000, store=store)
+        agents[name] = create_agent(
+            model, tools, system_prompt=f"You are the {name}.", middleware=[ac.middleware()]
+        )
+    g = StateGraph(MessagesState)
+    g.add_node("supervisor", agents["supervisor"], destinations=("researcher", END))
+    g.add_node("researcher", agents["researcher"], destinations=("supervisor",))
+    g.add_edge(START, "supervisor")
+    return g.compile(checkpointer=InMemorySaver(), store=store), models
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+async def test_agents_sharing_messages_summarize_each_original_once(mode: str) -> None:
+    """In the supervisor pattern the parent keeps the originals an agent summarized and
+    appends the agent's summaries at the end (LangGraph merges by id). Each agent then
+    summarized those originals again, on every turn: at 12 rounds 1,081 messages were
+    summarized for 98 originals and a context reached 15,379 tokens against a 5,000
+    budget before compression, and summaries sat, in the assistant's role, before
+    assistant messages (multi-agent audit). A summary now takes its originals' place."""
+    from langchain_core.messages import AIMessage, HumanMessage
+
+    from langchain_autocontext.messages import marker
+    from langchain_autocontext.strategies.base import SUMMARY_KINDS
+
+    store = InMemoryStore()
+    app, models = _supervisor_team(12, store)
+    cfg = {"configurable": {"thread_id": "team"}, "recursion_limit": 500}
+    inputs = {"messages": [HumanMessage("Research X thoroughly.")]}
+    if mode == "sync":
+        app.invoke(inputs, cfg)
+    else:
+        await app.ainvoke(inputs, cfg)
+
+    ost = OffloadStore(store)
+    originals = ost.history_count("team")
+    history = {e.id for e in ost.iter_history("team")}
+    summarized = [
+        i
+        for r in ost.list_offloads("team")
+        if not r.strategy.startswith("offload")  # a preview keeps the id it stands for
+        for i in r.message_ids
+        if i in history
+    ]
+    assert summarized and len(summarized) == len(set(summarized)), "summarized twice"
+    events = ost.list_events("team")
+    assert events and max(e.tokens_before for e in events) < 2 * 5_000
+    for model in models:
+        for request in model.seen:
+            assert not find_violations(request)
+            for m, nxt in itertools.pairwise(request):
+                if (marker(m) or {}).get("kind") in SUMMARY_KINDS:
+                    assert not (isinstance(m, AIMessage) and isinstance(nxt, AIMessage))
+    assert originals > 60

@@ -4,11 +4,16 @@ A strategy never performs I/O. It looks at the working messages and returns
 :class:`Job` s: spans to replace, each with an optional summary request. The
 pipeline offloads each span's originals *first*, runs the summaries (concurrently),
 and only then builds the replacements, so a crash in between loses nothing.
+
+Over 600 lines because the rules of the messages the strategies write (their kinds,
+roles, notes, and where a summary stands among the messages it replaced) belong with
+the context and the jobs that make them: every strategy and the engine read them
+here, and split across modules each rule would be stated twice.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Protocol
@@ -49,11 +54,13 @@ __all__ = [
     "clip_text",
     "is_summary",
     "offload_note",
+    "place_summaries",
     "replacement_message",
     "shrink_args",
     "summarizer_input",
     "summarizer_view",
     "summary_body",
+    "summary_offload_ids",
 ]
 
 #: Marker kinds of messages the package writes.
@@ -491,6 +498,92 @@ def replacement_message(
     cls = HumanMessage if isinstance(followed_by, AIMessage) else AIMessage
     msg = cls(content=f"[{header}; {offload_note(out.offload_id)}]\n{body}".rstrip(), id=new_id())
     return mark(msg, kind, offload_id=out.offload_id, **info)
+
+
+#: Kinds of the package's messages that stand, under an id of their own, for the
+#: messages they replaced (a summarized message keeps its own id).
+SPAN_KINDS = SUMMARY_KINDS - {KIND_SUMMARIZED}
+#: Kinds whose role :func:`replacement_message` chose by the message that follows.
+_ROLE_BY_FOLLOWER = frozenset({KIND_TOOL_RUN, KIND_ROUND, KIND_CURRENT})
+
+
+def summary_offload_ids(messages: Sequence[BaseMessage]) -> list[str]:
+    """The offload ids of the summaries in ``messages`` that stand for other messages."""
+    out = []
+    for m in messages:
+        info = marker(m)
+        if info and info.get("kind") in SPAN_KINDS:
+            oid = info.get("offload_id")
+            if isinstance(oid, str) and oid:
+                out.append(oid)
+    return out
+
+
+def place_summaries(
+    messages: list[BaseMessage], spans: Mapping[str, frozenset[str]]
+) -> list[BaseMessage]:
+    """Each summary where the messages it replaced stood, and those messages dropped.
+
+    ``spans`` maps a summary's offload id to the ids of the messages it replaced (its
+    offload record's). A list holds a summary beside its originals when LangGraph
+    merged an agent's compressed messages into a parent state by id (the supervisor
+    pattern: a handoff returns the agent's ``messages``): the summary's new id is
+    appended at the end and the originals, never removed from the parent, stay. Left
+    so, every agent would summarize those originals again, and the summary would sit
+    out of order. A summary of summaries stands where the first of all it stands for
+    stood. Then a summary in the assistant's role right before an assistant message
+    takes the user's role, as when it was written (:func:`replacement_message`).
+    Returns ``messages`` itself when nothing changes.
+    """
+    index = {m.id: i for i, m in enumerate(messages) if m.id}
+    covers: dict[int, set[int]] = {}
+    for i, m in enumerate(messages):
+        info = marker(m)
+        if not info or info.get("kind") not in SPAN_KINDS:
+            continue
+        ids = spans.get(str(info.get("offload_id")))
+        present = {index[x] for x in ids or () if index.get(x, i) != i}
+        if present:
+            covers[i] = present
+    out = messages
+    if covers:
+        dropped = set().union(*covers.values())
+
+        def reach(i: int, seen: set[int]) -> set[int]:
+            found = set(covers.get(i, ()))
+            for j in list(found):
+                if j in covers and j not in seen:
+                    seen.add(j)
+                    found |= reach(j, seen)
+            return found
+
+        placed: dict[int, int] = {}  # position -> the summary put there
+        for i in covers:
+            if i not in dropped:
+                first = min(reach(i, {i}))
+                if first < i:
+                    placed[first] = i
+        moved = set(placed.values())
+        out = [
+            messages[placed[k]] if k in placed else m
+            for k, m in enumerate(messages)
+            if k in placed or (k not in dropped and k not in moved)
+        ]
+    fixed: list[BaseMessage] | None = None
+    for k, m in enumerate(out):
+        info = marker(m)
+        if (
+            info
+            and info.get("kind") in _ROLE_BY_FOLLOWER
+            and isinstance(m, AIMessage)
+            and k + 1 < len(out)
+            and isinstance(out[k + 1], AIMessage)
+        ):
+            fixed = list(out) if fixed is None else fixed
+            fixed[k] = HumanMessage(
+                content=m.content, id=m.id, additional_kwargs=dict(m.additional_kwargs)
+            )
+    return fixed if fixed is not None else out
 
 
 def replacement_summary(body: str, out: JobOutput, evicted: int) -> HumanMessage:
