@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from typing_extensions import TypedDict, Unpack
 
 from langchain_autocontext.errors import InvalidConfigError
 
-__all__ = ["AutoContextConfig"]
+__all__ = ["AutoContextConfig", "AutoContextConfigFields"]
 
 
 class Thresholds(NamedTuple):
@@ -20,6 +21,43 @@ class Thresholds(NamedTuple):
     """Once triggered, compression stops at or under this many tokens."""
     warning: int
     """The memory-pressure notice is shown from this many tokens on."""
+
+
+class AutoContextConfigFields(TypedDict, total=False):
+    """The fields of :class:`AutoContextConfig` as keyword arguments, each optional, with
+    the field's type: what ``AutoContext(**fields)``, ``AutoContextMiddleware(**fields)``
+    and :meth:`AutoContextConfig.derive` take (``**fields: Unpack[AutoContextConfigFields]``),
+    so a type checker catches a misspelt name or a wrong type there too. The meaning and
+    default of each are the config's. (A test keeps it equal to the config's fields.)"""
+
+    msg_threshold: int
+    max_tokens: int
+    token_ratio: float
+    target_ratio: float
+    keep_ratio: float
+    last_keep: int
+    min_consecutive_tool_messages: int
+    large_payload_threshold: int
+    offload_single_preview: int
+    current_round_compression_ratio: float
+    min_summary_span_tokens: int
+    summary_max_tokens: int
+    warning_ratio: float
+    working_context_max_chars: int
+    metadata_tags: bool
+    pin_max_tokens: int | None
+    disclosure: Literal["when_needed", "always"]
+    tag_format: Literal["compact", "seed"]
+    self_management_tools: bool
+    instructions: Literal["compact", "full"]
+    xml_commands: bool
+    max_autonomous_steps: int
+    plan_note_tools: tuple[str, ...]
+    search_language: str
+    summarizer_retries: int
+    summarizer_timeout: float | None
+    summarizer_concurrency: int
+    store_prefix: str
 
 
 class AutoContextConfig(BaseModel):
@@ -275,7 +313,7 @@ class AutoContextConfig(BaseModel):
         """What the counter's ``tags=`` takes: the tag format, or ``False`` without tags."""
         return self.tag_format if self.metadata_tags else False
 
-    def derive(self, **changes: Any) -> AutoContextConfig:
+    def derive(self, **changes: Unpack[AutoContextConfigFields]) -> AutoContextConfig:
         """This config with ``changes``, validated as a whole like the constructor
         (``model_copy(update=…)`` skips validation). Fields not set here and not given
         keep following their defaults' rules (a lowered ``token_ratio`` takes
@@ -291,7 +329,8 @@ class AutoContextConfig(BaseModel):
                 f"unknown field(s) {', '.join(map(repr, unknown))}; the fields are "
                 f"{', '.join(type(self).model_fields)}"
             )
-        return type(self)(**{**self.model_dump(exclude_unset=True), **changes})
+        merged: dict[str, Any] = {**self.model_dump(exclude_unset=True), **changes}
+        return type(self)(**merged)
 
     @property
     def trigger_tokens(self) -> int:

@@ -35,10 +35,11 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.store.base import BaseStore
 from langgraph.store.memory import InMemoryStore
+from typing_extensions import Unpack
 
 from langchain_autocontext.budget import BudgetSpec, ModelWindow, model_window
 from langchain_autocontext.commands import process_reply
-from langchain_autocontext.config import AutoContextConfig
+from langchain_autocontext.config import AutoContextConfig, AutoContextConfigFields
 from langchain_autocontext.errors import ContextBudgetError, InvalidConfigError
 from langchain_autocontext.messages import (
     ensure_ids,
@@ -66,7 +67,7 @@ from langchain_autocontext.view import (
     view_reserve,
 )
 
-__all__ = ["CompressionResult", "ContextEngine"]
+__all__ = ["AutoContextArgs", "CompressionResult", "ContextEngine"]
 
 _SYSTEM_PLACEHOLDER_ID = "autocontext-system-prompt"
 
@@ -171,6 +172,22 @@ def merge_system_messages(messages: list[BaseMessage]) -> list[BaseMessage]:
     return [systems[0].model_copy(update={"content": content}), *rest]
 
 
+class AutoContextArgs(AutoContextConfigFields, total=False):
+    """The keyword arguments of :class:`ContextEngine` (and so of
+    :class:`~langchain_autocontext.AutoContext`) besides ``config``: the config's fields
+    and the engine's own. What ``AutoContextMiddleware(**kwargs)`` takes to build one."""
+
+    summarizer: Summarizer | Any
+    store: BaseStore | None
+    token_counter: Any
+    tools: Sequence[Any] | None
+    system_prompt: str | None
+    strategies: Sequence[Strategy] | None
+    trigger: Any
+    keep: Any
+    model: Any
+
+
 class ContextEngine:
     """Keeps an agent's context under budget: the engine under
     :class:`~langchain_autocontext.AutoContext` (use that one; it adds the surfaces).
@@ -191,7 +208,7 @@ class ContextEngine:
         trigger: Any = None,
         keep: Any = None,
         model: Any = None,
-        **fields: Any,
+        **fields: Unpack[AutoContextConfigFields],
     ) -> None:
         """``fields`` are :class:`AutoContextConfig` fields (``AutoContext(max_tokens=8_000)``),
         applied over ``config`` when both are given, and validated like it.

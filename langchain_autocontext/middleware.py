@@ -52,10 +52,12 @@ from langchain.agents.middleware.types import (
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage
 from langgraph.runtime import Runtime
 from langgraph.types import Command
+from typing_extensions import Unpack
 
 from langchain_autocontext.config import AutoContextConfig
 from langchain_autocontext.engine import (
     _SYSTEM_PLACEHOLDER_ID,
+    AutoContextArgs,
     ContextEngine,
     run_thread,
     thread_id_of,
@@ -191,7 +193,10 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextMiddlewareState, Any, Any
     state_schema = AutoContextMiddlewareState
 
     def __init__(
-        self, autocontext: ContextEngine | AutoContextConfig | None = None, /, **kwargs: Any
+        self,
+        autocontext: ContextEngine | AutoContextConfig | None = None,
+        /,
+        **kwargs: Unpack[AutoContextArgs],
     ) -> None:
         """Build it the LangChain way, ``AutoContextMiddleware(max_tokens=8_000,
         summarizer=…, store=…)`` (any :class:`AutoContextConfig` field and any

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
 import re
+import typing
 from typing import Any
 
 import pytest
@@ -18,6 +20,8 @@ from langchain_autocontext import (
     ContextBudgetError,
     InvalidConfigError,
 )
+from langchain_autocontext.config import AutoContextConfigFields
+from langchain_autocontext.engine import AutoContextArgs, ContextEngine
 from langchain_autocontext.messages import find_violations, marker, pin
 from langchain_autocontext.store import OffloadStore
 from langchain_autocontext.strategies import (
@@ -331,6 +335,24 @@ def test_derived_configs_are_validated_as_a_whole() -> None:
         base.derive(token_ratio=0.3)  # below the target_ratio given at first
     with pytest.raises(TypeError, match="unknown field"):
         base.derive(max_token=8_000)
+
+
+def test_the_keyword_argument_types_mirror_the_config_and_the_engine() -> None:
+    """``AutoContext(**fields)``, ``AutoContextMiddleware(**kwargs)`` and ``derive(**changes)``
+    are typed with these TypedDicts (``Unpack``): a field added to the config or an argument
+    to the engine without them would be an error to a type checker."""
+    fields = typing.get_type_hints(AutoContextConfigFields)
+    assert fields == {n: f.annotation for n, f in AutoContextConfig.model_fields.items()}
+    engine = typing.get_type_hints(ContextEngine.__init__)
+    own = [
+        name
+        for name, p in inspect.signature(ContextEngine.__init__).parameters.items()
+        if name not in ("self", "config") and p.kind is not p.VAR_KEYWORD
+    ]
+    assert typing.get_type_hints(AutoContextArgs) == {
+        **fields,
+        **{name: engine[name] for name in own},
+    }
 
 
 def test_the_budget_error_says_what_takes_the_room() -> None:
