@@ -28,6 +28,7 @@ from typing import Any
 from langchain_core.messages import (
     AIMessage,
     BaseMessage,
+    MessageLikeRepresentation,
     SystemMessage,
     convert_to_messages,
 )
@@ -680,7 +681,7 @@ class ContextEngine:
 
     def compress(
         self,
-        messages: Sequence[BaseMessage],
+        messages: Sequence[MessageLikeRepresentation],
         *,
         thread_id: str = "default",
         store: BaseStore | None = None,
@@ -736,7 +737,7 @@ class ContextEngine:
 
     async def acompress(
         self,
-        messages: Sequence[BaseMessage],
+        messages: Sequence[MessageLikeRepresentation],
         *,
         thread_id: str = "default",
         store: BaseStore | None = None,
@@ -765,7 +766,7 @@ class ContextEngine:
     # --- the model managing its own context ------------------------------------------
     def prepare_model_call(
         self,
-        messages: Sequence[BaseMessage],
+        messages: Sequence[MessageLikeRepresentation],
         *,
         state: Mapping[str, Any] | None = None,
         tools: Sequence[Any] | None = None,
@@ -818,7 +819,9 @@ class ContextEngine:
             call.state_update = {**base, "engaged": True}
         return call
 
-    def engaged(self, messages: Sequence[BaseMessage], state: Mapping[str, Any] | None) -> bool:
+    def engaged(
+        self, messages: Sequence[MessageLikeRepresentation], state: Mapping[str, Any] | None
+    ) -> bool:
         """Whether the model is shown the package's tags, section and tools on this call.
 
         With ``config.disclosure == "when_needed"``: once the context first passes

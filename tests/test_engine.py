@@ -302,7 +302,8 @@ async def test_async_parity_with_sync(seeded_uuids: Any) -> None:
 
 async def test_message_likes_are_accepted_like_everywhere_in_langchain() -> None:
     """Issue 12: ``compress([("system", "s"), ("user", "hi")])`` raised 'cannot create
-    weak reference to tuple'; tuples, dicts and strings are converted as LangChain does."""
+    weak reference to tuple'; tuples, dicts and strings are converted as LangChain does
+    (and the signatures say so: ``Sequence[MessageLikeRepresentation]``)."""
     ac, store = make(AutoContextConfig(max_tokens=4_000))
     out = ac.compress([("system", "s"), ("user", "hi")], thread_id="likes")
     assert [(m.type, m.content) for m in out.messages] == [("system", "s"), ("human", "hi")]
@@ -310,6 +311,7 @@ async def test_message_likes_are_accepted_like_everywhere_in_langchain() -> None
     assert [m.type for m in out.messages] == ["human"]
     view = ac.prepare_model_call([("system", "s"), ("user", "hi")])
     assert [m.type for m in view.messages] == ["system", "human"]
+    assert ac.engaged(["hi", {"role": "assistant", "content": "hello"}], None) is False
     assert [e.message.content for e in store.iter_history("likes")] == ["s", "hi"]
 
 
