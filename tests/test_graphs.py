@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import typing
 import warnings
 
 from _builders import ScriptedModel, bash
@@ -165,3 +166,26 @@ def test_a_tool_call_edited_by_a_reviewer_keeps_its_original_in_the_history() ->
     assert "deleted /tmp/x" in [m.content for m in out["messages"]]
     original = store.get_history_message("review", pending.id)
     assert original is not None and original.message.tool_calls[0]["args"] == {"path": "/etc/x"}
+
+
+def test_the_surfaces_are_what_their_annotations_say() -> None:
+    """``node()`` was annotated ``Any`` and the hooks bare ``Runnable``/``RunnableLambda``:
+    each factory's return annotation names the class of what it returns."""
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage
+
+    ac = AutoContext(CFG, store=InMemoryStore())
+    model = GenericFakeChatModel(messages=iter([AIMessage("ok")]))
+    made = {
+        "node": ac.node(),
+        "pre_model_hook": ac.pre_model_hook,
+        "command_node": ac.command_node(),
+        "post_model_hook": ac.post_model_hook,
+        "model_node": ac.model_node(model),
+    }
+    for name, value in made.items():
+        attr = getattr(AutoContext, name)
+        hint = typing.get_type_hints(attr.fget if isinstance(attr, property) else attr)["return"]
+        kind = typing.get_origin(hint)
+        assert isinstance(kind, type), f"{name} -> {hint}: not a parameterized class"
+        assert isinstance(value, kind), f"{name} returned {type(value).__name__}, not {hint}"
