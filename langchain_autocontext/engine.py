@@ -438,9 +438,9 @@ class ContextEngine:
     def tools(self) -> list[BaseTool]:
         """The model's context tools (``[]`` when ``config.self_management_tools`` is off).
 
-        ``update_message``, ``delete_message``, ``reload_offloaded``, ``search_history``,
-        ``working_context_append``, ``working_context_replace``: give them to your agent
-        next to its own tools. See :mod:`langchain_autocontext.tools`.
+        ``update_message``, ``delete_message``, ``pin_message``, ``reload_offloaded``,
+        ``search_history``, ``working_context_append``, ``working_context_replace``: give
+        them to your agent next to its own tools. See :mod:`langchain_autocontext.tools`.
         """
         factory = self.tool_factory
         if not self.config.self_management_tools or factory is None:

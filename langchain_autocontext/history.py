@@ -273,7 +273,8 @@ class AutoContextRunnable(RunnableSerializable[Any, list[BaseMessage]]):
     list, system message first, under ``max_tokens``.
 
     The thread is the run's ``configurable["thread_id"]`` (else its ``session_id``,
-    else ``"default"``). Chains usually send the whole conversation every call: the
+    else a thread of the call's own, ``run-<uuid4>``, with a warning: see
+    :meth:`thread_of`). Chains usually send the whole conversation every call: the
     Runnable remembers, per thread in the store, the input it last saw and what it
     made of it, and when the new input extends that input it compresses only the
     extension onto its previous result — so work (and summarizer calls) is not

@@ -191,6 +191,10 @@ def render_view(
             accepts (default: the shared ``cl100k_base`` counter).
         tools: the tool schemas sent with the request (counted in the cumulative
             totals).
+        fmt: the tag format, one of :data:`TAG_FORMATS`: ``"seed"`` (the default,
+            ``<metadata id cumulative_message_token_count message_token_count/>``) or
+            ``"compact"`` (``<id tokens/total/>``, what ``AutoContextConfig.tag_format``
+            defaults to).
     """
     return tagged_view(messages, resolve_counter(counter), tools=tools, fmt=fmt)
 
