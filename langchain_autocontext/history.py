@@ -158,6 +158,10 @@ class AutoContextChatMessageHistory(BaseChatMessageHistory):
         """Every message ever added to the session, uncompressed, in order."""
         return [e.message for e in self.store.iter_history(self.session_id)]
 
+    async def aoriginal_messages(self) -> list[BaseMessage]:
+        """Async twin of :attr:`original_messages`."""
+        return [e.message async for e in self.store.aiter_history(self.session_id)]
+
     # -- writing --------------------------------------------------------------------------
     @staticmethod
     def _incoming(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
