@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from typing_extensions import TypedDict, Unpack
 
 from langchain_autocontext.errors import InvalidConfigError
 
-__all__ = ["AutoContextConfig"]
+__all__ = ["AutoContextConfig", "AutoContextConfigFields"]
 
 
 class Thresholds(NamedTuple):
@@ -20,6 +21,43 @@ class Thresholds(NamedTuple):
     """Once triggered, compression stops at or under this many tokens."""
     warning: int
     """The memory-pressure notice is shown from this many tokens on."""
+
+
+class AutoContextConfigFields(TypedDict, total=False):
+    """The fields of :class:`AutoContextConfig` as keyword arguments, each optional, with
+    the field's type: what ``AutoContext(**fields)``, ``AutoContextMiddleware(**fields)``
+    and :meth:`AutoContextConfig.derive` take (``**fields: Unpack[AutoContextConfigFields]``),
+    so a type checker catches a misspelt name or a wrong type there too. The meaning and
+    default of each are the config's. (A test keeps it equal to the config's fields.)"""
+
+    msg_threshold: int
+    max_tokens: int
+    token_ratio: float
+    target_ratio: float
+    keep_ratio: float
+    last_keep: int
+    min_consecutive_tool_messages: int
+    large_payload_threshold: int
+    offload_single_preview: int
+    current_round_compression_ratio: float
+    min_summary_span_tokens: int
+    summary_max_tokens: int
+    warning_ratio: float
+    working_context_max_chars: int
+    metadata_tags: bool
+    pin_max_tokens: int | None
+    disclosure: Literal["when_needed", "always"]
+    tag_format: Literal["compact", "seed"]
+    self_management_tools: bool
+    instructions: Literal["compact", "full"]
+    xml_commands: bool
+    max_autonomous_steps: int
+    plan_note_tools: tuple[str, ...]
+    search_language: str
+    summarizer_retries: int
+    summarizer_timeout: float | None
+    summarizer_concurrency: int
+    store_prefix: str
 
 
 class AutoContextConfig(BaseModel):
@@ -36,24 +74,24 @@ class AutoContextConfig(BaseModel):
 
     # --- triggers and budget (AgentScope AutoContextMemory's parameters) ---
     msg_threshold: int = Field(
-        100,
+        default=100,
         ge=1,
         description="Compress when the working context holds more messages than this, down "
         "to msg_threshold * target_ratio / token_ratio messages (the tokens' proportion).",
     )
     max_tokens: int = Field(
-        131_072,
+        default=131_072,
         ge=256,
         description="Hard budget: what is sent to the model never counts more tokens than this.",
     )
     token_ratio: float = Field(
-        0.75,
+        default=0.75,
         gt=0,
         le=1,
         description="Compress when the counted context exceeds max_tokens * token_ratio.",
     )
     target_ratio: float = Field(
-        0.4,
+        default=0.4,
         gt=0,
         le=1,
         description=(
@@ -66,7 +104,7 @@ class AutoContextConfig(BaseModel):
         ),
     )
     keep_ratio: float = Field(
-        0.25,
+        default=0.25,
         ge=0,
         le=1,
         description="Share of the room under the target (beside what is never compressed) "
@@ -76,38 +114,40 @@ class AutoContextConfig(BaseModel):
         "verbatim beyond this share until the target needs their room.",
     )
     last_keep: int = Field(
-        50,
+        default=50,
         ge=0,
         description="Strategy 2 leaves the last last_keep messages untouched; "
         "older ones count as history for strategies 1-3.",
     )
     min_consecutive_tool_messages: int = Field(
-        6,
+        default=6,
         ge=2,
         description="Strategy 1 compresses runs of more than this many tool calls/results.",
     )
     large_payload_threshold: int = Field(
-        5120, ge=64, description="A message larger than this many characters may be offloaded."
+        default=5120,
+        ge=64,
+        description="A message larger than this many characters may be offloaded.",
     )
     offload_single_preview: int = Field(
-        200,
+        default=200,
         ge=0,
         description="Characters of an offloaded message kept in context as a preview.",
     )
     current_round_compression_ratio: float = Field(
-        0.3,
+        default=0.3,
         gt=0,
         le=1,
         description="Strategies 5-6 aim to shrink what they summarize to this share of its tokens.",
     )
     min_summary_span_tokens: int = Field(
-        200,
+        default=200,
         ge=0,
         description="A span smaller than this is not worth a summarizer call: strategies 5-6 "
         "leave it alone.",
     )
     summary_max_tokens: int = Field(
-        1024,
+        default=1024,
         ge=32,
         description="Cap on the tokens of any one summary (and never more than an eighth of "
         "the room under the target beside what is never compressed; a sixteenth for the "
@@ -116,99 +156,105 @@ class AutoContextConfig(BaseModel):
 
     # --- the model managing its own context (Auto + MemGPT) ---
     warning_ratio: float = Field(
-        0.7,
+        default=0.7,
         gt=0,
         le=1,
         description="Show one memory-pressure notice per crossing of max_tokens * warning_ratio.",
     )
     working_context_max_chars: int = Field(
-        5000,
+        default=5000,
         ge=0,
         description="Size limit of the MemGPT working-context block (characters); it also "
         "takes at most an eighth of max_tokens in tokens, like pins.",
     )
     metadata_tags: bool = Field(
-        True,
+        default=True,
         description="Prefix every message of the model's input view with a <metadata …/> tag "
         "(id and exact token counts) so the model can edit its context by id.",
     )
     pin_max_tokens: int | None = Field(
-        None,
+        default=None,
         ge=0,
         description="Most tokens pinned messages may take together (default: an eighth of "
         "max_tokens); a pin past it is refused with an error that says the limit and the use.",
     )
     disclosure: Literal["when_needed", "always"] = Field(
-        "when_needed",
+        default="when_needed",
         description="'when_needed': the metadata tags, the generated section and (with the "
         "middleware) the package's tools appear once the context first passes warning_ratio "
         "of max_tokens or something was compressed, then stay (one change of the prompt "
         "prefix); a short conversation costs nothing extra. 'always': from the first call.",
     )
     tag_format: Literal["compact", "seed"] = Field(
-        "compact",
+        default="compact",
         description="Format of the metadata tags: 'compact' (<id tokens/total/>, about 10 "
         "tokens) or 'seed' (<metadata id cumulative_message_token_count "
         "message_token_count/>, about 24 tokens).",
     )
     self_management_tools: bool = Field(
-        True,
+        default=True,
         description="Give the model update_message, delete_message, pin_message, reload_offloaded, "
         "search_history and the working-context tools.",
     )
     instructions: Literal["compact", "full"] = Field(
-        "compact",
+        default="compact",
         description="How the package explains itself to the model: 'compact' (a one-line "
         "system section and tool schemas without descriptions: a system prompt plus 'hi' "
         "costs at most 350 tokens more) or 'full' (the detailed section and tool "
         "descriptions, ~1,570 tokens more).",
     )
     xml_commands: bool = Field(
-        False,
+        default=False,
         description="Parse <update>, <delete>, <pin>, <unpin> and <user> commands from the "
         "model's text output.",
     )
     max_autonomous_steps: int = Field(
-        20, ge=1, description="Step limit of the autonomous loop driven by <user> commands."
+        default=20, ge=1, description="Step limit of the autonomous loop driven by <user> commands."
     )
     plan_note_tools: tuple[str, ...] = Field(
-        ("write_todos", "update_plan", "todo_write"),
+        default=("write_todos", "update_plan", "todo_write"),
         description="Tools whose calls are plan notes: strategy 1 mentions them in one line.",
     )
 
     # --- summarizer behaviour ---
     search_language: str = Field(
-        "english",
+        default="english",
         description="Language whose word forms search_history merges (a Snowball stemmer: "
         "english, german, french, russian, spanish, …; none: no stemming).",
     )
-    summarizer_retries: int = Field(2, ge=0, description="Retries of a failed summarizer call.")
+    summarizer_retries: int = Field(
+        default=2, ge=0, description="Retries of a failed summarizer call."
+    )
     summarizer_timeout: float | None = Field(
-        None,
+        default=None,
         gt=0,
         description="Seconds one summarizer model call may take (None: no limit); a call past "
         "it is a failed attempt: retried, then the offline summarizer answers.",
     )
     summarizer_concurrency: int = Field(
-        4, ge=1, description="Independent spans summarized at once."
+        default=4, ge=1, description="Independent spans summarized at once."
     )
 
     # --- storage ---
     store_prefix: str = Field(
-        "autocontext",
+        default="autocontext",
         min_length=1,
         description="First element of every store namespace; lets several apps share one store.",
     )
 
-    def __init__(self, **data: Any) -> None:
-        try:
-            super().__init__(**data)
-        except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in err['loc']) or 'config'}: {err['msg']}"
-                for err in exc.errors()
-            )
-            raise InvalidConfigError(f"Invalid AutoContextConfig: {problems}") from None
+    # Hidden from type checkers, which then see pydantic's constructor (one typed keyword
+    # per field: a typo or a wrong type is caught before the run).
+    if not TYPE_CHECKING:
+
+        def __init__(self, **data: Any) -> None:
+            try:
+                super().__init__(**data)
+            except ValidationError as exc:
+                problems = "; ".join(
+                    f"{'.'.join(str(p) for p in err['loc']) or 'config'}: {err['msg']}"
+                    for err in exc.errors()
+                )
+                raise InvalidConfigError(f"Invalid AutoContextConfig: {problems}") from None
 
     @model_validator(mode="before")
     @classmethod
@@ -267,7 +313,7 @@ class AutoContextConfig(BaseModel):
         """What the counter's ``tags=`` takes: the tag format, or ``False`` without tags."""
         return self.tag_format if self.metadata_tags else False
 
-    def derive(self, **changes: Any) -> AutoContextConfig:
+    def derive(self, **changes: Unpack[AutoContextConfigFields]) -> AutoContextConfig:
         """This config with ``changes``, validated as a whole like the constructor
         (``model_copy(update=…)`` skips validation). Fields not set here and not given
         keep following their defaults' rules (a lowered ``token_ratio`` takes
@@ -283,7 +329,8 @@ class AutoContextConfig(BaseModel):
                 f"unknown field(s) {', '.join(map(repr, unknown))}; the fields are "
                 f"{', '.join(type(self).model_fields)}"
             )
-        return type(self)(**{**self.model_dump(exclude_unset=True), **changes})
+        merged: dict[str, Any] = {**self.model_dump(exclude_unset=True), **changes}
+        return type(self)(**merged)
 
     @property
     def trigger_tokens(self) -> int:

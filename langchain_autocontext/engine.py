@@ -28,6 +28,7 @@ from typing import Any
 from langchain_core.messages import (
     AIMessage,
     BaseMessage,
+    MessageLikeRepresentation,
     SystemMessage,
     convert_to_messages,
 )
@@ -35,10 +36,11 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.store.base import BaseStore
 from langgraph.store.memory import InMemoryStore
+from typing_extensions import Unpack
 
 from langchain_autocontext.budget import BudgetSpec, ModelWindow, model_window
 from langchain_autocontext.commands import process_reply
-from langchain_autocontext.config import AutoContextConfig
+from langchain_autocontext.config import AutoContextConfig, AutoContextConfigFields
 from langchain_autocontext.errors import (
     ContextBudgetError,
     InvalidConfigError,
@@ -72,7 +74,7 @@ from langchain_autocontext.view import (
     view_reserve,
 )
 
-__all__ = ["CompressionResult", "ContextEngine"]
+__all__ = ["AutoContextArgs", "CompressionResult", "ContextEngine"]
 
 _SYSTEM_PLACEHOLDER_ID = "autocontext-system-prompt"
 
@@ -187,6 +189,22 @@ def merge_system_messages(messages: list[BaseMessage]) -> list[BaseMessage]:
     return [systems[0].model_copy(update={"content": content}), *rest]
 
 
+class AutoContextArgs(AutoContextConfigFields, total=False):
+    """The keyword arguments of :class:`ContextEngine` (and so of
+    :class:`~langchain_autocontext.AutoContext`) besides ``config``: the config's fields
+    and the engine's own. What ``AutoContextMiddleware(**kwargs)`` takes to build one."""
+
+    summarizer: Summarizer | Any
+    store: BaseStore | None
+    token_counter: Any
+    tools: Sequence[Any] | None
+    system_prompt: str | None
+    strategies: Sequence[Strategy] | None
+    trigger: Any
+    keep: Any
+    model: Any
+
+
 class ContextEngine:
     """Keeps an agent's context under budget: the engine under
     :class:`~langchain_autocontext.AutoContext` (use that one; it adds the surfaces).
@@ -207,7 +225,7 @@ class ContextEngine:
         trigger: Any = None,
         keep: Any = None,
         model: Any = None,
-        **fields: Any,
+        **fields: Unpack[AutoContextConfigFields],
     ) -> None:
         """``fields`` are :class:`AutoContextConfig` fields (``AutoContext(max_tokens=8_000)``),
         applied over ``config`` when both are given, and validated like it.
@@ -437,9 +455,9 @@ class ContextEngine:
     def tools(self) -> list[BaseTool]:
         """The model's context tools (``[]`` when ``config.self_management_tools`` is off).
 
-        ``update_message``, ``delete_message``, ``reload_offloaded``, ``search_history``,
-        ``working_context_append``, ``working_context_replace``: give them to your agent
-        next to its own tools. See :mod:`langchain_autocontext.tools`.
+        ``update_message``, ``delete_message``, ``pin_message``, ``reload_offloaded``,
+        ``search_history``, ``working_context_append``, ``working_context_replace``: give
+        them to your agent next to its own tools. See :mod:`langchain_autocontext.tools`.
         """
         factory = self.tool_factory
         if not self.config.self_management_tools or factory is None:
@@ -729,7 +747,7 @@ class ContextEngine:
 
     def compress(
         self,
-        messages: Sequence[BaseMessage],
+        messages: Sequence[MessageLikeRepresentation],
         *,
         thread_id: str = "default",
         store: BaseStore | None = None,
@@ -785,7 +803,7 @@ class ContextEngine:
 
     async def acompress(
         self,
-        messages: Sequence[BaseMessage],
+        messages: Sequence[MessageLikeRepresentation],
         *,
         thread_id: str = "default",
         store: BaseStore | None = None,
@@ -814,7 +832,7 @@ class ContextEngine:
     # --- the model managing its own context ------------------------------------------
     def prepare_model_call(
         self,
-        messages: Sequence[BaseMessage],
+        messages: Sequence[MessageLikeRepresentation],
         *,
         state: Mapping[str, Any] | None = None,
         tools: Sequence[Any] | None = None,
@@ -867,7 +885,9 @@ class ContextEngine:
             call.state_update = {**base, "engaged": True}
         return call
 
-    def engaged(self, messages: Sequence[BaseMessage], state: Mapping[str, Any] | None) -> bool:
+    def engaged(
+        self, messages: Sequence[MessageLikeRepresentation], state: Mapping[str, Any] | None
+    ) -> bool:
         """Whether the model is shown the package's tags, section and tools on this call.
 
         With ``config.disclosure == "when_needed"``: once the context first passes

@@ -21,6 +21,7 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables import Runnable, RunnableLambda
+from langgraph.graph.state import CompiledStateGraph
 
 from langchain_autocontext import graph
 from langchain_autocontext.engine import ContextEngine
@@ -61,7 +62,7 @@ class AutoContext(ContextEngine):
     tool_factory = staticmethod(make_tools)
 
     # --- LangGraph surfaces (langchain_autocontext.graph) --------------------------------
-    def node(self, *, name: str = "autocontext") -> Any:
+    def node(self, *, name: str = "autocontext") -> CompiledStateGraph[Any, None, Any, Any]:
         """A compiled subgraph (measure → strategies → commit) to put before the model node.
 
         The parent state needs a ``messages`` key with the ``add_messages`` reducer
@@ -71,7 +72,7 @@ class AutoContext(ContextEngine):
         return graph.build_node(self, name=name)
 
     @property
-    def pre_model_hook(self) -> RunnableLambda:
+    def pre_model_hook(self) -> RunnableLambda[Any, dict[str, Any]]:
         """For ``create_react_agent(model, tools, pre_model_hook=ac.pre_model_hook)``.
 
         Compresses the state's messages (persisted with ``RemoveMessage`` s) and
@@ -79,7 +80,9 @@ class AutoContext(ContextEngine):
         """
         return graph.pre_model_hook(self)
 
-    def command_node(self, *, loop_to: str | None = "autocontext") -> Runnable:
+    def command_node(
+        self, *, loop_to: str | None = "autocontext"
+    ) -> Runnable[Any, graph.NodeUpdate]:
         """A StateGraph node to put right after the model node: runs :meth:`after_model_call`.
 
         After a ``<user>`` command it returns ``Command(goto=loop_to)`` so the model
@@ -90,7 +93,7 @@ class AutoContext(ContextEngine):
         return graph.command_node(self, loop_to=loop_to)
 
     @property
-    def post_model_hook(self) -> Runnable:
+    def post_model_hook(self) -> Runnable[Any, graph.NodeUpdate]:
         """For ``create_react_agent(…, post_model_hook=ac.post_model_hook)``.
 
         Runs :meth:`after_model_call`; after a ``<user>`` command it sends the run
@@ -98,7 +101,9 @@ class AutoContext(ContextEngine):
         """
         return graph.command_node(self, loop_to="pre_model_hook")
 
-    def model_node(self, model: Runnable) -> Runnable:
+    def model_node(
+        self, model: Runnable[list[BaseMessage], BaseMessage]
+    ) -> Runnable[Any, dict[str, Any]]:
         """A StateGraph model node: view → ``model`` → reply (+ the ``autocontext`` update).
 
         ``model`` is your chat model (already ``bind_tools``-ed, with :attr:`tools`

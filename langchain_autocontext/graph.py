@@ -11,12 +11,13 @@ module calls the engine; the engine does not know it.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any, NotRequired
+from typing import Annotated, Any, NotRequired, TypeAlias
 
 from langchain_core.messages import AnyMessage, BaseMessage
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
+from langgraph.graph.state import CompiledStateGraph
 from langgraph.prebuilt.chat_agent_executor import AgentState
 from langgraph.types import Command
 from typing_extensions import TypedDict
@@ -35,6 +36,7 @@ from langchain_autocontext.strategies.pipeline import PipelineResult, adrive, dr
 __all__ = [
     "AutoContextAgentState",
     "AutoContextState",
+    "NodeUpdate",
     "build_node",
     "command_node",
     "hook_update",
@@ -57,6 +59,11 @@ def merge_autocontext(
     A write of ``None`` leaves the value as it was.
     """
     return dict(right if right is not None else left or {})
+
+
+#: What the command node returns: a state update, or ``Command(update=…, goto=…)`` after a
+#: ``<user>`` command.
+NodeUpdate: TypeAlias = dict[str, Any] | Command[str]
 
 
 class AutoContextState(TypedDict):
@@ -95,7 +102,9 @@ class _NodeIO(TypedDict):
     autocontext: NotRequired[dict[str, Any]]
 
 
-def build_node(engine: ContextEngine, *, name: str = "autocontext") -> Any:
+def build_node(
+    engine: ContextEngine, *, name: str = "autocontext"
+) -> CompiledStateGraph[Any, None, Any, Any]:
     """A compiled subgraph (measure → strategies → commit) to put before the model node.
 
     The parent state needs a ``messages`` key with the ``add_messages`` reducer
@@ -189,7 +198,7 @@ def build_node(engine: ContextEngine, *, name: str = "autocontext") -> Any:
     return graph.compile(checkpointer=False, name=name)
 
 
-def pre_model_hook(engine: ContextEngine) -> RunnableLambda:
+def pre_model_hook(engine: ContextEngine) -> RunnableLambda[Any, dict[str, Any]]:
     """For ``create_react_agent(model, tools, pre_model_hook=ac.pre_model_hook)``.
 
     Compresses the state's messages (persisted with ``RemoveMessage`` s) and
@@ -232,7 +241,9 @@ def hook_update(
     return update
 
 
-def command_node(engine: ContextEngine, *, loop_to: str | None = "autocontext") -> Runnable:
+def command_node(
+    engine: ContextEngine, *, loop_to: str | None = "autocontext"
+) -> Runnable[Any, NodeUpdate]:
     """A StateGraph node to put right after the model node: runs :meth:`~langchain_autocontext.engine.ContextEngine.after_model_call`.
 
     After a ``<user>`` command it returns ``Command(goto=loop_to)`` so the model
@@ -241,12 +252,12 @@ def command_node(engine: ContextEngine, *, loop_to: str | None = "autocontext") 
     ``graph.add_conditional_edges("commands", tools_condition)``.
     """
 
-    def finish(update: dict[str, Any]) -> Any:
+    def finish(update: dict[str, Any]) -> NodeUpdate:
         if loop_to and (update.get("autocontext") or {}).get("autonomous_pending"):
             return Command(update=update, goto=loop_to)
         return update
 
-    def run(state: dict[str, Any], config: RunnableConfig) -> Any:
+    def run(state: dict[str, Any], config: RunnableConfig) -> NodeUpdate:
         return finish(
             engine.after_model_call(
                 state.get("messages") or [],
@@ -255,7 +266,7 @@ def command_node(engine: ContextEngine, *, loop_to: str | None = "autocontext") 
             )
         )
 
-    async def arun(state: dict[str, Any], config: RunnableConfig) -> Any:
+    async def arun(state: dict[str, Any], config: RunnableConfig) -> NodeUpdate:
         return finish(
             await engine.aafter_model_call(
                 state.get("messages") or [],
@@ -267,7 +278,9 @@ def command_node(engine: ContextEngine, *, loop_to: str | None = "autocontext") 
     return RunnableLambda(run, afunc=arun, name="autocontext_commands")
 
 
-def model_node(engine: ContextEngine, model: Runnable) -> Runnable:
+def model_node(
+    engine: ContextEngine, model: Runnable[list[BaseMessage], BaseMessage]
+) -> Runnable[Any, dict[str, Any]]:
     """A StateGraph model node: view → ``model`` → reply (+ the ``autocontext`` update).
 
     ``model`` is your chat model (already ``bind_tools``-ed, with the engine's

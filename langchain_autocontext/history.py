@@ -158,6 +158,10 @@ class AutoContextChatMessageHistory(BaseChatMessageHistory):
         """Every message ever added to the session, uncompressed, in order."""
         return [e.message for e in self.store.iter_history(self.session_id)]
 
+    async def aoriginal_messages(self) -> list[BaseMessage]:
+        """Async twin of :attr:`original_messages`."""
+        return [e.message async for e in self.store.aiter_history(self.session_id)]
+
     # -- writing --------------------------------------------------------------------------
     @staticmethod
     def _incoming(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
@@ -273,7 +277,8 @@ class AutoContextRunnable(RunnableSerializable[Any, list[BaseMessage]]):
     list, system message first, under ``max_tokens``.
 
     The thread is the run's ``configurable["thread_id"]`` (else its ``session_id``,
-    else ``"default"``). Chains usually send the whole conversation every call: the
+    else a thread of the call's own, ``run-<uuid4>``, with a warning: see
+    :meth:`thread_of`). Chains usually send the whole conversation every call: the
     Runnable remembers, per thread in the store, the input it last saw and what it
     made of it, and when the new input extends that input it compresses only the
     extension onto its previous result — so work (and summarizer calls) is not

@@ -13,7 +13,7 @@ import uuid
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from langchain_core.messages import (
     AIMessage,
@@ -81,8 +81,11 @@ def is_pinned(message: BaseMessage) -> bool:
     return bool(message.additional_kwargs.get(PIN_KEY))
 
 
-def pin(message: BaseMessage, pinned: bool = True) -> BaseMessage:
-    """Return a copy of ``message`` with its pin set (or cleared); same id."""
+_M = TypeVar("_M", bound=BaseMessage)
+
+
+def pin(message: _M, pinned: bool = True) -> _M:
+    """Return a copy of ``message`` with its pin set (or cleared); same id and type."""
     extra = dict(message.additional_kwargs)
     if pinned:
         extra[PIN_KEY] = True

@@ -29,7 +29,7 @@ import bisect
 import hashlib
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from langchain_core.messages import BaseMessage, SystemMessage
 
@@ -83,8 +83,12 @@ def strip_tags(text: str) -> str:
     return TAG_PATTERN.sub("", text)
 
 
-def strip_message_tags(message: BaseMessage) -> BaseMessage:
-    """``message`` without metadata tags in its content (str or list of blocks).
+_M = TypeVar("_M", bound=BaseMessage)
+
+
+def strip_message_tags(message: _M) -> _M:
+    """``message`` without metadata tags in its content (str or list of blocks), of its
+    own type.
 
     Returns the same object when nothing was removed, else a copy. A text block
     that held nothing but tags is dropped; other blocks are kept as they are.
@@ -187,6 +191,10 @@ def render_view(
             accepts (default: the shared ``cl100k_base`` counter).
         tools: the tool schemas sent with the request (counted in the cumulative
             totals).
+        fmt: the tag format, one of :data:`TAG_FORMATS`: ``"seed"`` (the default,
+            ``<metadata id cumulative_message_token_count message_token_count/>``) or
+            ``"compact"`` (``<id tokens/total/>``, what ``AutoContextConfig.tag_format``
+            defaults to).
     """
     return tagged_view(messages, resolve_counter(counter), tools=tools, fmt=fmt)
 

@@ -38,7 +38,7 @@ import json
 import threading
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Annotated, Any, NotRequired
+from typing import TYPE_CHECKING, Annotated, Any, NotRequired, cast
 
 from langchain.agents.middleware.types import (
     AgentMiddleware,
@@ -52,10 +52,12 @@ from langchain.agents.middleware.types import (
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage
 from langgraph.runtime import Runtime
 from langgraph.types import Command
+from typing_extensions import Unpack
 
 from langchain_autocontext.config import AutoContextConfig
 from langchain_autocontext.engine import (
     _SYSTEM_PLACEHOLDER_ID,
+    AutoContextArgs,
     ContextEngine,
     run_thread,
     thread_id_of,
@@ -91,6 +93,11 @@ class AutoContextMiddlewareState(AgentState[Any]):
     """
 
     autocontext: NotRequired[Annotated[dict[str, Any], PrivateStateAttr]]
+
+
+def _ac_state(state: AgentState[Any]) -> dict[str, Any] | None:
+    """The state's private ``autocontext`` key (declared by :class:`AutoContextMiddlewareState`)."""
+    return cast("AutoContextMiddlewareState", state).get("autocontext")
 
 
 def _run_config(runtime: Runtime[Any] | None) -> dict[str, Any]:
@@ -177,7 +184,7 @@ class _RequestShape:
         return cls(system if isinstance(system, SystemMessage) else None, list(value["tools"]))
 
 
-class AutoContextMiddleware(AgentMiddleware[AutoContextMiddlewareState, Any, Any]):
+class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     """Keeps a ``create_agent`` agent inside its context budget; see the module docstring.
 
     Build it with :meth:`AutoContext.middleware` (or ``AutoContextMiddleware(ac)``) and
@@ -188,10 +195,17 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextMiddlewareState, Any, Any
         autocontext: the :class:`~langchain_autocontext.AutoContext` doing the work.
     """
 
+    #: The state it reads and writes (``AgentState`` plus the private ``autocontext`` key).
+    #: The class is an ``AgentMiddleware[AgentState[Any], …]`` for type checkers, as
+    #: LangChain's own middlewares are, so that it mixes with them in one
+    #: ``create_agent(middleware=[…])`` list (its state type parameter is invariant).
     state_schema = AutoContextMiddlewareState
 
     def __init__(
-        self, autocontext: ContextEngine | AutoContextConfig | None = None, /, **kwargs: Any
+        self,
+        autocontext: ContextEngine | AutoContextConfig | None = None,
+        /,
+        **kwargs: Unpack[AutoContextArgs],
     ) -> None:
         """Build it the LangChain way, ``AutoContextMiddleware(max_tokens=8_000,
         summarizer=…, store=…)`` (any :class:`AutoContextConfig` field and any
@@ -327,7 +341,7 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextMiddlewareState, Any, Any
         """The run's thread, and the state to persist when a run without ``thread_id``
         got a thread of its own (:func:`~langchain_autocontext.engine.run_thread`)."""
         return run_thread(  # type: ignore[arg-type]
-            _run_config(runtime), state.get("autocontext"), state.get("messages")
+            _run_config(runtime), _ac_state(state), state.get("messages")
         )
 
     @staticmethod
@@ -341,25 +355,23 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextMiddlewareState, Any, Any
         return update or None
 
     # --- before_model: compression ------------------------------------------------------------
-    def before_model(
-        self, state: AutoContextMiddlewareState, runtime: Runtime[Any]
-    ) -> dict[str, Any] | None:
+    def before_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
         """Archive new originals and compress; replace ``messages`` when they changed."""
         thread_id, made = self._thread(runtime, state)
         msgs, tools = self._inputs(state["messages"], self._shape(thread_id))
         result = self.autocontext.compress(
-            msgs, thread_id=thread_id, tools=tools, state=made or state.get("autocontext")
+            msgs, thread_id=thread_id, tools=tools, state=made or _ac_state(state)
         )
         return self._compressed(result, made)
 
     async def abefore_model(
-        self, state: AutoContextMiddlewareState, runtime: Runtime[Any]
+        self, state: AgentState[Any], runtime: Runtime[Any]
     ) -> dict[str, Any] | None:
         """Async twin of :meth:`before_model`."""
         thread_id, made = self._thread(runtime, state)
         msgs, tools = self._inputs(state["messages"], await self._ashape(thread_id))
         result = await self.autocontext.acompress(
-            msgs, thread_id=thread_id, tools=tools, state=made or state.get("autocontext")
+            msgs, thread_id=thread_id, tools=tools, state=made or _ac_state(state)
         )
         return self._compressed(result, made)
 
@@ -376,7 +388,7 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextMiddlewareState, Any, Any
         """The request's tools, the package's own left out until the model is shown the
         package (``config.disclosure``; see :meth:`AutoContext.engaged`)."""
         tools = list(request.tools)
-        if self.autocontext.engaged(msgs, request.state.get("autocontext")):
+        if self.autocontext.engaged(msgs, _ac_state(request.state)):
             return tools
         own = {t.name for t in self.autocontext.tools}
         return [t for t in tools if getattr(t, "name", None) not in own]
@@ -403,7 +415,7 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextMiddlewareState, Any, Any
         message, the tools to send, and the tools to count (the response format's too:
         ``create_agent`` adds them after this middleware)."""
         msgs, system = self._request_messages(request)
-        ac_state = request.state.get("autocontext")
+        ac_state = _ac_state(request.state)
         tools = self._sent_tools(request, msgs)
         counted = self._counted_tools(request, tools)
         try:
@@ -432,10 +444,10 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextMiddlewareState, Any, Any
         A request the provider rejects as too long (:func:`~.errors.is_context_overflow`)
         is compressed a quarter lower and sent once more; the provider's reported input
         tokens calibrate later budgets (:meth:`AutoContext.calibrate`)."""
-        thread_id = _thread_id(request.runtime, request.state.get("autocontext"))
+        thread_id = _thread_id(request.runtime, _ac_state(request.state))
         self.autocontext.use_model(request.model)  # the budget, unless max_tokens was given
         self._learn(request, thread_id)
-        ac_state = request.state.get("autocontext")
+        ac_state = _ac_state(request.state)
         persist = None  # a state to keep although the view did not change it
         call, msgs, system, tools, counted = self._prepare(request, thread_id)
         if call is None:
@@ -462,10 +474,10 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextMiddlewareState, Any, Any
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse]],
     ) -> ModelResponse | AIMessage | ExtendedModelResponse:
         """Async twin of :meth:`wrap_model_call`."""
-        thread_id = _thread_id(request.runtime, request.state.get("autocontext"))
+        thread_id = _thread_id(request.runtime, _ac_state(request.state))
         self.autocontext.use_model(request.model)  # the budget, unless max_tokens was given
         await self._alearn(request, thread_id)
-        ac_state = request.state.get("autocontext")
+        ac_state = _ac_state(request.state)
         persist = None  # a state to keep although the view did not change it
         call, msgs, system, tools, counted = self._prepare(request, thread_id)
         if call is None:
@@ -589,35 +601,31 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextMiddlewareState, Any, Any
         return update
 
     @hook_config(can_jump_to=["model"])
-    def after_model(
-        self, state: AutoContextMiddlewareState, runtime: Runtime[Any]
-    ) -> dict[str, Any] | None:
+    def after_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
         """Strip tags the model copied into its reply; apply its XML commands when enabled."""
         update = self.autocontext.after_model_call(
             state["messages"],
-            state=state.get("autocontext"),
-            thread_id=_thread_id(runtime, state.get("autocontext")),
+            state=_ac_state(state),
+            thread_id=_thread_id(runtime, _ac_state(state)),
             archive_reply=False,  # after the other after_model hooks: see after_agent
         )
         return self._after(update)
 
     @hook_config(can_jump_to=["model"])
     async def aafter_model(
-        self, state: AutoContextMiddlewareState, runtime: Runtime[Any]
+        self, state: AgentState[Any], runtime: Runtime[Any]
     ) -> dict[str, Any] | None:
         """Async twin of :meth:`after_model`."""
         update = await self.autocontext.aafter_model_call(
             state["messages"],
-            state=state.get("autocontext"),
-            thread_id=_thread_id(runtime, state.get("autocontext")),
+            state=_ac_state(state),
+            thread_id=_thread_id(runtime, _ac_state(state)),
             archive_reply=False,  # after the other after_model hooks: see after_agent
         )
         return self._after(update)
 
     # --- after_agent: the run's last messages reach the history -------------------------------
-    def after_agent(
-        self, state: AutoContextMiddlewareState, runtime: Runtime[Any]
-    ) -> dict[str, Any] | None:
+    def after_agent(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
         """Archive what the run added since the last model call (its final answer):
         otherwise it would reach the history store only at the next model call. Here,
         not in ``after_model``: every middleware's ``after_model`` has run by now, so a
@@ -625,19 +633,19 @@ class AutoContextMiddleware(AgentMiddleware[AutoContextMiddlewareState, Any, Any
         ac = self.autocontext
         ac.archive(
             state["messages"],
-            thread_id=_thread_id(runtime, state.get("autocontext")),
+            thread_id=_thread_id(runtime, _ac_state(state)),
             store=ac.resolve_store(),
         )
         return None
 
     async def aafter_agent(
-        self, state: AutoContextMiddlewareState, runtime: Runtime[Any]
+        self, state: AgentState[Any], runtime: Runtime[Any]
     ) -> dict[str, Any] | None:
         """Async twin of :meth:`after_agent`."""
         ac = self.autocontext
         await ac.aarchive(
             state["messages"],
-            thread_id=_thread_id(runtime, state.get("autocontext")),
+            thread_id=_thread_id(runtime, _ac_state(state)),
             store=ac.resolve_store(),
         )
         return None

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.messages import BaseMessage
+from typing_extensions import deprecated
 
 __all__ = ["EventRecord", "HistoryEntry", "OffloadRecord"]
 
@@ -58,6 +59,7 @@ class OffloadRecord:
     """Caller-supplied JSON data."""
 
     @property
+    @deprecated("OffloadRecord.id is deprecated; use OffloadRecord.offload_id", category=None)
     def id(self) -> str:
         """Deprecated alias of :attr:`offload_id` (one name for one concept: ``id`` is a
         message's id elsewhere, as in :attr:`HistoryEntry.id`)."""
@@ -126,6 +128,8 @@ class EventRecord:
             ) from None
 
     # --- deprecated: events used to be dicts ---------------------------------------------
+    # @deprecated(category=None) tells type checkers and IDEs (PEP 702); the warning at run
+    # time is _dict_access's own, as before.
     def _dict_access(self, how: str) -> dict[str, Any]:
         warnings.warn(
             f"OffloadStore.list_events returns EventRecord objects now; {how} on an event "
@@ -136,22 +140,27 @@ class EventRecord:
         )
         return self.to_dict()
 
+    @deprecated("event[name] is deprecated; use event.strategy, event.data", category=None)
     def __getitem__(self, name: str) -> Any:
         """Deprecated: ``event["strategy"]``; use ``event.strategy``."""
         return self._dict_access(f"event[{name!r}]")[name]
 
+    @deprecated("event.get(name) is deprecated; use event.data.get(name)", category=None)
     def get(self, name: str, default: Any = None) -> Any:
         """Deprecated: ``event.get("strategy")``; use ``event.data.get("strategy")``."""
         return self._dict_access(f"event.get({name!r})").get(name, default)
 
+    @deprecated("name in event is deprecated; use name in event.data", category=None)
     def __contains__(self, name: object) -> bool:
         """Deprecated: ``"strategy" in event``; use ``"strategy" in event.data``."""
         return name in self._dict_access(f"{name!r} in event")
 
+    @deprecated("event.keys() is deprecated; use event.to_dict().keys()", category=None)
     def keys(self) -> Any:
         """Deprecated: ``event.keys()``; use ``event.to_dict().keys()``."""
         return self._dict_access("event.keys()").keys()
 
+    @deprecated("event.items() is deprecated; use event.to_dict().items()", category=None)
     def items(self) -> Any:
         """Deprecated: ``event.items()``; use ``event.to_dict().items()``."""
         return self._dict_access("event.items()").items()

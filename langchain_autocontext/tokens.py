@@ -120,7 +120,11 @@ _OPAQUE_FIELDS = frozenset({"signature", "encrypted_content", "data"})
 _OFFLINE_SUFFIX = "_offline"
 _DOWNLOAD_HINT = "(network access, or pre-populate the directory named by TIKTOKEN_CACHE_DIR)"
 
-MessageCounterFn: TypeAlias = Callable[[Sequence[BaseMessage]], int]
+#: A pluggable counter, ``messages -> int``. It is always called with a ``list``, so a
+#: function typed for ``list[BaseMessage]`` (a chat model's
+#: ``get_num_tokens_from_messages``, what ``trim_messages(token_counter=…)`` takes) fits,
+#: and so does one typed for ``Sequence[BaseMessage]``.
+MessageCounterFn: TypeAlias = Callable[[list[BaseMessage]], int]
 #: Anything :func:`resolve_counter` accepts.
 CounterLike: TypeAlias = "TokenCounter | str | MessageCounterFn | BaseChatModel | None"
 

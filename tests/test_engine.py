@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
 import re
+import typing
 from typing import Any
 
 import pytest
@@ -18,6 +20,8 @@ from langchain_autocontext import (
     ContextBudgetError,
     InvalidConfigError,
 )
+from langchain_autocontext.config import AutoContextConfigFields
+from langchain_autocontext.engine import AutoContextArgs, ContextEngine
 from langchain_autocontext.messages import find_violations, marker, pin
 from langchain_autocontext.store import OffloadStore
 from langchain_autocontext.strategies import (
@@ -298,7 +302,8 @@ async def test_async_parity_with_sync(seeded_uuids: Any) -> None:
 
 async def test_message_likes_are_accepted_like_everywhere_in_langchain() -> None:
     """Issue 12: ``compress([("system", "s"), ("user", "hi")])`` raised 'cannot create
-    weak reference to tuple'; tuples, dicts and strings are converted as LangChain does."""
+    weak reference to tuple'; tuples, dicts and strings are converted as LangChain does
+    (and the signatures say so: ``Sequence[MessageLikeRepresentation]``)."""
     ac, store = make(AutoContextConfig(max_tokens=4_000))
     out = ac.compress([("system", "s"), ("user", "hi")], thread_id="likes")
     assert [(m.type, m.content) for m in out.messages] == [("system", "s"), ("human", "hi")]
@@ -306,6 +311,7 @@ async def test_message_likes_are_accepted_like_everywhere_in_langchain() -> None
     assert [m.type for m in out.messages] == ["human"]
     view = ac.prepare_model_call([("system", "s"), ("user", "hi")])
     assert [m.type for m in view.messages] == ["system", "human"]
+    assert ac.engaged(["hi", {"role": "assistant", "content": "hello"}], None) is False
     assert [e.message.content for e in store.iter_history("likes")] == ["s", "hi"]
 
 
@@ -331,6 +337,24 @@ def test_derived_configs_are_validated_as_a_whole() -> None:
         base.derive(token_ratio=0.3)  # below the target_ratio given at first
     with pytest.raises(TypeError, match="unknown field"):
         base.derive(max_token=8_000)
+
+
+def test_the_keyword_argument_types_mirror_the_config_and_the_engine() -> None:
+    """``AutoContext(**fields)``, ``AutoContextMiddleware(**kwargs)`` and ``derive(**changes)``
+    are typed with these TypedDicts (``Unpack``): a field added to the config or an argument
+    to the engine without them would be an error to a type checker."""
+    fields = typing.get_type_hints(AutoContextConfigFields)
+    assert fields == {n: f.annotation for n, f in AutoContextConfig.model_fields.items()}
+    engine = typing.get_type_hints(ContextEngine.__init__)
+    own = [
+        name
+        for name, p in inspect.signature(ContextEngine.__init__).parameters.items()
+        if name not in ("self", "config") and p.kind is not p.VAR_KEYWORD
+    ]
+    assert typing.get_type_hints(AutoContextArgs) == {
+        **fields,
+        **{name: engine[name] for name in own},
+    }
 
 
 def test_the_budget_error_says_what_takes_the_room() -> None:

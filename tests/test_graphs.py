@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import typing
 import warnings
 from typing import Any
 
@@ -316,3 +317,26 @@ async def test_agents_sharing_messages_summarize_each_original_once(mode: str) -
                 if (marker(m) or {}).get("kind") in SUMMARY_KINDS:
                     assert not (isinstance(m, AIMessage) and isinstance(nxt, AIMessage))
     assert originals > 60
+
+
+def test_the_surfaces_are_what_their_annotations_say() -> None:
+    """``node()`` was annotated ``Any`` and the hooks bare ``Runnable``/``RunnableLambda``:
+    each factory's return annotation names the class of what it returns."""
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage
+
+    ac = AutoContext(CFG, store=InMemoryStore())
+    model = GenericFakeChatModel(messages=iter([AIMessage("ok")]))
+    made = {
+        "node": ac.node(),
+        "pre_model_hook": ac.pre_model_hook,
+        "command_node": ac.command_node(),
+        "post_model_hook": ac.post_model_hook,
+        "model_node": ac.model_node(model),
+    }
+    for name, value in made.items():
+        attr = getattr(AutoContext, name)
+        hint = typing.get_type_hints(attr.fget if isinstance(attr, property) else attr)["return"]
+        kind = typing.get_origin(hint)
+        assert isinstance(kind, type), f"{name} -> {hint}: not a parameterized class"
+        assert isinstance(value, kind), f"{name} returned {type(value).__name__}, not {hint}"

@@ -104,8 +104,10 @@ async def test_history_async_twins_match_sync() -> None:
     assert working and not find_violations(working)
     assert len(working) < 8 * len(turn(0))  # compressed, like the sync twin
     assert len(sync_h.messages) < 8 * len(turn(0))
-    originals = [text_of(e.message) async for e in async_h.store.aiter_history("s")]
+    originals = [text_of(m) for m in await async_h.aoriginal_messages()]
     assert originals == [text_of(m) for m in sync_h.original_messages]
+    assert await async_h.aoriginal_messages() == async_h.original_messages  # one history
+    assert len(originals) == 8 * len(turn(0))  # uncompressed
     await async_h.aclear()
     assert await async_h.aget_messages() == []
 

@@ -14,7 +14,7 @@ import hashlib
 import re
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, get_args, get_origin
 
 import pytest
 from _builders import log_text, sh
@@ -32,6 +32,7 @@ from langchain_autocontext import (
     AutoContext,
     AutoContextConfig,
     AutoContextMiddleware,
+    AutoContextMiddlewareState,
     InvalidConfigError,
     OffloadStore,
 )
@@ -124,6 +125,26 @@ def test_middleware_registers_the_package_tools_and_declares_its_state() -> None
     assert "autocontext" in graph.get_state(THREAD).values
     assert "autocontext" not in graph.get_input_jsonschema()["properties"]
     assert "autocontext" not in graph.get_output_jsonschema()["properties"]
+
+
+def test_the_middleware_is_typed_as_langchains_own_so_they_mix_in_one_list() -> None:
+    """``create_agent(middleware=[PIIMiddleware(…), ac.middleware(), ModelRetryMiddleware()])``
+    failed to type-check: AgentMiddleware's state parameter is invariant and ours was
+    ``AutoContextMiddlewareState``, LangChain's ``AgentState[Any]``. The type parameter is
+    ``AgentState[Any]`` now; the state schema (what runs) is still the package's."""
+    from langchain.agents.middleware import AgentMiddleware, ModelRetryMiddleware, PIIMiddleware
+    from langchain.agents.middleware.types import AgentState
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+
+    [base] = [b for b in AutoContextMiddleware.__orig_bases__ if get_origin(b) is AgentMiddleware]
+    assert get_args(base)[0] == AgentState[Any]
+    assert AutoContextMiddleware.state_schema is AutoContextMiddlewareState
+    ac = AutoContext(max_tokens=4_000, store=InMemoryStore())
+    model = GenericFakeChatModel(messages=iter([AIMessage("done")]))
+    middleware = [PIIMiddleware("email"), ac.middleware(), ModelRetryMiddleware()]
+    graph = create_agent(model, middleware=middleware, checkpointer=InMemorySaver())
+    graph.invoke({"messages": [HumanMessage("go")]}, THREAD)
+    assert "autocontext" in graph.get_state(THREAD).values
 
 
 def test_no_tools_when_self_management_is_off() -> None:

@@ -533,6 +533,15 @@ def test_offload_record_id_is_a_deprecated_alias_of_offload_id() -> None:
         assert record.id == record.offload_id
 
 
+def test_the_deprecated_names_are_marked_for_type_checkers() -> None:
+    """PEP 702's ``@deprecated`` (``__deprecated__``) lets checkers and IDEs flag
+    ``record.id`` and dict access to events; the run-time warnings stay the ones above."""
+    assert "offload_id" in OffloadRecord.id.fget.__deprecated__
+    for name in ("__getitem__", "get", "__contains__", "keys", "items"):
+        assert "deprecated" in getattr(EventRecord, name).__deprecated__, name
+    assert not hasattr(EventRecord.to_dict, "__deprecated__")
+
+
 async def test_event_validation(api: StoreAPI) -> None:
     with pytest.raises(ValueError, match="seq"):
         await api.record_event("t", {"seq": 3})

@@ -477,6 +477,24 @@ def test_callable_counter() -> None:
     assert TokenCounter(counter=words, exact=False).exact is False
 
 
+def test_a_callable_counter_is_always_given_a_list() -> None:
+    """``MessageCounterFn`` is ``Callable[[list[BaseMessage]], int]`` so that counters
+    typed for a list (``get_num_tokens_from_messages``) fit: every call passes a list."""
+    given: list[type] = []
+
+    def counting(messages: list[BaseMessage]) -> int:
+        given.append(type(messages))
+        return words(messages)
+
+    counter = TokenCounter(counter=counting)
+    msgs = (HumanMessage("one two", id="a"), AIMessage("three", id="b"))  # not a list
+    counter.count(msgs, tools=[{"name": "t", "description": "d", "parameters": {}}])
+    counter.count_messages(msgs)
+    counter.count_message(msgs[0])
+    counter.count_text("four five")
+    assert given and set(given) == {list}
+
+
 def test_fake_chat_model_counter() -> None:
     model = FakeListChatModel(
         responses=["ok"], custom_get_token_ids=lambda s: list(range(len(s.split())))

@@ -406,7 +406,12 @@ class PassContext:
 class Strategy(Protocol):
     """One compression step."""
 
-    name: str
+    @property
+    def name(self) -> str:
+        """The strategy's name, in events and in what it writes. Read only, so that a
+        class attribute (``name = "mine"``), an instance attribute, a frozen dataclass
+        field or a property conforms."""
+        ...
 
     def plan(self, ctx: PassContext) -> list[Job]:
         """Jobs that would shrink the context (empty when the strategy cannot help)."""
