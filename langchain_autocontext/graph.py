@@ -10,7 +10,7 @@ module calls the engine; the engine does not know it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, NotRequired, TypeAlias
 
 from langchain_core.messages import AnyMessage, BaseMessage
@@ -26,6 +26,7 @@ from langchain_autocontext.engine import (
     _SYSTEM_PLACEHOLDER_ID,
     CompressionResult,
     ContextEngine,
+    as_messages,
     bound_tools,
     run_thread,
     thread_id_of,
@@ -100,6 +101,16 @@ class _NodeState(TypedDict):
 class _NodeIO(TypedDict):
     messages: list[AnyMessage]
     autocontext: NotRequired[dict[str, Any]]
+
+
+def _in_place(given: Sequence[Any], new: Sequence[BaseMessage]) -> bool:
+    """Whether ``new`` is ``given`` with ids for the messages that had none and contents
+    cleaned in place: nothing removed, merged or moved. The parent's ``add_messages``
+    then applies it by id, and nothing else of the parent's list is touched (a ``Send``
+    payload without ids, written with "remove everything" first, replaced the parent's
+    whole history)."""
+    pairs = zip(as_messages(given), new, strict=False)
+    return len(given) == len(new) and all(not g.id or g.id == n.id for g, n in pairs)
 
 
 def build_node(
@@ -181,6 +192,8 @@ def build_node(
                 new, _, _ = engine._prepare(state.get("messages") or [])
                 thread = thread_id_of(config, state.get("autocontext"))
                 new, _ = engine._repair(new, engine.resolve_store(), thread)
+            if not work.get("changed") and _in_place(state.get("messages") or [], new):
+                return {"messages": new}
             return {"messages": [remove_all(), *new]}
         return {"messages": []}
 

@@ -340,3 +340,35 @@ def test_the_surfaces_are_what_their_annotations_say() -> None:
         kind = typing.get_origin(hint)
         assert isinstance(kind, type), f"{name} -> {hint}: not a parameterized class"
         assert isinstance(value, kind), f"{name} returned {type(value).__name__}, not {hint}"
+
+
+def test_a_send_to_the_node_keeps_the_parent_history() -> None:
+    """``Send`` hands ``ac.node()`` a payload whose messages have no id (it skips the
+    reducer). The node gives them ids; it wrote them back as "remove everything, then
+    these", which replaced the parent's whole history with the payload (multi-agent
+    audit). With nothing compressed, the node now writes them by id."""
+    from langchain_core.messages import AIMessage
+    from langgraph.graph import END, MessagesState
+    from langgraph.types import Send
+
+    ac = AutoContext(AutoContextConfig(max_tokens=8_000), store=InMemoryStore())
+    g = StateGraph(MessagesState)
+    g.add_node("plan", lambda s: {"messages": [AIMessage("plan: two branches")]})
+    g.add_node("autocontext", ac.node())
+    g.add_edge(START, "plan")
+    g.add_conditional_edges(
+        "plan",
+        lambda s: [
+            Send("autocontext", {"messages": [HumanMessage(f"branch {k}")]}) for k in range(2)
+        ],
+        ["autocontext"],
+    )
+    g.add_edge("autocontext", END)
+    out = g.compile().invoke({"messages": [HumanMessage("Review the design.")]})
+    assert [m.content for m in out["messages"]] == [
+        "Review the design.",
+        "plan: two branches",
+        "branch 0",
+        "branch 1",
+    ]
+    assert all(m.id for m in out["messages"])
