@@ -47,6 +47,7 @@ from langchain_autocontext.errors import (
     OffloadNotFoundError,
 )
 from langchain_autocontext.messages import (
+    drop_dead_copies,
     ensure_ids,
     is_real_user,
     marker,
@@ -154,6 +155,7 @@ _ENGINES: weakref.WeakSet[ContextEngine] = weakref.WeakSet()
 
 
 def _forget_thread(store: OffloadStore, thread_id: str) -> None:
+    drop_dead_copies()
     for engine in list(_ENGINES):
         with engine._lock:
             engine._archived.pop((id(store.backend), thread_id), None)

@@ -182,11 +182,41 @@ def memo_copy(
     if hit is not None and hit[0]() is message:
         return hit[1]
     copy = make(message)
+
+    def died(ref: weakref.ref[BaseMessage], slot: tuple[int, Hashable] = slot) -> None:
+        # Forget the copy with its source. A callback may run in the middle of an
+        # operation on the memo (in this thread, which holds the lock): then later.
+        if _MEMO_LOCK.acquire(blocking=False):
+            try:
+                _forget(slot, ref)
+            finally:
+                _MEMO_LOCK.release()
+        else:
+            _MEMO_DEAD.append((slot, ref))
+
     with _MEMO_LOCK:
-        _MEMO[slot] = (weakref.ref(message), copy)
+        while _MEMO_DEAD:
+            _forget(*_MEMO_DEAD.pop())
+        _MEMO[slot] = (weakref.ref(message, died), copy)
         while len(_MEMO) > _MEMO_MAX:
             _MEMO.popitem(last=False)
     return copy
+
+
+def _forget(slot: tuple[int, Hashable], ref: weakref.ref[BaseMessage]) -> None:
+    hit = _MEMO.get(slot)
+    if hit is not None and hit[0] is ref:
+        del _MEMO[slot]
+
+
+def drop_dead_copies() -> None:
+    """Forget the derived copies whose source message is gone and that could not be
+    forgotten when it went (a checkpointer hands back new message objects on every
+    call: their copies, with the thread's text, were kept until 100,000 newer ones
+    pushed them out, hundreds of MB in a long run)."""
+    with _MEMO_LOCK:
+        while _MEMO_DEAD:
+            _forget(*_MEMO_DEAD.pop())
 
 
 #: Derived copies by (source object, key); the weak reference tells a reused ``id()``.
@@ -195,6 +225,8 @@ _MEMO: OrderedDict[tuple[int, Hashable], tuple[weakref.ref[BaseMessage], BaseMes
 )
 _MEMO_MAX = 100_000
 _MEMO_LOCK = threading.Lock()
+#: Slots whose source message died (appended by weak-reference callbacks).
+_MEMO_DEAD: list[tuple[tuple[int, Hashable], weakref.ref[BaseMessage]]] = []
 
 
 def mark(message: BaseMessage, kind: str, **info: Any) -> BaseMessage:

@@ -279,3 +279,31 @@ def test_two_parallel_results_just_under_the_threshold_keep_a_hooks_agent_alive(
     for sent in model.seen:
         assert not find_violations(sent)
         assert ac.counter.count(sent, ac.count_tools) <= 6_000
+
+
+def test_the_view_keeps_no_copy_of_messages_that_are_gone() -> None:
+    """A checkpointer hands back new message objects on every call. The view's memo of
+    derived copies (tagged, with the section) kept each copy until 100,000 newer ones
+    pushed it out: 80-250 MB in a long run, and a deleted thread's text stayed in the
+    process (soak audit). A copy now goes with its source."""
+    import gc
+
+    from langchain_autocontext import messages
+
+    ac = AutoContext(AutoContextConfig(max_tokens=8_000, disclosure="always"))
+    base = [
+        SystemMessage("You are terse.", id="s"),
+        HumanMessage("my password is hunter2-XYZZY", id="u"),
+        *[AIMessage(f"step {k} " + log_text(5, k), id=f"a{k}") for k in range(10)],
+    ]
+    before = len(messages._MEMO)
+    for _ in range(200):  # as a checkpointer would: the same messages, new objects
+        ac.prepare_model_call([m.model_copy() for m in base])
+    gc.collect()
+    messages.drop_dead_copies()
+    assert len(messages._MEMO) - before < 4 * len(base)
+    del base
+    gc.collect()
+    messages.drop_dead_copies()
+    left = [c for _, c in messages._MEMO.values() if "hunter2-XYZZY" in str(c.content)]
+    assert not left
