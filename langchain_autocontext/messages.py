@@ -183,16 +183,23 @@ def memo_copy(
         return hit[1]
     copy = make(message)
 
-    def died(ref: weakref.ref[BaseMessage], slot: tuple[int, Hashable] = slot) -> None:
+    def died(
+        ref: weakref.ref[BaseMessage],
+        slot: tuple[int, Hashable] = slot,
+        lock: Any = _MEMO_LOCK,
+        forget: Callable[..., None] = _forget,
+        dead: list[Any] = _MEMO_DEAD,
+    ) -> None:
         # Forget the copy with its source. A callback may run in the middle of an
         # operation on the memo (in this thread, which holds the lock): then later.
-        if _MEMO_LOCK.acquire(blocking=False):
+        # (What it uses is bound here: at interpreter exit the module's names are gone.)
+        if lock.acquire(blocking=False):
             try:
-                _forget(slot, ref)
+                forget(slot, ref)
             finally:
-                _MEMO_LOCK.release()
+                lock.release()
         else:
-            _MEMO_DEAD.append((slot, ref))
+            dead.append((slot, ref))
 
     with _MEMO_LOCK:
         while _MEMO_DEAD:
