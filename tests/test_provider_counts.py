@@ -348,3 +348,27 @@ def test_a_prompt_that_grows_after_before_model_is_fitted_to_the_calibrated_budg
     assert out["messages"][-1].content == "All documents read."
     assert not events(ac, store, "rag", "overflow")  # never rejected: fitted before sending
     assert max(model.reported[1:]) <= 8_000
+
+
+class VaryingProvider(ProviderModel):
+    """Counts 12-18% more than the package, the ratio moving with each request's content
+    as it does between two tokenizers."""
+
+    def _generate(self, messages, stop=None, run_manager=None, **kw):
+        self.factor = 1.12 + 0.06 * ((self.calls * 7) % 5) / 4
+        return super()._generate(messages, stop, run_manager, **kw)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_ratio_that_moves_with_the_content_settles_the_calibration(mode: str) -> None:
+    """The calibration followed each request's ratio: a provider counting 12-18% more
+    rewrote the thread's scale (and recorded an event) on nearly every call (300 of 300
+    in the soak audit). It now rises at once and falls only past twice its margin."""
+    store = InMemoryStore()
+    ac = AutoContext(AutoContextConfig(max_tokens=6_000), store=store)
+    model = VaryingProvider(counter=ac.counter, steps=60)
+    run(agent(ac, model, store), mode, "vary")
+    assert model.calls == 61
+    assert 1 <= len(events(ac, store, "vary", "calibration")) <= 4
+    # later requests stay within the budget by the provider's own count
+    assert max(model.reported[5:]) <= 6_000
