@@ -41,13 +41,13 @@ from typing_extensions import Unpack
 from langchain_autocontext.budget import BudgetSpec, ModelWindow, model_window
 from langchain_autocontext.commands import process_reply
 from langchain_autocontext.config import AutoContextConfig, AutoContextConfigFields
+from langchain_autocontext.copies import drop_dead_copies
 from langchain_autocontext.errors import (
     ContextBudgetError,
     InvalidConfigError,
     OffloadNotFoundError,
 )
 from langchain_autocontext.messages import (
-    drop_dead_copies,
     ensure_ids,
     is_real_user,
     marker,

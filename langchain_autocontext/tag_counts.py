@@ -34,7 +34,8 @@ from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import BaseMessage, SystemMessage
 
-from langchain_autocontext.messages import leading_blocks, memo_copy
+from langchain_autocontext.copies import memo_copy
+from langchain_autocontext.messages import leading_blocks
 
 if TYPE_CHECKING:
     import tiktoken

@@ -34,8 +34,9 @@ from typing import Any
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
 from langchain_autocontext.config import AutoContextConfig
+from langchain_autocontext.copies import memo_copy
 from langchain_autocontext.errors import ContextBudgetError
-from langchain_autocontext.messages import mark, marker, memo_copy, pending_call_index
+from langchain_autocontext.messages import mark, marker, pending_call_index
 from langchain_autocontext.metadata import (
     SHORT_ID_RULES,
     ref_matches,

@@ -288,7 +288,7 @@ def test_the_view_keeps_no_copy_of_messages_that_are_gone() -> None:
     process (soak audit). A copy now goes with its source."""
     import gc
 
-    from langchain_autocontext import messages
+    from langchain_autocontext import copies as messages
 
     ac = AutoContext(AutoContextConfig(max_tokens=8_000, disclosure="always"))
     base = [
