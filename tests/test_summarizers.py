@@ -742,6 +742,88 @@ def test_max_tokens_is_bound_when_the_model_supports_it() -> None:
     assert "max_tokens" not in unbound.kwargs_seen[0]
 
 
+class ThinkingRecordingChatModel(CappedRecordingChatModel):
+    """A capped model with the reasoning settings providers' chat models have."""
+
+    model_name: str = "some-model"
+    thinking: dict[str, Any] | None = None
+    reasoning_effort: str | None = None
+    thinking_budget: int | None = None
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"thinking": {"type": "enabled", "budget_tokens": 2048}},  # Anthropic
+        {"reasoning_effort": "medium"},  # OpenAI
+        {"model_name": "o3-mini"},
+        {"model_name": "gpt-5-mini"},
+        {"model_name": "openai/gpt-oss-120b"},
+        {"thinking_budget": 1024},  # Gemini
+        {"model_name": "gemini-2.5-pro"},  # thinks by default
+    ],
+)
+@pytest.mark.parametrize("use_async", [False, True])
+def test_max_tokens_is_not_bound_for_a_reasoning_model(
+    settings: dict[str, Any], use_async: bool
+) -> None:
+    """A reasoning model spends a summary-sized cap on its reasoning (or, Anthropic with
+    thinking, rejects a cap below the thinking budget): its own setting stays."""
+    model = ThinkingRecordingChatModel(max_tokens=8000, **settings)
+    s = LLMSummarizer(model)
+    result = (
+        asyncio.run(s.asummarize(request(max_tokens=177)))
+        if use_async
+        else s.summarize(request(max_tokens=177))
+    )
+    assert result.fallback is False
+    assert "max_tokens" not in model.kwargs_seen[0]
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {},
+        {"model_name": "gpt-4o-mini"},
+        {"model_name": "gpt-5-chat-latest"},
+        {"thinking": {"type": "disabled"}},
+        {"reasoning_effort": "none"},
+        {"model_name": "gemini-2.5-flash", "thinking_budget": 0},
+        {"model_name": "gemini-2.0-flash"},
+    ],
+)
+def test_max_tokens_stays_bound_for_ordinary_models(settings: dict[str, Any]) -> None:
+    model = ThinkingRecordingChatModel(**settings)
+    LLMSummarizer(model).summarize(request(max_tokens=177))
+    assert model.kwargs_seen[0].get("max_tokens") == 177
+
+
+def test_provider_payloads_of_reasoning_models_keep_their_own_cap() -> None:
+    """The request payloads of ChatAnthropic with thinking and of ChatOpenAI gpt-5-mini:
+    no summary-sized cap (Anthropic needs max_tokens above the thinking budget)."""
+    anthropic = pytest.importorskip("langchain_anthropic")
+    openai = pytest.importorskip("langchain_openai")
+    req = request(max_tokens=177)
+
+    def payload(model: Any) -> dict[str, Any]:
+        s = LLMSummarizer(model)
+        runnable: Any = s._runnable(req)
+        kwargs = getattr(runnable, "kwargs", {})
+        return dict(runnable._get_request_payload(s.build_prompt(req), **kwargs))
+
+    claude = anthropic.ChatAnthropic(
+        model="claude-sonnet-4-5",
+        api_key="x",
+        max_tokens=8000,
+        thinking={"type": "enabled", "budget_tokens": 2048},
+    )
+    assert payload(claude)["max_tokens"] == 8000
+    gpt5 = payload(openai.ChatOpenAI(model="gpt-5-mini", api_key="x"))
+    assert gpt5.get("max_completion_tokens") is None and gpt5.get("max_tokens") is None
+    plain = payload(openai.ChatOpenAI(model="gpt-4o-mini", api_key="x"))
+    assert 177 in (plain.get("max_tokens"), plain.get("max_completion_tokens"))
+
+
 def test_calls_carry_the_summarizer_tags() -> None:
     model = RecordingChatModel()
     LLMSummarizer(model).summarize(request())

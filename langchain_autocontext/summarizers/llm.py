@@ -61,6 +61,60 @@ class _EmptySummaryError(ValueError):
     """The model answered with no text."""
 
 
+#: OpenAI-style model names that always reason (o1, o3, o4-mini, gpt-5 but not its
+#: ``-chat`` variants, gpt-oss) or whose reply budget includes the reasoning
+#: (deepseek-reasoner, DeepSeek-R1): a small ``max_tokens`` is spent on reasoning and
+#: the visible reply comes back empty. A ``provider/`` or ``provider:`` prefix is allowed.
+_REASONING_NAMES = re.compile(
+    r"(?:^|[/:])(?:o\d(?:$|[-.])|gpt-5(?!.*chat)|gpt-oss|deepseek-reasoner|deepseek-r1|qwq)",
+    re.IGNORECASE,
+)
+#: Gemini models that think unless told not to (``thinking_budget=0``).
+_THINKING_BY_DEFAULT = re.compile(r"gemini-(?:2\.5-(?!flash-lite)|[3-9])", re.IGNORECASE)
+_OFF = (None, False, 0, "", "none", "disabled", "off")
+
+
+def _is_on(value: Any) -> bool:
+    """Whether a reasoning/thinking setting turns it on (``None``, ``0``, ``"none"``,
+    ``{"type": "disabled"}`` and the like do not)."""
+    if isinstance(value, dict):
+        if not value:
+            return False
+        for key in ("type", "effort", "mode"):
+            if key in value:
+                return _is_on(value[key])
+        return True
+    if isinstance(value, str):
+        return value.strip().lower() not in _OFF
+    return value not in _OFF
+
+
+def _reasons(model: Any) -> bool:
+    """Whether ``model`` reasons (thinks) before it answers, with the reasoning paid
+    out of the same reply budget: Anthropic with ``thinking`` enabled (which needs
+    ``max_tokens`` above its budget), OpenAI reasoning models (by name, or with
+    ``reasoning_effort``/``reasoning`` set), Gemini with a thinking budget or level
+    (or a 2.5/3 model that thinks by default), Bedrock with ``thinking`` in its
+    request fields, Ollama with ``reasoning`` on."""
+    for attr in ("thinking", "reasoning_effort", "reasoning", "thinking_level"):
+        if _is_on(getattr(model, attr, None)):
+            return True
+    budget = getattr(model, "thinking_budget", None)
+    if isinstance(budget, int) and not isinstance(budget, bool):
+        if budget != 0:
+            return True
+    elif _THINKING_BY_DEFAULT.search(_model_name(model)):
+        return True
+    for attr in ("additional_model_request_fields", "model_kwargs"):
+        extra = getattr(model, attr, None)
+        if isinstance(extra, dict) and any(
+            _is_on(extra.get(key))
+            for key in ("thinking", "reasoning_config", "reasoning_effort", "reasoning")
+        ):
+            return True
+    return bool(_REASONING_NAMES.search(_model_name(model)))
+
+
 def _model_name(model: Any) -> str:
     if isinstance(model, str):
         return model
@@ -134,7 +188,10 @@ class LLMSummarizer(Summarizer):
         backoff: Seconds before the first retry; doubles per retry.
         max_backoff: Cap on one wait between retries.
         bind_max_tokens: Bind the request's ``max_tokens`` to the call when the
-            chat model has such a field (``max_tokens``, ``max_output_tokens``, …).
+            chat model has such a field (``max_tokens``, ``max_output_tokens``, …)
+            and does not reason before it answers (a reasoning model spends such a
+            cap on its reasoning and answers with nothing; Anthropic with thinking
+            rejects a cap below the thinking budget): those keep their own setting.
             The reply is truncated to ``max_tokens`` by the counter in any case.
         max_input_chars: Cap on the transcript's characters (the largest messages
             are cut in the middle to fit), so a huge span cannot overflow the
@@ -279,7 +336,7 @@ class LLMSummarizer(Summarizer):
 
     def _runnable(self, request: SummaryRequest) -> Runnable[Any, Any]:
         model = self.model
-        if self.bind_max_tokens and isinstance(model, BaseChatModel):
+        if self.bind_max_tokens and isinstance(model, BaseChatModel) and not _reasons(model):
             fields = type(model).model_fields
             for name in _MAX_TOKEN_FIELDS:
                 if name in fields:
