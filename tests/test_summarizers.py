@@ -916,6 +916,50 @@ def test_empty_reply_is_retried_then_falls_back() -> None:
     assert "empty summary" in (result.error or "")
 
 
+@pytest.mark.parametrize(
+    "reply",
+    [
+        AIMessage("I can't help with that."),
+        AIMessage("I'm sorry, but I cannot assist with summarizing this conversation."),
+        AIMessage("Sorry, I can\u2019t help with that request."),
+        AIMessage("I apologize, but I am unable to comply."),
+        AIMessage(content=[{"type": "refusal", "refusal": "I can't help with that."}]),
+        AIMessage(content="", additional_kwargs={"refusal": "I can't help with that."}),
+        AIMessage(
+            [{"type": "text", "text": "The agent checked"}],
+            response_metadata={"stop_reason": "refusal"},
+        ),
+        AIMessage("The agent ran bash on", response_metadata={"finish_reason": "content_filter"}),
+    ],
+)
+@pytest.mark.parametrize("use_async", [False, True])
+def test_a_refusal_is_a_failed_attempt_and_the_fallback_answers(
+    reply: AIMessage, use_async: bool
+) -> None:
+    s = LLMSummarizer(FakeMessagesListChatModel(responses=[reply] * 3), retries=0)
+    result = asyncio.run(s.asummarize(request())) if use_async else s.summarize(request())
+    assert result.fallback is True and result.summarizer == "extractive"
+    assert "not used as a summary" in (result.error or "")
+    assert result.text == ExtractiveSummarizer().summarize(request()).text
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        # a cut reply is normal when the cap is bound
+        AIMessage(
+            "The agent ran bash on main.py and then", response_metadata={"finish_reason": "length"}
+        ),
+        AIMessage("The agent could not help the user: pytest failed (I can't help with that)."),
+        AIMessage("I cannot find the file, the agent wrote; it then read /repo/src/app/main.py."),
+        AIMessage("I can't help with that. " + "The agent ran pytest on main.py. " * 20),
+    ],
+)
+def test_summaries_that_are_not_refusals_are_kept(reply: AIMessage) -> None:
+    result = LLMSummarizer(FakeMessagesListChatModel(responses=[reply])).summarize(request())
+    assert result.fallback is False and result.text == reply.text.strip()
+
+
 def test_backoff_is_small_and_doubles(monkeypatch: pytest.MonkeyPatch) -> None:
     waits: list[float] = []
     # with_retry's tenacity loop naps 0 s between attempts: only real waits count

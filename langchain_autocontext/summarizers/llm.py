@@ -61,6 +61,51 @@ class _EmptySummaryError(ValueError):
     """The model answered with no text."""
 
 
+class _RefusalError(ValueError):
+    """The model refused, or the provider filtered its reply: not a summary."""
+
+
+#: Provider stop signals of a refused or filtered reply (Anthropic ``stop_reason``,
+#: OpenAI/Azure ``finish_reason``, Gemini ``finish_reason``).
+_REFUSAL_STOPS = frozenset(
+    {"refusal", "content_filter", "safety", "prohibited_content", "blocklist"}
+)
+#: A reply this short that opens with a refusal is one (a summary never starts so).
+_REFUSAL_MAX_CHARS = 300
+_REFUSAL = re.compile(
+    r"^(?:(?:i'm |i am |we're |we are )?(?:sorry|afraid)[,.!]?\s*(?:but\s*)?|"
+    r"i apologi[sz]e[,.!]?\s*(?:but\s*)?|unfortunately,?\s*)?"
+    r"(?:i|we)\s*(?:can't|cannot|can not|won't|will not|am unable to|'m unable to|are unable to|"
+    r"am not able to|'m not able to|must decline to|must refuse to)\s+"
+    r"(?:help|assist|comply|provide|do|fulfil|fulfill|summari[sz]e|complete|process|"
+    r"continue|engage|create|write|support)\b",
+    re.IGNORECASE,
+)
+
+
+def _refusal(response: Any, text: str) -> str | None:
+    """Why ``response`` is a refusal rather than a summary, or ``None``: a provider's
+    refusal or content-filter stop (``"length"`` is normal when the cap is bound), an
+    OpenAI ``refusal`` (content block or ``additional_kwargs``), or a short reply that
+    opens with a refusal ("I can't help with that.", "I'm sorry, but I cannot …")."""
+    if isinstance(response, BaseMessage):
+        meta = response.response_metadata or {}
+        for key in ("stop_reason", "finish_reason"):
+            stop = meta.get(key)
+            if isinstance(stop, str) and stop.strip().lower() in _REFUSAL_STOPS:
+                return f"the provider stopped the reply ({key}={stop!r})"
+        if response.additional_kwargs.get("refusal"):
+            return f"the model refused: {str(response.additional_kwargs['refusal'])[:200]!r}"
+        if isinstance(response.content, list):
+            for block in response.content:
+                if isinstance(block, dict) and block.get("type") == "refusal":
+                    return f"the model refused: {str(block.get('refusal', ''))[:200]!r}"
+    plain = text.strip().replace("\u2019", "'")
+    if len(plain) <= _REFUSAL_MAX_CHARS and _REFUSAL.match(plain):
+        return f"the model refused: {plain[:200]!r}"
+    return None
+
+
 #: OpenAI-style model names that always reason (o1, o3, o4-mini, gpt-5 but not its
 #: ``-chat`` variants, gpt-oss) or whose reply budget includes the reasoning
 #: (deepseek-reasoner, DeepSeek-R1): a small ``max_tokens`` is spent on reasoning and
@@ -435,7 +480,9 @@ class LLMSummarizer(Summarizer):
 
         Each attempt counts its own usage in the tally: a failed or timed-out call costs
         the prompt's tokens, a reply its reported usage. A reply without text is a failed
-        attempt too (:class:`_EmptySummaryError`), retried like an exception. A retry first waits
+        attempt too (:class:`_EmptySummaryError`), retried like an exception, and so is
+        a refusal (:class:`_RefusalError`: a provider's refusal or content-filter stop,
+        or a short reply that is a refusal). A retry first waits
         ``backoff`` seconds, doubling, at most ``max_backoff`` (no jitter); a timeout is
         applied per attempt.
 
@@ -452,6 +499,9 @@ class LLMSummarizer(Summarizer):
             text, used_in, used_out = self._read(response, prompt_tokens)
             usage.input_tokens += used_in
             usage.output_tokens += used_out
+            refused = _refusal(response, text)
+            if refused is not None:
+                raise _RefusalError(f"{refused}; not used as a summary")
             if not text:
                 raise _EmptySummaryError("the model returned an empty summary")
             return text
