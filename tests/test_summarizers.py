@@ -719,6 +719,44 @@ def test_reply_content_blocks_keep_text_only() -> None:
     assert result.text == "The agent fixed the bug."
 
 
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "<think>\nSECRET let me think about pytest\n</think>\n\nThe agent fixed the bug.",
+        "<thinking>SECRET</thinking>The agent fixed the bug.",
+        "<THINK>SECRET</THINK> The agent fixed the bug.",
+        "SECRET reasoning whose opening tag was in the prompt</think>\nThe agent fixed the bug.",
+        "<think>SECRET</think><think>more SECRET</think>The agent fixed the bug.",
+    ],
+)
+@pytest.mark.parametrize("use_async", [False, True])
+def test_think_blocks_in_the_reply_text_are_removed(reply: str, use_async: bool) -> None:
+    s = LLMSummarizer(FakeListChatModel(responses=[reply]))
+    result = asyncio.run(s.asummarize(request())) if use_async else s.summarize(request())
+    assert result.fallback is False and result.text == "The agent fixed the bug."
+    # a text block's think tags too
+    block = AIMessage(content=[{"type": "text", "text": reply}])
+    s = LLMSummarizer(FakeMessagesListChatModel(responses=[block]))
+    assert s.summarize(request()).text == "The agent fixed the bug."
+
+
+def test_a_long_think_block_no_longer_crowds_out_the_summary() -> None:
+    thoughts = "\n".join(f"Hmm, step {i}: maybe mention the servers first." for i in range(80))
+    reply = f"<think>\n{thoughts}\n</think>\nFINAL: The agent ran pytest."
+    result = LLMSummarizer(FakeListChatModel(responses=[reply])).summarize(request(max_tokens=100))
+    assert result.text == "FINAL: The agent ran pytest."
+    assert result.output_tokens == approx(reply)  # the reasoning was generated too
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_a_reply_that_is_only_an_unclosed_think_block_is_empty(use_async: bool) -> None:
+    s = LLMSummarizer(
+        FakeListChatModel(responses=["<think>\nSo the agent ran pytest and"]), retries=0
+    )
+    result = asyncio.run(s.asummarize(request())) if use_async else s.summarize(request())
+    assert result.fallback is True and "empty summary" in (result.error or "")
+
+
 def test_reply_is_truncated_to_max_tokens() -> None:
     long = "\n".join(f"Line {i}: the agent did something notable." for i in range(200))
     counter = WordCounter()

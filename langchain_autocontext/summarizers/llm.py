@@ -83,6 +83,29 @@ _REFUSAL = re.compile(
 )
 
 
+_THINK_BLOCK = re.compile(r"<(think|thinking)>.*?</\1\s*>", re.IGNORECASE | re.DOTALL)
+_THINK_OPEN = re.compile(r"<(?:think|thinking)>", re.IGNORECASE)
+_THINK_CLOSE = re.compile(r"</(?:think|thinking)\s*>", re.IGNORECASE)
+
+
+def _strip_thinking(text: str) -> str:
+    """``text`` without the reasoning some models write into the reply itself
+    (``<think>…</think>``: Qwen3, DeepSeek-R1, gpt-oss behind OpenAI-compatible
+    servers; ``<thinking>…</thinking>``): closed blocks are removed; an unclosed one
+    (the reply was cut while reasoning) is removed to the end; text before a lone
+    closing tag (a template that opened the block in the prompt) is reasoning too."""
+    if "think" not in text.lower():
+        return text
+    text = _THINK_BLOCK.sub("", text)
+    opened = _THINK_OPEN.search(text)
+    if opened is not None:
+        text = text[: opened.start()]
+    closes = list(_THINK_CLOSE.finditer(text))
+    if closes:
+        text = text[closes[-1].end() :]
+    return text
+
+
 def _refusal(response: Any, text: str) -> str | None:
     """Why ``response`` is a refusal rather than a summary, or ``None``: a provider's
     refusal or content-filter stop (``"length"`` is normal when the cap is bound), an
@@ -435,10 +458,11 @@ class LLMSummarizer(Summarizer):
             text, usage = str(response), None
         # cleaned like every input: a lone surrogate or a NUL from a model would make the
         # summary unstorable (PostgreSQL's jsonb rejects NUL) and kill the thread
-        text = clean_text(str(text)).strip()
+        raw = clean_text(str(text))
+        text = _strip_thinking(raw).strip()  # its reasoning was generated (and billed) too
         if usage:
             return text, int(usage.get("input_tokens", 0)), int(usage.get("output_tokens", 0))
-        return text, prompt_tokens, self.count(text)
+        return text, prompt_tokens, self.count(raw.strip())
 
     def _finish(self, text: str, request: SummaryRequest) -> str:
         return _clip_to_tokens(
