@@ -22,9 +22,11 @@ from langchain_core.language_models.fake_chat_models import (
     GenericFakeChatModel,
 )
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.output_parsers import StrOutputParser
 from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.runnables import RunnableLambda
 from langgraph.graph import END, START, StateGraph
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from langchain_autocontext import AutoContext, AutoContextConfig, TokenCounter
 from langchain_autocontext.errors import InvalidConfigError
@@ -755,6 +757,72 @@ def test_a_reply_that_is_only_an_unclosed_think_block_is_empty(use_async: bool) 
     )
     result = asyncio.run(s.asummarize(request())) if use_async else s.summarize(request())
     assert result.fallback is True and "empty summary" in (result.error or "")
+
+
+class StructuredSummary(BaseModel):
+    summary: str
+    open_items: list[str] = []
+
+
+def _raw_reply() -> AIMessage:
+    return AIMessage(
+        content=[{"type": "thinking", "thinking": "SECRET"}, {"type": "text", "text": ""}],
+        tool_calls=[{"name": "S", "args": {"summary": "x"}, "id": "t1", "type": "tool_call"}],
+        usage_metadata={"input_tokens": 1000, "output_tokens": 50, "total_tokens": 1050},
+    )
+
+
+@pytest.mark.parametrize(
+    ("output", "usage"),
+    [
+        (StructuredSummary(summary="The agent fixed the bug.", open_items=["TCK-1"]), None),
+        ({"summary": "The agent fixed the bug.", "open_items": []}, None),
+        ({"text": "The agent fixed the bug."}, None),
+        (
+            {
+                "raw": _raw_reply(),
+                "parsed": StructuredSummary(summary="The agent fixed the bug."),
+                "parsing_error": None,
+            },
+            (1000, 50),
+        ),
+        (
+            {
+                "raw": AIMessage(
+                    "The agent fixed the bug.", usage_metadata=_raw_reply().usage_metadata
+                ),
+                "parsed": None,
+                "parsing_error": ValueError("bad json"),
+            },
+            (1000, 50),
+        ),
+    ],
+)
+@pytest.mark.parametrize("use_async", [False, True])
+def test_structured_outputs_give_their_summary_field(
+    output: Any, usage: tuple[int, int] | None, use_async: bool
+) -> None:
+    s = LLMSummarizer(RunnableLambda(lambda _: output))
+    result = asyncio.run(s.asummarize(request())) if use_async else s.summarize(request())
+    assert result.fallback is False and result.text == "The agent fixed the bug."
+    if usage is not None:
+        assert (result.input_tokens, result.output_tokens) == usage
+
+
+def test_a_string_chain_is_read_as_its_text() -> None:
+    chain = FakeListChatModel(responses=["The agent fixed the bug."]) | StrOutputParser()
+    assert LLMSummarizer(chain).summarize(request()).text == "The agent fixed the bug."
+
+
+@pytest.mark.parametrize("output", [42, ["The agent"], {"open_items": []}, object()])
+@pytest.mark.parametrize("use_async", [False, True])
+def test_an_unreadable_output_fails_with_a_clear_error_not_a_repr(
+    output: Any, use_async: bool
+) -> None:
+    s = LLMSummarizer(RunnableLambda(lambda _: output), retries=0)
+    result = asyncio.run(s.asummarize(request())) if use_async else s.summarize(request())
+    assert result.fallback is True and result.summarizer == "extractive"
+    assert "summary/text/content text field" in (result.error or "")
 
 
 def test_reply_is_truncated_to_max_tokens() -> None:

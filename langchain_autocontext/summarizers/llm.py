@@ -61,6 +61,49 @@ class _EmptySummaryError(ValueError):
     """The model answered with no text."""
 
 
+class _UnreadableReplyError(TypeError):
+    """The model's output is neither a message, a text nor a structure with a summary."""
+
+
+#: Fields of a structured reply (``with_structured_output``) that hold the summary.
+_TEXT_FIELDS = ("summary", "text", "content")
+
+
+def _reply_text(response: Any) -> tuple[str, Any]:
+    """(text, ``usage_metadata`` or ``None``) of what the summarizer runnable returned:
+    a message (its text blocks only), a string, a structured output's ``summary``
+    (or ``text``/``content``) field (a pydantic object or a dict), or
+    ``with_structured_output(include_raw=True)``'s dict (the parsed value, else the raw
+    message's text; the raw message's usage).
+
+    Raises:
+        _UnreadableReplyError: anything else (never written as its ``repr``).
+    """
+    if isinstance(response, BaseMessage):
+        text = response.text if isinstance(response.content, list) else response.content
+        return str(text), getattr(response, "usage_metadata", None)
+    if isinstance(response, str):
+        return response, None
+    if isinstance(response, dict) and "raw" in response and "parsed" in response:
+        raw = response["raw"]
+        usage = getattr(raw, "usage_metadata", None) if isinstance(raw, BaseMessage) else None
+        if response["parsed"] is not None:
+            return _reply_text(response["parsed"])[0], usage
+        if isinstance(raw, BaseMessage):
+            return _reply_text(raw)[0], usage
+    fields = response if isinstance(response, dict) else None
+    for name in _TEXT_FIELDS:
+        value = fields.get(name) if fields is not None else getattr(response, name, None)
+        if isinstance(value, str):
+            return value, None
+        if isinstance(value, BaseMessage):
+            return _reply_text(value)
+    raise _UnreadableReplyError(
+        f"the summarizer returned a {type(response).__name__}, not a message, a string or "
+        f"a structure with a {'/'.join(_TEXT_FIELDS)} text field"
+    )
+
+
 class _RefusalError(ValueError):
     """The model refused, or the provider filtered its reply: not a summary."""
 
@@ -450,12 +493,8 @@ class LLMSummarizer(Summarizer):
         return sum(self.count(text_of(m)) for m in prompt)
 
     def _read(self, response: Any, prompt_tokens: int) -> tuple[str, int, int]:
-        """(reply text, input tokens, output tokens) of a response."""
-        if isinstance(response, BaseMessage):
-            text = str(response.text) if isinstance(response.content, list) else response.content
-            usage = getattr(response, "usage_metadata", None)
-        else:
-            text, usage = str(response), None
+        """(reply text, input tokens, output tokens) of a response (see :func:`_reply_text`)."""
+        text, usage = _reply_text(response)
         # cleaned like every input: a lone surrogate or a NUL from a model would make the
         # summary unstorable (PostgreSQL's jsonb rejects NUL) and kill the thread
         raw = clean_text(str(text))
@@ -523,7 +562,8 @@ class LLMSummarizer(Summarizer):
             text, used_in, used_out = self._read(response, prompt_tokens)
             usage.input_tokens += used_in
             usage.output_tokens += used_out
-            refused = _refusal(response, text)
+            raw = response.get("raw") if isinstance(response, dict) else None
+            refused = _refusal(raw if isinstance(raw, BaseMessage) else response, text)
             if refused is not None:
                 raise _RefusalError(f"{refused}; not used as a summary")
             if not text:
