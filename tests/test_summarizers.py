@@ -8,6 +8,7 @@ import json
 import re
 import threading
 import time
+import warnings
 from collections.abc import Sequence
 from typing import Any, TypedDict
 
@@ -991,6 +992,30 @@ def test_the_timeout_is_validated_and_comes_from_the_config() -> None:
     assert ac.summarizer.timeout == 7.5
     with pytest.raises(InvalidConfigError):
         AutoContextConfig(summarizer_timeout=-1)
+
+
+def test_an_llm_summarizer_instance_takes_the_config_settings_it_was_not_built_with() -> None:
+    s = LLMSummarizer(FlakyChatModel(failures=0))
+    ac = AutoContext(
+        summarizer=s, summarizer_timeout=0.5, summarizer_retries=0, summarizer_concurrency=2
+    )
+    assert ac.summarizer is s
+    assert (s.timeout, s.retries, s.concurrency) == (0.5, 0, 2)
+    # the config's defaults leave an instance's defaults as they are
+    plain = LLMSummarizer(FlakyChatModel(failures=0))
+    AutoContext(summarizer=plain)
+    assert (plain.timeout, plain.retries, plain.concurrency) == (None, 2, 4)
+
+
+def test_an_llm_summarizer_instance_keeps_its_own_settings_and_says_so() -> None:
+    s = LLMSummarizer(FlakyChatModel(failures=0), retries=1, timeout=3)
+    with pytest.warns(UserWarning, match=r"its own timeout=3 \(config summarizer_timeout=0.5\)"):
+        AutoContext(summarizer=s, summarizer_timeout=0.5, summarizer_concurrency=2)
+    assert (s.timeout, s.retries, s.concurrency) == (3, 1, 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the same values, or fields the config leaves: silent
+        AutoContext(summarizer=s, summarizer_timeout=3)
+        AutoContext(summarizer=s)
 
 
 def test_retries_exhausted_falls_back_to_extractive() -> None:

@@ -53,6 +53,15 @@ class _Default:
 
 
 _DEFAULT_FALLBACK: Any = _Default()
+
+
+class _DefaultInt(int):
+    """An int default that says it was not passed (``retries``, ``concurrency``), so a
+    configuration's own setting can apply to an instance built without one."""
+
+
+_DEFAULT_RETRIES: int = _DefaultInt(2)
+_DEFAULT_CONCURRENCY: int = _DefaultInt(4)
 #: Chat-model fields that cap the reply, in the order they are tried.
 _MAX_TOKEN_FIELDS = ("max_tokens", "max_output_tokens", "max_completion_tokens")
 
@@ -324,9 +333,9 @@ class LLMSummarizer(Summarizer):
         model: BaseChatModel | Runnable[Any, Any] | str,
         *,
         prompts: dict[str, str] | None = None,
-        retries: int = 2,
+        retries: int = _DEFAULT_RETRIES,
         fallback: Summarizer | None = _DEFAULT_FALLBACK,
-        concurrency: int = 4,
+        concurrency: int = _DEFAULT_CONCURRENCY,
         hide_from_stream: bool = True,
         backoff: float = 0.5,
         max_backoff: float = 8.0,
@@ -360,6 +369,16 @@ class LLMSummarizer(Summarizer):
             raise ValueError(
                 f"timeout must be a positive number of seconds or None, got {timeout!r}"
             )
+        #: the settings passed to the constructor (a configuration's apply to the others)
+        self._own_settings = frozenset(
+            name
+            for name, value in (
+                ("retries", retries),
+                ("concurrency", concurrency),
+                ("timeout", timeout),
+            )
+            if value is not None and not isinstance(value, _DefaultInt)
+        )
         self.timeout = timeout
         self._model_spec = model
         self._model: Runnable[Any, Any] | None = None if isinstance(model, str) else model
@@ -367,14 +386,14 @@ class LLMSummarizer(Summarizer):
         self._load_warned = False
         self._fail_warned = False
         self.prompts = self._check_prompts(prompts or {})
-        self.retries = retries
+        self.retries = int(retries)
         self._owns_fallback = fallback is _DEFAULT_FALLBACK
         self.fallback: Summarizer | None = (
             ExtractiveSummarizer() if self._owns_fallback else fallback
         )
         if self.fallback is not None and not isinstance(self.fallback, Summarizer):
             raise TypeError("fallback must be a Summarizer or None")
-        self.concurrency = concurrency
+        self.concurrency = int(concurrency)
         self.hide_from_stream = hide_from_stream
         self.backoff = backoff
         self.max_backoff = max_backoff
@@ -382,6 +401,35 @@ class LLMSummarizer(Summarizer):
         self.max_input_chars = max_input_chars
         self.name = f"llm:{_model_name(model)}"
         self.token_counter = token_counter
+
+    def adopt_settings(self, **settings: Any) -> dict[str, tuple[Any, Any]]:
+        """Apply a configuration's ``retries``/``timeout``/``concurrency`` (the
+        ``summarizer_*`` fields of :class:`~langchain_autocontext.AutoContextConfig`)
+        to those this summarizer was not given when built; returns the others whose
+        value differs, as ``{name: (own value, the configuration's)}``: its own stay.
+
+        Raises:
+            ValueError: an unknown setting or an invalid value.
+        """
+        unknown = set(settings) - {"retries", "timeout", "concurrency"}
+        if unknown:
+            raise ValueError(f"Unknown summarizer settings {sorted(unknown)}")
+        kept: dict[str, tuple[Any, Any]] = {}
+        for name, value in settings.items():
+            if name in self._own_settings:
+                if getattr(self, name) != value:
+                    kept[name] = (getattr(self, name), value)
+                continue
+            if name == "timeout" and value is not None and not value > 0:
+                raise ValueError(
+                    f"timeout must be a positive number of seconds or None, got {value!r}"
+                )
+            if name == "retries" and value < 0:
+                raise ValueError("retries must be >= 0")
+            if name == "concurrency" and value < 1:
+                raise ValueError("concurrency must be >= 1")
+            setattr(self, name, value)
+        return kept
 
     def __repr__(self) -> str:
         return (
@@ -713,7 +761,9 @@ def resolve_summarizer(summarizer: Any = None, **llm_options: Any) -> Summarizer
     """Turn what a user passes as ``summarizer=`` into a :class:`Summarizer`.
 
     * ``None``, ``"offline"`` or ``"extractive"``: a new :class:`ExtractiveSummarizer`;
-    * a :class:`Summarizer`: itself;
+    * a :class:`Summarizer`: itself (an :class:`LLMSummarizer` adopts the
+      ``retries``/``timeout``/``concurrency`` among ``llm_options`` that it was not
+      built with, see :meth:`LLMSummarizer.adopt_settings`);
     * a chat model (any LangChain ``Runnable``) or a ``"provider:model"`` string:
       an :class:`LLMSummarizer`, built with ``llm_options`` (``retries``,
       ``concurrency``, ``prompts`` …);
@@ -722,6 +772,14 @@ def resolve_summarizer(summarizer: Any = None, **llm_options: Any) -> Summarizer
     if summarizer is None:
         return ExtractiveSummarizer()
     if isinstance(summarizer, Summarizer):
+        if isinstance(summarizer, LLMSummarizer):
+            summarizer.adopt_settings(
+                **{
+                    k: v
+                    for k, v in llm_options.items()
+                    if k in ("retries", "timeout", "concurrency")
+                }
+            )
         return summarizer
     if isinstance(summarizer, str):
         if summarizer.strip().lower() in _OFFLINE_NAMES:
