@@ -1101,6 +1101,117 @@ def test_backoff_is_small_and_doubles(monkeypatch: pytest.MonkeyPatch) -> None:
     assert waits == [0.01, 0.02, 0.03, 0.03]
 
 
+class RaisingChatModel(BaseChatModel):
+    """Raises ``make()``'s error at every call (sync and async) and counts the calls."""
+
+    make: Any
+    calls: int = 0
+
+    @property
+    def _llm_type(self) -> str:
+        return "raising"
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        self.calls += 1
+        raise self.make()
+
+
+class RateLimited(Exception):
+    status_code = 429
+
+    def __init__(self, retry_after: str | None = None) -> None:
+        super().__init__("Error code: 429 - Rate limit reached.")
+        headers = {} if retry_after is None else {"retry-after": retry_after}
+        self.response = type("Response", (), {"headers": headers})()
+
+
+class BadRequest(Exception):
+    status_code = 400
+
+
+def _context_overflow() -> Exception:
+    from langchain_core import exceptions
+
+    overflow = getattr(exceptions, "ContextOverflowError", None)
+    return overflow("prompt too long") if overflow else RuntimeError("context_length_exceeded")
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        _context_overflow,
+        lambda: BadRequest("Error code: 400 - maximum context length is 1000 tokens"),
+        lambda: ValueError("prompt is too long: 5000 tokens > 1000 maximum"),
+        lambda: NotImplementedError("this client is async-only"),
+        lambda: RateLimited(retry_after="20"),  # longer than max_backoff: not worth waiting
+    ],
+)
+@pytest.mark.parametrize("use_async", [False, True])
+def test_errors_that_cannot_succeed_are_not_retried(make: Any, use_async: bool) -> None:
+    model = RaisingChatModel(make=make)
+    s = LLMSummarizer(model, retries=2, backoff=0)
+    result = asyncio.run(s.asummarize(request())) if use_async else s.summarize(request())
+    assert model.calls == 1 and result.calls == 1
+    assert result.fallback is True and "failed after 1 attempt" in (result.error or "")
+    with pytest.raises(type(make())):  # without a fallback, the error itself is raised
+        LLMSummarizer(RaisingChatModel(make=make), retries=2, fallback=None).summarize(request())
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        AIMessage("I can't help with that."),
+        AIMessage("", tool_calls=[{"name": "get_status", "args": {}, "id": "c1"}]),
+    ],
+)
+@pytest.mark.parametrize("use_async", [False, True])
+def test_replies_that_cannot_become_a_summary_are_not_retried(
+    reply: AIMessage, use_async: bool
+) -> None:
+    model = FakeMessagesListChatModel(responses=[reply] * 3)
+    s = LLMSummarizer(model, retries=2, backoff=0)
+    result = asyncio.run(s.asummarize(request())) if use_async else s.summarize(request())
+    assert result.calls == 1 and result.fallback is True
+    if reply.tool_calls:
+        assert "tool calls only (get_status)" in (result.error or "")
+
+
+def test_a_rate_limit_honours_retry_after_or_backs_off_longer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    waits: list[float] = []
+    monkeypatch.setattr(time, "sleep", lambda s: waits.append(s) if s else None)
+    LLMSummarizer(
+        RaisingChatModel(make=lambda: RateLimited(retry_after="3")), retries=2, backoff=0.5
+    ).summarize(request())
+    assert waits == [3.0, 3.0]  # within max_backoff (8 s): honoured
+    waits.clear()
+    LLMSummarizer(RaisingChatModel(make=RateLimited), retries=2, backoff=0.5).summarize(request())
+    assert waits == [2.0, 4.0]  # no hint: four times the usual backoff
+    waits.clear()
+    LLMSummarizer(FlakyChatModel(failures=10), retries=2, backoff=0.5).summarize(request())
+    assert waits == [0.5, 1.0]  # other errors: as before
+
+
+async def test_async_rate_limit_honours_retry_after(monkeypatch: pytest.MonkeyPatch) -> None:
+    waits: list[float] = []
+
+    async def nap(seconds: float) -> None:
+        if seconds:  # asyncio yields with sleep(0): only real waits count
+            waits.append(seconds)
+
+    monkeypatch.setattr(asyncio, "sleep", nap)
+    model = RaisingChatModel(make=lambda: RateLimited(retry_after="3"))
+    result = await LLMSummarizer(model, retries=1).asummarize(request())
+    assert waits == [3.0] and model.calls == 2 and result.fallback is True
+
+
 async def test_async_retries_and_fallback() -> None:
     model = FlakyChatModel(failures=1)
     ok = await LLMSummarizer(model, retries=1, backoff=0.001).asummarize(request())

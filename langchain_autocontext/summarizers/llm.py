@@ -36,7 +36,15 @@ from langchain_autocontext.summarizers.base import (
     TextTokenCounter,
     _clip_to_tokens,
 )
-from langchain_autocontext.summarizers.calls import athread, native_async, timed_out, within
+from langchain_autocontext.summarizers.calls import (
+    athread,
+    cannot_succeed,
+    native_async,
+    rate_limited,
+    retry_after,
+    timed_out,
+    within,
+)
 from langchain_autocontext.summarizers.extractive import ExtractiveSummarizer
 from langchain_autocontext.summarizers.prompts import _LIMIT, DEFAULT_PROMPTS, SYSTEM_PROMPT, _fill
 from langchain_autocontext.summarizers.transcript import render_transcript
@@ -68,6 +76,23 @@ _MAX_TOKEN_FIELDS = ("max_tokens", "max_output_tokens", "max_completion_tokens")
 
 class _EmptySummaryError(ValueError):
     """The model answered with no text."""
+
+
+class _ToolCallsOnlyError(ValueError):
+    """The model answered with tool calls and no text (tools bound to it)."""
+
+
+class _Retry(Exception):
+    """A failed attempt worth another one (what ``with_retry`` retries); ``error`` is
+    the failure itself, re-raised or reported once the attempts are spent."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _unwrap(exc: Exception) -> Exception:
+    return exc.error if isinstance(exc, _Retry) else exc
 
 
 class _UnreadableReplyError(TypeError):
@@ -296,6 +321,11 @@ class LLMSummarizer(Summarizer):
             ``{transcript}``; if it names no length placeholder the length sentence
             is appended.
         retries: Extra attempts after a failed call (exceptions or an empty reply).
+            Failures that would recur are not retried (a context overflow,
+            ``NotImplementedError``, a 4xx, a refusal, a reply of tool calls only):
+            the fallback answers at once. A rate limit's ``retry-after`` is honoured
+            up to ``max_backoff`` (or ``timeout`` when longer); a longer one is not
+            waited for.
         fallback: Answers when every attempt failed (the result then has
             ``fallback=True`` and ``error``). ``None`` re-raises the last error.
             Default: a fresh :class:`ExtractiveSummarizer`.
@@ -305,7 +335,8 @@ class LLMSummarizer(Summarizer):
             ``astream_events``; when False the caller's callbacks (tracing, cost
             tracking) see the calls. The tags in :data:`SUMMARIZER_TAGS` are
             always added.
-        backoff: Seconds before the first retry; doubles per retry.
+        backoff: Seconds before the first retry; doubles per retry (four times as long
+            after a rate limit without ``retry-after``).
         max_backoff: Cap on one wait between retries.
         bind_max_tokens: Bind the request's ``max_tokens`` to the call when the
             chat model has such a field (``max_tokens``, ``max_output_tokens``, …)
@@ -563,6 +594,29 @@ class LLMSummarizer(Summarizer):
         """Seconds before retry number ``retry`` (1, 2, …): doubling from ``backoff``."""
         return min(self.max_backoff, self.backoff * (2 ** (retry - 1)))
 
+    def _retry_wait(self, exc: Exception, retry: int) -> float | None:
+        """Seconds to wait before retry number ``retry`` after ``exc``, or ``None`` when
+        retrying cannot help and the fallback should answer at once: a reply that is
+        not a summary (a refusal, tool calls only, an unreadable output), a request
+        that fails the same way again (:func:`~.calls.cannot_succeed`: a context
+        overflow, ``NotImplementedError``, a 4xx), or a rate limit whose ``retry-after``
+        is longer than ``max_backoff`` (or ``timeout`` when longer). A rate limit's
+        ``retry-after`` is honoured; without one it waits four times the usual
+        backoff (at most ``max_backoff``)."""
+        if isinstance(exc, (_RefusalError, _ToolCallsOnlyError, _UnreadableReplyError)):
+            return None
+        if cannot_succeed(exc):
+            return None
+        delay = self._delay(retry)
+        hint = retry_after(exc)
+        if hint is not None:
+            if hint > max(self.max_backoff, self.timeout or 0.0):
+                return None
+            return max(hint, delay)
+        if rate_limited(exc):
+            return min(self.max_backoff, delay * 4)
+        return delay
+
     def _failed(self, attempts: int, exc: BaseException) -> str:
         """:meth:`_fail`'s text, and the first time, a warning: a model that fails at
         every call (a wrong key, an unreachable endpoint) otherwise only shows in the
@@ -615,41 +669,62 @@ class LLMSummarizer(Summarizer):
             if refused is not None:
                 raise _RefusalError(f"{refused}; not used as a summary")
             if not text:
+                calls = getattr(
+                    raw if isinstance(raw, BaseMessage) else response, "tool_calls", None
+                )
+                if calls:
+                    names = ", ".join(sorted({str(c.get("name")) for c in calls}))
+                    raise _ToolCallsOnlyError(
+                        f"the model answered with tool calls only ({names}), not a summary: "
+                        "give the summarizer a model without tools bound"
+                    )
                 raise _EmptySummaryError("the model returned an empty summary")
             return text
 
         def attempt(messages: list[BaseMessage], config: RunnableConfig) -> str:
             usage.calls += 1
-            if usage.calls > 1 and (delay := self._delay(usage.calls - 1)) > 0:
-                time.sleep(delay)
+            if usage.calls > 1 and usage.wait > 0:
+                time.sleep(usage.wait)
             try:
-                call = functools.partial(model.invoke, messages, config=config)
-                response = within(self.timeout, call)
-            except Exception:
-                usage.input_tokens += prompt_tokens
-                raise
-            return settle(response)
+                try:
+                    call = functools.partial(model.invoke, messages, config=config)
+                    response = within(self.timeout, call)
+                except Exception:
+                    usage.input_tokens += prompt_tokens
+                    raise
+                return settle(response)
+            except Exception as exc:
+                if (wait := self._retry_wait(exc, usage.calls)) is None:
+                    raise  # retrying cannot help: the fallback answers now
+                usage.wait = wait
+                raise _Retry(exc) from exc
 
         async def aattempt(messages: list[BaseMessage], config: RunnableConfig) -> str:
             usage.calls += 1
-            if usage.calls > 1 and (delay := self._delay(usage.calls - 1)) > 0:
-                await asyncio.sleep(delay)
+            if usage.calls > 1 and usage.wait > 0:
+                await asyncio.sleep(usage.wait)
             try:
-                if native_async(model):
-                    pending = model.ainvoke(messages, config=config)
-                else:  # its own thread, as on the sync path (see calls.athread)
-                    pending = athread(functools.partial(model.invoke, messages, config=config))
-                response = await asyncio.wait_for(pending, self.timeout)
-            except TimeoutError as exc:
-                usage.input_tokens += prompt_tokens
-                raise timed_out(self.timeout) from exc
-            except Exception:
-                usage.input_tokens += prompt_tokens
-                raise
-            return settle(response)
+                try:
+                    if native_async(model):
+                        pending = model.ainvoke(messages, config=config)
+                    else:  # its own thread, as on the sync path (see calls.athread)
+                        pending = athread(functools.partial(model.invoke, messages, config=config))
+                    response = await asyncio.wait_for(pending, self.timeout)
+                except TimeoutError as exc:
+                    usage.input_tokens += prompt_tokens
+                    raise timed_out(self.timeout) from exc
+                except Exception:
+                    usage.input_tokens += prompt_tokens
+                    raise
+                return settle(response)
+            except Exception as exc:
+                if (wait := self._retry_wait(exc, usage.calls)) is None:
+                    raise  # retrying cannot help: the fallback answers now
+                usage.wait = wait
+                raise _Retry(exc) from exc
 
         retrying = RunnableLambda(attempt, afunc=aattempt, name=_ATTEMPT_RUN_NAME).with_retry(
-            retry_if_exception_type=(Exception,),
+            retry_if_exception_type=(_Retry,),
             stop_after_attempt=self.retries + 1,
             wait_exponential_jitter=False,  # the attempt waits (see above)
         )
@@ -716,9 +791,10 @@ class LLMSummarizer(Summarizer):
         retrying, prompt, usage = self._retrying(request)
         try:
             text = retrying.invoke(prompt, config=self.call_config(request))
-        except Exception as exc:
+        except Exception as wrapped:
+            exc = _unwrap(wrapped)
             if self.fallback is None:
-                raise
+                raise exc from exc.__cause__
             fb = self.fallback.summarize(request)
             return self._fallback_result(fb, usage, self._failed(usage.calls, exc))
         return self._result(text, request, usage)
@@ -732,9 +808,10 @@ class LLMSummarizer(Summarizer):
         retrying, prompt, usage = self._retrying(request)
         try:
             text = await retrying.ainvoke(prompt, config=self.call_config(request))
-        except Exception as exc:
+        except Exception as wrapped:
+            exc = _unwrap(wrapped)
             if self.fallback is None:
-                raise
+                raise exc from exc.__cause__
             fb = await self.fallback.asummarize(request)
             return self._fallback_result(fb, usage, self._failed(usage.calls, exc))
         return self._result(text, request, usage)
@@ -751,6 +828,8 @@ class _Usage:
     calls: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
+    #: seconds before the next attempt (set by the failed one)
+    wait: float = 0.0
 
 
 # --- resolution ---------------------------------------------------------------------------------
