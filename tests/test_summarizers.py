@@ -1029,8 +1029,39 @@ def test_retries_exhausted_falls_back_to_extractive() -> None:
     assert "llm:flaky failed after 3 attempts" in result.error
     assert "RuntimeError: provider overloaded (call 3)" in result.error
     assert result.text == ExtractiveSummarizer().summarize(request()).text
-    # prompt tokens of the failed attempts are counted
-    assert result.input_tokens == 3 * sum(approx(str(m.content)) for m in s.build_prompt(request()))
+    # failed calls report no usage: none is recorded (it was not billed, or is unknown)
+    assert (result.input_tokens, result.output_tokens) == (0, 0)
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_failed_and_timed_out_attempts_add_no_estimated_tokens(use_async: bool) -> None:
+    prompt = sum(
+        approx(str(m.content)) for m in LLMSummarizer(RecordingChatModel()).build_prompt(request())
+    )
+    runs = [
+        (FlakyChatModel(failures=2), 1),  # two failures, then a summary: one prompt read
+        (SlowEchoChatModel(delay=3.0), 0),  # every attempt times out
+        (FakeListChatModel(responses=["", " ", ""]), 0),  # empty replies, no usage reported
+    ]
+    for model, prompts in runs:
+        s = LLMSummarizer(model, retries=2, backoff=0, timeout=0.5)
+        result = asyncio.run(s.asummarize(request())) if use_async else s.summarize(request())
+        assert result.calls == 3
+        assert result.input_tokens == prompts * prompt
+
+
+def test_rejected_replies_with_reported_usage_are_counted() -> None:
+    """A reply the provider billed counts, used as the summary or not."""
+    used = {"input_tokens": 1000, "output_tokens": 20, "total_tokens": 1020}
+    replies = [
+        AIMessage("", usage_metadata=used),
+        AIMessage("The agent ran pytest.", usage_metadata=used),
+    ]
+    result = LLMSummarizer(FakeMessagesListChatModel(responses=replies), backoff=0).summarize(
+        request()
+    )
+    assert result.fallback is False and result.calls == 2
+    assert (result.input_tokens, result.output_tokens) == (2000, 40)
 
 
 def test_no_fallback_reraises() -> None:

@@ -571,16 +571,22 @@ class LLMSummarizer(Summarizer):
     def _prompt_tokens(self, prompt: list[BaseMessage]) -> int:
         return sum(self.count(text_of(m)) for m in prompt)
 
-    def _read(self, response: Any, prompt_tokens: int) -> tuple[str, int, int]:
-        """(reply text, input tokens, output tokens) of a response (see :func:`_reply_text`)."""
+    def _read(self, response: Any, prompt_tokens: int) -> tuple[str, int, int, bool]:
+        """(reply text, input tokens, output tokens, whether the provider reported
+        them) of a response (see :func:`_reply_text`); unreported usage is estimated:
+        the prompt's tokens and the reply's."""
         text, usage = _reply_text(response)
         # cleaned like every input: a lone surrogate or a NUL from a model would make the
         # summary unstorable (PostgreSQL's jsonb rejects NUL) and kill the thread
         raw = clean_text(str(text))
         text = _strip_thinking(raw).strip()  # its reasoning was generated (and billed) too
         if usage:
-            return text, int(usage.get("input_tokens", 0)), int(usage.get("output_tokens", 0))
-        return text, prompt_tokens, self.count(raw.strip())
+            used_in, used_out = (
+                int(usage.get("input_tokens", 0)),
+                int(usage.get("output_tokens", 0)),
+            )
+            return text, used_in, used_out, True
+        return text, prompt_tokens, self.count(raw.strip()), False
 
     def _finish(self, text: str, request: SummaryRequest) -> str:
         return _clip_to_tokens(
@@ -643,8 +649,11 @@ class LLMSummarizer(Summarizer):
         """One model call as a Runnable that LangChain retries (``Runnable.with_retry``),
         the prompt to invoke it with, and the tally of its attempts.
 
-        Each attempt counts its own usage in the tally: a failed or timed-out call costs
-        the prompt's tokens, a reply its reported usage. A reply without text is a failed
+        Each attempt counts its own usage in the tally: a reply its reported usage (used
+        as the summary or not: it was billed); without reported usage, the estimate
+        (prompt and reply tokens) of a reply used as the summary only. A call that
+        failed or timed out reports nothing and adds no tokens (its ``calls`` count):
+        the totals are what was billed or, when unknown, what the summaries read. A reply without text is a failed
         attempt too (:class:`_EmptySummaryError`), retried like an exception, and so is
         a refusal (:class:`_RefusalError`: a provider's refusal or content-filter stop,
         or a short reply that is a refusal). A retry first waits
@@ -661,9 +670,10 @@ class LLMSummarizer(Summarizer):
         usage = _Usage()
 
         def settle(response: Any) -> str:
-            text, used_in, used_out = self._read(response, prompt_tokens)
-            usage.input_tokens += used_in
-            usage.output_tokens += used_out
+            text, used_in, used_out, reported = self._read(response, prompt_tokens)
+            if reported:  # billed, whether or not the reply is used
+                usage.input_tokens += used_in
+                usage.output_tokens += used_out
             raw = response.get("raw") if isinstance(response, dict) else None
             refused = _refusal(raw if isinstance(raw, BaseMessage) else response, text)
             if refused is not None:
@@ -679,6 +689,9 @@ class LLMSummarizer(Summarizer):
                         "give the summarizer a model without tools bound"
                     )
                 raise _EmptySummaryError("the model returned an empty summary")
+            if not reported:  # estimated for the calls that answered with a summary
+                usage.input_tokens += used_in
+                usage.output_tokens += used_out
             return text
 
         def attempt(messages: list[BaseMessage], config: RunnableConfig) -> str:
@@ -686,13 +699,8 @@ class LLMSummarizer(Summarizer):
             if usage.calls > 1 and usage.wait > 0:
                 time.sleep(usage.wait)
             try:
-                try:
-                    call = functools.partial(model.invoke, messages, config=config)
-                    response = within(self.timeout, call)
-                except Exception:
-                    usage.input_tokens += prompt_tokens
-                    raise
-                return settle(response)
+                call = functools.partial(model.invoke, messages, config=config)
+                return settle(within(self.timeout, call))
             except Exception as exc:
                 if (wait := self._retry_wait(exc, usage.calls)) is None:
                     raise  # retrying cannot help: the fallback answers now
@@ -711,11 +719,7 @@ class LLMSummarizer(Summarizer):
                         pending = athread(functools.partial(model.invoke, messages, config=config))
                     response = await asyncio.wait_for(pending, self.timeout)
                 except TimeoutError as exc:
-                    usage.input_tokens += prompt_tokens
                     raise timed_out(self.timeout) from exc
-                except Exception:
-                    usage.input_tokens += prompt_tokens
-                    raise
                 return settle(response)
             except Exception as exc:
                 if (wait := self._retry_wait(exc, usage.calls)) is None:
