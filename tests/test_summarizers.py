@@ -826,6 +826,40 @@ def test_an_unreadable_output_fails_with_a_clear_error_not_a_repr(
     assert "summary/text/content text field" in (result.error or "")
 
 
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "```markdown\nThe agent fixed the bug.\n```",
+        "```\nThe agent fixed the bug.\n```",
+        "<summary>\nThe agent fixed the bug.\n</summary>",
+        "Here is a summary of the conversation:\n\nThe agent fixed the bug.",
+        "Sure! Here\u2019s the concise summary:\n```text\nThe agent fixed the bug.\n```",
+        "**Summary:**\nThe agent fixed the bug.",
+        '<ab12 9/345/>\nThe agent fixed the bug.\n<metadata id="zz" cumulative_message_token_count="1" '
+        'message_token_count="1"/>',
+    ],
+)
+@pytest.mark.parametrize("use_async", [False, True])
+def test_wrappers_and_the_packages_tags_are_removed_from_the_reply(
+    reply: str, use_async: bool
+) -> None:
+    s = LLMSummarizer(FakeListChatModel(responses=[reply]))
+    result = asyncio.run(s.asummarize(request())) if use_async else s.summarize(request())
+    assert result.text == "The agent fixed the bug."
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "Here is what the agent did: it ran pytest on main.py.",
+        "The agent ran:\n```\npytest -q\n```\nand it failed.",
+        "The agent wrote <summary> tags into report.md.",
+    ],
+)
+def test_a_summary_that_only_resembles_a_wrapper_is_kept(reply: str) -> None:
+    assert LLMSummarizer(FakeListChatModel(responses=[reply])).summarize(request()).text == reply
+
+
 def test_reply_is_truncated_to_max_tokens() -> None:
     long = "\n".join(f"Line {i}: the agent did something notable." for i in range(200))
     counter = WordCounter()

@@ -26,6 +26,7 @@ from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import Runnable, RunnableBinding, RunnableConfig, RunnableLambda
 
 from langchain_autocontext.messages import clean_text, text_of
+from langchain_autocontext.metadata import strip_tags
 from langchain_autocontext.summarizers.base import (
     STRATEGIES,
     SUMMARIZER_RUN_NAME,
@@ -180,6 +181,37 @@ def _strip_thinking(text: str) -> str:
     closes = list(_THINK_CLOSE.finditer(text))
     if closes:
         text = text[closes[-1].end() :]
+    return text
+
+
+_FENCED = re.compile(r"\A```[\w.+-]*[ \t]*\n(.*?)\n?```\Z", re.DOTALL)
+_SUMMARY_TAGS = re.compile(r"\A<summary>\s*(.*?)\s*</summary>\Z", re.DOTALL | re.IGNORECASE)
+#: A first line that only announces the summary ("Here is a summary of …:", "Summary:").
+_PREAMBLE = re.compile(
+    r"\A(?:(?:sure|certainly|ok(?:ay)?)[,!.]?\s*)?"
+    r"(?:here(?:'s| is| are)\b[^\n]{0,160}?summar[^\n]{0,160}?|(?:\*\*)?summary(?:\*\*)?)"
+    r":(?:\*\*)?[ \t]*(?:\n|\Z)",
+    re.IGNORECASE,
+)
+
+
+def _unwrap_reply(text: str) -> str:
+    """``text`` without what wraps a summary rather than being one: the package's own
+    metadata tags (a model imitates the tags it sees), a code fence around the whole
+    reply, a ``<summary>…</summary>`` wrapper, a first line that only announces the
+    summary ("Here is a summary of the conversation:")."""
+    text = strip_tags(text).strip()
+    for _ in range(3):
+        before = text
+        for pattern in (_FENCED, _SUMMARY_TAGS):
+            match = pattern.match(text)
+            if match:
+                text = match.group(1).strip()
+        match = _PREAMBLE.match(text.replace("\u2019", "'"))
+        if match:
+            text = text[match.end() :].strip()
+        if text == before:
+            break
     return text
 
 
@@ -579,7 +611,7 @@ class LLMSummarizer(Summarizer):
         # cleaned like every input: a lone surrogate or a NUL from a model would make the
         # summary unstorable (PostgreSQL's jsonb rejects NUL) and kill the thread
         raw = clean_text(str(text))
-        text = _strip_thinking(raw).strip()  # its reasoning was generated (and billed) too
+        text = _unwrap_reply(_strip_thinking(raw))  # its reasoning was generated (and billed) too
         if usage:
             used_in, used_out = (
                 int(usage.get("input_tokens", 0)),
