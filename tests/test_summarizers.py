@@ -1661,3 +1661,27 @@ def test_a_tight_recursive_summary_keeps_the_references_of_what_it_leaves_out(ca
     assert counter.count_text(text) <= cap
     kept = set(re.findall(r"REF\d+", text))
     assert "references in the messages left out" in text and len(kept) >= cap // 60
+
+
+# --- clip_text (the recursive summary's and the pipeline's clip) -----------------------------
+@pytest.mark.parametrize("keep", ["start", "end"])
+@pytest.mark.parametrize("counter", [WordCounter(), CharCounter(), TokenCounter()])
+def test_clip_text_cuts_at_word_boundaries_and_marks_the_cut(keep: str, counter: Any) -> None:
+    from langchain_autocontext.strategies.base import clip_text
+
+    text = " ".join(f"Ticket TCK-{7000 + i} closed on srv-{i:03d}." for i in range(60))
+    words = set(text.split())
+    for cap in range(8, 160, 3):
+        out = clip_text(text, cap, counter, keep=keep)
+        assert counter.count_text(out) <= cap  # the bound stays exact
+        if not out:
+            continue
+        assert out.startswith("… ") if keep == "end" else out.endswith(" …"), out
+        kept = out.removeprefix("… ").removesuffix(" …").split()
+        if len(kept) > 1:  # (a room smaller than one word keeps part of it)
+            assert set(kept) <= words, (cap, out)  # no identifier cut in two
+    # lines: cut at a line boundary, the marker on a line of its own
+    lines = "\n".join(f"line {i}: TCK-{7000 + i}" for i in range(100))
+    out = clip_text(lines, 60, WordCounter(), keep=keep)
+    assert WordCounter().count_text(out) <= 60
+    assert out.startswith("…\nline ") if keep == "end" else out.endswith("\n…")
