@@ -652,9 +652,33 @@ def test_prompts_are_distinct_and_ask_for_the_essentials() -> None:
 
 
 def test_recursive_prompt_without_previous_summary() -> None:
+    """FIFO never passes the summary it keeps (the new text is appended to it, so each
+    evicted token is read once): the prompt says so, and asks for no fold."""
     model = RecordingChatModel()
     LLMSummarizer(model).summarize(request(strategy="recursive"))
-    assert "(none: this is the first eviction)" in str(model.prompts[0][1].content)
+    body = str(model.prompts[0][1].content)
+    assert "first eviction" not in body and "<existing_summary>" not in body
+    assert "fold" not in body and "replaces both" not in body
+    assert "appended to the summary of everything evicted before" in body
+
+
+def test_fifo_recursive_prompts_say_what_happens_to_the_text() -> None:
+    """End to end: FIFO's recursive requests carry no previous summary, and their prompt
+    does not claim one is folded in."""
+    model = RecordingChatModel(reply="The agent handled an evicted request.")
+    ac = AutoContext(max_tokens=1500, summarizer=model)
+    messages: list[BaseMessage] = []
+    for r in range(12):
+        messages += [
+            HumanMessage(f"Request {r}: " + "detail " * 60, id=f"u{r}"),
+            AIMessage(f"Answer {r}: " + "result " * 60, id=f"a{r}"),
+        ]
+        messages = list(ac.compress(messages, thread_id="t").messages)
+    recursive = [str(p[1].content) for p in model.prompts if "being evicted" in str(p[1].content)]
+    assert recursive, "FIFO ran"
+    for body in recursive:
+        assert "first eviction" not in body and "<existing_summary>" not in body
+        assert "appended to the summary" in body
 
 
 def test_custom_prompts() -> None:

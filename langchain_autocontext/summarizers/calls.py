@@ -5,6 +5,11 @@ abandoned in a daemon thread of its own, on the sync and the async path alike: u
 ``ainvoke`` LangChain would run a model without its own async implementation in the
 event loop's default executor, where a hung call outlives ``asyncio.wait_for`` and a few
 of them starve every other worker (a store's writes, LangGraph's sync nodes).
+
+Also here: what a failed call says about the next attempt (:func:`cannot_succeed`,
+:func:`rate_limited`, :func:`retry_after`), and what the model is (its name, and
+whether it reasons before it answers, so a summary-sized ``max_tokens`` would starve
+its reply).
 """
 
 from __future__ import annotations
@@ -198,3 +203,73 @@ def retry_after(exc: BaseException) -> float | None:
     if match:
         return float(match.group(1)) / (1000 if match.group(2).lower() == "ms" else 1)
     return None
+
+
+# --- the model ----------------------------------------------------------------------------
+#: OpenAI-style model names that always reason (o1, o3, o4-mini, gpt-5 but not its
+#: ``-chat`` variants, gpt-oss) or whose reply budget includes the reasoning
+#: (deepseek-reasoner, DeepSeek-R1): a small ``max_tokens`` is spent on reasoning and
+#: the visible reply comes back empty. A ``provider/`` or ``provider:`` prefix is allowed.
+_REASONING_NAMES = re.compile(
+    r"(?:^|[/:])(?:o\d(?:$|[-.])|gpt-5(?!.*chat)|gpt-oss|deepseek-reasoner|deepseek-r1|qwq)",
+    re.IGNORECASE,
+)
+#: Gemini models that think unless told not to (``thinking_budget=0``).
+_THINKING_BY_DEFAULT = re.compile(r"gemini-(?:2\.5-(?!flash-lite)|[3-9])", re.IGNORECASE)
+_OFF = (None, False, 0, "", "none", "disabled", "off")
+
+
+def _is_on(value: Any) -> bool:
+    """Whether a reasoning/thinking setting turns it on (``None``, ``0``, ``"none"``,
+    ``{"type": "disabled"}`` and the like do not)."""
+    if isinstance(value, dict):
+        if not value:
+            return False
+        for key in ("type", "effort", "mode"):
+            if key in value:
+                return _is_on(value[key])
+        return True
+    if isinstance(value, str):
+        return value.strip().lower() not in _OFF
+    return value not in _OFF
+
+
+def _reasons(model: Any) -> bool:
+    """Whether ``model`` reasons (thinks) before it answers, with the reasoning paid
+    out of the same reply budget: Anthropic with ``thinking`` enabled (which needs
+    ``max_tokens`` above its budget), OpenAI reasoning models (by name, or with
+    ``reasoning_effort``/``reasoning`` set), Gemini with a thinking budget or level
+    (or a 2.5/3 model that thinks by default), Bedrock with ``thinking`` in its
+    request fields, Ollama with ``reasoning`` on."""
+    for attr in ("thinking", "reasoning_effort", "reasoning", "thinking_level"):
+        if _is_on(getattr(model, attr, None)):
+            return True
+    budget = getattr(model, "thinking_budget", None)
+    if isinstance(budget, int) and not isinstance(budget, bool):
+        if budget != 0:
+            return True
+    elif _THINKING_BY_DEFAULT.search(_model_name(model)):
+        return True
+    for attr in ("additional_model_request_fields", "model_kwargs"):
+        extra = getattr(model, attr, None)
+        if isinstance(extra, dict) and any(
+            _is_on(extra.get(key))
+            for key in ("thinking", "reasoning_config", "reasoning_effort", "reasoning")
+        ):
+            return True
+    return bool(_REASONING_NAMES.search(_model_name(model)))
+
+
+def _model_name(model: Any) -> str:
+    if isinstance(model, str):
+        return model
+    if isinstance(model, RunnableBinding):
+        return _model_name(model.bound)
+    for attr in ("model_name", "model", "model_id", "deployment_name"):
+        value = getattr(model, attr, None)
+        if isinstance(value, str) and value:
+            return value
+    llm_type = getattr(model, "_llm_type", None)
+    if isinstance(llm_type, str):
+        return llm_type
+    return type(model).__name__

@@ -6,6 +6,11 @@ string for ``init_chat_model``), with one prompt per strategy, retries with back
 concurrency, and calls hidden from the user's token streams. :func:`resolve_summarizer` turns what a user passes as
 ``summarizer=`` (``None``, ``"offline"``, a summarizer, a chat model or a
 ``"provider:model"`` string) into a :class:`~langchain_autocontext.summarizers.base.Summarizer`.
+
+Over 600 lines because :class:`LLMSummarizer` is one class with two paths (sync and
+async attempts, kept side by side so they stay alike) and its documented arguments;
+reading replies (:mod:`~langchain_autocontext.summarizers.replies`) and running one
+call (:mod:`~langchain_autocontext.summarizers.calls`) are modules of their own.
 """
 
 from __future__ import annotations
@@ -23,10 +28,9 @@ from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
-from langchain_core.runnables import Runnable, RunnableBinding, RunnableConfig, RunnableLambda
+from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 
 from langchain_autocontext.messages import clean_text, text_of
-from langchain_autocontext.metadata import strip_tags
 from langchain_autocontext.summarizers.base import (
     STRATEGIES,
     SUMMARIZER_RUN_NAME,
@@ -38,6 +42,8 @@ from langchain_autocontext.summarizers.base import (
     _clip_to_tokens,
 )
 from langchain_autocontext.summarizers.calls import (
+    _model_name,
+    _reasons,
     athread,
     cannot_succeed,
     native_async,
@@ -47,7 +53,23 @@ from langchain_autocontext.summarizers.calls import (
     within,
 )
 from langchain_autocontext.summarizers.extractive import ExtractiveSummarizer
-from langchain_autocontext.summarizers.prompts import _LIMIT, DEFAULT_PROMPTS, SYSTEM_PROMPT, _fill
+from langchain_autocontext.summarizers.prompts import (
+    _LIMIT,
+    DEFAULT_PROMPTS,
+    RECURSIVE_FOLD_PROMPT,
+    SYSTEM_PROMPT,
+    _fill,
+)
+from langchain_autocontext.summarizers.replies import (
+    _EmptySummaryError,
+    _refusal,
+    _RefusalError,
+    _reply_text,
+    _strip_thinking,
+    _ToolCallsOnlyError,
+    _UnreadableReplyError,
+    _unwrap_reply,
+)
 from langchain_autocontext.summarizers.transcript import render_transcript
 
 __all__ = ["LLMSummarizer", "resolve_summarizer"]
@@ -75,14 +97,6 @@ _DEFAULT_CONCURRENCY: int = _DefaultInt(4)
 _MAX_TOKEN_FIELDS = ("max_tokens", "max_output_tokens", "max_completion_tokens")
 
 
-class _EmptySummaryError(ValueError):
-    """The model answered with no text."""
-
-
-class _ToolCallsOnlyError(ValueError):
-    """The model answered with tool calls and no text (tools bound to it)."""
-
-
 class _Retry(Exception):
     """A failed attempt worth another one (what ``with_retry`` retries); ``error`` is
     the failure itself, re-raised or reported once the attempts are spent."""
@@ -94,217 +108,6 @@ class _Retry(Exception):
 
 def _unwrap(exc: Exception) -> Exception:
     return exc.error if isinstance(exc, _Retry) else exc
-
-
-class _UnreadableReplyError(TypeError):
-    """The model's output is neither a message, a text nor a structure with a summary."""
-
-
-#: Fields of a structured reply (``with_structured_output``) that hold the summary.
-_TEXT_FIELDS = ("summary", "text", "content")
-
-
-def _reply_text(response: Any) -> tuple[str, Any]:
-    """(text, ``usage_metadata`` or ``None``) of what the summarizer runnable returned:
-    a message (its text blocks only), a string, a structured output's ``summary``
-    (or ``text``/``content``) field (a pydantic object or a dict), or
-    ``with_structured_output(include_raw=True)``'s dict (the parsed value, else the raw
-    message's text; the raw message's usage).
-
-    Raises:
-        _UnreadableReplyError: anything else (never written as its ``repr``).
-    """
-    if isinstance(response, BaseMessage):
-        text = response.text if isinstance(response.content, list) else response.content
-        return str(text), getattr(response, "usage_metadata", None)
-    if isinstance(response, str):
-        return response, None
-    if isinstance(response, dict) and "raw" in response and "parsed" in response:
-        raw = response["raw"]
-        usage = getattr(raw, "usage_metadata", None) if isinstance(raw, BaseMessage) else None
-        if response["parsed"] is not None:
-            return _reply_text(response["parsed"])[0], usage
-        if isinstance(raw, BaseMessage):
-            return _reply_text(raw)[0], usage
-    fields = response if isinstance(response, dict) else None
-    for name in _TEXT_FIELDS:
-        value = fields.get(name) if fields is not None else getattr(response, name, None)
-        if isinstance(value, str):
-            return value, None
-        if isinstance(value, BaseMessage):
-            return _reply_text(value)
-    raise _UnreadableReplyError(
-        f"the summarizer returned a {type(response).__name__}, not a message, a string or "
-        f"a structure with a {'/'.join(_TEXT_FIELDS)} text field"
-    )
-
-
-class _RefusalError(ValueError):
-    """The model refused, or the provider filtered its reply: not a summary."""
-
-
-#: Provider stop signals of a refused or filtered reply (Anthropic ``stop_reason``,
-#: OpenAI/Azure ``finish_reason``, Gemini ``finish_reason``).
-_REFUSAL_STOPS = frozenset(
-    {"refusal", "content_filter", "safety", "prohibited_content", "blocklist"}
-)
-#: A reply this short that opens with a refusal is one (a summary never starts so).
-_REFUSAL_MAX_CHARS = 300
-_REFUSAL = re.compile(
-    r"^(?:(?:i'm |i am |we're |we are )?(?:sorry|afraid)[,.!]?\s*(?:but\s*)?|"
-    r"i apologi[sz]e[,.!]?\s*(?:but\s*)?|unfortunately,?\s*)?"
-    r"(?:i|we)\s*(?:can't|cannot|can not|won't|will not|am unable to|'m unable to|are unable to|"
-    r"am not able to|'m not able to|must decline to|must refuse to)\s+"
-    r"(?:help|assist|comply|provide|do|fulfil|fulfill|summari[sz]e|complete|process|"
-    r"continue|engage|create|write|support)\b",
-    re.IGNORECASE,
-)
-
-
-_THINK_BLOCK = re.compile(r"<(think|thinking)>.*?</\1\s*>", re.IGNORECASE | re.DOTALL)
-_THINK_OPEN = re.compile(r"<(?:think|thinking)>", re.IGNORECASE)
-_THINK_CLOSE = re.compile(r"</(?:think|thinking)\s*>", re.IGNORECASE)
-
-
-def _strip_thinking(text: str) -> str:
-    """``text`` without the reasoning some models write into the reply itself
-    (``<think>…</think>``: Qwen3, DeepSeek-R1, gpt-oss behind OpenAI-compatible
-    servers; ``<thinking>…</thinking>``): closed blocks are removed; an unclosed one
-    (the reply was cut while reasoning) is removed to the end; text before a lone
-    closing tag (a template that opened the block in the prompt) is reasoning too."""
-    if "think" not in text.lower():
-        return text
-    text = _THINK_BLOCK.sub("", text)
-    opened = _THINK_OPEN.search(text)
-    if opened is not None:
-        text = text[: opened.start()]
-    closes = list(_THINK_CLOSE.finditer(text))
-    if closes:
-        text = text[closes[-1].end() :]
-    return text
-
-
-_FENCED = re.compile(r"\A```[\w.+-]*[ \t]*\n(.*?)\n?```\Z", re.DOTALL)
-_SUMMARY_TAGS = re.compile(r"\A<summary>\s*(.*?)\s*</summary>\Z", re.DOTALL | re.IGNORECASE)
-#: A first line that only announces the summary ("Here is a summary of …:", "Summary:").
-_PREAMBLE = re.compile(
-    r"\A(?:(?:sure|certainly|ok(?:ay)?)[,!.]?\s*)?"
-    r"(?:here(?:'s| is| are)\b[^\n]{0,160}?summar[^\n]{0,160}?|(?:\*\*)?summary(?:\*\*)?)"
-    r":(?:\*\*)?[ \t]*(?:\n|\Z)",
-    re.IGNORECASE,
-)
-
-
-def _unwrap_reply(text: str) -> str:
-    """``text`` without what wraps a summary rather than being one: the package's own
-    metadata tags (a model imitates the tags it sees), a code fence around the whole
-    reply, a ``<summary>…</summary>`` wrapper, a first line that only announces the
-    summary ("Here is a summary of the conversation:")."""
-    text = strip_tags(text).strip()
-    for _ in range(3):
-        before = text
-        for pattern in (_FENCED, _SUMMARY_TAGS):
-            match = pattern.match(text)
-            if match:
-                text = match.group(1).strip()
-        match = _PREAMBLE.match(text.replace("\u2019", "'"))
-        if match:
-            text = text[match.end() :].strip()
-        if text == before:
-            break
-    return text
-
-
-def _refusal(response: Any, text: str) -> str | None:
-    """Why ``response`` is a refusal rather than a summary, or ``None``: a provider's
-    refusal or content-filter stop (``"length"`` is normal when the cap is bound), an
-    OpenAI ``refusal`` (content block or ``additional_kwargs``), or a short reply that
-    opens with a refusal ("I can't help with that.", "I'm sorry, but I cannot …")."""
-    if isinstance(response, BaseMessage):
-        meta = response.response_metadata or {}
-        for key in ("stop_reason", "finish_reason"):
-            stop = meta.get(key)
-            if isinstance(stop, str) and stop.strip().lower() in _REFUSAL_STOPS:
-                return f"the provider stopped the reply ({key}={stop!r})"
-        if response.additional_kwargs.get("refusal"):
-            return f"the model refused: {str(response.additional_kwargs['refusal'])[:200]!r}"
-        if isinstance(response.content, list):
-            for block in response.content:
-                if isinstance(block, dict) and block.get("type") == "refusal":
-                    return f"the model refused: {str(block.get('refusal', ''))[:200]!r}"
-    plain = text.strip().replace("\u2019", "'")
-    if len(plain) <= _REFUSAL_MAX_CHARS and _REFUSAL.match(plain):
-        return f"the model refused: {plain[:200]!r}"
-    return None
-
-
-#: OpenAI-style model names that always reason (o1, o3, o4-mini, gpt-5 but not its
-#: ``-chat`` variants, gpt-oss) or whose reply budget includes the reasoning
-#: (deepseek-reasoner, DeepSeek-R1): a small ``max_tokens`` is spent on reasoning and
-#: the visible reply comes back empty. A ``provider/`` or ``provider:`` prefix is allowed.
-_REASONING_NAMES = re.compile(
-    r"(?:^|[/:])(?:o\d(?:$|[-.])|gpt-5(?!.*chat)|gpt-oss|deepseek-reasoner|deepseek-r1|qwq)",
-    re.IGNORECASE,
-)
-#: Gemini models that think unless told not to (``thinking_budget=0``).
-_THINKING_BY_DEFAULT = re.compile(r"gemini-(?:2\.5-(?!flash-lite)|[3-9])", re.IGNORECASE)
-_OFF = (None, False, 0, "", "none", "disabled", "off")
-
-
-def _is_on(value: Any) -> bool:
-    """Whether a reasoning/thinking setting turns it on (``None``, ``0``, ``"none"``,
-    ``{"type": "disabled"}`` and the like do not)."""
-    if isinstance(value, dict):
-        if not value:
-            return False
-        for key in ("type", "effort", "mode"):
-            if key in value:
-                return _is_on(value[key])
-        return True
-    if isinstance(value, str):
-        return value.strip().lower() not in _OFF
-    return value not in _OFF
-
-
-def _reasons(model: Any) -> bool:
-    """Whether ``model`` reasons (thinks) before it answers, with the reasoning paid
-    out of the same reply budget: Anthropic with ``thinking`` enabled (which needs
-    ``max_tokens`` above its budget), OpenAI reasoning models (by name, or with
-    ``reasoning_effort``/``reasoning`` set), Gemini with a thinking budget or level
-    (or a 2.5/3 model that thinks by default), Bedrock with ``thinking`` in its
-    request fields, Ollama with ``reasoning`` on."""
-    for attr in ("thinking", "reasoning_effort", "reasoning", "thinking_level"):
-        if _is_on(getattr(model, attr, None)):
-            return True
-    budget = getattr(model, "thinking_budget", None)
-    if isinstance(budget, int) and not isinstance(budget, bool):
-        if budget != 0:
-            return True
-    elif _THINKING_BY_DEFAULT.search(_model_name(model)):
-        return True
-    for attr in ("additional_model_request_fields", "model_kwargs"):
-        extra = getattr(model, attr, None)
-        if isinstance(extra, dict) and any(
-            _is_on(extra.get(key))
-            for key in ("thinking", "reasoning_config", "reasoning_effort", "reasoning")
-        ):
-            return True
-    return bool(_REASONING_NAMES.search(_model_name(model)))
-
-
-def _model_name(model: Any) -> str:
-    if isinstance(model, str):
-        return model
-    if isinstance(model, RunnableBinding):
-        return _model_name(model.bound)
-    for attr in ("model_name", "model", "model_id", "deployment_name"):
-        value = getattr(model, attr, None)
-        if isinstance(value, str) and value:
-            return value
-    llm_type = getattr(model, "_llm_type", None)
-    if isinstance(llm_type, str):
-        return llm_type
-    return type(model).__name__
 
 
 def _missing_provider_package(spec: str) -> str | None:
@@ -593,11 +396,18 @@ class LLMSummarizer(Summarizer):
             "max_words": str(max_words),
             "target_tokens": str(request.target_tokens or request.max_tokens),
             "previous_summary": (request.previous_summary or "").strip()
-            or "(none: this is the first eviction)",
+            or "(not shown: the agent keeps it, and your text is appended to it)",
         }
+        template = self.prompts[request.strategy]
+        if (
+            request.strategy == "recursive"
+            and template == DEFAULT_PROMPTS["recursive"]
+            and (request.previous_summary or "").strip()
+        ):
+            template = RECURSIVE_FOLD_PROMPT  # one text to replace both
         return [
             SystemMessage(content=self.prompts["system"]),
-            HumanMessage(content=_fill(self.prompts[request.strategy], values)),
+            HumanMessage(content=_fill(template, values)),
         ]
 
     def _prompt_tokens(self, prompt: list[BaseMessage]) -> int:
