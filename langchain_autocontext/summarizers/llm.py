@@ -20,6 +20,7 @@ import difflib
 import functools
 import importlib.util
 import re
+import sys
 import threading
 import time
 import warnings
@@ -73,6 +74,40 @@ from langchain_autocontext.summarizers.replies import (
 from langchain_autocontext.summarizers.transcript import render_transcript
 
 __all__ = ["LLMSummarizer", "resolve_summarizer"]
+
+
+#: The elements the prompts wrap data in: a text that opens or closes one (a tool
+#: result with ``</transcript>``) is escaped so it cannot end the data early.
+_WRAPPER_TAG = re.compile(
+    r"<(/?\s*(?:transcript|evicted_messages|existing_summary)\b)", re.IGNORECASE
+)
+
+
+#: Code between a user's call and a summary: the package, LangChain, LangGraph, and
+#: the standard library's threads, pools and event loop.
+_NOT_USER_CODE = re.compile(
+    r"[/\\](?:langchain_autocontext|langchain_core|langchain|langgraph|concurrent|asyncio|"
+    r"threading\.py|contextvars|tenacity)(?:[/\\.]|$)"
+)
+
+
+def _caller_stacklevel() -> int:
+    """The ``stacklevel`` of a warning raised here that points at the user's code: the
+    first frame outside the package, LangChain, LangGraph and the standard library's
+    threads and event loop; the summarizer's own call when there is none (a summary
+    written in a worker thread has no user code on its stack)."""
+    frame = sys._getframe(1)  # the function that warns
+    level = 1
+    while frame is not None:
+        if not _NOT_USER_CODE.search(frame.f_code.co_filename):
+            return level
+        frame = frame.f_back  # type: ignore[assignment]
+        level += 1
+    return 2
+
+
+def _escape_wrappers(text: str) -> str:
+    return _WRAPPER_TAG.sub(r"&lt;\1", text)
 
 
 # --- the LLM summarizer ----------------------------------------------------------------------
@@ -389,13 +424,15 @@ class LLMSummarizer(Summarizer):
             target = f"; aim for about {request.target_tokens} tokens"
         limit = _LIMIT.format(max_tokens=request.max_tokens, max_words=max_words, target=target)
         values = {
-            "transcript": render_transcript(request.messages, max_chars=self.max_input_chars),
+            "transcript": _escape_wrappers(
+                render_transcript(request.messages, max_chars=self.max_input_chars)
+            ),
             "message_count": str(len(request.messages)),
             "limit": limit,
             "max_tokens": str(request.max_tokens),
             "max_words": str(max_words),
             "target_tokens": str(request.target_tokens or request.max_tokens),
-            "previous_summary": (request.previous_summary or "").strip()
+            "previous_summary": _escape_wrappers((request.previous_summary or "").strip())
             or "(not shown: the agent keeps it, and your text is appended to it)",
         }
         template = self.prompts[request.strategy]
@@ -477,7 +514,7 @@ class LLMSummarizer(Summarizer):
                 "summarizer wrote this summary (later failures are recorded in the "
                 "events' summarizer_errors, without a warning).",
                 UserWarning,
-                stacklevel=4,
+                stacklevel=_caller_stacklevel(),
             )
         return error
 
