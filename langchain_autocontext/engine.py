@@ -64,7 +64,7 @@ from langchain_autocontext.strategies.pipeline import (
     floor_tokens,
     run_pipeline,
 )
-from langchain_autocontext.summarizers import Summarizer, resolve_summarizer
+from langchain_autocontext.summarizers import LLMSummarizer, Summarizer, resolve_summarizer
 from langchain_autocontext.tokens import TokenCounter, resolve_counter
 from langchain_autocontext.view import (
     ModelCall,
@@ -256,6 +256,8 @@ class ContextEngine:
             timeout=self.config.summarizer_timeout,
             concurrency=self.config.summarizer_concurrency,
         )
+        if isinstance(self.summarizer, LLMSummarizer):
+            self._check_summarizer_settings(self.summarizer)
         if getattr(self.summarizer, "token_counter", None) is None:
             self.summarizer.token_counter = self.counter
         if isinstance(store, OffloadStore) and store.prefix != self.config.store_prefix:
@@ -411,6 +413,30 @@ class ContextEngine:
                 stacklevel=2,
             )
         return True
+
+    def _check_summarizer_settings(self, summarizer: LLMSummarizer) -> None:
+        """Warn when the config sets a ``summarizer_*`` field (retries, timeout,
+        concurrency) that an :class:`LLMSummarizer` instance was built with a value of
+        its own for: the instance's stays (those it was not built with were applied by
+        :func:`resolve_summarizer`)."""
+        explicit = {
+            name: getattr(self.config, f"summarizer_{name}")
+            for name in ("retries", "timeout", "concurrency")
+            if f"summarizer_{name}" in self.config.model_fields_set
+        }
+        kept = summarizer.adopt_settings(**explicit)
+        if kept:
+            detail = ", ".join(
+                f"{name}={own!r} (config summarizer_{name}={theirs!r})"
+                for name, (own, theirs) in kept.items()
+            )
+            warnings.warn(
+                f"langchain-autocontext: the LLMSummarizer instance was built with its own "
+                f"{detail}; its own settings are used. Build it without them, or leave them "
+                "out of the config.",
+                UserWarning,
+                stacklevel=3,
+            )
 
     def _warn_default_budget(self, stacklevel: int = 2) -> None:
         """Once per instance: no ``max_tokens`` and no window known."""

@@ -195,8 +195,9 @@ def is_real_user(message: BaseMessage) -> bool:
 #: start with them). OpenAI's reasoning items are not among them: each must be followed
 #: by the item it produced, so nothing may come between them and their reply.
 LEADING_BLOCK_TYPES = frozenset({"thinking", "redacted_thinking"})
-#: Reasoning blocks of every provider: Anthropic's thinking, OpenAI's reasoning items.
-REASONING_BLOCK_TYPES = LEADING_BLOCK_TYPES | {"reasoning"}
+#: Reasoning blocks of every provider: Anthropic's thinking, OpenAI's reasoning items
+#: (and LangChain's standard ``reasoning``), Bedrock Converse's ``reasoning_content``.
+REASONING_BLOCK_TYPES = LEADING_BLOCK_TYPES | {"reasoning", "reasoning_content"}
 #: Blocks that repeat an ``AIMessage``'s ``tool_calls`` (Anthropic/Responses content).
 TOOL_CALL_BLOCK_TYPES = frozenset({"tool_use", "tool_call", "function_call"})
 

@@ -311,9 +311,12 @@ class _LRU:
 # --- message fingerprints ----------------------------------------------------------------
 def _reasoning_text(block: dict[str, Any]) -> str:
     """The readable text of a thinking/reasoning block (Anthropic ``thinking``, OpenAI
-    Responses ``summary``, LangChain's standard ``reasoning``), without its opaque
-    fields (:data:`_OPAQUE_FIELDS`)."""
+    Responses ``summary``, LangChain's standard ``reasoning``, Bedrock's
+    ``reasoning_content.text``), without its opaque fields (:data:`_OPAQUE_FIELDS`)."""
     parts = [block.get("thinking"), block.get("reasoning")]
+    nested = block.get("reasoning_content")
+    if isinstance(nested, dict):
+        parts.append(nested.get("text"))
     for item in block.get("summary") or []:
         parts.append(item.get("text") if isinstance(item, dict) else item)
     return "\n".join(str(p) for p in parts if p)

@@ -13,6 +13,7 @@ here, and split across modules each rule would be stated twice.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -81,27 +82,54 @@ def is_summary(message: BaseMessage) -> bool:
     return (marker(message) or {}).get("kind") in SUMMARY_KINDS
 
 
-def clip_text(text: str, max_tokens: int, counter: TokenCounter, *, keep: str = "start") -> str:
-    """``text`` cut at line (else character) boundaries to at most ``max_tokens``.
+def _cut(text: str, chars: int, keep: str) -> tuple[str, str]:
+    """``text`` cut to about ``chars`` characters from the kept end, and the separator
+    between what was dropped and what is kept: at a line boundary when one is near
+    (``"\n"``), else at a word boundary (``" "``) so no identifier is cut in two,
+    else (one long word) at the character."""
+    if keep == "end":
+        cut = text[-chars:]
+        if "\n" in cut[: len(cut) // 4]:
+            return cut.split("\n", 1)[1], "\n"  # start at a whole line
+        if not text[-chars - 1 : -chars].isspace() and not cut[:1].isspace():
+            space = re.search(r"\s", cut)
+            if space is not None:
+                return cut[space.end() :].lstrip(), " "
+        return cut.lstrip(), " "
+    cut = text[:chars]
+    if "\n" in cut[-len(cut) // 4 :]:
+        return cut.rsplit("\n", 1)[0], "\n"  # end at a whole line
+    if not text[chars : chars + 1].isspace() and not cut[-1:].isspace():
+        space = max(cut.rfind(" "), cut.rfind("\t"))
+        if space > 0:
+            return cut[:space].rstrip(), " "
+    return cut.rstrip(), " "
 
-    ``keep="end"`` drops from the front (the oldest lines of a recursive summary).
-    A few proportional cuts, each one count: linear in the text, never a loop per line.
+
+def clip_text(text: str, max_tokens: int, counter: TokenCounter, *, keep: str = "start") -> str:
+    """``text`` cut at line (else word, else character) boundaries to at most
+    ``max_tokens``, with ``…`` where text was dropped.
+
+    ``keep="end"`` drops from the front (the oldest lines of a recursive summary): the
+    result starts with ``…``; else it ends with ``…``. A text too short for any of it
+    with the marker is ``""``. A few proportional cuts, each one count: linear in the
+    text, never a loop per line.
     """
     tokens = counter.count_text(text)
     if tokens <= max_tokens:
         return text
     if max_tokens <= 0:
         return ""
-    while tokens > max_tokens and text:
-        chars = max(0, int(len(text) * max_tokens / tokens * 0.95) - 1)
-        cut = text[-chars:] if keep == "end" else text[:chars]
-        if chars and keep == "end" and "\n" in cut[: len(cut) // 4]:
-            cut = cut.split("\n", 1)[1]  # start at a whole line
-        elif chars and keep != "end" and "\n" in cut[-len(cut) // 4 :]:
-            cut = cut.rsplit("\n", 1)[0]  # end at a whole line
-        text = cut if chars else ""
-        tokens = counter.count_text(text)
-    return text
+    body = text
+    clipped = text
+    while tokens > max_tokens and body:
+        chars = max(0, int(len(body) * max_tokens / tokens * 0.95) - 1)
+        if not chars:
+            return ""
+        body, sep = _cut(body, chars, keep)
+        clipped = f"…{sep}{body}" if keep == "end" else f"{body}{sep}…"
+        tokens = counter.count_text(clipped)
+    return clipped if body and tokens <= max_tokens else ""
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,8 @@ The package is split by concept; everything is importable from here:
 * :mod:`~langchain_autocontext.summarizers.llm` -- :class:`LLMSummarizer` and
   :func:`resolve_summarizer`;
 * :mod:`~langchain_autocontext.summarizers.prompts` -- the prompt texts;
+* :mod:`~langchain_autocontext.summarizers.replies` -- reading a model's reply;
+* :mod:`~langchain_autocontext.summarizers.calls` -- running one model call;
 * :mod:`~langchain_autocontext.summarizers.transcript` -- :func:`render_transcript`.
 """
 

@@ -118,9 +118,11 @@ class SummaryResult:
         text: The summary (within the request's ``max_tokens`` by the summarizer's
             counter).
         calls: Model calls made, failed attempts included (0 offline).
-        input_tokens: Prompt tokens sent to the model over all attempts (from the
-            response's ``usage_metadata`` when present, else counted), 0 offline.
-        output_tokens: Tokens the model generated, 0 offline.
+        input_tokens: Prompt tokens the model was billed for over all attempts (the
+            responses' ``usage_metadata``); without it, the counted prompt of the call
+            whose reply became the summary. A call that failed or timed out, or whose
+            reply was rejected without reported usage, adds none. 0 offline.
+        output_tokens: Tokens the model generated (the same rules), 0 offline.
         fallback: True when the LLM failed and the fallback summarizer answered.
         error: The last error when ``fallback`` is True.
         summarizer: Who wrote ``text``: ``"extractive"`` or ``"llm:<model name>"``.

@@ -6,6 +6,11 @@ string for ``init_chat_model``), with one prompt per strategy, retries with back
 concurrency, and calls hidden from the user's token streams. :func:`resolve_summarizer` turns what a user passes as
 ``summarizer=`` (``None``, ``"offline"``, a summarizer, a chat model or a
 ``"provider:model"`` string) into a :class:`~langchain_autocontext.summarizers.base.Summarizer`.
+
+Over 600 lines because :class:`LLMSummarizer` is one class with two paths (sync and
+async attempts, kept side by side so they stay alike) and its documented arguments;
+reading replies (:mod:`~langchain_autocontext.summarizers.replies`) and running one
+call (:mod:`~langchain_autocontext.summarizers.calls`) are modules of their own.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import difflib
 import functools
 import importlib.util
 import re
+import sys
 import threading
 import time
 import warnings
@@ -23,7 +29,7 @@ from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
-from langchain_core.runnables import Runnable, RunnableBinding, RunnableConfig, RunnableLambda
+from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 
 from langchain_autocontext.messages import clean_text, text_of
 from langchain_autocontext.summarizers.base import (
@@ -36,12 +42,72 @@ from langchain_autocontext.summarizers.base import (
     TextTokenCounter,
     _clip_to_tokens,
 )
-from langchain_autocontext.summarizers.calls import athread, native_async, timed_out, within
+from langchain_autocontext.summarizers.calls import (
+    _model_name,
+    _reasons,
+    athread,
+    cannot_succeed,
+    native_async,
+    rate_limited,
+    retry_after,
+    timed_out,
+    within,
+)
 from langchain_autocontext.summarizers.extractive import ExtractiveSummarizer
-from langchain_autocontext.summarizers.prompts import _LIMIT, DEFAULT_PROMPTS, SYSTEM_PROMPT, _fill
+from langchain_autocontext.summarizers.prompts import (
+    _LIMIT,
+    DEFAULT_PROMPTS,
+    RECURSIVE_FOLD_PROMPT,
+    SYSTEM_PROMPT,
+    _fill,
+)
+from langchain_autocontext.summarizers.replies import (
+    _EmptySummaryError,
+    _refusal,
+    _RefusalError,
+    _reply_text,
+    _strip_thinking,
+    _ToolCallsOnlyError,
+    _UnreadableReplyError,
+    _unwrap_reply,
+)
 from langchain_autocontext.summarizers.transcript import render_transcript
 
 __all__ = ["LLMSummarizer", "resolve_summarizer"]
+
+
+#: The elements the prompts wrap data in: a text that opens or closes one (a tool
+#: result with ``</transcript>``) is escaped so it cannot end the data early.
+_WRAPPER_TAG = re.compile(
+    r"<(/?\s*(?:transcript|evicted_messages|existing_summary)\b)", re.IGNORECASE
+)
+
+
+#: Code between a user's call and a summary: the package, LangChain, LangGraph, and
+#: the standard library's threads, pools and event loop.
+_NOT_USER_CODE = re.compile(
+    r"[/\\](?:langchain_autocontext|langchain_core|langchain|langgraph|concurrent|asyncio|"
+    r"threading\.py|contextvars|tenacity)(?:[/\\.]|$)"
+)
+
+
+def _caller_stacklevel() -> int:
+    """The ``stacklevel`` of a warning raised here that points at the user's code: the
+    first frame outside the package, LangChain, LangGraph and the standard library's
+    threads and event loop; the summarizer's own call when there is none (a summary
+    written in a worker thread has no user code on its stack)."""
+    frame = sys._getframe(1)  # the function that warns
+    level = 1
+    while frame is not None:
+        if not _NOT_USER_CODE.search(frame.f_code.co_filename):
+            return level
+        frame = frame.f_back  # type: ignore[assignment]
+        level += 1
+    return 2
+
+
+def _escape_wrappers(text: str) -> str:
+    return _WRAPPER_TAG.sub(r"&lt;\1", text)
 
 
 # --- the LLM summarizer ----------------------------------------------------------------------
@@ -53,27 +119,30 @@ class _Default:
 
 
 _DEFAULT_FALLBACK: Any = _Default()
+
+
+class _DefaultInt(int):
+    """An int default that says it was not passed (``retries``, ``concurrency``), so a
+    configuration's own setting can apply to an instance built without one."""
+
+
+_DEFAULT_RETRIES: int = _DefaultInt(2)
+_DEFAULT_CONCURRENCY: int = _DefaultInt(4)
 #: Chat-model fields that cap the reply, in the order they are tried.
 _MAX_TOKEN_FIELDS = ("max_tokens", "max_output_tokens", "max_completion_tokens")
 
 
-class _EmptySummaryError(ValueError):
-    """The model answered with no text."""
+class _Retry(Exception):
+    """A failed attempt worth another one (what ``with_retry`` retries); ``error`` is
+    the failure itself, re-raised or reported once the attempts are spent."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
-def _model_name(model: Any) -> str:
-    if isinstance(model, str):
-        return model
-    if isinstance(model, RunnableBinding):
-        return _model_name(model.bound)
-    for attr in ("model_name", "model", "model_id", "deployment_name"):
-        value = getattr(model, attr, None)
-        if isinstance(value, str) and value:
-            return value
-    llm_type = getattr(model, "_llm_type", None)
-    if isinstance(llm_type, str):
-        return llm_type
-    return type(model).__name__
+def _unwrap(exc: Exception) -> Exception:
+    return exc.error if isinstance(exc, _Retry) else exc
 
 
 def _missing_provider_package(spec: str) -> str | None:
@@ -122,6 +191,11 @@ class LLMSummarizer(Summarizer):
             ``{transcript}``; if it names no length placeholder the length sentence
             is appended.
         retries: Extra attempts after a failed call (exceptions or an empty reply).
+            Failures that would recur are not retried (a context overflow,
+            ``NotImplementedError``, a 4xx, a refusal, a reply of tool calls only):
+            the fallback answers at once. A rate limit's ``retry-after`` is honoured
+            up to ``max_backoff`` (or ``timeout`` when longer); a longer one is not
+            waited for.
         fallback: Answers when every attempt failed (the result then has
             ``fallback=True`` and ``error``). ``None`` re-raises the last error.
             Default: a fresh :class:`ExtractiveSummarizer`.
@@ -131,10 +205,14 @@ class LLMSummarizer(Summarizer):
             ``astream_events``; when False the caller's callbacks (tracing, cost
             tracking) see the calls. The tags in :data:`SUMMARIZER_TAGS` are
             always added.
-        backoff: Seconds before the first retry; doubles per retry.
+        backoff: Seconds before the first retry; doubles per retry (four times as long
+            after a rate limit without ``retry-after``).
         max_backoff: Cap on one wait between retries.
         bind_max_tokens: Bind the request's ``max_tokens`` to the call when the
-            chat model has such a field (``max_tokens``, ``max_output_tokens``, …).
+            chat model has such a field (``max_tokens``, ``max_output_tokens``, …)
+            and does not reason before it answers (a reasoning model spends such a
+            cap on its reasoning and answers with nothing; Anthropic with thinking
+            rejects a cap below the thinking budget): those keep their own setting.
             The reply is truncated to ``max_tokens`` by the counter in any case.
         max_input_chars: Cap on the transcript's characters (the largest messages
             are cut in the middle to fit), so a huge span cannot overflow the
@@ -156,9 +234,9 @@ class LLMSummarizer(Summarizer):
         model: BaseChatModel | Runnable[Any, Any] | str,
         *,
         prompts: dict[str, str] | None = None,
-        retries: int = 2,
+        retries: int = _DEFAULT_RETRIES,
         fallback: Summarizer | None = _DEFAULT_FALLBACK,
-        concurrency: int = 4,
+        concurrency: int = _DEFAULT_CONCURRENCY,
         hide_from_stream: bool = True,
         backoff: float = 0.5,
         max_backoff: float = 8.0,
@@ -192,6 +270,16 @@ class LLMSummarizer(Summarizer):
             raise ValueError(
                 f"timeout must be a positive number of seconds or None, got {timeout!r}"
             )
+        #: the settings passed to the constructor (a configuration's apply to the others)
+        self._own_settings = frozenset(
+            name
+            for name, value in (
+                ("retries", retries),
+                ("concurrency", concurrency),
+                ("timeout", timeout),
+            )
+            if value is not None and not isinstance(value, _DefaultInt)
+        )
         self.timeout = timeout
         self._model_spec = model
         self._model: Runnable[Any, Any] | None = None if isinstance(model, str) else model
@@ -199,14 +287,14 @@ class LLMSummarizer(Summarizer):
         self._load_warned = False
         self._fail_warned = False
         self.prompts = self._check_prompts(prompts or {})
-        self.retries = retries
+        self.retries = int(retries)
         self._owns_fallback = fallback is _DEFAULT_FALLBACK
         self.fallback: Summarizer | None = (
             ExtractiveSummarizer() if self._owns_fallback else fallback
         )
         if self.fallback is not None and not isinstance(self.fallback, Summarizer):
             raise TypeError("fallback must be a Summarizer or None")
-        self.concurrency = concurrency
+        self.concurrency = int(concurrency)
         self.hide_from_stream = hide_from_stream
         self.backoff = backoff
         self.max_backoff = max_backoff
@@ -214,6 +302,35 @@ class LLMSummarizer(Summarizer):
         self.max_input_chars = max_input_chars
         self.name = f"llm:{_model_name(model)}"
         self.token_counter = token_counter
+
+    def adopt_settings(self, **settings: Any) -> dict[str, tuple[Any, Any]]:
+        """Apply a configuration's ``retries``/``timeout``/``concurrency`` (the
+        ``summarizer_*`` fields of :class:`~langchain_autocontext.AutoContextConfig`)
+        to those this summarizer was not given when built; returns the others whose
+        value differs, as ``{name: (own value, the configuration's)}``: its own stay.
+
+        Raises:
+            ValueError: an unknown setting or an invalid value.
+        """
+        unknown = set(settings) - {"retries", "timeout", "concurrency"}
+        if unknown:
+            raise ValueError(f"Unknown summarizer settings {sorted(unknown)}")
+        kept: dict[str, tuple[Any, Any]] = {}
+        for name, value in settings.items():
+            if name in self._own_settings:
+                if getattr(self, name) != value:
+                    kept[name] = (getattr(self, name), value)
+                continue
+            if name == "timeout" and value is not None and not value > 0:
+                raise ValueError(
+                    f"timeout must be a positive number of seconds or None, got {value!r}"
+                )
+            if name == "retries" and value < 0:
+                raise ValueError("retries must be >= 0")
+            if name == "concurrency" and value < 1:
+                raise ValueError("concurrency must be >= 1")
+            setattr(self, name, value)
+        return kept
 
     def __repr__(self) -> str:
         return (
@@ -279,7 +396,7 @@ class LLMSummarizer(Summarizer):
 
     def _runnable(self, request: SummaryRequest) -> Runnable[Any, Any]:
         model = self.model
-        if self.bind_max_tokens and isinstance(model, BaseChatModel):
+        if self.bind_max_tokens and isinstance(model, BaseChatModel) and not _reasons(model):
             fields = type(model).model_fields
             for name in _MAX_TOKEN_FIELDS:
                 if name in fields:
@@ -307,36 +424,48 @@ class LLMSummarizer(Summarizer):
             target = f"; aim for about {request.target_tokens} tokens"
         limit = _LIMIT.format(max_tokens=request.max_tokens, max_words=max_words, target=target)
         values = {
-            "transcript": render_transcript(request.messages, max_chars=self.max_input_chars),
+            "transcript": _escape_wrappers(
+                render_transcript(request.messages, max_chars=self.max_input_chars)
+            ),
             "message_count": str(len(request.messages)),
             "limit": limit,
             "max_tokens": str(request.max_tokens),
             "max_words": str(max_words),
             "target_tokens": str(request.target_tokens or request.max_tokens),
-            "previous_summary": (request.previous_summary or "").strip()
-            or "(none: this is the first eviction)",
+            "previous_summary": _escape_wrappers((request.previous_summary or "").strip())
+            or "(not shown: the agent keeps it, and your text is appended to it)",
         }
+        template = self.prompts[request.strategy]
+        if (
+            request.strategy == "recursive"
+            and template == DEFAULT_PROMPTS["recursive"]
+            and (request.previous_summary or "").strip()
+        ):
+            template = RECURSIVE_FOLD_PROMPT  # one text to replace both
         return [
             SystemMessage(content=self.prompts["system"]),
-            HumanMessage(content=_fill(self.prompts[request.strategy], values)),
+            HumanMessage(content=_fill(template, values)),
         ]
 
     def _prompt_tokens(self, prompt: list[BaseMessage]) -> int:
         return sum(self.count(text_of(m)) for m in prompt)
 
-    def _read(self, response: Any, prompt_tokens: int) -> tuple[str, int, int]:
-        """(reply text, input tokens, output tokens) of a response."""
-        if isinstance(response, BaseMessage):
-            text = str(response.text) if isinstance(response.content, list) else response.content
-            usage = getattr(response, "usage_metadata", None)
-        else:
-            text, usage = str(response), None
+    def _read(self, response: Any, prompt_tokens: int) -> tuple[str, int, int, bool]:
+        """(reply text, input tokens, output tokens, whether the provider reported
+        them) of a response (see :func:`_reply_text`); unreported usage is estimated:
+        the prompt's tokens and the reply's."""
+        text, usage = _reply_text(response)
         # cleaned like every input: a lone surrogate or a NUL from a model would make the
         # summary unstorable (PostgreSQL's jsonb rejects NUL) and kill the thread
-        text = clean_text(str(text)).strip()
+        raw = clean_text(str(text))
+        text = _unwrap_reply(_strip_thinking(raw))  # its reasoning was generated (and billed) too
         if usage:
-            return text, int(usage.get("input_tokens", 0)), int(usage.get("output_tokens", 0))
-        return text, prompt_tokens, self.count(text)
+            used_in, used_out = (
+                int(usage.get("input_tokens", 0)),
+                int(usage.get("output_tokens", 0)),
+            )
+            return text, used_in, used_out, True
+        return text, prompt_tokens, self.count(raw.strip()), False
 
     def _finish(self, text: str, request: SummaryRequest) -> str:
         return _clip_to_tokens(
@@ -350,6 +479,29 @@ class LLMSummarizer(Summarizer):
         """Seconds before retry number ``retry`` (1, 2, …): doubling from ``backoff``."""
         return min(self.max_backoff, self.backoff * (2 ** (retry - 1)))
 
+    def _retry_wait(self, exc: Exception, retry: int) -> float | None:
+        """Seconds to wait before retry number ``retry`` after ``exc``, or ``None`` when
+        retrying cannot help and the fallback should answer at once: a reply that is
+        not a summary (a refusal, tool calls only, an unreadable output), a request
+        that fails the same way again (:func:`~.calls.cannot_succeed`: a context
+        overflow, ``NotImplementedError``, a 4xx), or a rate limit whose ``retry-after``
+        is longer than ``max_backoff`` (or ``timeout`` when longer). A rate limit's
+        ``retry-after`` is honoured; without one it waits four times the usual
+        backoff (at most ``max_backoff``)."""
+        if isinstance(exc, (_RefusalError, _ToolCallsOnlyError, _UnreadableReplyError)):
+            return None
+        if cannot_succeed(exc):
+            return None
+        delay = self._delay(retry)
+        hint = retry_after(exc)
+        if hint is not None:
+            if hint > max(self.max_backoff, self.timeout or 0.0):
+                return None
+            return max(hint, delay)
+        if rate_limited(exc):
+            return min(self.max_backoff, delay * 4)
+        return delay
+
     def _failed(self, attempts: int, exc: BaseException) -> str:
         """:meth:`_fail`'s text, and the first time, a warning: a model that fails at
         every call (a wrong key, an unreachable endpoint) otherwise only shows in the
@@ -362,7 +514,7 @@ class LLMSummarizer(Summarizer):
                 "summarizer wrote this summary (later failures are recorded in the "
                 "events' summarizer_errors, without a warning).",
                 UserWarning,
-                stacklevel=4,
+                stacklevel=_caller_stacklevel(),
             )
         return error
 
@@ -376,9 +528,14 @@ class LLMSummarizer(Summarizer):
         """One model call as a Runnable that LangChain retries (``Runnable.with_retry``),
         the prompt to invoke it with, and the tally of its attempts.
 
-        Each attempt counts its own usage in the tally: a failed or timed-out call costs
-        the prompt's tokens, a reply its reported usage. A reply without text is a failed
-        attempt too (:class:`_EmptySummaryError`), retried like an exception. A retry first waits
+        Each attempt counts its own usage in the tally: a reply its reported usage (used
+        as the summary or not: it was billed); without reported usage, the estimate
+        (prompt and reply tokens) of a reply used as the summary only. A call that
+        failed or timed out reports nothing and adds no tokens (its ``calls`` count):
+        the totals are what was billed or, when unknown, what the summaries read. A reply without text is a failed
+        attempt too (:class:`_EmptySummaryError`), retried like an exception, and so is
+        a refusal (:class:`_RefusalError`: a provider's refusal or content-filter stop,
+        or a short reply that is a refusal). A retry first waits
         ``backoff`` seconds, doubling, at most ``max_backoff`` (no jitter); a timeout is
         applied per attempt.
 
@@ -392,45 +549,65 @@ class LLMSummarizer(Summarizer):
         usage = _Usage()
 
         def settle(response: Any) -> str:
-            text, used_in, used_out = self._read(response, prompt_tokens)
-            usage.input_tokens += used_in
-            usage.output_tokens += used_out
+            text, used_in, used_out, reported = self._read(response, prompt_tokens)
+            if reported:  # billed, whether or not the reply is used
+                usage.input_tokens += used_in
+                usage.output_tokens += used_out
+            raw = response.get("raw") if isinstance(response, dict) else None
+            refused = _refusal(raw if isinstance(raw, BaseMessage) else response, text)
+            if refused is not None:
+                raise _RefusalError(f"{refused}; not used as a summary")
             if not text:
+                calls = getattr(
+                    raw if isinstance(raw, BaseMessage) else response, "tool_calls", None
+                )
+                if calls:
+                    names = ", ".join(sorted({str(c.get("name")) for c in calls}))
+                    raise _ToolCallsOnlyError(
+                        f"the model answered with tool calls only ({names}), not a summary: "
+                        "give the summarizer a model without tools bound"
+                    )
                 raise _EmptySummaryError("the model returned an empty summary")
+            if not reported:  # estimated for the calls that answered with a summary
+                usage.input_tokens += used_in
+                usage.output_tokens += used_out
             return text
 
         def attempt(messages: list[BaseMessage], config: RunnableConfig) -> str:
             usage.calls += 1
-            if usage.calls > 1 and (delay := self._delay(usage.calls - 1)) > 0:
-                time.sleep(delay)
+            if usage.calls > 1 and usage.wait > 0:
+                time.sleep(usage.wait)
             try:
                 call = functools.partial(model.invoke, messages, config=config)
-                response = within(self.timeout, call)
-            except Exception:
-                usage.input_tokens += prompt_tokens
-                raise
-            return settle(response)
+                return settle(within(self.timeout, call))
+            except Exception as exc:
+                if (wait := self._retry_wait(exc, usage.calls)) is None:
+                    raise  # retrying cannot help: the fallback answers now
+                usage.wait = wait
+                raise _Retry(exc) from exc
 
         async def aattempt(messages: list[BaseMessage], config: RunnableConfig) -> str:
             usage.calls += 1
-            if usage.calls > 1 and (delay := self._delay(usage.calls - 1)) > 0:
-                await asyncio.sleep(delay)
+            if usage.calls > 1 and usage.wait > 0:
+                await asyncio.sleep(usage.wait)
             try:
-                if native_async(model):
-                    pending = model.ainvoke(messages, config=config)
-                else:  # its own thread, as on the sync path (see calls.athread)
-                    pending = athread(functools.partial(model.invoke, messages, config=config))
-                response = await asyncio.wait_for(pending, self.timeout)
-            except TimeoutError as exc:
-                usage.input_tokens += prompt_tokens
-                raise timed_out(self.timeout) from exc
-            except Exception:
-                usage.input_tokens += prompt_tokens
-                raise
-            return settle(response)
+                try:
+                    if native_async(model):
+                        pending = model.ainvoke(messages, config=config)
+                    else:  # its own thread, as on the sync path (see calls.athread)
+                        pending = athread(functools.partial(model.invoke, messages, config=config))
+                    response = await asyncio.wait_for(pending, self.timeout)
+                except TimeoutError as exc:
+                    raise timed_out(self.timeout) from exc
+                return settle(response)
+            except Exception as exc:
+                if (wait := self._retry_wait(exc, usage.calls)) is None:
+                    raise  # retrying cannot help: the fallback answers now
+                usage.wait = wait
+                raise _Retry(exc) from exc
 
         retrying = RunnableLambda(attempt, afunc=aattempt, name=_ATTEMPT_RUN_NAME).with_retry(
-            retry_if_exception_type=(Exception,),
+            retry_if_exception_type=(_Retry,),
             stop_after_attempt=self.retries + 1,
             wait_exponential_jitter=False,  # the attempt waits (see above)
         )
@@ -497,9 +674,10 @@ class LLMSummarizer(Summarizer):
         retrying, prompt, usage = self._retrying(request)
         try:
             text = retrying.invoke(prompt, config=self.call_config(request))
-        except Exception as exc:
+        except Exception as wrapped:
+            exc = _unwrap(wrapped)
             if self.fallback is None:
-                raise
+                raise exc from exc.__cause__
             fb = self.fallback.summarize(request)
             return self._fallback_result(fb, usage, self._failed(usage.calls, exc))
         return self._result(text, request, usage)
@@ -513,9 +691,10 @@ class LLMSummarizer(Summarizer):
         retrying, prompt, usage = self._retrying(request)
         try:
             text = await retrying.ainvoke(prompt, config=self.call_config(request))
-        except Exception as exc:
+        except Exception as wrapped:
+            exc = _unwrap(wrapped)
             if self.fallback is None:
-                raise
+                raise exc from exc.__cause__
             fb = await self.fallback.asummarize(request)
             return self._fallback_result(fb, usage, self._failed(usage.calls, exc))
         return self._result(text, request, usage)
@@ -532,6 +711,8 @@ class _Usage:
     calls: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
+    #: seconds before the next attempt (set by the failed one)
+    wait: float = 0.0
 
 
 # --- resolution ---------------------------------------------------------------------------------
@@ -542,7 +723,9 @@ def resolve_summarizer(summarizer: Any = None, **llm_options: Any) -> Summarizer
     """Turn what a user passes as ``summarizer=`` into a :class:`Summarizer`.
 
     * ``None``, ``"offline"`` or ``"extractive"``: a new :class:`ExtractiveSummarizer`;
-    * a :class:`Summarizer`: itself;
+    * a :class:`Summarizer`: itself (an :class:`LLMSummarizer` adopts the
+      ``retries``/``timeout``/``concurrency`` among ``llm_options`` that it was not
+      built with, see :meth:`LLMSummarizer.adopt_settings`);
     * a chat model (any LangChain ``Runnable``) or a ``"provider:model"`` string:
       an :class:`LLMSummarizer`, built with ``llm_options`` (``retries``,
       ``concurrency``, ``prompts`` …);
@@ -551,6 +734,14 @@ def resolve_summarizer(summarizer: Any = None, **llm_options: Any) -> Summarizer
     if summarizer is None:
         return ExtractiveSummarizer()
     if isinstance(summarizer, Summarizer):
+        if isinstance(summarizer, LLMSummarizer):
+            summarizer.adopt_settings(
+                **{
+                    k: v
+                    for k, v in llm_options.items()
+                    if k in ("retries", "timeout", "concurrency")
+                }
+            )
         return summarizer
     if isinstance(summarizer, str):
         if summarizer.strip().lower() in _OFFLINE_NAMES:

@@ -32,7 +32,8 @@ _LIMIT = "Length limit: at most {max_tokens} tokens (about {max_words} words){ta
 
 #: One prompt per strategy. Placeholders: ``{transcript}``, ``{message_count}``,
 #: ``{limit}`` (the length sentence), ``{max_tokens}``, ``{max_words}``,
-#: ``{target_tokens}``, and for ``recursive`` ``{previous_summary}``.
+#: ``{target_tokens}``, and for ``recursive`` ``{previous_summary}`` (the default
+#: ``recursive`` prompt does not use it: see :data:`RECURSIVE_FOLD_PROMPT`).
 DEFAULT_PROMPTS: dict[str, str] = {
     "tool_run": """\
 Below is a run of {message_count} consecutive messages in which the agent called \
@@ -77,6 +78,22 @@ verbatim what it will cite or reuse. {limit}
 </transcript>""",
     "recursive": """\
 The agent's oldest messages are being evicted from its context window. Below are the \
+{message_count} messages being evicted now. Summarize them in chronological order. \
+Your text is appended to the summary of everything evicted before, which the agent \
+keeps and which is not shown here: cover only these messages, and when space is \
+short condense the oldest of them the most. {limit}
+
+<evicted_messages>
+{transcript}
+</evicted_messages>""",
+}
+
+#: The ``recursive`` prompt when a request carries ``previous_summary`` (a caller of
+#: the summarizer API that wants one text to replace both): fold the evicted messages
+#: into it. The FIFO strategy does not: it appends the new text to the summary it
+#: keeps, so each evicted token is read once.
+RECURSIVE_FOLD_PROMPT = """\
+The agent's oldest messages are being evicted from its context window. Below are the \
 existing summary of everything evicted before, and the {message_count} messages \
 being evicted now. Write one new summary that replaces both: fold the new messages \
 into the existing summary in chronological order, keep the existing summary's facts \
@@ -89,8 +106,7 @@ events the most. {limit}
 
 <evicted_messages>
 {transcript}
-</evicted_messages>""",
-}
+</evicted_messages>"""
 
 _PLACEHOLDERS = (
     "transcript",
