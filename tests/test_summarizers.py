@@ -1766,3 +1766,27 @@ def test_bedrock_reasoning_content_is_a_reasoning_block() -> None:
     plain = counter.count_message(AIMessage("I will check srv-001."))
     # its text counts; its signature (opaque to the tokenizer) does not
     assert plain < counter.count_message(message) < plain + 20
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_the_transcript_fits_the_summarizer_models_own_window(mode: str) -> None:
+    """A summarizer model with a smaller window than the agent's (its profile says
+    1,000 input tokens) got prompts of about 1,570 tokens: a context-length error on
+    every span (32 calls, 10 fallbacks in the audit). The transcript is now sized to
+    the window the summarizer's profile states."""
+    from _builders import coding_run
+
+    counter = TokenCounter()
+    span = coding_run(3, output_lines=120)[2:]  # about 4,500 tokens of tool calls
+    request = SummaryRequest(messages=span, strategy="current_round", max_tokens=200)
+    small = RecordingChatModel(profile={"max_input_tokens": 1_000, "max_output_tokens": 512})
+    free = RecordingChatModel()
+    for model in (small, free):
+        summarizer = LLMSummarizer(model, token_counter=counter)
+        if mode == "sync":
+            summarizer.summarize(request)
+        else:
+            asyncio.run(summarizer.asummarize(request))
+    assert counter.count(small.prompts[-1]) <= 1_000
+    # without a stated window the transcript keeps max_input_chars: the whole span
+    assert counter.count(free.prompts[-1]) > 3_000

@@ -31,6 +31,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 
+from langchain_autocontext.budget import model_window
 from langchain_autocontext.messages import clean_text, text_of
 from langchain_autocontext.summarizers.base import (
     STRATEGIES,
@@ -179,6 +180,12 @@ def _missing_provider_package(spec: str) -> str | None:
     return None if importlib.util.find_spec(top) is not None else top.replace("_", "-")
 
 
+#: Characters a token of a transcript is taken to hold when it is sized to a summarizer
+#: model's window: fewer than any data set of ``../shared/data`` holds (cl100k_base:
+#: 4.0 on the coding runs' messages, 3.1 on tau-bench's JSON tool results).
+CHARS_PER_TOKEN = 3
+
+
 class LLMSummarizer(Summarizer):
     """Summaries written by a chat model, with retries, a fallback and hidden calls.
 
@@ -216,7 +223,10 @@ class LLMSummarizer(Summarizer):
             The reply is truncated to ``max_tokens`` by the counter in any case.
         max_input_chars: Cap on the transcript's characters (the largest messages
             are cut in the middle to fit), so a huge span cannot overflow the
-            summarizer model's own window.
+            summarizer model's own window. When the model's profile states its input
+            window, the transcript is also cut to fit it (less the prompt and the
+            reply's cap); a span of very many messages keeps each one's header line,
+            so it may still not fit a window of a few hundred tokens.
         token_counter: Counter for budgets and for usage when the response has no
             ``usage_metadata`` (``None``: a len/4 estimate).
         timeout: Seconds one model call may take (``None``: no limit). A call past it
@@ -424,9 +434,7 @@ class LLMSummarizer(Summarizer):
             target = f"; aim for about {request.target_tokens} tokens"
         limit = _LIMIT.format(max_tokens=request.max_tokens, max_words=max_words, target=target)
         values = {
-            "transcript": _escape_wrappers(
-                render_transcript(request.messages, max_chars=self.max_input_chars)
-            ),
+            "transcript": _escape_wrappers(self._transcript(request)),
             "message_count": str(len(request.messages)),
             "limit": limit,
             "max_tokens": str(request.max_tokens),
@@ -446,6 +454,31 @@ class LLMSummarizer(Summarizer):
             SystemMessage(content=self.prompts["system"]),
             HumanMessage(content=_fill(template, values)),
         ]
+
+    def _transcript(self, request: SummaryRequest) -> str:
+        """The span as a transcript of at most ``max_input_chars`` characters, and within
+        the summarizer model's own input window when its profile states one (a
+        summarizer with a smaller window than the agent's got prompts past it: a
+        context-length error on every span): the window less the prompt's fixed text,
+        the reply's cap and a tenth. Sized at :data:`CHARS_PER_TOKEN` characters a
+        token, then counted and cut again in proportion while over (numbers and logs
+        run fewer characters a token)."""
+        chars = self.max_input_chars
+        window = model_window(self._model) if self._model is not None else None
+        room = None
+        if window is not None:
+            template = self.prompts[request.strategy] + self.prompts["system"]
+            fixed = self.count(template) + request.max_tokens + 64
+            room = max(250, int(window.max_input_tokens * 0.9) - fixed)
+            chars = min(chars, room * CHARS_PER_TOKEN)
+        transcript = render_transcript(request.messages, max_chars=chars)
+        for _ in range(4):
+            tokens = self.count(transcript) if room is not None else 0
+            if room is None or tokens <= room or chars <= 1_000:
+                break
+            chars = max(1_000, int(chars * room / tokens * 0.95))
+            transcript = render_transcript(request.messages, max_chars=chars)
+        return transcript
 
     def _prompt_tokens(self, prompt: list[BaseMessage]) -> int:
         return sum(self.count(text_of(m)) for m in prompt)
