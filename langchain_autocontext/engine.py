@@ -585,10 +585,23 @@ class ContextEngine:
 
     # --- compress: the plain-function form -------------------------------------------
     def _prepare(self, messages: Sequence[BaseMessage]) -> tuple[list[BaseMessage], bool, bool]:
-        # Hostile input: ids for messages without one (or a duplicated one), text every
-        # store and provider accepts (no lone surrogates, no NUL). "ids_assigned" means
-        # "the working messages differ from the input": the surfaces write them back.
+        """The working messages of ``messages``: see :meth:`_prepare_all`."""
+        return self._prepare_all(messages)[:3]  # type: ignore[return-value]
+
+    def _prepare_all(
+        self, messages: Sequence[BaseMessage]
+    ) -> tuple[list[BaseMessage], bool, bool, list[BaseMessage]]:
+        """``(working messages, ids_assigned, virtual_system, originals to archive)``.
+
+        Hostile input: ids for messages without one (or a duplicated one), text every
+        store and provider accepts (no lone surrogates, no NUL). "ids_assigned" means
+        "the working messages differ from the input": the surfaces write them back.
+        Several system messages become one, first; the originals to archive are the
+        messages before that merge, so each system message is archived as it was
+        (merged first, a system message in the middle of a run was never archived).
+        """
         fixed = ensure_ids([sanitize_message(m) for m in messages])
+        originals = [m for m in fixed if m.id != _SYSTEM_PLACEHOLDER_ID]  # a stand-in
         ids_assigned = any(a is not b for a, b in zip(fixed, messages, strict=True))
         merged = merge_system_messages(fixed)
         if merged is not fixed:
@@ -597,7 +610,7 @@ class ContextEngine:
         if self.system_prompt and not (fixed and isinstance(fixed[0], SystemMessage)):
             fixed = [SystemMessage(self.system_prompt, id=_SYSTEM_PLACEHOLDER_ID), *fixed]
             virtual_system = True
-        return fixed, ids_assigned, virtual_system
+        return fixed, ids_assigned, virtual_system, originals
 
     def _with_view(
         self,
@@ -806,10 +819,8 @@ class ContextEngine:
         """
         st = self.resolve_store(store)
         messages = as_messages(messages)
-        msgs, ids_assigned, virtual = self._prepare(messages)
-        archived = self.archive(
-            [m for m in msgs if m.id != _SYSTEM_PLACEHOLDER_ID], thread_id=thread_id, store=st
-        )
+        msgs, ids_assigned, virtual, originals = self._prepare_all(messages)
+        archived = self.archive(originals, thread_id=thread_id, store=st)
         msgs, repaired = self._repair(msgs, st, thread_id)
         ids_assigned = ids_assigned or repaired
         msgs, virtual, system, budget, tools = self._as_sent(
@@ -850,10 +861,8 @@ class ContextEngine:
         """Async twin of :meth:`compress`."""
         st = self.resolve_store(store)
         messages = as_messages(messages)
-        msgs, ids_assigned, virtual = self._prepare(messages)
-        archived = await self.aarchive(
-            [m for m in msgs if m.id != _SYSTEM_PLACEHOLDER_ID], thread_id=thread_id, store=st
-        )
+        msgs, ids_assigned, virtual, originals = self._prepare_all(messages)
+        archived = await self.aarchive(originals, thread_id=thread_id, store=st)
         msgs, repaired = self._repair(msgs, st, thread_id)
         ids_assigned = ids_assigned or repaired
         msgs, virtual, system, budget, tools = self._as_sent(

@@ -23,7 +23,6 @@ from langgraph.types import Command
 from typing_extensions import TypedDict
 
 from langchain_autocontext.engine import (
-    _SYSTEM_PLACEHOLDER_ID,
     CompressionResult,
     ContextEngine,
     as_messages,
@@ -124,8 +123,7 @@ def build_node(
     """
 
     def archivable(state: _NodeState) -> tuple[list[BaseMessage], bool, bool, list[Any]]:
-        msgs, ids_assigned, virtual = engine._prepare(state.get("messages") or [])
-        return msgs, ids_assigned, virtual, [m for m in msgs if m.id != _SYSTEM_PLACEHOLDER_ID]
+        return engine._prepare_all(state.get("messages") or [])
 
     def measured(
         state: _NodeState, msgs: list[BaseMessage], ids_assigned: bool, virtual: bool, thread: str

@@ -307,3 +307,29 @@ def test_the_view_keeps_no_copy_of_messages_that_are_gone() -> None:
     messages.drop_dead_copies()
     left = [c for _, c in messages._MEMO.values() if "hunter2-XYZZY" in str(c.content)]
     assert not left
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_system_message_in_the_middle_is_archived_as_it_was(mode: str) -> None:
+    """Several system messages become one, first (providers reject others). The merge
+    came before the archive, so a system message in the middle of a run was never
+    archived, and the first one was archived with the merged text (replay audit)."""
+    import asyncio
+
+    msgs = [
+        SystemMessage("You are terse.", id="s1"),
+        HumanMessage("hi", id="u1"),
+        AIMessage("hello", id="a1"),
+        SystemMessage("From now on answer in French.", id="s2"),
+        HumanMessage("and now?", id="u2"),
+    ]
+    ac = AutoContext(AutoContextConfig(max_tokens=8_000))
+    store = OffloadStore(InMemoryStore())
+    if mode == "sync":
+        out = ac.compress(msgs, thread_id="t", store=store)
+    else:
+        out = asyncio.run(ac.acompress(msgs, thread_id="t", store=store))
+    assert [m.id for m in out.messages] == ["s1", "u1", "a1", "u2"]  # one system message
+    history = {e.id: e.message.content for e in store.iter_history("t")}
+    assert history["s1"] == "You are terse."
+    assert history["s2"] == "From now on answer in French."
