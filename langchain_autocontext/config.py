@@ -65,8 +65,9 @@ class AutoContextConfig(BaseModel):
 
     Budgets are in tokens as counted by the package's token counter (system
     prompt, tool schemas and metadata tags included); sizes of single messages
-    are in characters. The object is immutable: use ``config.model_copy(update=…)``
-    to derive a variant. Invalid values raise
+    are in characters. The object is immutable: use ``config.derive(…)`` to make a
+    variant (validated like the constructor; ``model_copy(update=…)`` is not). Invalid
+    values raise
     :class:`~langchain_autocontext.errors.InvalidConfigError`.
     """
 
@@ -100,7 +101,8 @@ class AutoContextConfig(BaseModel):
             "What can never be compressed (system prompt, tool schemas, the latest user "
             "message, pins) is set aside first: the target is that floor plus target_ratio "
             "of the room above it, and the trigger keeps its distance above the target "
-            "(see thresholds())."
+            "(see thresholds()). Below token_ratio; not given, with a token_ratio under its "
+            "default, it keeps the defaults' proportion (token_ratio * 0.4 / 0.75)."
         ),
     )
     keep_ratio: float = Field(
@@ -256,25 +258,39 @@ class AutoContextConfig(BaseModel):
                 )
                 raise InvalidConfigError(f"Invalid AutoContextConfig: {problems}") from None
 
+    @classmethod
+    def _following_target(cls, trigger: Any) -> float | None:
+        """The ``target_ratio`` a ``token_ratio`` below its default takes when no target
+        is given: the defaults' proportion to the trigger (0.4 / 0.75). ``None`` for a
+        trigger at or above the default (the default target stays)."""
+        target = cls.model_fields["target_ratio"].default
+        default_trigger = cls.model_fields["token_ratio"].default
+        number = isinstance(trigger, int | float) and not isinstance(trigger, bool)
+        if number and 0 < trigger < default_trigger:
+            return round(trigger * target / default_trigger, 6)
+        return None
+
     @model_validator(mode="before")
     @classmethod
     def _target_follows_trigger(cls, data: Any) -> Any:
         """``target_ratio`` not given and a ``token_ratio`` below its default: the target
-        keeps the defaults' proportion to the trigger (0.4 / 0.75) instead of failing."""
+        keeps the defaults' proportion to the trigger (0.4 / 0.75), so compaction stays
+        rare. Only below the default target did it follow before: a trigger of 0.4-0.45
+        left the target at or just under it, and compaction ran on almost every call."""
         if isinstance(data, dict) and "token_ratio" in data and "target_ratio" not in data:
-            trigger, target = data["token_ratio"], cls.model_fields["target_ratio"].default
-            default_trigger = cls.model_fields["token_ratio"].default
-            if isinstance(trigger, int | float) and 0 < trigger < target:
-                data = {**data, "target_ratio": round(trigger * target / default_trigger, 6)}
+            target = cls._following_target(data["token_ratio"])
+            if target is not None:
+                data = {**data, "target_ratio": target}
         return data
 
     @model_validator(mode="after")
     def _check_ratios(self) -> AutoContextConfig:
         self._check_language()
-        if self.target_ratio > self.token_ratio:
+        if self.target_ratio >= self.token_ratio:
             raise ValueError(
-                f"target_ratio ({self.target_ratio}) must not exceed token_ratio "
-                f"({self.token_ratio}): compression aims below its own trigger"
+                f"target_ratio ({self.target_ratio}) must be below token_ratio "
+                f"({self.token_ratio}): compression aims below its own trigger (at the "
+                "trigger itself, it would run on every call)"
             )
         if self.pin_max_tokens is not None and self.pin_max_tokens >= self.max_tokens:
             raise ValueError(
@@ -330,6 +346,12 @@ class AutoContextConfig(BaseModel):
                 f"{', '.join(type(self).model_fields)}"
             )
         merged: dict[str, Any] = {**self.model_dump(exclude_unset=True), **changes}
+        if (
+            "token_ratio" in changes
+            and "target_ratio" not in changes
+            and self.target_ratio == self._following_target(self.token_ratio)
+        ):  # the target followed the old trigger: it follows the new one
+            merged.pop("target_ratio", None)
         return type(self)(**merged)
 
     @property

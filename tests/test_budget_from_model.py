@@ -94,7 +94,7 @@ def sent_tokens(model: WindowModel, ac: AutoContext) -> list[int]:
     ("kwargs", "expected"),
     [
         ({"trigger": ("tokens", 6_000)}, {"token_ratio": 0.75, "target_ratio": 0.4}),
-        ({"trigger": ("fraction", 0.6)}, {"token_ratio": 0.6, "target_ratio": 0.4}),
+        ({"trigger": ("fraction", 0.6)}, {"token_ratio": 0.6, "target_ratio": 0.32}),
         ({"trigger": ("fraction", 0.3)}, {"token_ratio": 0.3, "target_ratio": 0.16}),
         ({"trigger": ("messages", 40)}, {"msg_threshold": 40, "token_ratio": 0.75}),
         (

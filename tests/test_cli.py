@@ -172,7 +172,10 @@ def test_every_config_field_is_an_option(
     assert code == 0, err
     config = json.loads(out_json.read_text())["config"]
     assert config[name] == value
-    untouched = AutoContextConfig(max_tokens=cli.DEFAULT_MAX_TOKENS).model_dump(mode="json")
+    # every other field as the config's rules make it (a lowered token_ratio takes
+    # target_ratio along)
+    given = {"max_tokens": cli.DEFAULT_MAX_TOKENS, name: value}
+    untouched = AutoContextConfig(**given).model_dump(mode="json")
     assert {k: v for k, v in config.items() if k != name} == {
         k: v for k, v in untouched.items() if k != name
     }
@@ -408,7 +411,7 @@ def test_problem_found_exits_1(
         (None, ["--max-tokens", "100"], "max_tokens"),
         (None, ["--max-tokens", "300"], "Raise max_tokens"),
         (None, ["--max-tokens", "lots"], "expected a whole number"),
-        (None, ["--target-ratio", "0.9"], "must not exceed token_ratio"),
+        (None, ["--target-ratio", "0.9"], "must be below token_ratio"),
         (None, ["--token-ratio", "1.5"], "token_ratio"),
         (None, ["--limit", "0"], "--limit"),
         (None, ["--plot", "no/such/dir/p.png"], "does not exist"),

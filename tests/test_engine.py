@@ -320,7 +320,21 @@ def test_target_ratio_follows_a_lowered_token_ratio_when_not_given() -> None:
     then above it); the target keeps the defaults' proportion to the trigger (0.4/0.75)."""
     cfg = AutoContextConfig(token_ratio=0.3)
     assert (cfg.token_ratio, cfg.target_ratio) == (0.3, 0.16)
-    assert AutoContextConfig(token_ratio=0.6).target_ratio == 0.4  # not below: unchanged
+    # the proportion holds for every trigger below the default: at 0.4-0.45 a target
+    # left at 0.4 made compaction run on almost every call (config audit)
+    assert AutoContextConfig(token_ratio=0.6).target_ratio == 0.32
+    assert AutoContextConfig(token_ratio=0.42).target_ratio == 0.224
+    assert AutoContextConfig(token_ratio=0.9).target_ratio == 0.4  # above: the default
+    with pytest.raises(InvalidConfigError, match="must be below token_ratio"):
+        AutoContextConfig(token_ratio=0.5, target_ratio=0.5)  # at the trigger itself
+    # derive: a target that followed the old trigger follows the new one
+    assert AutoContextConfig(token_ratio=0.3).derive(token_ratio=0.75).target_ratio == 0.4
+    assert AutoContextConfig(token_ratio=0.3).derive(token_ratio=0.1).target_ratio == 0.053333
+    # a target given stays given
+    assert (
+        AutoContextConfig(token_ratio=0.3, target_ratio=0.1).derive(token_ratio=0.6).target_ratio
+        == 0.1
+    )
     with pytest.raises(InvalidConfigError, match="target_ratio"):
         AutoContextConfig(token_ratio=0.3, target_ratio=0.5)  # given: checked as given
 
