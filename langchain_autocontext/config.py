@@ -203,7 +203,7 @@ class AutoContextConfig(BaseModel):
         description="How the package explains itself to the model: 'compact' (a one-line "
         "system section and tool schemas without descriptions: a system prompt plus 'hi' "
         "costs at most 350 tokens more) or 'full' (the detailed section and tool "
-        "descriptions, ~1,570 tokens more).",
+        "descriptions, ~1,560 tokens more).",
     )
     xml_commands: bool = Field(
         default=False,

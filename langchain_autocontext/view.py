@@ -125,7 +125,17 @@ def system_section(config: AutoContextConfig) -> str:
         "or moved to storage. Nothing is lost: every original message stays in this "
         "conversation's history, and you can search it and read it back.",
     ]
-    if tags:
+    if tags and config.tag_format == "compact":
+        lines += [
+            "",
+            "## Message tags",
+            "Each message you see begins with a tag like <id tokens/total/>. The id names "
+            "the message when you edit it (the short id as shown or the full id; both "
+            "work). tokens is the message's size in tokens; total is the size of "
+            "everything up to and including it, so the last tag tells you how full your "
+            "context is. The context manager adds these tags; do not write them yourself.",
+        ]
+    elif tags:
         lines += [
             "",
             "## Message tags",

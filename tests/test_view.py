@@ -431,3 +431,22 @@ def test_a_tag_goes_after_the_blocks_a_provider_requires_first(fmt: str) -> None
     )
     last = [m for m in formatted if m["role"] == "assistant"][-1]
     assert last["content"][0]["type"] == "redacted_thinking"
+
+
+@pytest.mark.parametrize("fmt", ["compact", "seed"])
+def test_the_full_instructions_describe_the_tags_the_model_sees(fmt: str) -> None:
+    """``instructions="full"`` described the seed's ``<metadata …/>`` tags whatever
+    the format, so with the default compact tags (``<u1 13/1594/>``) the model was told
+    of a shape it never saw (config audit)."""
+    from langchain_autocontext.view import system_section
+
+    cfg = AutoContextConfig(instructions="full", tag_format=fmt, disclosure="always")
+    text = system_section(cfg)
+    ac = AutoContext(cfg)
+    view = ac.prepare_model_call([SystemMessage("s", id="s"), HumanMessage("hi", id="u1")]).messages
+    shown = str(view[1].content).split("\n", 1)[0]
+    if fmt == "compact":
+        assert "<id tokens/total/>" in text and "<metadata" not in text
+        assert re.fullmatch(r"<u1 \d+/\d+/>", shown)
+    else:
+        assert '<metadata id="…"' in text and shown.startswith('<metadata id="u1"')
