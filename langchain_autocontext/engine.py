@@ -964,8 +964,11 @@ class ContextEngine:
             self._warn_default_budget(stacklevel=4)
         if engaged:
             return self.config
+        # nothing of the package before it engages: no tags, no tools, and no section
+        # teaching XML commands whose ids the model cannot see yet (replies are still
+        # read for commands, by the configured ``xml_commands``)
         return self.config.model_copy(
-            update={"metadata_tags": False, "self_management_tools": False}
+            update={"metadata_tags": False, "self_management_tools": False, "xml_commands": False}
         )
 
     def after_model_call(

@@ -402,7 +402,7 @@ def test_pins_are_named_when_they_take_the_room() -> None:
 @given(
     max_tokens=st.integers(256, 400_000),
     token_ratio=st.floats(0.05, 1.0),
-    share=st.floats(0.01, 1.0),
+    share=st.floats(0.01, 0.999),  # a target below its trigger
     floor_share=st.floats(0.0, 1.2),
 )
 def test_thresholds_set_the_floor_aside_and_keep_the_gap(

@@ -338,13 +338,17 @@ def test_every_view_sent_fits_max_tokens_in_a_long_run(owned_prompt: bool) -> No
     assert len(out["autocontext"]["working_context"]) > 1_000
     notices = 0
     previous = False
+    engaged = False
     for sent in model.seen:
         assert not find_violations(sent)
         assert sum(isinstance(m, SystemMessage) for m in sent) == 1
         assert ac.counter.count(sent, ac.count_tools) <= cfg.max_tokens
-        assert "# Context: 5,000 tokens" in str(sent[0].content) or any(
+        shown = "# Context: 5,000 tokens" in str(sent[0].content) or any(
             m.id == INSTRUCTIONS_ID for m in sent
         )
+        # the section appears once the package engages, and stays (one prefix change)
+        assert shown or not engaged
+        engaged = engaged or shown
         notice = any(m.id == NOTICE_ID and "Memory pressure" in m.content for m in sent)
         base = ac.counter.count([m for m in sent if m.id != NOTICE_ID], ac.count_tools)
         # the warning sits at warning_tokens moved up with what cannot be compressed
@@ -353,7 +357,7 @@ def test_every_view_sent_fits_max_tokens_in_a_long_run(owned_prompt: bool) -> No
         assert not (notice and previous)
         previous = notice
         notices += notice
-    assert notices >= 1
+    assert notices >= 1 and engaged
 
 
 def test_model_call_update_helper() -> None:
@@ -450,3 +454,25 @@ def test_the_full_instructions_describe_the_tags_the_model_sees(fmt: str) -> Non
         assert re.fullmatch(r"<u1 \d+/\d+/>", shown)
     else:
         assert '<metadata id="…"' in text and shown.startswith('<metadata id="u1"')
+
+
+def test_xml_commands_are_taught_once_the_package_engages() -> None:
+    """With ``disclosure="when_needed"`` the package shows nothing before it engages; the
+    section teaching XML commands was shown from the first call all the same (61 tokens
+    compact, ~1,000 full), with no tags to give the model ids, and the prompt prefix
+    changed a second time at engagement (config audit). Replies are still read for
+    commands before then."""
+    cfg = AutoContextConfig(max_tokens=4_000, xml_commands=True)
+    ac = AutoContext(cfg)
+    short = [SystemMessage("You are terse.", id="s"), HumanMessage("hi", id="u")]
+    view = ac.prepare_model_call(short).messages
+    assert view[0].content == "You are terse." and len(view) == 2
+    plain = AutoContext(AutoContextConfig(max_tokens=4_000)).prepare_model_call(short)
+    assert ac.prepare_model_call(short).tokens == plain.tokens  # nothing extra
+    long = [*short, *[AIMessage("x " * 400, id=f"a{k}") for k in range(8)]]
+    engaged = ac.prepare_model_call(long).messages
+    assert "<delete" in str(engaged[0].content)  # engaged: the commands are taught
+    # a reply's command still runs before engagement
+    convo = [*short, AIMessage("a", id="a1"), HumanMessage("more", id="u2")]
+    out = ac.after_model_call([*convo, AIMessage('ok <delete id="a1"/>', id="r")])
+    assert [getattr(m, "type", "") for m in out["messages"]] == ["remove", "ai"]
