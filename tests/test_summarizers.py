@@ -1790,3 +1790,25 @@ def test_the_transcript_fits_the_summarizer_models_own_window(mode: str) -> None
     assert counter.count(small.prompts[-1]) <= 1_000
     # without a stated window the transcript keeps max_input_chars: the whole span
     assert counter.count(free.prompts[-1]) > 3_000
+
+
+def test_an_instance_shared_by_two_autocontexts_keeps_each_ones_settings() -> None:
+    """The config's summarizer settings were applied to the LLMSummarizer instance in
+    place: shared by two AutoContexts, it ran with the last one's (config audit). Each
+    now gets a copy when its settings change the instance; the instance is left alone."""
+    shared = LLMSummarizer(RecordingChatModel())
+    a = AutoContext(
+        summarizer=shared, summarizer_retries=0, summarizer_timeout=5.0, summarizer_concurrency=1
+    )
+    b = AutoContext(summarizer=shared)
+    sa, sb = a.summarizer, b.summarizer
+    assert isinstance(sa, LLMSummarizer) and isinstance(sb, LLMSummarizer)
+    assert (sa.retries, sa.timeout, sa.concurrency) == (0, 5.0, 1)
+    assert (sb.retries, sb.timeout, sb.concurrency) == (2, None, 4)
+    assert (shared.retries, shared.timeout, shared.concurrency) == (2, None, 4)
+    assert sb is shared  # nothing to change: the instance itself
+    # an instance built with its own settings keeps them (with a warning)
+    own = LLMSummarizer(RecordingChatModel(), retries=1)
+    with pytest.warns(UserWarning, match="its own"):
+        c = AutoContext(summarizer=own, summarizer_retries=3)
+    assert c.summarizer is own and own.retries == 1

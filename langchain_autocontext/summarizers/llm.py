@@ -16,6 +16,7 @@ call (:mod:`~langchain_autocontext.summarizers.calls`) are modules of their own.
 from __future__ import annotations
 
 import asyncio
+import copy
 import difflib
 import functools
 import importlib.util
@@ -341,6 +342,22 @@ class LLMSummarizer(Summarizer):
                 raise ValueError("concurrency must be >= 1")
             setattr(self, name, value)
         return kept
+
+    def with_settings(self, **settings: Any) -> LLMSummarizer:
+        """This summarizer when ``settings`` (see :meth:`adopt_settings`) change nothing it
+        was not built with; else a copy that adopts them, so an instance shared by two
+        ``AutoContext`` s keeps each one's configuration (it took the last one's)."""
+        changes = {
+            name: value
+            for name, value in settings.items()
+            if name not in self._own_settings and getattr(self, name, value) != value
+        }
+        if not changes:
+            self.adopt_settings(**settings)  # validates; changes nothing
+            return self
+        twin = copy.copy(self)
+        twin.adopt_settings(**settings)
+        return twin
 
     def __repr__(self) -> str:
         return (
@@ -758,7 +775,7 @@ def resolve_summarizer(summarizer: Any = None, **llm_options: Any) -> Summarizer
     * ``None``, ``"offline"`` or ``"extractive"``: a new :class:`ExtractiveSummarizer`;
     * a :class:`Summarizer`: itself (an :class:`LLMSummarizer` adopts the
       ``retries``/``timeout``/``concurrency`` among ``llm_options`` that it was not
-      built with, see :meth:`LLMSummarizer.adopt_settings`);
+      built with, on a copy when they change it: see :meth:`LLMSummarizer.with_settings`);
     * a chat model (any LangChain ``Runnable``) or a ``"provider:model"`` string:
       an :class:`LLMSummarizer`, built with ``llm_options`` (``retries``,
       ``concurrency``, ``prompts`` …);
@@ -768,7 +785,7 @@ def resolve_summarizer(summarizer: Any = None, **llm_options: Any) -> Summarizer
         return ExtractiveSummarizer()
     if isinstance(summarizer, Summarizer):
         if isinstance(summarizer, LLMSummarizer):
-            summarizer.adopt_settings(
+            return summarizer.with_settings(
                 **{
                     k: v
                     for k, v in llm_options.items()
