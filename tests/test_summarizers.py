@@ -1057,8 +1057,11 @@ def test_an_llm_summarizer_instance_takes_the_config_settings_it_was_not_built_w
     ac = AutoContext(
         summarizer=s, summarizer_timeout=0.5, summarizer_retries=0, summarizer_concurrency=2
     )
-    assert ac.summarizer is s
-    assert (s.timeout, s.retries, s.concurrency) == (0.5, 0, 2)
+    used = ac.summarizer
+    assert isinstance(used, LLMSummarizer)
+    assert (used.timeout, used.retries, used.concurrency) == (0.5, 0, 2)
+    # on a copy: the instance itself is left as built (it may be shared)
+    assert used is not s and (s.timeout, s.retries, s.concurrency) == (None, 2, 4)
     # the config's defaults leave an instance's defaults as they are
     plain = LLMSummarizer(FlakyChatModel(failures=0))
     AutoContext(summarizer=plain)
@@ -1068,8 +1071,10 @@ def test_an_llm_summarizer_instance_takes_the_config_settings_it_was_not_built_w
 def test_an_llm_summarizer_instance_keeps_its_own_settings_and_says_so() -> None:
     s = LLMSummarizer(FlakyChatModel(failures=0), retries=1, timeout=3)
     with pytest.warns(UserWarning, match=r"its own timeout=3 \(config summarizer_timeout=0.5\)"):
-        AutoContext(summarizer=s, summarizer_timeout=0.5, summarizer_concurrency=2)
-    assert (s.timeout, s.retries, s.concurrency) == (3, 1, 2)
+        ac = AutoContext(summarizer=s, summarizer_timeout=0.5, summarizer_concurrency=2)
+    used = ac.summarizer
+    assert isinstance(used, LLMSummarizer)
+    assert (used.timeout, used.retries, used.concurrency) == (3, 1, 2)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the same values, or fields the config leaves: silent
         AutoContext(summarizer=s, summarizer_timeout=3)
