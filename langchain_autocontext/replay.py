@@ -93,6 +93,9 @@ class Trajectory:
 
     id: str
     messages: list[BaseMessage]
+    tools: list[Any] = field(default_factory=list)
+    """The agent's own tool schemas, when the file gives them (an OpenAI request
+    body's ``"tools"``): counted in every call, as the model was sent them."""
 
 
 # --- loading ----------------------------------------------------------------------------
@@ -175,7 +178,11 @@ def _raw_id(obj: Any, name: str, index: int) -> str:
 
 def _from_obj(obj: Any, traj_id: str, name: str, index: int) -> Trajectory:
     if isinstance(obj, dict) and isinstance(obj.get("messages"), list):
-        return parse_trajectory(obj["messages"], traj_id)
+        trajectory = parse_trajectory(obj["messages"], traj_id)
+        tools = obj.get("tools")
+        if isinstance(tools, list):
+            trajectory.tools = [t for t in tools if isinstance(t, dict)]
+        return trajectory
     if isinstance(obj, list) and obj and all(_is_message(m) for m in obj):
         return parse_trajectory(obj, traj_id)
     raise ReplayFormatError(
@@ -554,6 +561,9 @@ class _Run:
         self.previous: list[tuple[Any, ...]] = []
         self.calls: list[CallRecord] = []
         self.unmanaged: list[int] = []
+        self.sent_tools: list[Any] = []
+        if trajectory.tools:  # the agent's own schemas: counted in the budget and sent
+            ac.learn_tools(trajectory.tools)
 
     def steps(self) -> Iterator[tuple[int, int, list[BaseMessage]]]:
         """(call index, message index, working messages before the call)."""
@@ -564,7 +574,15 @@ class _Run:
             yield call_index, point, self.working
 
     def view(self, result: CompressionResult) -> ModelCall:
-        call = self.ac.prepare_model_call(result.messages, state=self.state)
+        # The tool schemas the middleware sends (``_sent_tools``): the agent's always,
+        # the package's own only once the model is shown the package (``engaged``).
+        ac = self.ac
+        engaged = ac.engaged(result.messages, self.state)
+        own = {t.name for t in ac.tools}
+        self.sent_tools = [
+            t for t in ac.count_tools if engaged or getattr(t, "name", None) not in own
+        ]
+        call = ac.prepare_model_call(result.messages, state=self.state, tools=self.sent_tools)
         if call.state_update:
             self.state = dict(call.state_update)
         return call
@@ -578,7 +596,7 @@ class _Run:
         overhead: float,
     ) -> CallRecord:
         ac = self.ac
-        counter, tools = ac.counter, ac.count_tools
+        counter, tools = ac.counter, self.sent_tools
         sent = call.messages
         # What a provider's prompt cache compares: the serialized messages in order
         # (LangChain ids are not sent; the content, tags included, and tool calls are).

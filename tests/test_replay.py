@@ -413,3 +413,52 @@ def test_plot_single_report_and_errors(tmp_path: Path) -> None:
     assert len(fig.axes) == 1
     with pytest.raises(ValueError):
         plot_reports([])
+
+
+# --- audit fixes ------------------------------------------------------------------------
+HI = [
+    {"role": "user", "content": "hi"},
+    {"role": "assistant", "content": "hello"},
+    {"role": "user", "content": "hi again"},
+    {"role": "assistant", "content": "again"},
+]
+
+
+def test_package_tools_counted_only_once_engaged_as_the_middleware_sends_them() -> None:
+    ac = AutoContext(max_tokens=16_000, store=OffloadStore(InMemoryStore()))
+    report = replay(parse_trajectory(HI, "hi"), ac)
+    # a short chat never engages the package: no tool schema is sent (the middleware
+    # sends 8 and 19 tokens here), not the package's seven (~306 tokens each call)
+    expected = [ac.counter.count(parse_trajectory(HI[:k], "x").messages) for k in (1, 3)]
+    assert [c.tokens for c in report.calls] == expected
+    always = AutoContext(
+        AutoContextConfig(max_tokens=16_000, disclosure="always"),
+        store=OffloadStore(InMemoryStore()),
+    )
+    shown = replay(parse_trajectory(HI, "hi"), always)
+    assert all(c.tokens > 250 for c in shown.calls)
+
+
+def test_request_body_tools_are_counted(tmp_path: Path) -> None:
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "bash",
+                "description": "Run a shell command and return what it prints.",
+                "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}},
+            },
+        }
+    ]
+    body = tmp_path / "body.json"
+    body.write_text(json.dumps({"model": "gpt-4o", "messages": openai_run(2), "tools": tools}))
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps({"messages": openai_run(2)}))
+    (with_tools,) = load_trajectories(body)
+    (without,) = load_trajectories(bare)
+    assert with_tools.tools == tools and without.tools == []
+    a = replay(with_tools, AutoContext(max_tokens=16_000, store=OffloadStore(InMemoryStore())))
+    b = replay(without, AutoContext(max_tokens=16_000, store=OffloadStore(InMemoryStore())))
+    extra = a.calls[0].tokens - b.calls[0].tokens
+    assert extra > 10
+    assert [x.tokens - y.tokens for x, y in zip(a.calls, b.calls, strict=True)] == [extra] * 3
