@@ -460,8 +460,16 @@ def _run(args: argparse.Namespace, setup: _Setup) -> list[ReplayReport]:
             try:
                 report = replay(trajectory, ac, on_call=progress.call, compare=args.compare)
             except AutoContextError as exc:  # ContextBudgetError: an impossible budget
-                raise CliError(f"{trajectory.id}: {_one_line(exc)}") from None
+                # this trajectory fails; the others still replay (the report says why)
+                report = ReplayReport.failure(
+                    trajectory,
+                    setup.config.max_tokens,
+                    _one_line(exc),
+                    str(getattr(setup.summarizer, "name", type(setup.summarizer).__name__)),
+                )
             reports.append(report)
+    if all(r.failed for r in reports):  # nothing replayed: bad input, as before
+        raise CliError(f"{reports[0].trajectory_id}: {reports[0].error}")
     return reports
 
 
@@ -518,6 +526,8 @@ def _rows(rep: ReplayReport) -> list[tuple[str, str, str]]:
         ),
         ("invalid sequences", f"{rep.invalid:,}", ""),
     ]
+    if rep.failed:
+        rows.append(("failed", rep.error, ""))
     return rows
 
 
@@ -530,7 +540,7 @@ def _overview(reports: Sequence[ReplayReport], compare: bool) -> tuple[list[str]
     rows = []
     for r in reports:
         row = [
-            r.trajectory_id,
+            r.trajectory_id + (" (failed)" if r.failed else ""),
             f"{len(r.calls):,}",
             f"{r.largest:,}",
             f"{r.over_budget:,}",
@@ -649,12 +659,18 @@ def _replay_command(args: argparse.Namespace) -> int:
                 f"--json {setup.json_path}: cannot write ({exc.strerror or exc})"
             ) from None
         print(f"json: {setup.json_path}")
+    for r in reports:
+        if r.failed:
+            print(
+                f"autocontext replay: problem: {r.trajectory_id} failed: {r.error}",
+                file=sys.stderr,
+            )
     bad = [r for r in reports if not r.ok]
     if bad:
         print(
             f"autocontext replay: problem: {len(bad)} trajector{'y' if len(bad) == 1 else 'ies'} "
-            "with a call over budget, an invalid sequence or an unrecoverable original "
-            f"(first: {bad[0].trajectory_id})",
+            "failed or with a call over budget, an invalid sequence or an unrecoverable "
+            f"original (first: {bad[0].trajectory_id})",
             file=sys.stderr,
         )
         return 1

@@ -331,6 +331,29 @@ class ReplayReport:
     offloads_reloadable: int = 0
     """Offload ids named by the events that reload from the store."""
     trajectories: int = 1
+    error: str = ""
+    """Why the replay of this trajectory failed (e.g. a budget too small for its system
+    prompt and latest message: nothing would have been sent); ``""`` when it ran.
+    Merged: how many of the trajectories failed."""
+    failed: int = 0
+    """Trajectories whose replay failed (``error``)."""
+
+    @classmethod
+    def failure(
+        cls, trajectory: Trajectory, max_tokens: int, error: str, summarizer: str = ""
+    ) -> ReplayReport:
+        """The report of a trajectory that could not be replayed: no calls, the reason."""
+        return cls(
+            trajectory_id=trajectory.id,
+            max_tokens=max_tokens,
+            calls=[],
+            originals=0,
+            recoverable=0,
+            summarizer=summarizer,
+            messages=len(trajectory.messages),
+            error=error,
+            failed=1,
+        )
 
     # -- managed ---------------------------------------------------------------------
     @property
@@ -415,7 +438,8 @@ class ReplayReport:
     def ok(self) -> bool:
         """No call over budget, no invalid sequence, every original and offload recoverable."""
         return (
-            not self.over_budget
+            not self.failed
+            and not self.over_budget
             and not self.invalid
             and self.recoverable == self.originals
             and self.offloads_reloadable == self.offloads
@@ -469,6 +493,9 @@ class ReplayReport:
             "overhead_ms_p99": round(percentile(self.overheads, 0.99) * 1000, 3),
             "ok": self.ok,
         }
+        if self.failed:
+            out["failed"] = self.failed
+            out["error"] = self.error
         if self.compared:
             out["unmanaged"] = {
                 "largest_context": self.unmanaged_largest,
@@ -495,7 +522,8 @@ def merge_reports(reports: Sequence[ReplayReport], trajectory_id: str = "total")
     """
     if not reports:
         raise ValueError("merge_reports needs at least one report")
-    first = reports[0]
+    first = next((r for r in reports if not r.failed), reports[0])
+    failed = sum(r.failed for r in reports)
     return ReplayReport(
         trajectory_id=trajectory_id,
         max_tokens=first.max_tokens,
@@ -513,6 +541,8 @@ def merge_reports(reports: Sequence[ReplayReport], trajectory_id: str = "total")
         messages=sum(r.messages for r in reports),
         offloads_reloadable=sum(r.offloads_reloadable for r in reports),
         trajectories=sum(r.trajectories for r in reports),
+        failed=failed,
+        error=f"{failed} of {len(reports)} trajectories failed" if failed else "",
     )
 
 
@@ -829,7 +859,7 @@ def plot_reports(
                     lw=3,
                     alpha=0.85,
                 )
-        ax.set_title(rep.trajectory_id, fontsize=10)
+        ax.set_title(rep.trajectory_id + (" (failed)" if rep.failed else ""), fontsize=10)
         ax.set_xlabel("model call")
         ax.set_ylabel("context tokens")
         ax.set_ylim(bottom=0)

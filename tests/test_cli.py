@@ -449,3 +449,31 @@ def test_missing_command(capsys: pytest.CaptureFixture[str]) -> None:
 def test_sample_path_is_the_default() -> None:
     args = cli.build_parser().parse_args(["replay"])
     assert args.file is None and sample_path().is_file()
+
+
+def test_a_trajectory_over_any_budget_fails_alone(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    def run(i: int, user: str) -> dict[str, Any]:
+        return {
+            "id": f"t{i}",
+            "messages": [
+                {"role": "system", "content": "You are terse."},
+                {"role": "user", "content": user},
+                {"role": "assistant", "content": "ok"},
+            ],
+        }
+
+    path = tmp_path / "mixed.jsonl"
+    rows = [run(0, "hi"), run(1, "word " * 3000), run(2, "hello")]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out_json, plot = tmp_path / "r.json", tmp_path / "p.png"
+    argv = [str(path), "--max-tokens", "1000", "--json", str(out_json), "--plot", str(plot)]
+    code, out, err = run_cli(capsys, *argv, "--no-progress")
+    assert code == 1 and plot.exists() and "Traceback" not in err
+    assert "t1 failed: " in err and "max_tokens=1000" in err
+    assert "t1 (failed)" in out and "1 of 3 trajectories failed" in out
+    doc = json.loads(out_json.read_text())
+    assert [t.get("failed", 0) for t in doc["trajectories"]] == [0, 1, 0]
+    assert "max_tokens" in doc["trajectories"][1]["error"]
+    assert doc["total"]["calls"] == 2 and doc["total"]["failed"] == 1
