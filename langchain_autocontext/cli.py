@@ -190,8 +190,8 @@ def build_parser() -> argparse.ArgumentParser:
         "file",
         nargs="?",
         metavar="FILE",
-        help="trajectory file (JSON or JSONL); default: the real coding-agent trajectory "
-        "bundled with the package",
+        help="trajectory file (JSON or JSONL, may be gzip-compressed; - reads standard "
+        "input); default: the real coding-agent trajectory bundled with the package",
     )
     rp.add_argument(
         "--summarizer",

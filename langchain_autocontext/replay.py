@@ -13,9 +13,12 @@ report with its measures (about 175 lines) and the plot.
 
 from __future__ import annotations
 
+import gzip
 import json
 import statistics
+import sys
 import time
+import zlib
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -192,6 +195,36 @@ def _from_obj(obj: Any, traj_id: str, name: str, index: int) -> Trajectory:
     )
 
 
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+def _read_text(p: Path) -> tuple[str, str]:
+    """The file's text (UTF-8, a BOM dropped, gunzipped when gzip) and the name its
+    trajectory ids start with. ``-`` is standard input; pipes and other files that
+    are not regular (``/dev/stdin``, ``<(…)``) are read as they are."""
+    try:
+        if str(p) == "-":
+            data, name = sys.stdin.buffer.read(), "stdin"
+        else:
+            if p.is_dir():
+                raise ReplayFormatError(f"{p}: is a directory, not a trajectory file")
+            if not p.exists():
+                raise ReplayFormatError(f"{p}: no such file")
+            data = p.read_bytes()
+            name = Path(p.stem).stem if p.suffix.lower() == ".gz" else p.stem
+    except OSError as exc:
+        raise ReplayFormatError(f"{p}: cannot read ({exc.strerror or exc})") from None
+    if data[:2] == _GZIP_MAGIC:
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise ReplayFormatError(f"{p}: not a readable gzip file ({exc})") from None
+    try:
+        return data.decode("utf-8-sig"), name
+    except UnicodeDecodeError:
+        raise ReplayFormatError(f"{p}: not a UTF-8 text file (expected JSON or JSONL)") from None
+
+
 def load_trajectories(path: str | Path, *, limit: int | None = None) -> list[Trajectory]:
     """Read a JSON or JSONL file of one or many trajectories.
 
@@ -201,6 +234,8 @@ def load_trajectories(path: str | Path, *, limit: int | None = None) -> list[Tra
     Messages are OpenAI chat dicts or LangChain ``messages_to_dict`` dumps.
     Trajectory ids come from an ``"id"`` key, else ``{file stem}-{index}``; a
     repeated id gets a ``#2``, ``#3`` … suffix so every trajectory has its own.
+    The file is UTF-8 (a BOM is allowed), plain or gzip-compressed (recognised by
+    its first bytes); ``-`` reads standard input, and pipes (``/dev/stdin``) work.
 
     Raises:
         ReplayFormatError: missing or unreadable file, unknown format, bad message.
@@ -209,17 +244,7 @@ def load_trajectories(path: str | Path, *, limit: int | None = None) -> list[Tra
     if limit is not None and limit < 1:
         raise ValueError(f"limit must be at least 1, got {limit}")
     p = Path(path)
-    if p.is_dir():
-        raise ReplayFormatError(f"{p}: is a directory, not a trajectory file")
-    if not p.is_file():
-        raise ReplayFormatError(f"{p}: no such file")
-    name = p.stem
-    try:
-        text = p.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise ReplayFormatError(f"{p}: not a UTF-8 text file (expected JSON or JSONL)") from None
-    except OSError as exc:
-        raise ReplayFormatError(f"{p}: cannot read ({exc.strerror or exc})") from None
+    text, name = _read_text(p)
     if not text.strip():
         raise ReplayFormatError(f"{p}: the file is empty")
     objs: list[Any]
@@ -233,7 +258,9 @@ def load_trajectories(path: str | Path, *, limit: int | None = None) -> list[Tra
             objs = [whole]
     except json.JSONDecodeError as whole_exc:
         objs = []
-        lines = text.splitlines()
+        # JSONL lines end at "\n" only: str.splitlines() would also split at U+2028,
+        # U+2029, U+0085 … which JSON strings may hold unescaped ("\r" is whitespace)
+        lines = text.rstrip("\r\n").split("\n")
         for n, line in enumerate(lines, 1):
             if not line.strip():
                 continue

@@ -462,3 +462,50 @@ def test_request_body_tools_are_counted(tmp_path: Path) -> None:
     extra = a.calls[0].tokens - b.calls[0].tokens
     assert extra > 10
     assert [x.tokens - y.tokens for x, y in zip(a.calls, b.calls, strict=True)] == [extra] * 3
+
+
+def test_jsonl_splits_at_newlines_only_and_reads_bom_gzip_and_pipes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gzip
+    import io
+    import os
+    import sys
+    import threading
+
+    rows = [{"id": "a", "messages": openai_run(1)}, {"id": "b", "messages": openai_run(2)}]
+    rows[0]["messages"][1]["content"] = "line\u2028sep\u2029par\u0085nel end"
+    text = "".join(json.dumps(r, ensure_ascii=False) + "\r\n" for r in rows)
+    plain = tmp_path / "runs.jsonl"
+    plain.write_text(text, encoding="utf-8")
+    got = load_trajectories(plain)
+    assert [t.id for t in got] == ["a", "b"]
+    assert got[0].messages[1].content == "line\u2028sep\u2029par\u0085nel end"
+    bom = tmp_path / "bom.jsonl"
+    bom.write_bytes(b"\xef\xbb\xbf" + text.encode())
+    assert [t.id for t in load_trajectories(bom)] == ["a", "b"]
+    bom_json = tmp_path / "bom.json"
+    bom_json.write_bytes(b"\xef\xbb\xbf" + json.dumps(openai_run(1)).encode())
+    assert [t.id for t in load_trajectories(bom_json)] == ["bom-0"]
+    packed = tmp_path / "runs.jsonl.gz"
+    packed.write_bytes(gzip.compress(text.encode()))
+    assert [len(t.messages) for t in load_trajectories(packed)] == [
+        len(r["messages"]) for r in rows
+    ]
+    no_suffix = tmp_path / "runs.dat"  # gzip recognised by its magic bytes
+    no_suffix.write_bytes(gzip.compress(json.dumps(openai_run(1)).encode()))
+    assert [t.id for t in load_trajectories(no_suffix)] == ["runs-0"]
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text.encode())))
+    assert [t.id for t in load_trajectories("-")] == ["a", "b"]
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+
+    def feed() -> None:
+        with open(fifo, "w", encoding="utf-8") as f:
+            f.write(json.dumps(openai_run(1)))
+
+    writer = threading.Thread(target=feed, daemon=True)
+    writer.start()
+    (from_pipe,) = load_trajectories(fifo)
+    writer.join(5)
+    assert from_pipe.id == "pipe-0" and len(from_pipe.messages) == len(openai_run(1))
