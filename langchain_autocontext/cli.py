@@ -323,7 +323,7 @@ def _setup(args: argparse.Namespace) -> _Setup:
     file = Path(args.file) if args.file else sample_path()
     try:
         trajectories = load_trajectories(file, limit=args.limit)
-    except (AutoContextError, ValueError) as exc:
+    except (AutoContextError, ValueError, TypeError) as exc:
         raise CliError(_one_line(exc)) from None
     source = str(args.file) if args.file else f"the bundled sample ({file.name})"
     return _Setup(config, summarizer, counter, source, trajectories, plot, json_path)
@@ -467,6 +467,8 @@ def _run(args: argparse.Namespace, setup: _Setup) -> list[ReplayReport]:
                     _one_line(exc),
                     str(getattr(setup.summarizer, "name", type(setup.summarizer).__name__)),
                 )
+            except (ValueError, TypeError) as exc:  # a message the store or view cannot take
+                raise CliError(f"{trajectory.id}: cannot replay ({_one_line(exc)})") from None
             reports.append(report)
     if all(r.failed for r in reports):  # nothing replayed: bad input, as before
         raise CliError(f"{reports[0].trajectory_id}: {reports[0].error}")
@@ -660,6 +662,8 @@ def _replay_command(args: argparse.Namespace) -> int:
             ) from None
         print(f"json: {setup.json_path}")
     for r in reports:
+        for note in r.notes:
+            print(f"autocontext replay: note: {r.trajectory_id}: {note}", file=sys.stderr)
         if r.failed:
             print(
                 f"autocontext replay: problem: {r.trajectory_id} failed: {r.error}",

@@ -26,7 +26,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from langchain_core.messages import AIMessage, BaseMessage, convert_to_messages
+from langchain_core.messages import AIMessage, BaseMessage, RemoveMessage, convert_to_messages
 
 from langchain_autocontext.errors import AutoContextError, OffloadNotFoundError
 from langchain_autocontext.messages import find_violations, load_message
@@ -99,6 +99,8 @@ class Trajectory:
     tools: list[Any] = field(default_factory=list)
     """The agent's own tool schemas, when the file gives them (an OpenAI request
     body's ``"tools"``): counted in every call, as the model was sent them."""
+    notes: list[str] = field(default_factory=list)
+    """What the loader left out or what the replay cannot show (the report repeats them)."""
 
 
 # --- loading ----------------------------------------------------------------------------
@@ -139,19 +141,30 @@ def _convert_one(raw: Any, where: str) -> BaseMessage | None:
 def parse_trajectory(raw_messages: Sequence[Any], traj_id: str) -> Trajectory:
     """Convert raw messages; each gets the id ``{traj_id}-{index}`` unless it has one.
 
-    A message of role ``exit`` (mini-swe-agent's final submission) ends the run.
+    A message of role ``exit`` (mini-swe-agent's final submission) ends the run. A
+    ``RemoveMessage`` (a LangGraph state update, not a message) is skipped, with a note.
     """
     out: list[BaseMessage] = []
+    removed = 0
     for i, raw in enumerate(raw_messages):
         msg = _convert_one(raw, f"{traj_id} message {i}")
         if msg is None:
             break
+        if isinstance(msg, RemoveMessage):
+            removed += 1
+            continue
         if not msg.id:
             msg = msg.model_copy(update={"id": f"{traj_id}-{i}"})
         out.append(msg)
     if not out:
         raise ReplayFormatError(f"{traj_id}: the trajectory has no messages")
-    return Trajectory(traj_id, out)
+    trajectory = Trajectory(traj_id, out)
+    if removed:
+        trajectory.notes.append(
+            f"skipped {removed} RemoveMessage entr{'y' if removed == 1 else 'ies'} (a "
+            "LangGraph instruction to delete a message, not a message the model was sent)"
+        )
+    return trajectory
 
 
 #: The ``type`` of LangChain's message classes, as ``model_dump()`` writes it.
@@ -364,6 +377,8 @@ class ReplayReport:
     Merged: how many of the trajectories failed."""
     failed: int = 0
     """Trajectories whose replay failed (``error``)."""
+    notes: list[str] = field(default_factory=list)
+    """Warnings about the input (entries skipped, nothing to replay …)."""
 
     @classmethod
     def failure(
@@ -380,6 +395,7 @@ class ReplayReport:
             messages=len(trajectory.messages),
             error=error,
             failed=1,
+            notes=list(trajectory.notes),
         )
 
     # -- managed ---------------------------------------------------------------------
@@ -523,6 +539,8 @@ class ReplayReport:
         if self.failed:
             out["failed"] = self.failed
             out["error"] = self.error
+        if self.notes:
+            out["notes"] = list(self.notes)
         if self.compared:
             out["unmanaged"] = {
                 "largest_context": self.unmanaged_largest,
@@ -570,6 +588,7 @@ def merge_reports(reports: Sequence[ReplayReport], trajectory_id: str = "total")
         trajectories=sum(r.trajectories for r in reports),
         failed=failed,
         error=f"{failed} of {len(reports)} trajectories failed" if failed else "",
+        notes=[f"{r.trajectory_id}: {n}" for r in reports for n in r.notes],
     )
 
 
@@ -715,6 +734,7 @@ class _Run:
             summarizer=str(getattr(self.ac.summarizer, "name", type(self.ac.summarizer).__name__)),
             messages=len(self.trajectory.messages),
             offloads_reloadable=reloadable,
+            notes=list(self.trajectory.notes),
         )
 
 

@@ -477,3 +477,27 @@ def test_a_trajectory_over_any_budget_fails_alone(
     assert [t.get("failed", 0) for t in doc["trajectories"]] == [0, 1, 0]
     assert "max_tokens" in doc["trajectories"][1]["error"]
     assert doc["total"]["calls"] == 2 and doc["total"]["failed"] == 1
+
+
+def test_remove_message_is_a_note_and_bad_messages_a_one_line_error(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "remove.json"
+    msgs = [
+        {"type": "human", "data": {"content": "hi", "type": "human", "id": "2"}},
+        {"type": "ai", "data": {"content": "a", "type": "ai", "id": "3"}},
+        {"type": "remove", "data": {"content": "", "type": "remove", "id": "3"}},
+        {"type": "ai", "data": {"content": "b", "type": "ai", "id": "4"}},
+    ]
+    path.write_text(json.dumps(msgs))
+    code, _, err = run_cli(capsys, str(path), "--no-plot", "--no-progress")
+    assert code == 0 and "Traceback" not in err
+    assert "note: remove-0: skipped 1 RemoveMessage entry" in err
+
+    def bad_replay(*_a: Any, **_k: Any) -> Any:
+        raise TypeError("unhashable thing in a message")
+
+    monkeypatch.setattr(cli, "replay", bad_replay)
+    code, out, err = run_cli(capsys, str(path), "--no-plot", "--no-progress")
+    assert code == 2 and out == ""
+    assert "remove-0: cannot replay (unhashable thing" in one_line_error(err)

@@ -509,3 +509,25 @@ def test_jsonl_splits_at_newlines_only_and_reads_bom_gzip_and_pipes(
     (from_pipe,) = load_trajectories(fifo)
     writer.join(5)
     assert from_pipe.id == "pipe-0" and len(from_pipe.messages) == len(openai_run(1))
+
+
+def test_remove_messages_are_skipped_with_a_note(tmp_path: Path) -> None:
+    from langchain_core.messages import RemoveMessage
+
+    dumped = messages_to_dict(
+        [
+            SystemMessage("s", id="1"),
+            HumanMessage("hi", id="2"),
+            AIMessage("a", id="3"),
+            RemoveMessage(id="3"),
+            AIMessage("b", id="4"),
+        ]
+    )
+    path = tmp_path / "lc_remove.json"
+    path.write_text(json.dumps(dumped))
+    (trajectory,) = load_trajectories(path)
+    assert [m.id for m in trajectory.messages] == ["1", "2", "3", "4"]
+    assert len(trajectory.notes) == 1 and "RemoveMessage" in trajectory.notes[0]
+    report = replay(trajectory, AutoContext(max_tokens=16_000, store=OffloadStore(InMemoryStore())))
+    assert report.ok and report.summary()["notes"] == trajectory.notes
+    assert merge_reports([report]).notes == [f"lc_remove-0: {trajectory.notes[0]}"]
