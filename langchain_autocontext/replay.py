@@ -26,7 +26,15 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from langchain_core.messages import AIMessage, BaseMessage, RemoveMessage, convert_to_messages
+from langchain_core.exceptions import OutputParserException
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    InvalidToolCall,
+    RemoveMessage,
+    convert_to_messages,
+)
+from langchain_core.output_parsers.openai_tools import make_invalid_tool_call, parse_tool_call
 
 from langchain_autocontext.errors import AutoContextError, OffloadNotFoundError
 from langchain_autocontext.messages import find_violations, load_message
@@ -132,10 +140,42 @@ def _convert_one(raw: Any, where: str) -> BaseMessage | None:
         data["role"] = "system"
     if data.get("content") is None:
         data["content"] = ""
+    invalid: list[InvalidToolCall] = []
+    if role in ("assistant", "ai") and isinstance(data.get("tool_calls"), list):
+        data["tool_calls"], invalid = _split_tool_calls(data["tool_calls"])
     try:
-        return convert_to_messages([data])[0]
+        msg = convert_to_messages([data])[0]
     except Exception as exc:
         raise ReplayFormatError(f"{where}: cannot read message ({exc})") from None
+    if invalid and isinstance(msg, AIMessage):
+        msg = msg.model_copy(update={"invalid_tool_calls": [*msg.invalid_tool_calls, *invalid]})
+    return msg
+
+
+def _split_tool_calls(raw_calls: list[Any]) -> tuple[list[Any], list[InvalidToolCall]]:
+    """OpenAI tool calls whose arguments parse to a JSON object, and the others as
+    ``invalid_tool_calls`` (truncated JSON, an array, a number …), as LangChain's OpenAI
+    adapter keeps what the model sent: the replay goes on, the call is sent as it was."""
+    valid: list[Any] = []
+    invalid: list[InvalidToolCall] = []
+    for raw in raw_calls:
+        fn = raw.get("function") if isinstance(raw, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("arguments"), str | None):
+            valid.append(raw)  # not the OpenAI shape: the converter says what is wrong
+            continue
+        try:
+            parsed = parse_tool_call(raw, return_id=True)
+        except OutputParserException as exc:
+            invalid.append(make_invalid_tool_call(raw, " ".join(str(exc).split())))
+            continue
+        if parsed is not None and not isinstance(parsed.get("args"), dict):
+            error = f"arguments are JSON but not an object: {fn.get('arguments')}"
+            invalid.append(make_invalid_tool_call(raw, error))
+            continue
+        if not fn.get("arguments"):  # null or "": a tool without parameters, as LangChain reads it
+            raw = {**raw, "function": {**fn, "arguments": "{}"}}
+        valid.append(raw)
+    return valid, invalid
 
 
 def parse_trajectory(raw_messages: Sequence[Any], traj_id: str) -> Trajectory:

@@ -531,3 +531,27 @@ def test_remove_messages_are_skipped_with_a_note(tmp_path: Path) -> None:
     report = replay(trajectory, AutoContext(max_tokens=16_000, store=OffloadStore(InMemoryStore())))
     assert report.ok and report.summary()["notes"] == trajectory.notes
     assert merge_reports([report]).notes == [f"lc_remove-0: {trajectory.notes[0]}"]
+
+
+def test_tool_call_arguments_that_are_not_an_object_stay_invalid_tool_calls() -> None:
+    def call(cid: str, arguments: Any) -> dict[str, Any]:
+        fn = {"name": "f", "arguments": arguments}
+        return {"role": "assistant", "content": "", "tool_calls": [{"id": cid, "function": fn}]}
+
+    msgs: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
+    for cid, arguments in [("c1", "{not json"), ("c2", "[1, 2]"), ("c3", None), ("c4", '{"a": 1}')]:
+        msgs += [call(cid, arguments), {"role": "tool", "tool_call_id": cid, "content": "r"}]
+    msgs.append({"role": "assistant", "content": "done"})
+    trajectory = parse_trajectory(msgs, "args")
+    ais = [m for m in trajectory.messages if isinstance(m, AIMessage)]
+    assert [[c["args"] for c in m.invalid_tool_calls] for m in ais[:2]] == [
+        ["{not json"],
+        ["[1, 2]"],
+    ]
+    assert all(m.invalid_tool_calls[0]["id"] == f"c{k}" for k, m in enumerate(ais[:2], 1))
+    assert "not valid JSON" in str(ais[0].invalid_tool_calls[0]["error"])
+    assert [m.tool_calls for m in ais[:2]] == [[], []]
+    assert [c["args"] for c in ais[2].tool_calls] == [{}]  # null: a tool without parameters
+    assert [c["args"] for c in ais[3].tool_calls] == [{"a": 1}]
+    report = replay(trajectory, AutoContext(max_tokens=16_000, store=OffloadStore(InMemoryStore())))
+    assert len(report.calls) == 5 and not report.invalid
