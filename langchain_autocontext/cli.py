@@ -530,6 +530,8 @@ def _rows(rep: ReplayReport) -> list[tuple[str, str, str]]:
     ]
     if rep.failed:
         rows.append(("failed", rep.error, ""))
+    if rep.notes:
+        rows.append(("notes (on standard error)", f"{len(rep.notes):,}", ""))
     return rows
 
 

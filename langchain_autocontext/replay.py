@@ -199,6 +199,10 @@ def parse_trajectory(raw_messages: Sequence[Any], traj_id: str) -> Trajectory:
     if not out:
         raise ReplayFormatError(f"{traj_id}: the trajectory has no messages")
     trajectory = Trajectory(traj_id, out)
+    if not any(isinstance(m, AIMessage) for m in out):
+        trajectory.notes.append(
+            "no assistant message: the model was never called, nothing to replay (0 calls)"
+        )
     if removed:
         trajectory.notes.append(
             f"skipped {removed} RemoveMessage entr{'y' if removed == 1 else 'ies'} (a "

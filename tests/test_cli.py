@@ -501,3 +501,22 @@ def test_remove_message_is_a_note_and_bad_messages_a_one_line_error(
     code, out, err = run_cli(capsys, str(path), "--no-plot", "--no-progress")
     assert code == 2 and out == ""
     assert "remove-0: cannot replay (unhashable thing" in one_line_error(err)
+
+
+def test_a_trajectory_without_assistant_message_is_reported(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "no_assistant.json"
+    path.write_text(
+        json.dumps([{"role": "system", "content": "s"}, {"role": "user", "content": "hi"}])
+    )
+    out_json = tmp_path / "r.json"
+    code, out, err = run_cli(
+        capsys, str(path), "--no-plot", "--no-progress", "--json", str(out_json)
+    )
+    assert code == 0
+    assert "note: no_assistant-0: no assistant message" in err
+    assert "notes (on standard error)" in out
+    doc = json.loads(out_json.read_text())
+    assert "no assistant message" in doc["trajectories"][0]["notes"][0]
+    assert "no assistant message" in doc["total"]["notes"][0]
