@@ -480,6 +480,17 @@ def _pct(part: int, whole: int) -> str:
     return f"{part / whole:.1%}" if whole else "n/a"
 
 
+def _span(low: int, high: int) -> str:
+    return f"{low:,}" if low == high else f"{low:,}-{high:,}"
+
+
+def _limits(rep: ReplayReport) -> str:
+    """Where compression starts / stops: a range over the trajectories of a total."""
+    if rep.trigger_range is None or rep.target_range is None:
+        return f"{rep.trigger_tokens:,} / {rep.target_tokens:,}"
+    return f"{_span(*rep.trigger_range)} / {_span(*rep.target_range)}"
+
+
 def _rows(rep: ReplayReport) -> list[tuple[str, str, str]]:
     """(metric, managed, unmanaged) rows of one report."""
     c = rep.compared
@@ -487,7 +498,7 @@ def _rows(rep: ReplayReport) -> list[tuple[str, str, str]]:
         ("messages replayed", f"{rep.messages:,}", ""),
         ("model calls", f"{len(rep.calls):,}", ""),
         ("budget (max_tokens)", f"{rep.max_tokens:,}", ""),
-        ("  compress above / down to", f"{rep.trigger_tokens:,} / {rep.target_tokens:,}", ""),
+        ("  compress above / down to", _limits(rep), ""),
         ("largest context", f"{rep.largest:,}", f"{rep.unmanaged_largest:,}" if c else ""),
         (
             "calls over budget",

@@ -82,6 +82,7 @@ STRATEGY_LABELS: dict[str, str] = {
     "current_large": "5 current-round large",
     "current_round": "6 current round",
     "fifo": "7 FIFO eviction",
+    "offload_fresh": "8 offload (fresh, last resort)",
 }
 
 
@@ -421,6 +422,11 @@ class ReplayReport:
     Merged: how many of the trajectories failed."""
     failed: int = 0
     """Trajectories whose replay failed (``error``)."""
+    trigger_range: tuple[int, int] | None = None
+    """Merged: the lowest and highest ``trigger_tokens`` of the trajectories (each
+    trajectory's floor moves them); ``None`` for one trajectory."""
+    target_range: tuple[int, int] | None = None
+    """Merged: the lowest and highest ``target_tokens``."""
     notes: list[str] = field(default_factory=list)
     """Warnings about the input (entries skipped, nothing to replay …)."""
 
@@ -580,6 +586,9 @@ class ReplayReport:
             "overhead_ms_p99": round(percentile(self.overheads, 0.99) * 1000, 3),
             "ok": self.ok,
         }
+        if self.trigger_range is not None and self.target_range is not None:
+            out["trigger_tokens_range"] = list(self.trigger_range)
+            out["target_tokens_range"] = list(self.target_range)
         if self.failed:
             out["failed"] = self.failed
             out["error"] = self.error
@@ -607,12 +616,18 @@ class ReplayReport:
 def merge_reports(reports: Sequence[ReplayReport], trajectory_id: str = "total") -> ReplayReport:
     """One report over several replays: calls concatenated, counts summed.
 
-    The budget numbers are taken from the first report (a CLI run uses one config).
+    ``max_tokens`` and the summarizer are taken from the first report that ran (a CLI
+    run uses one config); ``trigger_tokens`` and ``target_tokens`` too, and their
+    range over the reports is in ``trigger_range`` and ``target_range`` (each
+    trajectory's floor moves them).
     """
     if not reports:
         raise ValueError("merge_reports needs at least one report")
     first = next((r for r in reports if not r.failed), reports[0])
     failed = sum(r.failed for r in reports)
+    ran = [r for r in reports if not r.failed] or list(reports)
+    triggers = [r.trigger_range or (r.trigger_tokens,) * 2 for r in ran]
+    targets = [r.target_range or (r.target_tokens,) * 2 for r in ran]
     return ReplayReport(
         trajectory_id=trajectory_id,
         max_tokens=first.max_tokens,
@@ -632,6 +647,8 @@ def merge_reports(reports: Sequence[ReplayReport], trajectory_id: str = "total")
         trajectories=sum(r.trajectories for r in reports),
         failed=failed,
         error=f"{failed} of {len(reports)} trajectories failed" if failed else "",
+        trigger_range=(min(t[0] for t in triggers), max(t[1] for t in triggers)),
+        target_range=(min(t[0] for t in targets), max(t[1] for t in targets)),
         notes=[f"{r.trajectory_id}: {n}" for r in reports for n in r.notes],
     )
 
@@ -887,6 +904,7 @@ _COLORS = {
     "current_large": "#ff7f0e",
     "current_round": "#d62728",
     "fifo": "#8c564b",
+    "offload_fresh": "#e377c2",
 }
 
 

@@ -520,3 +520,14 @@ def test_a_trajectory_without_assistant_message_is_reported(
     doc = json.loads(out_json.read_text())
     assert "no assistant message" in doc["trajectories"][0]["notes"][0]
     assert "no assistant message" in doc["total"]["notes"][0]
+
+
+def test_total_shows_the_range_of_limits() -> None:
+    from langchain_autocontext.replay import ReplayReport, merge_reports
+
+    reports = [
+        ReplayReport("a", 16_000, [], 0, 0, trigger_tokens=12_000, target_tokens=6_000),
+        ReplayReport("b", 16_000, [], 0, 0, trigger_tokens=12_500, target_tokens=6_000),
+    ]
+    rows = dict((m, v) for m, v, _ in cli._rows(merge_reports(reports)))
+    assert rows["  compress above / down to"] == "12,000-12,500 / 6,000"

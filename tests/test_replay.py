@@ -555,3 +555,22 @@ def test_tool_call_arguments_that_are_not_an_object_stay_invalid_tool_calls() ->
     assert [c["args"] for c in ais[3].tool_calls] == [{"a": 1}]
     report = replay(trajectory, AutoContext(max_tokens=16_000, store=OffloadStore(InMemoryStore())))
     assert len(report.calls) == 5 and not report.invalid
+
+
+def test_merged_limits_are_a_range_and_every_strategy_has_a_label_and_colour() -> None:
+    from langchain_autocontext.replay import _COLORS
+    from langchain_autocontext.strategies.offload import LargeMessageOffload
+
+    def rep(tid: str, trigger: int, target: int) -> ReplayReport:
+        return ReplayReport(tid, 16_000, [], 0, 0, trigger_tokens=trigger, target_tokens=target)
+
+    total = merge_reports(
+        [rep("a", 12_000, 6_000), rep("b", 12_500, 7_000), rep("c", 12_200, 6_500)]
+    )
+    assert (total.trigger_range, total.target_range) == ((12_000, 12_500), (6_000, 7_000))
+    summary = total.summary()
+    assert summary["trigger_tokens_range"] == [12_000, 12_500]
+    assert summary["target_tokens_range"] == [6_000, 7_000]
+    assert "trigger_tokens_range" not in rep("a", 1, 1).summary()
+    fresh = LargeMessageOffload(keep_last=False, fresh=True).name
+    assert fresh in STRATEGY_LABELS and set(_COLORS) == set(STRATEGY_LABELS)
