@@ -190,8 +190,8 @@ def build_parser() -> argparse.ArgumentParser:
         "file",
         nargs="?",
         metavar="FILE",
-        help="trajectory file (JSON or JSONL); default: the real coding-agent trajectory "
-        "bundled with the package",
+        help="trajectory file (JSON or JSONL, may be gzip-compressed; - reads standard "
+        "input); default: the real coding-agent trajectory bundled with the package",
     )
     rp.add_argument(
         "--summarizer",
@@ -323,7 +323,7 @@ def _setup(args: argparse.Namespace) -> _Setup:
     file = Path(args.file) if args.file else sample_path()
     try:
         trajectories = load_trajectories(file, limit=args.limit)
-    except (AutoContextError, ValueError) as exc:
+    except (AutoContextError, ValueError, TypeError) as exc:
         raise CliError(_one_line(exc)) from None
     source = str(args.file) if args.file else f"the bundled sample ({file.name})"
     return _Setup(config, summarizer, counter, source, trajectories, plot, json_path)
@@ -460,14 +460,35 @@ def _run(args: argparse.Namespace, setup: _Setup) -> list[ReplayReport]:
             try:
                 report = replay(trajectory, ac, on_call=progress.call, compare=args.compare)
             except AutoContextError as exc:  # ContextBudgetError: an impossible budget
-                raise CliError(f"{trajectory.id}: {_one_line(exc)}") from None
+                # this trajectory fails; the others still replay (the report says why)
+                report = ReplayReport.failure(
+                    trajectory,
+                    setup.config.max_tokens,
+                    _one_line(exc),
+                    str(getattr(setup.summarizer, "name", type(setup.summarizer).__name__)),
+                )
+            except (ValueError, TypeError) as exc:  # a message the store or view cannot take
+                raise CliError(f"{trajectory.id}: cannot replay ({_one_line(exc)})") from None
             reports.append(report)
+    if all(r.failed for r in reports):  # nothing replayed: bad input, as before
+        raise CliError(f"{reports[0].trajectory_id}: {reports[0].error}")
     return reports
 
 
 # --- the report ----------------------------------------------------------------------------
 def _pct(part: int, whole: int) -> str:
     return f"{part / whole:.1%}" if whole else "n/a"
+
+
+def _span(low: int, high: int) -> str:
+    return f"{low:,}" if low == high else f"{low:,}-{high:,}"
+
+
+def _limits(rep: ReplayReport) -> str:
+    """Where compression starts / stops: a range over the trajectories of a total."""
+    if rep.trigger_range is None or rep.target_range is None:
+        return f"{rep.trigger_tokens:,} / {rep.target_tokens:,}"
+    return f"{_span(*rep.trigger_range)} / {_span(*rep.target_range)}"
 
 
 def _rows(rep: ReplayReport) -> list[tuple[str, str, str]]:
@@ -477,7 +498,7 @@ def _rows(rep: ReplayReport) -> list[tuple[str, str, str]]:
         ("messages replayed", f"{rep.messages:,}", ""),
         ("model calls", f"{len(rep.calls):,}", ""),
         ("budget (max_tokens)", f"{rep.max_tokens:,}", ""),
-        ("  compress above / down to", f"{rep.trigger_tokens:,} / {rep.target_tokens:,}", ""),
+        ("  compress above / down to", _limits(rep), ""),
         ("largest context", f"{rep.largest:,}", f"{rep.unmanaged_largest:,}" if c else ""),
         (
             "calls over budget",
@@ -518,6 +539,10 @@ def _rows(rep: ReplayReport) -> list[tuple[str, str, str]]:
         ),
         ("invalid sequences", f"{rep.invalid:,}", ""),
     ]
+    if rep.failed:
+        rows.append(("failed", rep.error, ""))
+    if rep.notes:
+        rows.append(("notes (on standard error)", f"{len(rep.notes):,}", ""))
     return rows
 
 
@@ -530,7 +555,7 @@ def _overview(reports: Sequence[ReplayReport], compare: bool) -> tuple[list[str]
     rows = []
     for r in reports:
         row = [
-            r.trajectory_id,
+            r.trajectory_id + (" (failed)" if r.failed else ""),
             f"{len(r.calls):,}",
             f"{r.largest:,}",
             f"{r.over_budget:,}",
@@ -649,12 +674,20 @@ def _replay_command(args: argparse.Namespace) -> int:
                 f"--json {setup.json_path}: cannot write ({exc.strerror or exc})"
             ) from None
         print(f"json: {setup.json_path}")
+    for r in reports:
+        for note in r.notes:
+            print(f"autocontext replay: note: {r.trajectory_id}: {note}", file=sys.stderr)
+        if r.failed:
+            print(
+                f"autocontext replay: problem: {r.trajectory_id} failed: {r.error}",
+                file=sys.stderr,
+            )
     bad = [r for r in reports if not r.ok]
     if bad:
         print(
             f"autocontext replay: problem: {len(bad)} trajector{'y' if len(bad) == 1 else 'ies'} "
-            "with a call over budget, an invalid sequence or an unrecoverable original "
-            f"(first: {bad[0].trajectory_id})",
+            "failed or with a call over budget, an invalid sequence or an unrecoverable "
+            f"original (first: {bad[0].trajectory_id})",
             file=sys.stderr,
         )
         return 1

@@ -13,9 +13,12 @@ report with its measures (about 175 lines) and the plot.
 
 from __future__ import annotations
 
+import gzip
 import json
 import statistics
+import sys
 import time
+import zlib
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -23,7 +26,15 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from langchain_core.messages import AIMessage, BaseMessage, convert_to_messages
+from langchain_core.exceptions import OutputParserException
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    InvalidToolCall,
+    RemoveMessage,
+    convert_to_messages,
+)
+from langchain_core.output_parsers.openai_tools import make_invalid_tool_call, parse_tool_call
 
 from langchain_autocontext.errors import AutoContextError, OffloadNotFoundError
 from langchain_autocontext.messages import find_violations, load_message
@@ -71,6 +82,7 @@ STRATEGY_LABELS: dict[str, str] = {
     "current_large": "5 current-round large",
     "current_round": "6 current round",
     "fifo": "7 FIFO eviction",
+    "offload_fresh": "8 offload (fresh, last resort)",
 }
 
 
@@ -93,6 +105,11 @@ class Trajectory:
 
     id: str
     messages: list[BaseMessage]
+    tools: list[Any] = field(default_factory=list)
+    """The agent's own tool schemas, when the file gives them (an OpenAI request
+    body's ``"tools"``): counted in every call, as the model was sent them."""
+    notes: list[str] = field(default_factory=list)
+    """What the loader left out or what the replay cannot show (the report repeats them)."""
 
 
 # --- loading ----------------------------------------------------------------------------
@@ -124,28 +141,75 @@ def _convert_one(raw: Any, where: str) -> BaseMessage | None:
         data["role"] = "system"
     if data.get("content") is None:
         data["content"] = ""
+    invalid: list[InvalidToolCall] = []
+    if role in ("assistant", "ai") and isinstance(data.get("tool_calls"), list):
+        data["tool_calls"], invalid = _split_tool_calls(data["tool_calls"])
     try:
-        return convert_to_messages([data])[0]
+        msg = convert_to_messages([data])[0]
     except Exception as exc:
         raise ReplayFormatError(f"{where}: cannot read message ({exc})") from None
+    if invalid and isinstance(msg, AIMessage):
+        msg = msg.model_copy(update={"invalid_tool_calls": [*msg.invalid_tool_calls, *invalid]})
+    return msg
+
+
+def _split_tool_calls(raw_calls: list[Any]) -> tuple[list[Any], list[InvalidToolCall]]:
+    """OpenAI tool calls whose arguments parse to a JSON object, and the others as
+    ``invalid_tool_calls`` (truncated JSON, an array, a number …), as LangChain's OpenAI
+    adapter keeps what the model sent: the replay goes on, the call is sent as it was."""
+    valid: list[Any] = []
+    invalid: list[InvalidToolCall] = []
+    for raw in raw_calls:
+        fn = raw.get("function") if isinstance(raw, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("arguments"), str | None):
+            valid.append(raw)  # not the OpenAI shape: the converter says what is wrong
+            continue
+        try:
+            parsed = parse_tool_call(raw, return_id=True)
+        except OutputParserException as exc:
+            invalid.append(make_invalid_tool_call(raw, " ".join(str(exc).split())))
+            continue
+        if parsed is not None and not isinstance(parsed.get("args"), dict):
+            error = f"arguments are JSON but not an object: {fn.get('arguments')}"
+            invalid.append(make_invalid_tool_call(raw, error))
+            continue
+        if not fn.get("arguments"):  # null or "": a tool without parameters, as LangChain reads it
+            raw = {**raw, "function": {**fn, "arguments": "{}"}}
+        valid.append(raw)
+    return valid, invalid
 
 
 def parse_trajectory(raw_messages: Sequence[Any], traj_id: str) -> Trajectory:
     """Convert raw messages; each gets the id ``{traj_id}-{index}`` unless it has one.
 
-    A message of role ``exit`` (mini-swe-agent's final submission) ends the run.
+    A message of role ``exit`` (mini-swe-agent's final submission) ends the run. A
+    ``RemoveMessage`` (a LangGraph state update, not a message) is skipped, with a note.
     """
     out: list[BaseMessage] = []
+    removed = 0
     for i, raw in enumerate(raw_messages):
         msg = _convert_one(raw, f"{traj_id} message {i}")
         if msg is None:
             break
+        if isinstance(msg, RemoveMessage):
+            removed += 1
+            continue
         if not msg.id:
             msg = msg.model_copy(update={"id": f"{traj_id}-{i}"})
         out.append(msg)
     if not out:
         raise ReplayFormatError(f"{traj_id}: the trajectory has no messages")
-    return Trajectory(traj_id, out)
+    trajectory = Trajectory(traj_id, out)
+    if not any(isinstance(m, AIMessage) for m in out):
+        trajectory.notes.append(
+            "no assistant message: the model was never called, nothing to replay (0 calls)"
+        )
+    if removed:
+        trajectory.notes.append(
+            f"skipped {removed} RemoveMessage entr{'y' if removed == 1 else 'ies'} (a "
+            "LangGraph instruction to delete a message, not a message the model was sent)"
+        )
+    return trajectory
 
 
 #: The ``type`` of LangChain's message classes, as ``model_dump()`` writes it.
@@ -175,7 +239,11 @@ def _raw_id(obj: Any, name: str, index: int) -> str:
 
 def _from_obj(obj: Any, traj_id: str, name: str, index: int) -> Trajectory:
     if isinstance(obj, dict) and isinstance(obj.get("messages"), list):
-        return parse_trajectory(obj["messages"], traj_id)
+        trajectory = parse_trajectory(obj["messages"], traj_id)
+        tools = obj.get("tools")
+        if isinstance(tools, list):
+            trajectory.tools = [t for t in tools if isinstance(t, dict)]
+        return trajectory
     if isinstance(obj, list) and obj and all(_is_message(m) for m in obj):
         return parse_trajectory(obj, traj_id)
     raise ReplayFormatError(
@@ -183,6 +251,36 @@ def _from_obj(obj: Any, traj_id: str, name: str, index: int) -> Trajectory:
         "(expected OpenAI chat messages, or LangChain messages as messages_to_dict or "
         "model_dump write them, as JSON or JSONL)"
     )
+
+
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+def _read_text(p: Path) -> tuple[str, str]:
+    """The file's text (UTF-8, a BOM dropped, gunzipped when gzip) and the name its
+    trajectory ids start with. ``-`` is standard input; pipes and other files that
+    are not regular (``/dev/stdin``, ``<(…)``) are read as they are."""
+    try:
+        if str(p) == "-":
+            data, name = sys.stdin.buffer.read(), "stdin"
+        else:
+            if p.is_dir():
+                raise ReplayFormatError(f"{p}: is a directory, not a trajectory file")
+            if not p.exists():
+                raise ReplayFormatError(f"{p}: no such file")
+            data = p.read_bytes()
+            name = Path(p.stem).stem if p.suffix.lower() == ".gz" else p.stem
+    except OSError as exc:
+        raise ReplayFormatError(f"{p}: cannot read ({exc.strerror or exc})") from None
+    if data[:2] == _GZIP_MAGIC:
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise ReplayFormatError(f"{p}: not a readable gzip file ({exc})") from None
+    try:
+        return data.decode("utf-8-sig"), name
+    except UnicodeDecodeError:
+        raise ReplayFormatError(f"{p}: not a UTF-8 text file (expected JSON or JSONL)") from None
 
 
 def load_trajectories(path: str | Path, *, limit: int | None = None) -> list[Trajectory]:
@@ -194,6 +292,8 @@ def load_trajectories(path: str | Path, *, limit: int | None = None) -> list[Tra
     Messages are OpenAI chat dicts or LangChain ``messages_to_dict`` dumps.
     Trajectory ids come from an ``"id"`` key, else ``{file stem}-{index}``; a
     repeated id gets a ``#2``, ``#3`` … suffix so every trajectory has its own.
+    The file is UTF-8 (a BOM is allowed), plain or gzip-compressed (recognised by
+    its first bytes); ``-`` reads standard input, and pipes (``/dev/stdin``) work.
 
     Raises:
         ReplayFormatError: missing or unreadable file, unknown format, bad message.
@@ -202,17 +302,7 @@ def load_trajectories(path: str | Path, *, limit: int | None = None) -> list[Tra
     if limit is not None and limit < 1:
         raise ValueError(f"limit must be at least 1, got {limit}")
     p = Path(path)
-    if p.is_dir():
-        raise ReplayFormatError(f"{p}: is a directory, not a trajectory file")
-    if not p.is_file():
-        raise ReplayFormatError(f"{p}: no such file")
-    name = p.stem
-    try:
-        text = p.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise ReplayFormatError(f"{p}: not a UTF-8 text file (expected JSON or JSONL)") from None
-    except OSError as exc:
-        raise ReplayFormatError(f"{p}: cannot read ({exc.strerror or exc})") from None
+    text, name = _read_text(p)
     if not text.strip():
         raise ReplayFormatError(f"{p}: the file is empty")
     objs: list[Any]
@@ -226,7 +316,9 @@ def load_trajectories(path: str | Path, *, limit: int | None = None) -> list[Tra
             objs = [whole]
     except json.JSONDecodeError as whole_exc:
         objs = []
-        lines = text.splitlines()
+        # JSONL lines end at "\n" only: str.splitlines() would also split at U+2028,
+        # U+2029, U+0085 … which JSON strings may hold unescaped ("\r" is whitespace)
+        lines = text.rstrip("\r\n").split("\n")
         for n, line in enumerate(lines, 1):
             if not line.strip():
                 continue
@@ -324,6 +416,37 @@ class ReplayReport:
     offloads_reloadable: int = 0
     """Offload ids named by the events that reload from the store."""
     trajectories: int = 1
+    error: str = ""
+    """Why the replay of this trajectory failed (e.g. a budget too small for its system
+    prompt and latest message: nothing would have been sent); ``""`` when it ran.
+    Merged: how many of the trajectories failed."""
+    failed: int = 0
+    """Trajectories whose replay failed (``error``)."""
+    trigger_range: tuple[int, int] | None = None
+    """Merged: the lowest and highest ``trigger_tokens`` of the trajectories (each
+    trajectory's floor moves them); ``None`` for one trajectory."""
+    target_range: tuple[int, int] | None = None
+    """Merged: the lowest and highest ``target_tokens``."""
+    notes: list[str] = field(default_factory=list)
+    """Warnings about the input (entries skipped, nothing to replay …)."""
+
+    @classmethod
+    def failure(
+        cls, trajectory: Trajectory, max_tokens: int, error: str, summarizer: str = ""
+    ) -> ReplayReport:
+        """The report of a trajectory that could not be replayed: no calls, the reason."""
+        return cls(
+            trajectory_id=trajectory.id,
+            max_tokens=max_tokens,
+            calls=[],
+            originals=0,
+            recoverable=0,
+            summarizer=summarizer,
+            messages=len(trajectory.messages),
+            error=error,
+            failed=1,
+            notes=list(trajectory.notes),
+        )
 
     # -- managed ---------------------------------------------------------------------
     @property
@@ -408,7 +531,8 @@ class ReplayReport:
     def ok(self) -> bool:
         """No call over budget, no invalid sequence, every original and offload recoverable."""
         return (
-            not self.over_budget
+            not self.failed
+            and not self.over_budget
             and not self.invalid
             and self.recoverable == self.originals
             and self.offloads_reloadable == self.offloads
@@ -462,6 +586,14 @@ class ReplayReport:
             "overhead_ms_p99": round(percentile(self.overheads, 0.99) * 1000, 3),
             "ok": self.ok,
         }
+        if self.trigger_range is not None and self.target_range is not None:
+            out["trigger_tokens_range"] = list(self.trigger_range)
+            out["target_tokens_range"] = list(self.target_range)
+        if self.failed:
+            out["failed"] = self.failed
+            out["error"] = self.error
+        if self.notes:
+            out["notes"] = list(self.notes)
         if self.compared:
             out["unmanaged"] = {
                 "largest_context": self.unmanaged_largest,
@@ -484,11 +616,18 @@ class ReplayReport:
 def merge_reports(reports: Sequence[ReplayReport], trajectory_id: str = "total") -> ReplayReport:
     """One report over several replays: calls concatenated, counts summed.
 
-    The budget numbers are taken from the first report (a CLI run uses one config).
+    ``max_tokens`` and the summarizer are taken from the first report that ran (a CLI
+    run uses one config); ``trigger_tokens`` and ``target_tokens`` too, and their
+    range over the reports is in ``trigger_range`` and ``target_range`` (each
+    trajectory's floor moves them).
     """
     if not reports:
         raise ValueError("merge_reports needs at least one report")
-    first = reports[0]
+    first = next((r for r in reports if not r.failed), reports[0])
+    failed = sum(r.failed for r in reports)
+    ran = [r for r in reports if not r.failed] or list(reports)
+    triggers = [r.trigger_range or (r.trigger_tokens,) * 2 for r in ran]
+    targets = [r.target_range or (r.target_tokens,) * 2 for r in ran]
     return ReplayReport(
         trajectory_id=trajectory_id,
         max_tokens=first.max_tokens,
@@ -506,6 +645,11 @@ def merge_reports(reports: Sequence[ReplayReport], trajectory_id: str = "total")
         messages=sum(r.messages for r in reports),
         offloads_reloadable=sum(r.offloads_reloadable for r in reports),
         trajectories=sum(r.trajectories for r in reports),
+        failed=failed,
+        error=f"{failed} of {len(reports)} trajectories failed" if failed else "",
+        trigger_range=(min(t[0] for t in triggers), max(t[1] for t in triggers)),
+        target_range=(min(t[0] for t in targets), max(t[1] for t in targets)),
+        notes=[f"{r.trajectory_id}: {n}" for r in reports for n in r.notes],
     )
 
 
@@ -554,6 +698,9 @@ class _Run:
         self.previous: list[tuple[Any, ...]] = []
         self.calls: list[CallRecord] = []
         self.unmanaged: list[int] = []
+        self.sent_tools: list[Any] = []
+        if trajectory.tools:  # the agent's own schemas: counted in the budget and sent
+            ac.learn_tools(trajectory.tools)
 
     def steps(self) -> Iterator[tuple[int, int, list[BaseMessage]]]:
         """(call index, message index, working messages before the call)."""
@@ -564,7 +711,15 @@ class _Run:
             yield call_index, point, self.working
 
     def view(self, result: CompressionResult) -> ModelCall:
-        call = self.ac.prepare_model_call(result.messages, state=self.state)
+        # The tool schemas the middleware sends (``_sent_tools``): the agent's always,
+        # the package's own only once the model is shown the package (``engaged``).
+        ac = self.ac
+        engaged = ac.engaged(result.messages, self.state)
+        own = {t.name for t in ac.tools}
+        self.sent_tools = [
+            t for t in ac.count_tools if engaged or getattr(t, "name", None) not in own
+        ]
+        call = ac.prepare_model_call(result.messages, state=self.state, tools=self.sent_tools)
         if call.state_update:
             self.state = dict(call.state_update)
         return call
@@ -578,7 +733,7 @@ class _Run:
         overhead: float,
     ) -> CallRecord:
         ac = self.ac
-        counter, tools = ac.counter, ac.count_tools
+        counter, tools = ac.counter, self.sent_tools
         sent = call.messages
         # What a provider's prompt cache compares: the serialized messages in order
         # (LangChain ids are not sent; the content, tags included, and tool calls are).
@@ -640,6 +795,7 @@ class _Run:
             summarizer=str(getattr(self.ac.summarizer, "name", type(self.ac.summarizer).__name__)),
             messages=len(self.trajectory.messages),
             offloads_reloadable=reloadable,
+            notes=list(self.trajectory.notes),
         )
 
 
@@ -748,6 +904,7 @@ _COLORS = {
     "current_large": "#ff7f0e",
     "current_round": "#d62728",
     "fifo": "#8c564b",
+    "offload_fresh": "#e377c2",
 }
 
 
@@ -811,7 +968,7 @@ def plot_reports(
                     lw=3,
                     alpha=0.85,
                 )
-        ax.set_title(rep.trajectory_id, fontsize=10)
+        ax.set_title(rep.trajectory_id + (" (failed)" if rep.failed else ""), fontsize=10)
         ax.set_xlabel("model call")
         ax.set_ylabel("context tokens")
         ax.set_ylim(bottom=0)

@@ -452,3 +452,85 @@ def test_missing_command(capsys: pytest.CaptureFixture[str]) -> None:
 def test_sample_path_is_the_default() -> None:
     args = cli.build_parser().parse_args(["replay"])
     assert args.file is None and sample_path().is_file()
+
+
+def test_a_trajectory_over_any_budget_fails_alone(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    def run(i: int, user: str) -> dict[str, Any]:
+        return {
+            "id": f"t{i}",
+            "messages": [
+                {"role": "system", "content": "You are terse."},
+                {"role": "user", "content": user},
+                {"role": "assistant", "content": "ok"},
+            ],
+        }
+
+    path = tmp_path / "mixed.jsonl"
+    rows = [run(0, "hi"), run(1, "word " * 3000), run(2, "hello")]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out_json, plot = tmp_path / "r.json", tmp_path / "p.png"
+    argv = [str(path), "--max-tokens", "1000", "--json", str(out_json), "--plot", str(plot)]
+    code, out, err = run_cli(capsys, *argv, "--no-progress")
+    assert code == 1 and plot.exists() and "Traceback" not in err
+    assert "t1 failed: " in err and "max_tokens=1000" in err
+    assert "t1 (failed)" in out and "1 of 3 trajectories failed" in out
+    doc = json.loads(out_json.read_text())
+    assert [t.get("failed", 0) for t in doc["trajectories"]] == [0, 1, 0]
+    assert "max_tokens" in doc["trajectories"][1]["error"]
+    assert doc["total"]["calls"] == 2 and doc["total"]["failed"] == 1
+
+
+def test_remove_message_is_a_note_and_bad_messages_a_one_line_error(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "remove.json"
+    msgs = [
+        {"type": "human", "data": {"content": "hi", "type": "human", "id": "2"}},
+        {"type": "ai", "data": {"content": "a", "type": "ai", "id": "3"}},
+        {"type": "remove", "data": {"content": "", "type": "remove", "id": "3"}},
+        {"type": "ai", "data": {"content": "b", "type": "ai", "id": "4"}},
+    ]
+    path.write_text(json.dumps(msgs))
+    code, _, err = run_cli(capsys, str(path), "--no-plot", "--no-progress")
+    assert code == 0 and "Traceback" not in err
+    assert "note: remove-0: skipped 1 RemoveMessage entry" in err
+
+    def bad_replay(*_a: Any, **_k: Any) -> Any:
+        raise TypeError("unhashable thing in a message")
+
+    monkeypatch.setattr(cli, "replay", bad_replay)
+    code, out, err = run_cli(capsys, str(path), "--no-plot", "--no-progress")
+    assert code == 2 and out == ""
+    assert "remove-0: cannot replay (unhashable thing" in one_line_error(err)
+
+
+def test_a_trajectory_without_assistant_message_is_reported(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "no_assistant.json"
+    path.write_text(
+        json.dumps([{"role": "system", "content": "s"}, {"role": "user", "content": "hi"}])
+    )
+    out_json = tmp_path / "r.json"
+    code, out, err = run_cli(
+        capsys, str(path), "--no-plot", "--no-progress", "--json", str(out_json)
+    )
+    assert code == 0
+    assert "note: no_assistant-0: no assistant message" in err
+    assert "notes (on standard error)" in out
+    doc = json.loads(out_json.read_text())
+    assert "no assistant message" in doc["trajectories"][0]["notes"][0]
+    assert "no assistant message" in doc["total"]["notes"][0]
+
+
+def test_total_shows_the_range_of_limits() -> None:
+    from langchain_autocontext.replay import ReplayReport, merge_reports
+
+    reports = [
+        ReplayReport("a", 16_000, [], 0, 0, trigger_tokens=12_000, target_tokens=6_000),
+        ReplayReport("b", 16_000, [], 0, 0, trigger_tokens=12_500, target_tokens=6_000),
+    ]
+    rows = dict((m, v) for m, v, _ in cli._rows(merge_reports(reports)))
+    assert rows["  compress above / down to"] == "12,000-12,500 / 6,000"

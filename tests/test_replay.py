@@ -413,3 +413,164 @@ def test_plot_single_report_and_errors(tmp_path: Path) -> None:
     assert len(fig.axes) == 1
     with pytest.raises(ValueError):
         plot_reports([])
+
+
+# --- audit fixes ------------------------------------------------------------------------
+HI = [
+    {"role": "user", "content": "hi"},
+    {"role": "assistant", "content": "hello"},
+    {"role": "user", "content": "hi again"},
+    {"role": "assistant", "content": "again"},
+]
+
+
+def test_package_tools_counted_only_once_engaged_as_the_middleware_sends_them() -> None:
+    ac = AutoContext(max_tokens=16_000, store=OffloadStore(InMemoryStore()))
+    report = replay(parse_trajectory(HI, "hi"), ac)
+    # a short chat never engages the package: no tool schema is sent (the middleware
+    # sends 8 and 19 tokens here), not the package's seven (~306 tokens each call)
+    expected = [ac.counter.count(parse_trajectory(HI[:k], "x").messages) for k in (1, 3)]
+    assert [c.tokens for c in report.calls] == expected
+    always = AutoContext(
+        AutoContextConfig(max_tokens=16_000, disclosure="always"),
+        store=OffloadStore(InMemoryStore()),
+    )
+    shown = replay(parse_trajectory(HI, "hi"), always)
+    assert all(c.tokens > 250 for c in shown.calls)
+
+
+def test_request_body_tools_are_counted(tmp_path: Path) -> None:
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "bash",
+                "description": "Run a shell command and return what it prints.",
+                "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}},
+            },
+        }
+    ]
+    body = tmp_path / "body.json"
+    body.write_text(json.dumps({"model": "gpt-4o", "messages": openai_run(2), "tools": tools}))
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps({"messages": openai_run(2)}))
+    (with_tools,) = load_trajectories(body)
+    (without,) = load_trajectories(bare)
+    assert with_tools.tools == tools and without.tools == []
+    a = replay(with_tools, AutoContext(max_tokens=16_000, store=OffloadStore(InMemoryStore())))
+    b = replay(without, AutoContext(max_tokens=16_000, store=OffloadStore(InMemoryStore())))
+    extra = a.calls[0].tokens - b.calls[0].tokens
+    assert extra > 10
+    assert [x.tokens - y.tokens for x, y in zip(a.calls, b.calls, strict=True)] == [extra] * 3
+
+
+def test_jsonl_splits_at_newlines_only_and_reads_bom_gzip_and_pipes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gzip
+    import io
+    import os
+    import sys
+    import threading
+
+    rows = [{"id": "a", "messages": openai_run(1)}, {"id": "b", "messages": openai_run(2)}]
+    rows[0]["messages"][1]["content"] = "line\u2028sep\u2029par\u0085nel end"
+    text = "".join(json.dumps(r, ensure_ascii=False) + "\r\n" for r in rows)
+    plain = tmp_path / "runs.jsonl"
+    plain.write_text(text, encoding="utf-8")
+    got = load_trajectories(plain)
+    assert [t.id for t in got] == ["a", "b"]
+    assert got[0].messages[1].content == "line\u2028sep\u2029par\u0085nel end"
+    bom = tmp_path / "bom.jsonl"
+    bom.write_bytes(b"\xef\xbb\xbf" + text.encode())
+    assert [t.id for t in load_trajectories(bom)] == ["a", "b"]
+    bom_json = tmp_path / "bom.json"
+    bom_json.write_bytes(b"\xef\xbb\xbf" + json.dumps(openai_run(1)).encode())
+    assert [t.id for t in load_trajectories(bom_json)] == ["bom-0"]
+    packed = tmp_path / "runs.jsonl.gz"
+    packed.write_bytes(gzip.compress(text.encode()))
+    assert [len(t.messages) for t in load_trajectories(packed)] == [
+        len(r["messages"]) for r in rows
+    ]
+    no_suffix = tmp_path / "runs.dat"  # gzip recognised by its magic bytes
+    no_suffix.write_bytes(gzip.compress(json.dumps(openai_run(1)).encode()))
+    assert [t.id for t in load_trajectories(no_suffix)] == ["runs-0"]
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text.encode())))
+    assert [t.id for t in load_trajectories("-")] == ["a", "b"]
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+
+    def feed() -> None:
+        with open(fifo, "w", encoding="utf-8") as f:
+            f.write(json.dumps(openai_run(1)))
+
+    writer = threading.Thread(target=feed, daemon=True)
+    writer.start()
+    (from_pipe,) = load_trajectories(fifo)
+    writer.join(5)
+    assert from_pipe.id == "pipe-0" and len(from_pipe.messages) == len(openai_run(1))
+
+
+def test_remove_messages_are_skipped_with_a_note(tmp_path: Path) -> None:
+    from langchain_core.messages import RemoveMessage
+
+    dumped = messages_to_dict(
+        [
+            SystemMessage("s", id="1"),
+            HumanMessage("hi", id="2"),
+            AIMessage("a", id="3"),
+            RemoveMessage(id="3"),
+            AIMessage("b", id="4"),
+        ]
+    )
+    path = tmp_path / "lc_remove.json"
+    path.write_text(json.dumps(dumped))
+    (trajectory,) = load_trajectories(path)
+    assert [m.id for m in trajectory.messages] == ["1", "2", "3", "4"]
+    assert len(trajectory.notes) == 1 and "RemoveMessage" in trajectory.notes[0]
+    report = replay(trajectory, AutoContext(max_tokens=16_000, store=OffloadStore(InMemoryStore())))
+    assert report.ok and report.summary()["notes"] == trajectory.notes
+    assert merge_reports([report]).notes == [f"lc_remove-0: {trajectory.notes[0]}"]
+
+
+def test_tool_call_arguments_that_are_not_an_object_stay_invalid_tool_calls() -> None:
+    def call(cid: str, arguments: Any) -> dict[str, Any]:
+        fn = {"name": "f", "arguments": arguments}
+        return {"role": "assistant", "content": "", "tool_calls": [{"id": cid, "function": fn}]}
+
+    msgs: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
+    for cid, arguments in [("c1", "{not json"), ("c2", "[1, 2]"), ("c3", None), ("c4", '{"a": 1}')]:
+        msgs += [call(cid, arguments), {"role": "tool", "tool_call_id": cid, "content": "r"}]
+    msgs.append({"role": "assistant", "content": "done"})
+    trajectory = parse_trajectory(msgs, "args")
+    ais = [m for m in trajectory.messages if isinstance(m, AIMessage)]
+    assert [[c["args"] for c in m.invalid_tool_calls] for m in ais[:2]] == [
+        ["{not json"],
+        ["[1, 2]"],
+    ]
+    assert all(m.invalid_tool_calls[0]["id"] == f"c{k}" for k, m in enumerate(ais[:2], 1))
+    assert "not valid JSON" in str(ais[0].invalid_tool_calls[0]["error"])
+    assert [m.tool_calls for m in ais[:2]] == [[], []]
+    assert [c["args"] for c in ais[2].tool_calls] == [{}]  # null: a tool without parameters
+    assert [c["args"] for c in ais[3].tool_calls] == [{"a": 1}]
+    report = replay(trajectory, AutoContext(max_tokens=16_000, store=OffloadStore(InMemoryStore())))
+    assert len(report.calls) == 5 and not report.invalid
+
+
+def test_merged_limits_are_a_range_and_every_strategy_has_a_label_and_colour() -> None:
+    from langchain_autocontext.replay import _COLORS
+    from langchain_autocontext.strategies.offload import LargeMessageOffload
+
+    def rep(tid: str, trigger: int, target: int) -> ReplayReport:
+        return ReplayReport(tid, 16_000, [], 0, 0, trigger_tokens=trigger, target_tokens=target)
+
+    total = merge_reports(
+        [rep("a", 12_000, 6_000), rep("b", 12_500, 7_000), rep("c", 12_200, 6_500)]
+    )
+    assert (total.trigger_range, total.target_range) == ((12_000, 12_500), (6_000, 7_000))
+    summary = total.summary()
+    assert summary["trigger_tokens_range"] == [12_000, 12_500]
+    assert summary["target_tokens_range"] == [6_000, 7_000]
+    assert "trigger_tokens_range" not in rep("a", 1, 1).summary()
+    fresh = LargeMessageOffload(keep_last=False, fresh=True).name
+    assert fresh in STRATEGY_LABELS and set(_COLORS) == set(STRATEGY_LABELS)
