@@ -582,3 +582,22 @@ def test_a_summary_beside_its_originals_takes_their_place(steps: int, rounds: in
     assert [type(m) for m in again.messages] == [type(m) for m in first.messages]
     assert len(store.list_offloads("t")) == records  # nothing summarized or offloaded again
     assert not find_violations(again.messages)
+
+
+@pytest.mark.parametrize("kwargs", [{"msg_threshold": 50}, {"trigger": ("messages", 50)}])
+def test_compaction_by_message_count_reaches_its_target_with_short_messages(
+    kwargs: dict[str, Any],
+) -> None:
+    """A chat of short messages fitted whole in the protected tail, which is sized in
+    tokens: compaction triggered by the message count removed nothing (241 messages
+    stayed over a threshold of 50; config audit). The tail now leaves the message
+    target reachable."""
+    ac = AutoContext(max_tokens=32_000, **kwargs)
+    msgs = chat_rounds(60, tools_per_round=1, output_lines=2)
+    assert len(msgs) > 200
+    out = ac.compress(msgs)
+    target = int(50 * ac.config.target_ratio / ac.config.token_ratio)
+    assert out.triggered and len(out.messages) <= target
+    assert not find_violations(out.messages)
+    # the newest messages are still there verbatim
+    assert [m.id for m in out.messages[-6:]] == [m.id for m in msgs[-6:]]

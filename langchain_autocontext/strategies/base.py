@@ -249,10 +249,16 @@ class PassContext:
         if not self.keep_tail:
             return fresh
         budget = int(max(0, self.target_tokens - self.floor_tokens) * self.config.keep_ratio)
+        # Over the message target (msg_threshold), the tail must leave that target
+        # reachable: a chat of short messages fitted whole in a tail sized in tokens, and
+        # compaction by message count removed nothing (241 messages stayed over a
+        # threshold of 50). Room for the messages before the body and one summary.
+        most = len(self.messages) if not self.over_messages else self.target_messages
+        most -= self.body_start + 1
         start, used = groups[-1][0], self.tokens_of(*groups[-1])
         for a, b in reversed(groups[:-1]):
             used += self.tokens_of(a, b)
-            if used > budget:
+            if used > budget or n - a > most:
                 break
             start = a
         return min(start, fresh)
