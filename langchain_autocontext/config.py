@@ -140,13 +140,17 @@ class AutoContextConfig(BaseModel):
         default=0.3,
         gt=0,
         le=1,
-        description="Strategies 5-6 aim to shrink what they summarize to this share of its tokens.",
+        description=(
+            "The summarizing strategies (1, 4-7) aim to shrink what they summarize to this "
+            "share of its tokens (within the summary caps); strategy 5 also takes messages "
+            "over large_payload_threshold times it as large."
+        ),
     )
     min_summary_span_tokens: int = Field(
         default=200,
         ge=0,
-        description="A span smaller than this is not worth a summarizer call: strategies 5-6 "
-        "leave it alone.",
+        description="A span smaller than this is not worth a summarizer call: the summarizing "
+        "strategies (1, 4, 5, 6) leave it alone.",
     )
     summary_max_tokens: int = Field(
         default=1024,
