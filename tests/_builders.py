@@ -10,6 +10,9 @@ from typing import Any
 
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.tools import tool
+from langgraph.prebuilt import ToolRuntime
+from langgraph.types import Command
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 if not DATA.is_dir():  # CI clones the repo with shared/ beside it
@@ -91,7 +94,6 @@ def trajectories(name: str, limit: int | None = None) -> Iterator[dict[str, Any]
 from langchain_core.callbacks import CallbackManagerForLLMRun  # noqa: E402
 from langchain_core.language_models import BaseChatModel  # noqa: E402
 from langchain_core.outputs import ChatGeneration, ChatResult  # noqa: E402
-from langchain_core.tools import tool  # noqa: E402
 from pydantic import Field  # noqa: E402
 
 
@@ -739,3 +741,20 @@ def self_managed_create_agent(ac: Any, model: Any, store: Any, *, tools: Sequenc
         checkpointer=InMemorySaver(),
         store=store,
     )
+
+
+def handoff(dest: str) -> Any:
+    """A handoff tool as langgraph-supervisor writes one: it goes to ``dest`` in the
+    parent graph with the agent's whole message list and its own result."""
+
+    @tool(f"transfer_to_{dest}")
+    def transfer(runtime: ToolRuntime) -> Command:
+        """Hand the conversation over."""
+        done = ToolMessage(f"Transferred to {dest}", tool_call_id=runtime.tool_call_id)
+        return Command(
+            goto=dest,
+            graph=Command.PARENT,
+            update={"messages": [*runtime.state["messages"], done]},
+        )
+
+    return transfer

@@ -12,7 +12,7 @@ from _builders import ScriptedModel, bash
 from langchain_core.messages import HumanMessage, SystemMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, StateGraph
-from langgraph.prebuilt import ToolNode, ToolRuntime, tools_condition
+from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.store.memory import InMemoryStore
 from langgraph.types import Command
 
@@ -220,24 +220,11 @@ def _supervisor_team(rounds: int, store: Any) -> tuple[Any, list[Any]]:
     """The supervisor pattern (langgraph-supervisor's handoffs): two ``create_agent``
     agents with the middleware as nodes of a parent graph on a shared ``messages`` key;
     a handoff returns the agent's whole (compressed) message list to the parent."""
-    from _builders import FunctionModel, call
+    from _builders import FunctionModel, call, handoff
     from langchain.agents import create_agent
-    from langchain_core.messages import AIMessage, ToolMessage
+    from langchain_core.messages import AIMessage
     from langchain_core.tools import tool
     from langgraph.graph import END, MessagesState
-
-    def handoff(dest: str) -> Any:
-        @tool(f"transfer_to_{dest}")
-        def transfer(runtime: ToolRuntime) -> Command:
-            """Hand the conversation over."""
-            done = ToolMessage(f"Transferred to {dest}", tool_call_id=runtime.tool_call_id)
-            return Command(
-                goto=dest,
-                graph=Command.PARENT,
-                update={"messages": [*runtime.state["messages"], done]},
-            )
-
-        return transfer
 
     @tool
     def fetch(url: str) -> str:

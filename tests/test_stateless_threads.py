@@ -10,12 +10,10 @@ from typing import Any
 
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
-from langgraph.prebuilt import ToolRuntime
 from langgraph.store.memory import InMemoryStore
-from langgraph.types import Command
 
 from langchain_autocontext import AutoContext, AutoContextConfig, engine
-from tests._builders import FunctionModel, call
+from tests._builders import FunctionModel, call, handoff
 
 SECRET = "SSN 123-45-6789"
 
@@ -138,19 +136,6 @@ def test_agents_of_one_stateless_request_share_its_thread(
 
     monkeypatch.setattr(engine, "_warned_run_thread", True)
     store = InMemoryStore()
-
-    def handoff(dest: str) -> Any:
-        @tool(f"transfer_to_{dest}")
-        def transfer(runtime: ToolRuntime) -> Command:
-            """Hand the conversation over."""
-            done = ToolMessage(f"to {dest}", tool_call_id=runtime.tool_call_id)
-            return Command(
-                goto=dest,
-                graph=Command.PARENT,
-                update={"messages": [*runtime.state["messages"], done]},
-            )
-
-        return transfer
 
     @tool
     def fetch(url: str) -> str:
