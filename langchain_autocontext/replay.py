@@ -179,15 +179,67 @@ def _split_tool_calls(raw_calls: list[Any]) -> tuple[list[Any], list[InvalidTool
     return valid, invalid
 
 
+def _block_text(content: Any) -> str:
+    """The text of a tool result's content: a string, or its text blocks joined."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(str(b.get("text", "")) if isinstance(b, dict) else str(b) for b in content)
+    return "" if content is None else str(content)
+
+
+def _from_anthropic(raw: Any) -> list[Any]:
+    """An Anthropic Messages API message as the chat messages it stands for: an
+    assistant turn's ``tool_use`` blocks become its tool calls, a user turn's
+    ``tool_result`` blocks become tool messages (before the rest of the turn). Any other
+    message is returned as it is."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("content"), list):
+        return [raw]
+    blocks = raw["content"]
+
+    def kind(b: Any) -> Any:
+        return b.get("type") if isinstance(b, dict) else None
+
+    if raw.get("role") == "assistant" and any(kind(b) == "tool_use" for b in blocks):
+        calls = [
+            {
+                "id": b.get("id"),
+                "type": "function",
+                "function": {"name": b.get("name"), "arguments": json.dumps(b.get("input", {}))},
+            }
+            for b in blocks
+            if kind(b) == "tool_use"
+        ]
+        rest = [b for b in blocks if kind(b) != "tool_use"]
+        return [{**raw, "content": rest, "tool_calls": calls}]
+    if raw.get("role") == "user" and any(kind(b) == "tool_result" for b in blocks):
+        out: list[Any] = [
+            {
+                "role": "tool",
+                "tool_call_id": b.get("tool_use_id"),
+                "content": _block_text(b.get("content")),
+            }
+            for b in blocks
+            if kind(b) == "tool_result"
+        ]
+        rest = [b for b in blocks if kind(b) != "tool_result"]
+        if rest:
+            out.append({**raw, "content": rest})
+        return out
+    return [raw]
+
+
 def parse_trajectory(raw_messages: Sequence[Any], traj_id: str) -> Trajectory:
     """Convert raw messages; each gets the id ``{traj_id}-{index}`` unless it has one.
 
     A message of role ``exit`` (mini-swe-agent's final submission) ends the run. A
     ``RemoveMessage`` (a LangGraph state update, not a message) is skipped, with a note.
+    Anthropic Messages API turns are read too (``tool_use`` / ``tool_result`` blocks).
     """
     out: list[BaseMessage] = []
     removed = 0
-    for i, raw in enumerate(raw_messages):
+    expanded = [m for raw in raw_messages for m in _from_anthropic(raw)]
+    for i, raw in enumerate(expanded):
         msg = _convert_one(raw, f"{traj_id} message {i}")
         if msg is None:
             break
@@ -239,7 +291,13 @@ def _raw_id(obj: Any, name: str, index: int) -> str:
 
 def _from_obj(obj: Any, traj_id: str, name: str, index: int) -> Trajectory:
     if isinstance(obj, dict) and isinstance(obj.get("messages"), list):
-        trajectory = parse_trajectory(obj["messages"], traj_id)
+        messages = obj["messages"]
+        system = obj.get("system")  # an Anthropic request body's system prompt
+        if system and not (
+            messages and isinstance(messages[0], dict) and messages[0].get("role") == "system"
+        ):
+            messages = [{"role": "system", "content": _block_text(system)}, *messages]
+        trajectory = parse_trajectory(messages, traj_id)
         tools = obj.get("tools")
         if isinstance(tools, list):
             trajectory.tools = [t for t in tools if isinstance(t, dict)]
@@ -289,7 +347,9 @@ def load_trajectories(path: str | Path, *, limit: int | None = None) -> list[Tra
     Accepted shapes: a JSON list of messages; a JSON object ``{"messages": […]}``;
     a JSON list of such objects (or of message lists); JSONL with one such object
     (or message list) per line; JSONL with one message per line (one trajectory).
-    Messages are OpenAI chat dicts or LangChain ``messages_to_dict`` dumps.
+    Messages are OpenAI chat dicts, Anthropic Messages API turns (``tool_use`` /
+    ``tool_result`` blocks; a request body's ``system``) or LangChain
+    ``messages_to_dict`` dumps.
     Trajectory ids come from an ``"id"`` key, else ``{file stem}-{index}``; a
     repeated id gets a ``#2``, ``#3`` … suffix so every trajectory has its own.
     The file is UTF-8 (a BOM is allowed), plain or gzip-compressed (recognised by

@@ -16,6 +16,7 @@ from langchain_core.messages import (
     AIMessage,
     HumanMessage,
     SystemMessage,
+    ToolMessage,
     messages_to_dict,
 )
 from langgraph.store.memory import InMemoryStore
@@ -574,3 +575,50 @@ def test_merged_limits_are_a_range_and_every_strategy_has_a_label_and_colour() -
     assert "trigger_tokens_range" not in rep("a", 1, 1).summary()
     fresh = LargeMessageOffload(keep_last=False, fresh=True).name
     assert fresh in STRATEGY_LABELS and set(_COLORS) == set(STRATEGY_LABELS)
+
+
+def test_anthropic_messages_transcripts_are_read_with_their_tool_calls(tmp_path: Path) -> None:
+    """An Anthropic Messages API request body was read without error and modelled
+    wrongly: ``tool_use`` blocks did not become tool calls, ``tool_result`` blocks
+    became user messages, and the top-level ``system`` was dropped, so only FIFO
+    eviction ever ran (replay audit)."""
+    from langchain_autocontext.messages import find_violations
+
+    body = {
+        "model": "claude-sonnet-4",
+        "system": "You are a coding agent.",
+        "messages": [
+            {"role": "user", "content": "Fix the build."},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "thinking", "thinking": "Read the log.", "signature": "sig"},
+                    {"type": "text", "text": "Reading the log."},
+                    {"type": "tool_use", "id": "toolu_1", "name": "read", "input": {"n": 1}},
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "toolu_1",
+                        "content": [{"type": "text", "text": "line 1: ok"}],
+                    },
+                    {"type": "text", "text": "And then?"},
+                ],
+            },
+            {"role": "assistant", "content": [{"type": "text", "text": "Fixed."}]},
+        ],
+    }
+    path = tmp_path / "body.json"
+    path.write_text(json.dumps(body))
+    [t] = load_trajectories(path)
+    types = [m.type for m in t.messages]
+    assert types == ["system", "human", "ai", "tool", "human", "ai"]
+    assert t.messages[0].content == "You are a coding agent."
+    ai = t.messages[2]
+    assert isinstance(ai, AIMessage) and ai.tool_calls[0]["name"] == "read"
+    assert ai.tool_calls[0]["args"] == {"n": 1} and ai.tool_calls[0]["id"] == "toolu_1"
+    assert isinstance(t.messages[3], ToolMessage) and t.messages[3].content == "line 1: ok"
+    assert not find_violations(t.messages)
