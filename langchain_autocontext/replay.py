@@ -37,7 +37,12 @@ from langchain_core.messages import (
 from langchain_core.output_parsers.openai_tools import make_invalid_tool_call, parse_tool_call
 
 from langchain_autocontext.errors import AutoContextError, OffloadNotFoundError
-from langchain_autocontext.messages import find_violations, load_message
+from langchain_autocontext.messages import (
+    ensure_ids,
+    find_violations,
+    load_message,
+    sanitize_message,
+)
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -830,7 +835,10 @@ class _Run:
     def report(self, store: OffloadStore, thread: str) -> ReplayReport:
         originals = [m for m in self.trajectory.messages[: self.cursor] if m.id]
         stored = {e.id: e.message for e in store.iter_history(thread)}
-        recoverable = sum(1 for m in originals if _same(stored.get(m.id), m))
+        # as the engine archives them: a repeated id given a fresh one, text no store
+        # takes (a lone surrogate, a NUL) cleaned; not a loss, so not reported as one
+        archived = ensure_ids([sanitize_message(m) for m in originals])
+        recoverable = sum(1 for m in archived if _same(stored.get(m.id), m))
         reloadable = 0
         for event in (e for c in self.calls for e in c.events):
             for oid in event.get("offload_ids") or ():

@@ -622,3 +622,19 @@ def test_anthropic_messages_transcripts_are_read_with_their_tool_calls(tmp_path:
     assert ai.tool_calls[0]["args"] == {"n": 1} and ai.tool_calls[0]["id"] == "toolu_1"
     assert isinstance(t.messages[3], ToolMessage) and t.messages[3].content == "line 1: ok"
     assert not find_violations(t.messages)
+
+
+def test_cleaned_and_renamed_originals_are_not_reported_lost() -> None:
+    """The engine gives a repeated id a fresh one and cleans text no store takes (a
+    lone surrogate, a NUL); the report matched originals by their recorded id and exact
+    text, and called them lost (replay audit)."""
+    messages = [
+        SystemMessage("You are terse.", id="s"),
+        HumanMessage("bad \\ud800 text and a \\x00 NUL", id="u"),
+        AIMessage("one", id="dup"),
+        HumanMessage("again", id="dup"),  # a repeated id
+        AIMessage("two", id="a2"),
+    ]
+    t = parse_trajectory([messages_to_dict([m])[0] for m in messages], "t")
+    report = replay(t, AutoContext(AutoContextConfig(max_tokens=8_000)))
+    assert report.originals == 4 and report.recoverable == 4  # all seen before the last call
