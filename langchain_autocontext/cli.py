@@ -454,10 +454,10 @@ def _run(args: argparse.Namespace, setup: _Setup) -> list[ReplayReport]:
         for k, (trajectory, n) in enumerate(zip(setup.trajectories, calls, strict=True), 1):
             progress.start(k, trajectory, n)
             store = OffloadStore.wrap(new_store(), prefix=setup.config.store_prefix)
-            ac = AutoContext(
-                setup.config, setup.summarizer, store=store, token_counter=setup.counter
-            )
             try:
+                ac = AutoContext(
+                    setup.config, setup.summarizer, store=store, token_counter=setup.counter
+                )
                 report = replay(trajectory, ac, on_call=progress.call, compare=args.compare)
             except AutoContextError as exc:  # ContextBudgetError: an impossible budget
                 # this trajectory fails; the others still replay (the report says why)

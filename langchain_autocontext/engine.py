@@ -281,18 +281,6 @@ class ContextEngine:
         )
         self.agent_tools: list[Any] = list(tools or [])
         self.system_prompt = system_prompt
-        if system_prompt:  # a budget that can never hold the prompt: say so now, not mid-run
-            floor = self.counter.count(
-                [SystemMessage(system_prompt)], self.agent_tools, tags=self.config.tags_mode
-            )
-            if floor > self.config.max_tokens:
-                raise ContextBudgetError(
-                    f"The system prompt and tool schemas alone count {floor} tokens, more than "
-                    f"max_tokens={self.config.max_tokens}: no call could ever be sent. Raise "
-                    "max_tokens or shorten the system prompt.",
-                    required_tokens=floor,
-                    max_tokens=self.config.max_tokens,
-                )
         self.strategies = list(strategies) if strategies is not None else None
         self._lock = threading.Lock()
         self._wrapped: dict[int, OffloadStore] = {}
@@ -305,6 +293,22 @@ class ContextEngine:
             OrderedDict()
         )
         self._tools: list[BaseTool] | None = None
+        # A budget that can never hold what every call sends once the package shows
+        # itself (the system prompt, the section, the tool schemas): say so now, not at
+        # every call (max_tokens=256 held none of the package's 306 tokens of tools).
+        shown = "\n\n".join(p for p in (system_prompt, instructions_text(self.config, None)) if p)
+        floor = self.counter.count(
+            [SystemMessage(shown)] if shown else [], self.count_tools, tags=self.config.tags_mode
+        )
+        if floor > self.config.max_tokens:
+            raise ContextBudgetError(
+                f"The system prompt, the package's section and the tool schemas alone count "
+                f"{floor} tokens, more than max_tokens={self.config.max_tokens}: no call could "
+                "ever be sent once the package shows itself. Raise max_tokens, shorten the "
+                "system prompt, or turn off self_management_tools and metadata_tags.",
+                required_tokens=floor,
+                max_tokens=self.config.max_tokens,
+            )
         _ENGINES.add(self)  # a deleted thread's archived-ids memo is dropped (delete_thread)
 
     # --- store and thread resolution ---------------------------------------------------

@@ -269,12 +269,28 @@ def test_compressed_state_is_not_recompressed() -> None:
 
 
 def test_budget_error_when_system_and_user_do_not_fit() -> None:
-    ac, _store = make(AutoContextConfig(max_tokens=300))
+    # lean, so that 300 tokens can hold the package itself (see the next test)
+    ac, _store = make(
+        AutoContextConfig(max_tokens=300, self_management_tools=False, metadata_tags=False)
+    )
     msgs = [SystemMessage("rules " * 400, id=uid()), HumanMessage("hi", id=uid())]
     with pytest.raises(ContextBudgetError) as info:
         ac.compress(msgs, thread_id="t")
     assert info.value.required_tokens > info.value.max_tokens
     assert "max_tokens" in str(info.value)
+
+
+def test_a_budget_that_cannot_hold_the_package_itself_fails_at_construction() -> None:
+    """``max_tokens=256`` was accepted, then every call failed: the package's own tool
+    schemas are 306 tokens (config audit). What every call sends once the package shows
+    itself (system prompt, section, tool schemas) is checked when it is built."""
+    with pytest.raises(ContextBudgetError, match="the package's section and the tool schemas"):
+        AutoContext(max_tokens=256)
+    with pytest.raises(ContextBudgetError, match="max_tokens=600"):
+        AutoContext(max_tokens=600, system_prompt="rules " * 400)
+    lean = AutoContext(max_tokens=256, self_management_tools=False, metadata_tags=False)
+    assert lean.config.max_tokens == 256  # the lean mode shows nothing of its own
+    assert AutoContext(max_tokens=600).config.max_tokens == 600
 
 
 def test_messages_without_ids_get_ids_and_are_archived() -> None:
@@ -492,8 +508,9 @@ def test_a_counter_answering_a_non_count_is_an_error_naming_it(value: Any) -> No
     def broken(messages: Any) -> Any:
         return value
 
-    ac = AutoContext(max_tokens=4_000, token_counter=broken, store=InMemoryStore())
+    # the budget check at construction is the counter's first use
     with pytest.raises((TypeError, ValueError), match=r"token counter \S*broken returned"):
+        ac = AutoContext(max_tokens=4_000, token_counter=broken, store=InMemoryStore())
         ac.compress([HumanMessage("hi " * 50)], thread_id="c")
 
 
