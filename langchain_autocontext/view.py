@@ -307,17 +307,18 @@ def resolve_message_ref(messages: Sequence[BaseMessage], ref: str) -> tuple[int 
 # --- notices ----------------------------------------------------------------------------
 def pressure_notice(config: AutoContextConfig, tokens: int, trigger: int | None = None) -> str:
     """The memory-pressure warning text; compression starts past ``trigger`` tokens."""
-    how = (
-        "save what you still need with working_context_append, and shorten "
-        "(update_message) or delete (delete_message) what you no longer need"
-        if config.self_management_tools
-        else (
-            'shorten (<update id="…">…</update>) or delete (<delete id="…"/>) what you no '
-            "longer need"
-            if config.xml_commands
-            else "keep your replies focused"
+    # edits name messages by the ids their tags show: without tags, none are offered
+    tags = config.metadata_tags
+    if config.self_management_tools:
+        how = "save what you still need with working_context_append" + (
+            ", and shorten (update_message) or delete (delete_message) what you no longer need"
+            if tags
+            else ""
         )
-    )
+    elif config.xml_commands and tags:
+        how = 'shorten (<update id="…">…</update>) or delete (<delete id="…"/>) what you no longer need'
+    else:
+        how = "keep your replies focused"
     return (
         f"Memory pressure: your context holds {tokens:,} of {config.max_tokens:,} tokens "
         f"({tokens / config.max_tokens:.0%}). Past {trigger or config.trigger_tokens:,} "

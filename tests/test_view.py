@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import uuid
 import warnings
+from typing import Any
 
 import pytest
 from _builders import FunctionModel, call, chat_rounds, fetch, self_managed_agent
@@ -476,3 +477,27 @@ def test_xml_commands_are_taught_once_the_package_engages() -> None:
     convo = [*short, AIMessage("a", id="a1"), HumanMessage("more", id="u2")]
     out = ac.after_model_call([*convo, AIMessage('ok <delete id="a1"/>', id="r")])
     assert [getattr(m, "type", "") for m in out["messages"]] == ["remove", "ai"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "offered", "withheld"),
+    [
+        ({}, ["working_context_append", "delete_message"], []),
+        ({"metadata_tags": False}, ["working_context_append"], ["delete_message"]),
+        ({"self_management_tools": False, "xml_commands": True}, ["<delete id="], []),
+        (
+            {"self_management_tools": False, "xml_commands": True, "metadata_tags": False},
+            ["keep your replies focused"],
+            ["<delete", "delete_message"],
+        ),
+    ],
+)
+def test_the_pressure_notice_offers_only_edits_the_model_can_address(
+    kwargs: dict[str, Any], offered: list[str], withheld: list[str]
+) -> None:
+    """Edits name a message by the id its tag shows. With tags off the notice still told
+    the model to shorten or delete messages, by ids it never sees (config audit)."""
+    from langchain_autocontext.view import pressure_notice
+
+    text = pressure_notice(AutoContextConfig(max_tokens=8_000, **kwargs), 6_500)
+    assert all(o in text for o in offered) and not any(w in text for w in withheld)
