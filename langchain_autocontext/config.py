@@ -12,6 +12,15 @@ from langchain_autocontext.errors import InvalidConfigError
 __all__ = ["AutoContextConfig", "AutoContextConfigFields"]
 
 
+#: The smallest budget whose model sees the metadata tags when ``metadata_tags`` is not
+#: given. A tag costs about 10 tokens a message whatever the window, while what a
+#: token of room is worth falls as the window grows: on the coding runs of
+#: ``../shared/data`` the tags cost 1.2 and 2.2 points of next-action support at 8k and
+#: 16k, and 0.4 at 32k, where the room they take is worth less
+#: (``benchmarks/compare_peers.py --ours-config metadata_tags=True`` or ``=False``).
+TAGS_MIN_TOKENS = 32_000
+
+
 class Thresholds(NamedTuple):
     """Token thresholds of one context (:meth:`AutoContextConfig.thresholds`)."""
 
@@ -44,7 +53,7 @@ class AutoContextConfigFields(TypedDict, total=False):
     summary_max_tokens: int
     warning_ratio: float
     working_context_max_chars: int
-    metadata_tags: bool
+    metadata_tags: bool | None
     pin_max_tokens: int | None
     disclosure: Literal["when_needed", "always"]
     tag_format: Literal["compact", "seed"]
@@ -173,10 +182,14 @@ class AutoContextConfig(BaseModel):
         description="Size limit of the MemGPT working-context block (characters); it also "
         "takes at most an eighth of max_tokens in tokens, like pins.",
     )
-    metadata_tags: bool = Field(
-        default=True,
+    metadata_tags: bool | None = Field(
+        default=None,
         description="Prefix every message of the model's input view with a <metadata …/> tag "
-        "(id and exact token counts) so the model can edit its context by id.",
+        "(id and exact token counts) so the model can edit its context by id. Not given: "
+        f"on from max_tokens={TAGS_MIN_TOKENS:,} up, off below (there a tag's ~10 tokens a "
+        "message cost more of what the next step needs than they give), and on with "
+        "xml_commands, whose commands name messages by the ids the tags show. True or "
+        "False: always or never.",
     )
     pin_max_tokens: int | None = Field(
         default=None,
@@ -286,6 +299,17 @@ class AutoContextConfig(BaseModel):
             if target is not None:
                 data = {**data, "target_ratio": target}
         return data
+
+    @model_validator(mode="after")
+    def _resolve_tags(self) -> AutoContextConfig:
+        """``metadata_tags`` not given: on from :data:`TAGS_MIN_TOKENS` up, and with
+        ``xml_commands`` (its commands name messages by the ids the tags show). The field
+        stays unset, so ``derive(max_tokens=…)`` (the model's window, read later)
+        decides it again for the new budget."""
+        if self.metadata_tags is None:
+            on = self.max_tokens >= TAGS_MIN_TOKENS or self.xml_commands
+            object.__setattr__(self, "metadata_tags", on)
+        return self
 
     @model_validator(mode="after")
     def _check_ratios(self) -> AutoContextConfig:

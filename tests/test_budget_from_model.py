@@ -7,6 +7,7 @@ states its window; what the model receives is measured with the package's counte
 
 from __future__ import annotations
 
+import re
 import warnings
 from types import SimpleNamespace
 from typing import Any
@@ -30,7 +31,7 @@ from langchain_autocontext import (
     InvalidConfigError,
 )
 from langchain_autocontext.budget import ModelWindow, model_window
-from langchain_autocontext.messages import find_violations
+from langchain_autocontext.messages import find_violations, text_of
 
 THREAD = {"configurable": {"thread_id": "t"}, "recursion_limit": 500}
 DEFAULT_MAX = AutoContextConfig.model_fields["max_tokens"].default
@@ -400,3 +401,57 @@ def test_the_reply_room_is_at_least_what_the_model_asks_for() -> None:
     assert model_window(greedy).budget == 100_000  # at most half the window
     ac = AutoContext(store=InMemoryStore(), model=asks)
     assert ac.config.max_tokens == 136_000
+
+
+# --- the metadata tags follow the budget unless set ---------------------------------------------
+TAG = re.compile(r"<[\w.:-]+ \d+/\d+/>(\n|$)")
+
+
+def tagged_shares(model: WindowModel) -> list[float]:
+    """Per call: the share of the non-system messages the model received with a tag."""
+    shares = []
+    for sent in model.seen:
+        body = [m for m in sent if not isinstance(m, SystemMessage)]
+        shares.append(sum(bool(TAG.match(text_of(m))) for m in body) / max(1, len(body)))
+    return shares
+
+
+@pytest.mark.parametrize(
+    ("window", "kwargs", "tagged"),
+    [
+        (8_000, {}, False),  # a small window: a tag a message costs more than it gives
+        (200_000, {}, True),
+        (8_000, {"metadata_tags": True}, True),  # asked for: always
+        (200_000, {"metadata_tags": False}, False),  # refused: never
+        (8_000, {"xml_commands": True}, True),  # the commands name messages by tag ids
+    ],
+)
+async def test_the_models_window_decides_the_tags_unless_they_are_set(
+    window: int, kwargs: dict[str, Any], tagged: bool
+) -> None:
+    """No max_tokens: the budget comes from the model's profile at the first call, and
+    with it whether the model sees the tags (from 32,000 tokens up, or with XML
+    commands), unless ``metadata_tags`` was given."""
+    for run_async in (False, True):
+        model = windowed(steps=4, lines=3, max_input_tokens=window)
+        mw = AutoContextMiddleware(disclosure="always", **kwargs)
+        # the default budget (131,072) until the model is known
+        assert mw.autocontext.config.metadata_tags is kwargs.get("metadata_tags", True)
+        out = await run(agent(model, mw), run_async)
+        assert out["messages"][-1].content == "done after 4 calls"
+        assert mw.autocontext.config.metadata_tags is tagged
+        assert tagged_shares(model) == [1.0 if tagged else 0.0] * 5
+
+
+def test_derive_decides_the_tags_again_for_a_new_budget_unless_they_were_set() -> None:
+    auto = AutoContextConfig(max_tokens=8_000)
+    assert auto.metadata_tags is False and "metadata_tags" not in auto.model_fields_set
+    assert auto.derive(max_tokens=32_000).metadata_tags is True
+    assert auto.derive(max_tokens=31_999).metadata_tags is False
+    assert AutoContextConfig().metadata_tags is True  # the default budget, 131,072
+    assert (
+        AutoContextConfig(max_tokens=8_000, metadata_tags=True)
+        .derive(max_tokens=4_000)
+        .metadata_tags
+    )
+    assert not AutoContextConfig(metadata_tags=False).derive(max_tokens=64_000).metadata_tags

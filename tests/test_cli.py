@@ -155,6 +155,8 @@ def _other_value(name: str) -> tuple[list[str], Any]:
         return [flag, "german"], "german"
     if isinstance(default, str):
         return [flag, default + "x"], default + "x"
+    if default is None and bool in typing.get_args(info.annotation):
+        return [flag], True
     if default is None and int in typing.get_args(info.annotation):
         return [flag, "1000"], 1000
     if default is None and float in typing.get_args(info.annotation):

@@ -21,7 +21,11 @@ from langchain_autocontext.messages import find_violations
 from langchain_autocontext.store import OffloadStore
 
 XML = AutoContextConfig(
-    max_tokens=8_000, xml_commands=True, max_autonomous_steps=3, disclosure="always"
+    max_tokens=8_000,
+    xml_commands=True,
+    max_autonomous_steps=3,
+    disclosure="always",
+    metadata_tags=True,
 )
 
 

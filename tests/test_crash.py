@@ -445,7 +445,11 @@ def test_summarizer_errors_fall_back_and_the_run_continues(tmp_path: Path) -> No
 
 # --- the model's tools: crash around their store writes and before their state updates ----
 TOOL_CFG = AutoContextConfig(
-    max_tokens=6_000, last_keep=6, large_payload_threshold=3_000, disclosure="always"
+    max_tokens=6_000,
+    last_keep=6,
+    large_payload_threshold=3_000,
+    disclosure="always",
+    metadata_tags=True,
 )
 
 

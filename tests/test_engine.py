@@ -390,7 +390,7 @@ def test_the_keyword_argument_types_mirror_the_config_and_the_engine() -> None:
 def test_the_budget_error_says_what_takes_the_room() -> None:
     """Issue 12: the error blamed "the system prompt, tool schemas and latest user
     message" without counts; it lists each part and the switches that shrink it."""
-    ac, _store = make(AutoContextConfig(max_tokens=600, disclosure="always"))
+    ac, _store = make(AutoContextConfig(max_tokens=600, disclosure="always", metadata_tags=True))
     with pytest.raises(ContextBudgetError) as info:
         ac.compress([SystemMessage("rules " * 200), HumanMessage("hi")], thread_id="room")
     text = str(info.value)

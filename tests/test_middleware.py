@@ -160,7 +160,7 @@ def test_middleware_needs_an_autocontext() -> None:
 # --- the view ------------------------------------------------------------------------------------
 async def test_view_is_sent_but_never_persisted() -> None:
     for run_async in (False, True):
-        ac = AutoContext(CFG.model_copy(update={"disclosure": "always"}))
+        ac = AutoContext(CFG.derive(disclosure="always", metadata_tags=True))
         model = ReplyModel(reply=steps_then_answer(3, lines=2))
         graph = agent(model, ac)
         if run_async:

@@ -60,7 +60,7 @@ def test_defaults_add_at_most_350_tokens_to_a_system_prompt_and_hi(budget: int) 
 
 
 def test_compact_tags_cost_at_most_12_tokens_and_address_every_id() -> None:
-    ac = AutoContext(AutoContextConfig(max_tokens=16_000, disclosure="always"))
+    ac = AutoContext(AutoContextConfig(max_tokens=16_000, disclosure="always", metadata_tags=True))
     msgs: list = [SystemMessage("s", id="s")]
     for k in range(30):
         msgs.append(HumanMessage(f"question {k}", id=str(uuid.uuid4())))
@@ -77,7 +77,11 @@ def test_compact_tags_cost_at_most_12_tokens_and_address_every_id() -> None:
         idx, why = resolve_message_ref(msgs, tag.group(1))
         assert why is None and msgs[idx] is original
         assert strip_tags(sent.content) == original.content  # a copied tag is removed
-    seed = AutoContext(AutoContextConfig(max_tokens=16_000, tag_format="seed", disclosure="always"))
+    seed = AutoContext(
+        AutoContextConfig(
+            max_tokens=16_000, tag_format="seed", disclosure="always", metadata_tags=True
+        )
+    )
     assert seed.prepare_model_call(msgs).messages[1].content.startswith('<metadata id="')
 
 
@@ -155,7 +159,9 @@ def test_developer_pins_past_the_limit_are_a_clear_error() -> None:
 
 def test_the_model_pins_a_result_and_it_survives_compression_and_a_restart() -> None:
     store = InMemoryStore()
-    cfg = AutoContextConfig(max_tokens=3_000, msg_threshold=20, disclosure="always")
+    cfg = AutoContextConfig(
+        max_tokens=3_000, msg_threshold=20, disclosure="always", metadata_tags=True
+    )
     ac = AutoContext(cfg, store=store)
     state: dict[str, Any] = {}
 
@@ -377,7 +383,9 @@ def test_parallel_pins_of_one_turn_share_the_pin_limit() -> None:
     raised ContextBudgetError (found by the property test over random programs). The
     later call of the turn now counts the earlier one's pin and is refused."""
     store = InMemoryStore()
-    cfg = AutoContextConfig(max_tokens=4_000, msg_threshold=30, disclosure="always")
+    cfg = AutoContextConfig(
+        max_tokens=4_000, msg_threshold=30, disclosure="always", metadata_tags=True
+    )
     ac = AutoContext(cfg, store=store)
 
     def respond(view: list, n: int) -> AIMessage:

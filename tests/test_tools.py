@@ -32,7 +32,12 @@ from langchain_autocontext.store import OffloadStore
 
 #: The tool behaviours are checked with the detailed instructions and the seed's tags
 #: (the budgets below were sized for them); the compact defaults: test_overhead.py.
-DETAILED: dict[str, Any] = {"instructions": "full", "tag_format": "seed", "disclosure": "always"}
+DETAILED: dict[str, Any] = {
+    "instructions": "full",
+    "tag_format": "seed",
+    "disclosure": "always",
+    "metadata_tags": True,
+}
 CFG = AutoContextConfig(max_tokens=8_000, **DETAILED)
 
 

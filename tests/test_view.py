@@ -29,7 +29,12 @@ from langchain_autocontext.view import (
 
 #: This module checks the detailed modes: the full section and the seed's tags (the
 #: compact defaults are checked in test_overhead.py).
-DETAILED = {"instructions": "full", "tag_format": "seed", "disclosure": "always"}
+DETAILED = {
+    "instructions": "full",
+    "tag_format": "seed",
+    "disclosure": "always",
+    "metadata_tags": True,
+}
 CFG = AutoContextConfig(max_tokens=8_000, **DETAILED)
 TAG = re.compile(
     r'<metadata id="([^"]*)" cumulative_message_token_count="(\d+)" message_token_count="(\d+)"/>'
@@ -181,7 +186,7 @@ def test_short_ids_stay_put_as_messages_are_added(data) -> None:
 
 
 def test_a_colliding_new_message_leaves_the_shown_id_working() -> None:
-    ac = AutoContext(AutoContextConfig(max_tokens=16_000, disclosure="always"))
+    ac = AutoContext(AutoContextConfig(max_tokens=16_000, disclosure="always", metadata_tags=True))
     old = AIMessage("the old answer", id="abcd" + str(uuid.uuid4())[4:])
     msgs = [SystemMessage("s", id="s"), HumanMessage("q", id=str(uuid.uuid4())), old]
     first = ac.prepare_model_call(msgs)
@@ -417,7 +422,9 @@ def test_a_tag_goes_after_the_blocks_a_provider_requires_first(fmt: str) -> None
     item must be followed by the reply it produced: the tag goes before it. The counts
     stay exact."""
     msgs = _thinking_loop()
-    ac = AutoContext(AutoContextConfig(max_tokens=8_000, disclosure="always", tag_format=fmt))
+    ac = AutoContext(
+        AutoContextConfig(max_tokens=8_000, disclosure="always", tag_format=fmt, metadata_tags=True)
+    )
     view = ac.prepare_model_call(msgs)
     assert len(view.messages) == len(msgs)
     for before, m in zip(msgs, view.messages, strict=True):
@@ -499,5 +506,7 @@ def test_the_pressure_notice_offers_only_edits_the_model_can_address(
     the model to shorten or delete messages, by ids it never sees (config audit)."""
     from langchain_autocontext.view import pressure_notice
 
-    text = pressure_notice(AutoContextConfig(max_tokens=8_000, **kwargs), 6_500)
+    text = pressure_notice(
+        AutoContextConfig(**{"max_tokens": 8_000, "metadata_tags": True, **kwargs}), 6_500
+    )
     assert all(o in text for o in offered) and not any(w in text for w in withheld)
