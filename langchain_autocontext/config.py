@@ -200,9 +200,9 @@ class AutoContextConfig(BaseModel):
     disclosure: Literal["when_needed", "always"] = Field(
         default="when_needed",
         description="'when_needed': the metadata tags, the generated section and (with the "
-        "middleware) the package's tools appear once the context first passes warning_ratio "
-        "of max_tokens or something was compressed, then stay (one change of the prompt "
-        "prefix); a short conversation costs nothing extra. 'always': from the first call.",
+        "middleware) the package's tools appear with the first compression, then stay (one "
+        "change of the prompt prefix, in the request that rewrites the context anyway); a "
+        "short conversation costs nothing extra. 'always': from the first call.",
     )
     tag_format: Literal["compact", "seed"] = Field(
         default="compact",

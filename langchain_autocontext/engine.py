@@ -938,12 +938,17 @@ class ContextEngine:
     ) -> bool:
         """Whether the model is shown the package's tags, section and tools on this call.
 
-        With ``config.disclosure == "when_needed"``: once the context first passes
-        the memory-pressure warning (``warning_ratio`` of ``max_tokens``, moved up with
-        the floor: :meth:`AutoContextConfig.thresholds`), or once something was compressed (a message
-        the package wrote is in it); from then on for good (``state["engaged"]``), so the
-        prompt prefix changes once. Before that the model sees the conversation alone:
-        a short conversation costs nothing extra.
+        With ``config.disclosure == "when_needed"``: from the call that first
+        compresses (the context past the trigger, ``token_ratio`` of the budget moved up
+        with the floor, or past ``msg_threshold`` messages; or a message the package
+        wrote already in it) for good (``state["engaged"]``). That call rewrites the
+        context anyway, so the provider's prompt cache breaks once for both: shown at
+        the memory-pressure warning instead, a step or two before the first compaction,
+        the package cost one more uncached request of the whole context per thread
+        (on the coding runs of ``benchmarks/compare_peers.py``: 4.81M / 6.51M / 7.42M of
+        effective cost at 8k / 16k / 32k, now 4.65M / 6.10M / 7.31M). Before that the
+        model sees the conversation alone (a warning on the way says so without the
+        tools): a short conversation costs nothing extra.
         """
         cfg = self.config
         if cfg.disclosure == "always" or not (cfg.metadata_tags or cfg.self_management_tools):
@@ -953,8 +958,12 @@ class ContextEngine:
         msgs = as_messages(messages)
         if any(marker(m) for m in msgs):
             return True
-        warning = cfg.thresholds(self.floor_tokens(msgs)).warning
-        return self.counter.count(msgs, self.count_tools) > warning
+        # the thresholds the pipeline applies to this call before anything is shown
+        plain = self._budget(msgs, state, self._config_shown(False))
+        trigger = plain.thresholds(self.floor_tokens(msgs, plain)).trigger
+        return (
+            len(msgs) > plain.msg_threshold or self.counter.count(msgs, self.count_tools) > trigger
+        )
 
     def view_config(
         self, messages: Sequence[BaseMessage], state: Mapping[str, Any] | None

@@ -506,3 +506,42 @@ def test_a_redacting_middleware_before_ours_keeps_its_redaction_in_the_history()
     assert len(archived) == 2
     assert not any("@example.com" in text for text in archived), archived
     assert all("[REDACTED_EMAIL]" in text for text in archived)
+
+
+class ToolsSeenModel(ReplyModel):
+    """A :class:`ReplyModel` that also records the tools bound for each call."""
+
+    tools_seen: list = Field(default_factory=list)
+
+    def _generate(self, messages, stop=None, run_manager=None, **kw):
+        self.tools_seen.append({getattr(t, "name", None) for t in self.bound})
+        return super()._generate(messages, stop=stop, run_manager=run_manager, **kw)
+
+
+async def test_the_package_shows_itself_in_the_call_that_first_compresses() -> None:
+    """Tools, section and tags appear together with the first compaction, which rewrites
+    the context anyway: the provider's prompt cache breaks once for both. Shown at the
+    memory-pressure warning, a step or two earlier, they cost one more uncached request
+    of the whole context per thread."""
+    cfg = AutoContextConfig(max_tokens=8_000, metadata_tags=True, last_keep=4)
+    for run_async in (False, True):
+        ac = AutoContext(cfg)
+        own = {t.name for t in ac.tools}
+        model = ToolsSeenModel(reply=steps_then_answer(40, lines=6))
+        graph = agent(model, ac)
+        go = {"messages": [HumanMessage("go")]}
+        await graph.ainvoke(go, THREAD) if run_async else graph.invoke(go, THREAD)
+        sizes = [ac.counter.count(sent) for sent in model.seen]
+        shown = [own <= names for names in model.tools_seen]
+        first = shown.index(True)
+        assert shown == [False] * first + [True] * (len(shown) - first)  # then for good
+        assert sizes[first] < sizes[first - 1]  # the call that first compressed
+        assert not any(sizes[k] > sizes[k + 1] for k in range(first - 1))  # none before
+        # the context passed the memory-pressure warning before that call
+        warning = cfg.thresholds(ac.counter.count(model.seen[0])).warning
+        assert max(sizes[:first]) > warning
+        for k, sent in enumerate(model.seen):
+            tagged = [bool(TAG.match(text_of(m))) for m in sent[1:]]
+            assert all(tagged) if k >= first else not any(tagged)
+            assert ("# Context: " in text_of(sent[0])) is (k >= first)
+        assert_fits(model, ac)
