@@ -15,8 +15,9 @@ __all__ = ["AutoContextConfig", "AutoContextConfigFields"]
 #: The smallest budget whose model sees the metadata tags when ``metadata_tags`` is not
 #: given. A tag costs about 10 tokens a message whatever the window, while what a
 #: token of room is worth falls as the window grows: on the coding runs of
-#: ``../shared/data`` the tags cost 1.2 and 2.2 points of next-action support at 8k and
-#: 16k, and 0.4 at 32k, where the room they take is worth less
+#: ``../shared/data`` the tags cost 1.1 and 1.9 points of next-action support at 8k and
+#: 16k, and 0.2 at 32k (within what any small change moves there), where the room they
+#: take is worth less
 #: (``benchmarks/compare_peers.py --ours-config metadata_tags=True`` or ``=False``).
 TAGS_MIN_TOKENS = 32_000
 
