@@ -130,7 +130,9 @@ def _add_config_options(parser: argparse.ArgumentParser) -> None:
         note = ""
         if name in _CLI_DEFAULTS:
             note = f"; the library default is {_show(info.default)}"
-        help_text = f"{info.description} (default: {_show(default)}{note})".replace("%", "%%")
+        # a default of None is decided by others (the description says how)
+        shown = "" if default is None else f" (default: {_show(default)}{note})"
+        help_text = f"{info.description}{shown}".replace("%", "%%")
         kwargs: dict[str, Any] = {"dest": name, "default": None, "help": help_text}
         if annotation is bool:
             group.add_argument(*flags, action=argparse.BooleanOptionalAction, **kwargs)

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    model_serializer,
+    model_validator,
+)
 from typing_extensions import TypedDict, Unpack
 
 from langchain_autocontext.errors import InvalidConfigError
@@ -310,7 +318,22 @@ class AutoContextConfig(BaseModel):
         if self.metadata_tags is None:
             on = self.max_tokens >= TAGS_MIN_TOKENS or self.xml_commands
             object.__setattr__(self, "metadata_tags", on)
+            # ``metadata_tags=None`` given is "not given": derive() decides it again
+            self.__pydantic_fields_set__.discard("metadata_tags")
         return self
+
+    @model_serializer(mode="wrap")
+    def _dump_auto_tags(self, handler: SerializerFunctionWrapHandler, info: Any) -> Any:
+        """Tags decided by the budget dump as not given (``None``), so a config rebuilt
+        from its dump (``model_dump``, JSON, ``exclude_defaults``) decides them again for
+        its own budget instead of keeping this one's answer."""
+        data = handler(self)
+        if isinstance(data, dict) and "metadata_tags" not in self.model_fields_set:
+            if getattr(info, "exclude_defaults", False):
+                data.pop("metadata_tags", None)
+            elif "metadata_tags" in data:
+                data["metadata_tags"] = None
+        return data
 
     @model_validator(mode="after")
     def _check_ratios(self) -> AutoContextConfig:

@@ -31,6 +31,7 @@ from langchain_autocontext import (
     InvalidConfigError,
 )
 from langchain_autocontext.budget import ModelWindow, model_window
+from langchain_autocontext.config import TAGS_MIN_TOKENS as TAGS_MIN
 from langchain_autocontext.messages import find_violations, text_of
 
 THREAD = {"configurable": {"thread_id": "t"}, "recursion_limit": 500}
@@ -455,3 +456,40 @@ def test_derive_decides_the_tags_again_for_a_new_budget_unless_they_were_set() -
         .metadata_tags
     )
     assert not AutoContextConfig(metadata_tags=False).derive(max_tokens=64_000).metadata_tags
+
+
+def test_tags_left_to_the_budget_stay_so_through_a_dump_and_an_explicit_none() -> None:
+    """A config rebuilt from its dump (exclude_defaults, JSON) or given
+    ``metadata_tags=None`` decides the tags for its own budget, not the first one's
+    (audit: AutoContextConfig().model_dump(exclude_defaults=True) was
+    {'metadata_tags': True}, and a 16k model then saw tags)."""
+    auto = AutoContextConfig()  # the default budget: on
+    assert auto.metadata_tags is True
+    assert auto.model_dump(exclude_defaults=True) == {}
+    assert auto.model_dump()["metadata_tags"] is None
+    rebuilt = [
+        AutoContextConfig(**auto.model_dump(exclude_defaults=True)),
+        AutoContextConfig(**{**auto.model_dump(), "max_tokens": 131_072}),
+        AutoContextConfig.model_validate_json(auto.model_dump_json()),
+        AutoContextConfig(metadata_tags=None),
+    ]
+    for cfg in rebuilt:
+        assert cfg.metadata_tags is True
+        assert cfg.derive(max_tokens=12_000).metadata_tags is False
+    chosen = AutoContextConfig(max_tokens=8_000, metadata_tags=True)
+    assert chosen.model_dump(exclude_defaults=True) == {"max_tokens": 8_000, "metadata_tags": True}
+    assert (
+        AutoContextConfig.model_validate_json(chosen.model_dump_json())
+        .derive(max_tokens=4_000)
+        .metadata_tags
+    )
+
+
+def test_a_model_window_decides_tags_given_as_none() -> None:
+    """``AutoContext(cfg, model=…)`` with ``metadata_tags=None`` in ``cfg``: the model's
+    16k window turns them off although the config was built at the default budget."""
+    cfg = AutoContextConfig(metadata_tags=None)
+    ac = AutoContext(cfg, model=windowed(max_input_tokens=16_000))
+    assert ac.config.max_tokens < TAGS_MIN and ac.config.metadata_tags is False
+    ac = AutoContext(AutoContextConfig(max_tokens=8_000), model=windowed(max_input_tokens=200_000))
+    assert ac.config.max_tokens == 8_000 and ac.config.metadata_tags is False  # given: wins
