@@ -384,23 +384,20 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             return list(request.messages), None
         return [_standin(system), *request.messages], system
 
-    def _sent_tools(self, request: ModelRequest[Any], msgs: list[BaseMessage]) -> list[Any]:
+    def _sent_tools(self, request: ModelRequest[Any], engaged: bool) -> list[Any]:
         """The request's tools, the package's own left out until the model is shown the
         package (``config.disclosure``; see :meth:`AutoContext.engaged`)."""
         tools = list(request.tools)
-        if self.autocontext.engaged(msgs, _ac_state(request.state)):
+        if engaged:
             return tools
         own = {t.name for t in self.autocontext.tools}
         return [t for t in tools if getattr(t, "name", None) not in own]
 
     def _view_request(
-        self,
-        request: ModelRequest[Any],
-        call: ModelCall,
-        system: SystemMessage | None,
-        tools: list[Any],
+        self, request: ModelRequest[Any], call: ModelCall, system: SystemMessage | None
     ) -> ModelRequest[Any]:
         view = list(call.messages)
+        tools = self._sent_tools(request, call.engaged)  # as the view shows the package
         if view and isinstance(view[0], SystemMessage):
             first = view[0]
             if first.id == _SYSTEM_STANDIN_ID and system is not None:
@@ -410,14 +407,14 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
 
     def _prepare(
         self, request: ModelRequest[Any], thread_id: str
-    ) -> tuple[ModelCall | None, list[BaseMessage], SystemMessage | None, list[Any], list[Any]]:
-        """The call's view (None when it must be fitted first), its messages, the system
-        message, the tools to send, and the tools to count (the response format's too:
+    ) -> tuple[ModelCall | None, list[BaseMessage], SystemMessage | None]:
+        """The call's view (None when it must be fitted first), its messages and the
+        system message. The tools counted are those sent (the response format's too:
         ``create_agent`` adds them after this middleware)."""
         msgs, system = self._request_messages(request)
         ac_state = _ac_state(request.state)
-        tools = self._sent_tools(request, msgs)
-        counted = self._counted_tools(request, tools)
+        engaged = self.autocontext.engaged(msgs, ac_state)
+        counted = self._counted_tools(request, self._sent_tools(request, engaged))
         try:
             call = self.autocontext.prepare_model_call(
                 msgs, state=ac_state, tools=counted, thread_id=thread_id
@@ -426,13 +423,13 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             # before_model ran without this request's system prompt/tools (the first call
             # of a process, or another middleware changed them): fit this call's view;
             # the state follows at the next before_model, which knows them now.
-            return None, msgs, system, tools, counted
+            return None, msgs, system
         scales = token_scale(ac_state) * window_scale(ac_state)
         if scales > 1.0 and call.tokens > self.autocontext.config.max_tokens / scales:
             # over the thread's calibrated budget (what the provider counts larger): the
             # prompt or tools grew after before_model; fit this call's view to it
-            return None, msgs, system, tools, counted
-        return call, msgs, system, tools, counted
+            return None, msgs, system
+        return call, msgs, system
 
     def wrap_model_call(
         self,
@@ -449,19 +446,19 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         self._learn(request, thread_id)
         ac_state = _ac_state(request.state)
         persist = None  # a state to keep although the view did not change it
-        call, msgs, system, tools, counted = self._prepare(request, thread_id)
+        call, msgs, system = self._prepare(request, thread_id)
         if call is None:
-            call = self._fit(msgs, thread_id, counted, ac_state)
+            call = self._fit(request, msgs, thread_id, ac_state)
         try:
-            response = handler(self._view_request(request, call, system, tools))
+            response = handler(self._view_request(request, call, system))
         except Exception as exc:
             if not is_context_overflow(exc):
                 raise
             ac_state = persist = self.autocontext.overflow_state(ac_state)
-            call = self._fit(msgs, thread_id, counted, ac_state)
+            call = self._fit(request, msgs, thread_id, ac_state)
             self._store().record_event(thread_id, self._overflow_event(exc, call, ac_state))
             try:
-                response = handler(self._view_request(request, call, system, tools))
+                response = handler(self._view_request(request, call, system))
             except Exception as again:
                 if not is_context_overflow(again):
                     raise
@@ -479,19 +476,19 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         await self._alearn(request, thread_id)
         ac_state = _ac_state(request.state)
         persist = None  # a state to keep although the view did not change it
-        call, msgs, system, tools, counted = self._prepare(request, thread_id)
+        call, msgs, system = self._prepare(request, thread_id)
         if call is None:
-            call = await self._afit(msgs, thread_id, counted, ac_state)
+            call = await self._afit(request, msgs, thread_id, ac_state)
         try:
-            response = await handler(self._view_request(request, call, system, tools))
+            response = await handler(self._view_request(request, call, system))
         except Exception as exc:
             if not is_context_overflow(exc):
                 raise
             ac_state = persist = self.autocontext.overflow_state(ac_state)
-            call = await self._afit(msgs, thread_id, counted, ac_state)
+            call = await self._afit(request, msgs, thread_id, ac_state)
             await self._store().arecord_event(thread_id, self._overflow_event(exc, call, ac_state))
             try:
-                response = await handler(self._view_request(request, call, system, tools))
+                response = await handler(self._view_request(request, call, system))
             except Exception as again:
                 if not is_context_overflow(again):
                     raise
@@ -503,9 +500,11 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         return self.autocontext.resolve_store()
 
     def _fit(
-        self, msgs: list[BaseMessage], thread_id: str, tools: list[Any], ac_state: Any
+        self, request: ModelRequest[Any], msgs: list[BaseMessage], thread_id: str, ac_state: Any
     ) -> ModelCall:
-        """This call's view, compressed to the budget (``force``: below the trigger)."""
+        """This call's view, compressed to the budget (``force``: below the trigger).
+        Compressing shows the package, so its tools are counted with the request's."""
+        tools = self._counted_tools(request, list(request.tools))
         fitted = self.autocontext.compress(
             msgs, thread_id=thread_id, tools=tools, force=True, state=ac_state
         )
@@ -514,9 +513,10 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         )
 
     async def _afit(
-        self, msgs: list[BaseMessage], thread_id: str, tools: list[Any], ac_state: Any
+        self, request: ModelRequest[Any], msgs: list[BaseMessage], thread_id: str, ac_state: Any
     ) -> ModelCall:
         """Async twin of :meth:`_fit`."""
+        tools = self._counted_tools(request, list(request.tools))
         fitted = await self.autocontext.acompress(
             msgs, thread_id=thread_id, tools=tools, force=True, state=ac_state
         )

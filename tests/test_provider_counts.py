@@ -372,3 +372,38 @@ def test_a_ratio_that_moves_with_the_content_settles_the_calibration(mode: str) 
     assert 1 <= len(events(ac, store, "vary", "calibration")) <= 4
     # later requests stay within the budget by the provider's own count
     assert max(model.reported[5:]) <= 6_000
+
+
+class WatchedProvider(ProviderModel):
+    """A :class:`ProviderModel` that records, for every request it receives (refused
+    ones too), whether the package's section is in the system message and which tools
+    were bound."""
+
+    requests: list = Field(default_factory=list)
+
+    def _generate(self, messages, stop=None, run_manager=None, **kw):
+        section = "# Context: " in str(messages[0].content)
+        self.requests.append((section, {getattr(t, "name", None) for t in self.bound}))
+        return super()._generate(messages, stop=stop, run_manager=run_manager, **kw)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_retry_that_first_shows_the_package_sends_its_tools_too(mode: str) -> None:
+    """The provider refuses a request as too long before anything was compressed: the
+    retry is compressed, which shows the package (tags, section), and now carries the
+    package's tools with it, counted in the budget. They were chosen on the messages
+    before the fit and came one call late (audit)."""
+    store = InMemoryStore()
+    ac = AutoContext(AutoContextConfig(max_tokens=40_000, metadata_tags=True), store=store)
+    own = {t.name for t in ac.tools}
+    # refused below the package's trigger (about 30,200), so nothing is shown before
+    model = WatchedProvider(counter=ac.counter, steps=30, limit=29_000, error=OVERFLOWS["openai"])
+    out = run(agent(ac, model, store), mode, "retry")
+    assert out["messages"][-1].content == "All documents read."
+    assert len(events(ac, store, "retry", "overflow")) == 1
+    shown = [section for section, _ in model.requests]
+    first = shown.index(True)
+    assert not model.requests[first - 1][0]  # the refused request showed nothing
+    for section, tools in model.requests:
+        assert (own <= tools) is section and (own & tools == set()) is (not section)
+    assert max(model.reported) <= 29_000
