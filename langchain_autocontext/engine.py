@@ -958,12 +958,21 @@ class ContextEngine:
         msgs = as_messages(messages)
         if any(marker(m) for m in msgs):
             return True
-        # the thresholds the pipeline applies to this call before anything is shown
-        plain = self._budget(msgs, state, self._config_shown(False))
-        trigger = plain.thresholds(self.floor_tokens(msgs, plain)).trigger
-        return (
-            len(msgs) > plain.msg_threshold or self.counter.count(msgs, self.count_tools) > trigger
-        )
+        # the trigger the pipeline applies to this call before anything is shown
+        trigger = self.trigger_tokens(msgs, state, self._config_shown(False))
+        return len(msgs) > cfg.msg_threshold or self.counter.count(msgs, self.count_tools) > trigger
+
+    def trigger_tokens(
+        self,
+        messages: Sequence[BaseMessage],
+        state: Mapping[str, Any] | None,
+        shown: AutoContextConfig,
+    ) -> int:
+        """Tokens above which this call's pipeline compresses ``messages`` with the view
+        ``shown``: the budget less the view's reserve (:meth:`_budget`), its trigger
+        moved up with the floor (:meth:`AutoContextConfig.thresholds`)."""
+        budget = self._budget(messages, state, shown)
+        return budget.thresholds(self.floor_tokens(messages, shown)).trigger
 
     def view_config(
         self, messages: Sequence[BaseMessage], state: Mapping[str, Any] | None

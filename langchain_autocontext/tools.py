@@ -405,9 +405,9 @@ class _Call:
         """Tokens above which the next model call compresses (the view's reserve taken
         off; see :meth:`AutoContextConfig.thresholds`)."""
         engine = self.engine
-        shown = engine.view_config(self.messages, self.ac)
-        budget = engine._budget(self.messages, self.ac, shown)
-        return budget.thresholds(engine.floor_tokens(self.messages, shown)).trigger
+        return engine.trigger_tokens(
+            self.messages, self.ac, engine.view_config(self.messages, self.ac)
+        )
 
     def used_tokens(self, messages: Sequence[BaseMessage] | None = None) -> int:
         """Tokens of the view of ``messages`` (default: the working messages)."""
