@@ -815,6 +815,23 @@ def _violation_kind(problem: str) -> str:
     return "tool result without call"
 
 
+def cached_prefix(
+    sent: Sent, previous: Sequence[tuple[str, str, str, str]], counter: TokenCounter
+) -> tuple[int, list[tuple[str, str, str, str]]]:
+    """Tokens of ``sent`` a prompt cache can reuse after the call whose message keys were
+    ``previous``: the tool schemas and the identical leading messages (the reply priming
+    closes the request, it is never a prefix); with this call's keys, for the next."""
+    keys = [_key(m) for m in sent.messages]
+    common = 0
+    for a, b in zip(keys, previous, strict=False):
+        if a != b:
+            break
+        common += 1
+    if not common:
+        return 0, keys
+    return sent.base - counter.reply_priming + sum(sent.counts[:common]), keys
+
+
 def _call_points(messages: Sequence[BaseMessage]) -> list[int]:
     return [i for i, m in enumerate(messages) if isinstance(m, AIMessage)]
 
@@ -866,17 +883,8 @@ def replay_one(
             row.count_checks += 1
             if runner.counter.count(sent.messages, sent.tools) != total:
                 row.count_mismatches += 1
-        keys = [_key(m) for m in sent.messages]
-        common = 0
-        for a, b in zip(keys, previous, strict=False):
-            if a != b:
-                break
-            common += 1
-        if common:
-            # Tokens a prompt cache can reuse: tool schemas and the identical leading
-            # messages (the reply priming closes the request, it is never a prefix).
-            row.cached += sent.base - runner.counter.reply_priming + sum(sent.counts[:common])
-        previous = keys
+        cached, previous = cached_prefix(sent, previous, runner.counter)
+        row.cached += cached
         unmanaged = padding + sum(facts.tokens[:point])  # what an unmanaged agent would send
         needed = facts.needed(point)
         over = unmanaged > runner.budget
@@ -1017,6 +1025,20 @@ def notes(rows: Sequence[Row]) -> list[str]:
     return out
 
 
+def peer_line(
+    point: tuple[float, float], a: tuple[float, float], b: tuple[float, float]
+) -> float | None:
+    """The quality on the straight line through the peers' points ``a`` and ``b`` (each
+    ``(effective cost, quality)``) at ``point``'s cost, extended past either end, and
+    how far ``point``'s quality lies above it: what the peers' own trade between
+    quality and cost would give for what ours costs. ``None`` when both peers cost the
+    same (no line)."""
+    (ca, qa), (cb, qb) = a, b
+    if ca == cb:
+        return None
+    return point[1] - (qa + (point[0] - ca) * (qb - qa) / (cb - ca))
+
+
 def comparison(rows: Sequence[Row]) -> list[str]:
     """The defaults against the peers at every budget (issue 11's targets), misses named."""
     out = []
@@ -1032,6 +1054,14 @@ def comparison(rows: Sequence[Row]) -> list[str]:
                 f"- {k}: support on over-budget calls {ours.support.over_share:.1%} vs the "
                 f"middleware's {mw.support.over_share:.1%} ({'met' if ok else 'MISSED'}: at least)"
             )
+        if mw is not None and lm is not None:
+            margin = peer_line(*((r.effective, 100 * r.support.over_share) for r in (ours, lm, mw)))
+            if margin is not None:
+                out.append(
+                    f"- {k}: support on over-budget calls {margin:+.1f} points against the "
+                    "line through LangMem's and the middleware's points at the defaults' cost "
+                    "(the frontier: above it is better than the peers' own trade)"
+                )
         if lm is not None:
             ok = ours.effective <= lm.effective
             out.append(
@@ -1200,6 +1230,17 @@ class ChatRow:
     findable: int = 0  # in context, or an evidence turn in search_history's top 5
     session_questions: int = 0  # (question, session end) pairs, the evidence said by then
     session_in_context: int = 0
+    #: What the chats cost: model calls, tokens sent, the cached prefix, the summarizer.
+    calls: int = 0
+    sent: int = 0
+    cached: int = 0
+    summarizer_calls: int = 0
+    summarizer_input: int = 0
+
+    @property
+    def effective(self) -> float:
+        """Uncached input + 0.1 x cached input + summarizer input (as :attr:`Row.effective`)."""
+        return (self.sent - self.cached) + CACHED_PRICE * self.cached + self.summarizer_input
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -1212,6 +1253,12 @@ class ChatRow:
             "evidence_in_context_at_session_ends": round(
                 self.session_in_context / max(self.session_questions, 1), 4
             ),
+            "calls": self.calls,
+            "sent": self.sent,
+            "cached": self.cached,
+            "summarizer_calls": self.summarizer_calls,
+            "summarizer_input": self.summarizer_input,
+            "effective": round(self.effective),
         }
 
 
@@ -1220,23 +1267,31 @@ def _session(message: BaseMessage) -> str:
     return str(message.id).rsplit("-", 1)[-1].split(":", 1)[0]
 
 
-def chat_snapshots(trajectory: Trajectory, runner: Runner) -> Iterator[tuple[int, Sent]]:
+def chat_calls(trajectory: Trajectory, runner: Runner) -> Iterator[tuple[int, Sent, bool]]:
     """Replay one chat through ``runner`` as :func:`replay_one` does (the system called
     before each assistant message) and, at the end of each session, feed what is left of
-    it too: yields ``(messages fed, what was sent)`` at every session end, the
-    conversation's end last."""
+    it too: yields ``(messages fed, what was sent, at a session's end)`` for every call,
+    the conversation's end last."""
     msgs = trajectory.messages
     has_system = bool(msgs) and isinstance(msgs[0], SystemMessage)
     runner.start(msgs[0] if has_system else None)
     cursor = int(has_system)
     for i in range(cursor, len(msgs)):
         if isinstance(msgs[i], AIMessage) and cursor < i:  # a model call before message i
-            runner.step(list(msgs[cursor:i]))
+            sent = runner.measure(runner.step(list(msgs[cursor:i])))
             cursor = i
+            yield cursor, sent, False
         if i + 1 == len(msgs) or _session(msgs[i + 1]) != _session(msgs[i]):
             sent = runner.measure(runner.step(list(msgs[cursor : i + 1])))
             cursor = i + 1
-            yield cursor, sent
+            yield cursor, sent, True
+
+
+def chat_snapshots(trajectory: Trajectory, runner: Runner) -> Iterator[tuple[int, Sent]]:
+    """:func:`chat_calls` at each session's end only: ``(messages fed, what was sent)``."""
+    for fed, sent, session_end in chat_calls(trajectory, runner):
+        if session_end:
+            yield fed, sent
 
 
 def run_chats(path: Path, systems: Sequence[str], budgets: Sequence[int]) -> list[ChatRow]:
@@ -1258,8 +1313,17 @@ def run_chats(path: Path, systems: Sequence[str], budgets: Sequence[int]) -> lis
                 said_at = [
                     max(turn.get(f"{trajectory.id}-{e}", 0) for e in q["evidence"]) for q in qa
                 ]
+                calls_before = runner.summarizer.calls
+                input_before = runner.summarizer.input_tokens
+                previous: list[tuple[str, str, str, str]] = []
                 with runner.ids():
-                    for fed, sent in chat_snapshots(trajectory, runner):
+                    for fed, sent, session_end in chat_calls(trajectory, runner):
+                        cached, previous = cached_prefix(sent, previous, counter)
+                        row.calls += 1
+                        row.sent += sent.total
+                        row.cached += cached
+                        if not session_end:
+                            continue
                         context = "\n".join(original_text(m) for m in runner.context_messages(sent))
                         end = fed == len(trajectory.messages)
                         for q, at in zip(qa, said_at, strict=True):
@@ -1281,6 +1345,8 @@ def run_chats(path: Path, systems: Sequence[str], budgets: Sequence[int]) -> lis
                             row.questions += 1
                             row.in_context += here
                             row.findable += found
+                row.summarizer_calls += runner.summarizer.calls - calls_before
+                row.summarizer_input += runner.summarizer.input_tokens - input_before
             rows.append(row)
     return rows
 
@@ -1288,8 +1354,9 @@ def run_chats(path: Path, systems: Sequence[str], budgets: Sequence[int]) -> lis
 def chat_table(rows: Sequence[ChatRow]) -> str:
     lines = [
         "| system | budget | questions | evidence turn in context | in context or in "
-        "search_history's top 5 | evidence in context at every session's end |",
-        "|---|---:|---:|---:|---:|---:|",
+        "search_history's top 5 | evidence in context at every session's end | "
+        "tokens sent | cached prefix | summarizer input | effective cost |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         d = r.as_dict()
@@ -1298,9 +1365,52 @@ def chat_table(rows: Sequence[ChatRow]) -> str:
             f"| {r.system} | {r.budget // 1000}k | {r.questions} | "
             f"{d['evidence_in_context']:.2f} | {findable} | "
             f"{d['evidence_in_context_at_session_ends']:.2f} "
-            f"({r.session_questions:,}) |"
+            f"({r.session_questions:,}) | {r.sent:,} | {r.cached / max(r.sent, 1):.1%} | "
+            f"{r.summarizer_input:,} | {r.effective:,.0f} |"
         )
     return "\n".join(lines)
+
+
+def chat_comparison(rows: Sequence[ChatRow]) -> list[str]:
+    """The defaults against the peers on the chats (issue 11's targets), misses named, and
+    where they lie against the line through the peers' (cost, evidence) points."""
+    out = []
+    for budget in sorted({r.budget for r in rows}):
+        at = {r.system: r for r in rows if r.budget == budget}
+        ours, mw, lm = at.get("ours"), at.get("middleware"), at.get("langmem")
+        if ours is None:
+            continue
+        k = f"{budget // 1000}k"
+        d = ours.as_dict()
+        if mw is not None:
+            m = mw.as_dict()
+            for key, what in (
+                ("evidence_in_context", "at the end"),
+                ("evidence_in_context_at_session_ends", "at every session's end"),
+            ):
+                ok = d[key] >= m[key]
+                out.append(
+                    f"- {k}: evidence in context {what} {d[key]:.3f} vs the middleware's "
+                    f"{m[key]:.3f} ({'met' if ok else 'MISSED'}: at least), for "
+                    f"{ours.effective / max(mw.effective, 1):.2f}x its effective cost"
+                )
+                if lm is not None:
+                    margin = peer_line(
+                        (ours.effective, d[key]),
+                        (lm.effective, lm.as_dict()[key]),
+                        (mw.effective, m[key]),
+                    )
+                    if margin is not None:
+                        out.append(
+                            f"- {k}: evidence {what} {margin:+.3f} against the line through "
+                            "LangMem's and the middleware's points at the defaults' cost"
+                        )
+        ok = d["in_context_or_search_top5"] >= 0.75
+        out.append(
+            f"- {k}: in context or in search_history's top 5 "
+            f"{d['in_context_or_search_top5']:.2f} ({'met' if ok else 'MISSED'}: at least 0.75)"
+        )
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1416,6 +1526,8 @@ def main(argv: list[str] | None = None) -> int:
             "the end of every session, each question from the session of its evidence "
             "on, with the number of such pairs)\n",
             chat_table(chats),
+            "",
+            *chat_comparison(chats),
         ]
         print("\n".join(section), flush=True)
         report.extend(section)

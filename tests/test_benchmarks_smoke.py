@@ -291,6 +291,39 @@ def test_chats_count_evidence_at_every_session_end(
     if system == "ours":
         assert tight.findable == 3  # search_history brings every evidence turn back
     assert "| 6 |" not in cp.chat_table([tight]) and "(6)" in cp.chat_table([tight])
+    # what the chats cost is measured on every call, not only at the session ends
+    assert roomy.calls > roomy.session_questions // 2 and roomy.calls == tight.calls
+    assert 0 < roomy.cached < roomy.sent and roomy.summarizer_input == 0
+    assert tight.sent < roomy.sent and tight.summarizer_calls > 0
+    assert tight.effective == pytest.approx(
+        tight.sent - tight.cached + cp.CACHED_PRICE * tight.cached + tight.summarizer_input
+    )
+
+
+def test_chat_comparison_names_each_target_and_the_peers_line(
+    cp: ModuleType, tmp_path: Path
+) -> None:
+    """The chat targets (evidence at least the middleware's at the end and at every
+    session's end, search top 5 at least 0.75) are each stated met or missed, with where
+    the defaults lie against the line through the peers' points."""
+    path = _locomo(tmp_path / "locomo.json", sessions=3, turns=8)
+    rows = cp.run_chats(path, ["langmem", "middleware", "ours"], [1_500])
+    lines = cp.chat_comparison(rows)
+    assert len([x for x in lines if "vs the middleware's" in x]) == 2
+    assert len([x for x in lines if "against the line" in x]) == 2
+    assert any("search_history's top 5" in x for x in lines)
+    assert all(("met" in x) or ("MISSED" in x) for x in lines if "vs the" in x)
+
+
+def test_peer_line_measures_the_height_above_the_peers_trade(cp: ModuleType) -> None:
+    """On the line through two peers' (cost, quality) points the margin is 0, above it
+    positive, below negative; the line extends past either peer; equal costs: no line."""
+    a, b = (4.0, 60.0), (6.0, 80.0)
+    assert cp.peer_line((5.0, 70.0), a, b) == pytest.approx(0.0)
+    assert cp.peer_line((5.0, 75.0), a, b) == pytest.approx(5.0)
+    assert cp.peer_line((7.0, 85.0), a, b) == pytest.approx(-5.0)  # the line goes on to 90
+    assert cp.peer_line((3.0, 50.0), a, b) == pytest.approx(0.0)
+    assert cp.peer_line((5.0, 70.0), a, (4.0, 90.0)) is None
 
 
 def test_compare_rejects_unknown_system(cp: ModuleType) -> None:
