@@ -1039,15 +1039,19 @@ def peer_line(
     return point[1] - (qa + (point[0] - ca) * (qb - qa) / (cb - ca))
 
 
+def by_budget(rows: Sequence[Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Each budget that has a row of the defaults (``"8k"``), with its rows by system."""
+    for budget in sorted({r.budget for r in rows}):
+        at = {r.system: r for r in rows if r.budget == budget}
+        if "ours" in at:
+            yield f"{budget // 1000}k", at
+
+
 def comparison(rows: Sequence[Row]) -> list[str]:
     """The defaults against the peers at every budget (issue 11's targets), misses named."""
     out = []
-    for budget in sorted({r.budget for r in rows}):
-        at = {r.system: r for r in rows if r.budget == budget}
-        ours, mw, lm = at.get("ours"), at.get("middleware"), at.get("langmem")
-        if ours is None:
-            continue
-        k = f"{budget // 1000}k"
+    for k, at in by_budget(rows):
+        ours, mw, lm = at["ours"], at.get("middleware"), at.get("langmem")
         if mw is not None:
             ok = ours.support.over_share >= mw.support.over_share
             out.append(
@@ -1375,12 +1379,8 @@ def chat_comparison(rows: Sequence[ChatRow]) -> list[str]:
     """The defaults against the peers on the chats (issue 11's targets), misses named, and
     where they lie against the line through the peers' (cost, evidence) points."""
     out = []
-    for budget in sorted({r.budget for r in rows}):
-        at = {r.system: r for r in rows if r.budget == budget}
-        ours, mw, lm = at.get("ours"), at.get("middleware"), at.get("langmem")
-        if ours is None:
-            continue
-        k = f"{budget // 1000}k"
+    for k, at in by_budget(rows):
+        ours, mw, lm = at["ours"], at.get("middleware"), at.get("langmem")
         d = ours.as_dict()
         if mw is not None:
             m = mw.as_dict()
