@@ -95,6 +95,41 @@ def chat_composition(system: str, budget: int, data: Path) -> dict[str, float]:
     return {k: round(v / max(snapshots, 1), 1) for k, v in parts.most_common()}
 
 
+#: Upper bounds of the message sizes (tokens) :func:`fact_density` groups by.
+SIZES = (100, 400, 1_600)
+
+
+def fact_density(limit: int | None, data: Path) -> dict[str, float]:
+    """Facts a next action reuses per 1,000 tokens of the message they were last seen in,
+    by kind and size of that message (each fact counted at every call that needs it):
+    what a token of each kind of message is worth to the next steps, recency aside."""
+    trajectories = cp.load_trajectories(data, limit=limit)
+    counter = cp.default_counter()
+    common = cp.frequent_tokens(trajectories)
+    facts: collections.Counter[tuple[str, int]] = collections.Counter()
+    tokens: collections.Counter[tuple[str, int]] = collections.Counter()
+
+    def group(message: Any, size: int) -> tuple[str, int]:
+        return message.type, next((k for k, b in enumerate(SIZES) if size <= b), len(SIZES))
+
+    def label(key: tuple[str, int]) -> str:
+        kind, k = key
+        if k < len(SIZES):
+            return f"{kind}, up to {SIZES[k]:,} tokens"
+        return f"{kind}, over {SIZES[-1]:,} tokens"
+
+    for t in trajectories:
+        tracker = cp.FactTracker(t.messages, common, counter)
+        for point in cp._call_points(t.messages):
+            for fact in tracker.needed(point):
+                k = tracker.last_seen[fact]
+                facts[group(t.messages[k], tracker.tokens[k])] += 1
+        for m, n in zip(t.messages, tracker.tokens, strict=True):
+            if m.type in ("ai", "tool"):
+                tokens[group(m, n)] += n
+    return {label(k): 1000 * facts[k] / tokens[k] for k in sorted(tokens) if tokens[k]}
+
+
 def fact_sources(limit: int | None, data: Path) -> dict[str, float]:
     """Where the facts a next action reuses were last seen (no system involved): the share
     of those facts by the kind of message, beside the share of the tokens each kind holds,
@@ -156,6 +191,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"where the facts a next action reuses were last seen ({data.name}):")
     for key, share in fact_sources(args.limit, data).items():
         print(f"  {key:48s} {share:6.1%}")
+    print("reused facts per 1,000 tokens of the message they were last seen in:")
+    for key, density in fact_density(args.limit, data).items():
+        print(f"  {key:48s} {density:6.1f}")
     for system in args.systems.split(","):
         parts, cache = composition(system, args.budget, args.limit, data)
         print(f"\n{system} at {args.budget:,}, average tokens per over-budget call:")

@@ -370,6 +370,44 @@ def test_composition_runs_on_one_trajectory(capsys: pytest.CaptureFixture[str]) 
     assert "average tokens per over-budget call" in out and "human" in out
 
 
+def test_fact_density_weighs_each_kind_and_size_of_message(tmp_path: Path) -> None:
+    """Facts a next action reuses per 1,000 tokens of where they were last seen: here
+    each run's next action reuses two names its (small or large) tool result showed, and
+    nothing of its first call, whose words every run shares (boilerplate, never a fact)."""
+    from langchain_core.messages import (
+        AIMessage,
+        HumanMessage,
+        SystemMessage,
+        ToolMessage,
+        messages_to_dict,
+    )
+
+    runs = []
+    for i in range(6):
+        filler = " ".join(f"line{i}x{k}" for k in range(600)) if i % 2 else ""
+        call = {"name": "bash", "args": {"command": "grep -rn widget"}, "id": f"c{i}"}
+        runs.append(
+            messages_to_dict(
+                [
+                    SystemMessage("You are a coder."),
+                    HumanMessage("Fix the bug."),
+                    AIMessage("Looking.", tool_calls=[call]),
+                    ToolMessage(
+                        f"found alpha_{i}_fn in mod_{i}_beta.py {filler}", tool_call_id=f"c{i}"
+                    ),
+                    AIMessage(f"Editing mod_{i}_beta.py to rename alpha_{i}_fn."),
+                ]
+            )
+        )
+    path = tmp_path / "runs.jsonl"
+    path.write_text("\n".join(json.dumps({"messages": m}) for m in runs))
+    density = _load("composition").fact_density(None, path)
+    small, large = density["tool, up to 100 tokens"], density["tool, over 1,600 tokens"]
+    assert density["ai, up to 100 tokens"] == 0.0  # its words are every run's
+    assert small > 10 * large > 0  # the same two facts, in far more tokens
+    assert list(density) == sorted(density, key=lambda k: (k.split(",")[0], "over" in k))
+
+
 def test_composition_of_chats_at_session_ends(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
