@@ -96,7 +96,9 @@ class AutoContextConfig(BaseModel):
         default=100,
         ge=1,
         description="Compress when the working context holds more messages than this, down "
-        "to msg_threshold * target_ratio / token_ratio messages (the tokens' proportion).",
+        "to msg_threshold * target_ratio / token_ratio messages (the tokens' proportion). "
+        "It counts at any window: with a large one and a long agent run it, not the "
+        "tokens, starts compaction; raise it to fill the window first.",
     )
     max_tokens: int = Field(
         default=131_072,
