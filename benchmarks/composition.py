@@ -26,6 +26,9 @@ import compare_peers as cp
 
 from langchain_autocontext.messages import marker
 
+#: Where the note of a masked (offloaded) message starts, after its preview.
+NOTE = "[Offloaded "
+
 
 def add_parts(parts: collections.Counter[str], runner: Any, sent: Any, counter: Any) -> int:
     """Add to ``parts`` the tokens of each part of the request ``sent``: its messages by
@@ -39,20 +42,29 @@ def add_parts(parts: collections.Counter[str], runner: Any, sent: Any, counter: 
         kind = (marker(m) or {}).get("kind") or m.type
         parts[kind] += n
         turns += kind in ("human", "ai")
+        if kind == "offloaded":  # a masked message: its preview, then the note
+            text = cp.message_text(m)
+            note = text[text.rfind(NOTE) :] if NOTE in text else ""
+            parts["offloaded: the notes (size, offload id)"] += counter.count_text(note)
     parts["tool schemas and priming"] += sent.base
     parts["view additions (tags, section)"] += sent.total - sent.base - own
     return turns
 
 
 def composition(system: str, budget: int, limit: int, data: Path) -> tuple[dict, dict]:
+    """The average parts of a request over the calls over budget (:func:`add_parts`), and
+    counts: calls, prompt-prefix changes without a compression event, and the facts the
+    next actions reuse (needed on those calls) found only in masked messages' previews."""
     trajectories = cp.load_trajectories(data, limit=limit)
     counter = cp.default_counter()
+    boilerplate = cp.frequent_tokens(trajectories)
     parts: collections.Counter[str] = collections.Counter()
     cache: collections.Counter[str] = collections.Counter()
     calls = 0
     for t in trajectories:
         runner = cp.make_runner(system, budget, counter, cp.CountingSummarizer(counter=counter))
         msgs = t.messages
+        facts = cp.FactTracker(msgs, boilerplate, counter)
         with runner.ids():
             runner.start(msgs[0] if isinstance(msgs[0], cp.SystemMessage) else None)
             cursor, previous, events = 0, [], 0
@@ -71,10 +83,26 @@ def composition(system: str, budget: int, limit: int, data: Path) -> tuple[dict,
                     cache["calls"] += 1
                     events = now
                 previous = keys
-                if sum(counter.message_counts(msgs[:point])) <= budget:
+                needed = facts.needed(point)
+                if sum(facts.tokens[:point]) <= budget:
                     continue
                 calls += 1
                 add_parts(parts, runner, sent, counter)
+                context = runner.context_messages(sent)
+                masked = "\n".join(
+                    cp.original_text(m)
+                    for m in context
+                    if (marker(m) or {}).get("kind") == "offloaded"
+                )
+                rest = "\n".join(
+                    cp.original_text(m)
+                    for m in context
+                    if (marker(m) or {}).get("kind") != "offloaded"
+                )
+                cache["facts needed"] += len(needed)
+                cache["facts only in masked previews"] += sum(
+                    f in masked and f not in rest for f in needed
+                )
     return {k: round(v / max(calls, 1)) for k, v in parts.most_common()}, dict(cache)
 
 
@@ -199,10 +227,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n{system} at {args.budget:,}, average tokens per over-budget call:")
         for key, value in parts.items():
             print(f"  {key:32s} {value:7,}")
-        if cache:
+        if cache.get("calls"):
             print(
                 f"  calls: {cache['calls']:,}; prompt prefix changed without a compression "
                 f"event: {cache.get('prefix changed without an event', 0):,}"
+            )
+        if cache.get("facts needed"):
+            only = cache.get("facts only in masked previews", 0)
+            print(
+                f"  facts the next actions reuse, found only in masked previews: {only:,} of "
+                f"{cache['facts needed']:,} ({only / cache['facts needed']:.2%})"
             )
     return 0
 

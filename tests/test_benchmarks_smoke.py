@@ -380,6 +380,17 @@ def test_composition_runs_on_one_trajectory(capsys: pytest.CaptureFixture[str]) 
     assert "average tokens per over-budget call" in out and "human" in out
 
 
+def test_composition_splits_masked_messages_and_finds_what_only_their_previews_hold() -> None:
+    """The notes of masked messages are part of what those messages take; the facts the
+    next actions reuse that only a masked preview still holds are a part of those needed."""
+    if not MINI.is_file():
+        pytest.skip(f"{MINI} is absent")
+    parts, counts = _load("composition").composition("ours", 8_000, 8, MINI)
+    assert 0 < parts["offloaded: the notes (size, offload id)"] < parts["offloaded"]
+    assert counts["facts needed"] > 0
+    assert 0 <= counts.get("facts only in masked previews", 0) < counts["facts needed"]
+
+
 def test_fact_density_weighs_each_kind_and_size_of_message(tmp_path: Path) -> None:
     """Facts a next action reuses per 1,000 tokens of where they were last seen: here
     each run's next action reuses two names its (small or large) tool result showed, and
