@@ -745,6 +745,9 @@ class Row:
     #: Compaction events, and those a peer closed with a placeholder instead of a summary.
     compactions: int = 0
     placeholders: int = 0
+    #: Per trajectory, in the data set's order: (needed facts on over-budget calls, of
+    #: those present, effective cost), for the intervals of :func:`bootstrap`.
+    per_trajectory: list[tuple[int, int, float]] = field(default_factory=list)
 
     @property
     def task_share(self) -> float | None:
@@ -865,6 +868,7 @@ def replay_one(
     runner.start(system)
     calls_before = runner.summarizer.calls
     input_before = runner.summarizer.input_tokens
+    before = (row.support.over_needed, row.support.over_present, row.effective)
     cursor = 0
     previous: list[tuple[str, str, str, str]] = []
     last: Sent | None = None
@@ -917,6 +921,13 @@ def replay_one(
     row.compactions += runner.compactions
     row.placeholders += runner.placeholders
     row.summarizer_input += runner.summarizer.input_tokens - input_before
+    row.per_trajectory.append(
+        (
+            row.support.over_needed - before[0],
+            row.support.over_present - before[1],
+            row.effective - before[2],
+        )
+    )
     if last is None:
         return
     originals = [m for m in msgs[:cursor] if m.id]
@@ -1039,6 +1050,60 @@ def peer_line(
     return point[1] - (qa + (point[0] - ca) * (qb - qa) / (cb - ca))
 
 
+#: Resamples of :func:`bootstrap`, and the share of them its intervals leave out.
+RESAMPLES = 2_000
+ALPHA = 0.10
+
+
+def bootstrap(
+    ours: Row, lm: Row | None, mw: Row | None, *, resamples: int = RESAMPLES, seed: int = 0
+) -> dict[str, tuple[float, float]]:
+    """Intervals (the central ``1 - ALPHA``) of the defaults' gap to the middleware in
+    support on over-budget calls (points) and of their margin against the peers' line,
+    over the trajectories: a paired bootstrap, each resample draws trajectories with
+    replacement and takes the same ones for every system (they replayed the same runs).
+    Says how much of a difference is the data set's luck of the draw; empty when the
+    rows do not cover the same trajectories."""
+    rows = [r for r in (ours, lm, mw) if r is not None]
+    n = len(ours.per_trajectory)
+    if n < 2 or any(len(r.per_trajectory) != n for r in rows):
+        return {}
+    rng = random.Random(seed)
+
+    def point(r: Row, picks: Sequence[int]) -> tuple[float, float]:
+        needed = sum(r.per_trajectory[i][0] for i in picks)
+        present = sum(r.per_trajectory[i][1] for i in picks)
+        cost = sum(r.per_trajectory[i][2] for i in picks)
+        return cost, 100 * present / needed if needed else 100.0
+
+    gaps: list[float] = []
+    margins: list[float] = []
+    for _ in range(resamples):
+        picks = [rng.randrange(n) for _ in range(n)]
+        o = point(ours, picks)
+        if mw is not None:
+            m = point(mw, picks)
+            gaps.append(o[1] - m[1])
+            if lm is not None:
+                margin = peer_line(o, point(lm, picks), m)
+                if margin is not None:
+                    margins.append(margin)
+
+    def interval(values: list[float]) -> tuple[float, float]:
+        ordered = sorted(values)
+        return (
+            ordered[int(len(ordered) * ALPHA / 2)],
+            ordered[min(len(ordered) - 1, int(len(ordered) * (1 - ALPHA / 2)))],
+        )
+
+    out = {}
+    if gaps:
+        out["gap"] = interval(gaps)
+    if len(margins) == len(gaps) and margins:
+        out["margin"] = interval(margins)
+    return out
+
+
 def by_budget(rows: Sequence[Any]) -> Iterator[tuple[str, dict[str, Any]]]:
     """Each budget that has a row of the defaults (``"8k"``), with its rows by system."""
     for budget in sorted({r.budget for r in rows}):
@@ -1050,21 +1115,33 @@ def by_budget(rows: Sequence[Any]) -> Iterator[tuple[str, dict[str, Any]]]:
 def comparison(rows: Sequence[Row]) -> list[str]:
     """The defaults against the peers at every budget (issue 11's targets), misses named."""
     out = []
+    level = f"{1 - ALPHA:.0%}"
     for k, at in by_budget(rows):
         ours, mw, lm = at["ours"], at.get("middleware"), at.get("langmem")
+        spread = bootstrap(ours, lm, mw)
         if mw is not None:
             ok = ours.support.over_share >= mw.support.over_share
+            gap = spread.get("gap")
+            within = (
+                f"; the difference's {level} interval over the trajectories "
+                f"{gap[0]:+.1f} to {gap[1]:+.1f} points"
+                if gap
+                else ""
+            )
             out.append(
                 f"- {k}: support on over-budget calls {ours.support.over_share:.1%} vs the "
-                f"middleware's {mw.support.over_share:.1%} ({'met' if ok else 'MISSED'}: at least)"
+                f"middleware's {mw.support.over_share:.1%} ({'met' if ok else 'MISSED'}: at "
+                f"least{within})"
             )
         if mw is not None and lm is not None:
             margin = peer_line(*((r.effective, 100 * r.support.over_share) for r in (ours, lm, mw)))
             if margin is not None:
+                band = spread.get("margin")
+                within = f" ({level} interval {band[0]:+.1f} to {band[1]:+.1f})" if band else ""
                 out.append(
-                    f"- {k}: support on over-budget calls {margin:+.1f} points against the "
-                    "line through LangMem's and the middleware's points at the defaults' cost "
-                    "(the frontier: above it is better than the peers' own trade)"
+                    f"- {k}: support on over-budget calls {margin:+.1f} points{within} against "
+                    "the line through LangMem's and the middleware's points at the defaults' "
+                    "cost (the frontier: above it is better than the peers' own trade)"
                 )
         if lm is not None:
             ok = ours.effective <= lm.effective

@@ -325,6 +325,30 @@ def test_chat_comparison_measures_the_defaults_against_the_peers_line(
     assert len([x for x in lines if "against the line" in x]) == 2
 
 
+def test_bootstrap_intervals_pair_the_trajectories(cp: ModuleType) -> None:
+    """The gap to the middleware and the margin against the peers' line get intervals
+    over the trajectories, each resample taking the same runs for every system: a system
+    that keeps 5 points more on every run has a gap of exactly 5 whatever is drawn."""
+
+    def row(system: str, runs: list[tuple[int, int, float]]) -> object:
+        r = cp.Row(system, 16_000, "runs")
+        r.per_trajectory = runs
+        return r
+
+    mw_runs = [(100, 80, 10.0), (200, 150, 20.0), (60, 45, 5.0), (120, 60, 12.0)]
+    ours = row("ours", [(n, p + n // 20, c) for n, p, c in mw_runs])  # +5 points each
+    mw = row("middleware", mw_runs)
+    lm = row("langmem", [(n, p - n // 10, c / 2) for n, p, c in mw_runs])  # -10, half cost
+    spread = cp.bootstrap(ours, lm, mw, resamples=300)
+    assert spread["gap"] == pytest.approx((5.0, 5.0))
+    low, high = spread["margin"]
+    assert low == pytest.approx(high) == pytest.approx(5.0)  # the line passes through mw
+    uneven = row("ours", [(100, 90, 10.0), (200, 100, 20.0), (50, 45, 5.0), (120, 110, 12.0)])
+    low, high = cp.bootstrap(uneven, None, mw, resamples=300)["gap"]
+    assert low < high  # runs that differ unevenly spread the gap
+    assert cp.bootstrap(row("ours", mw_runs[:3]), lm, mw) == {}  # not the same runs
+
+
 def test_peer_line_measures_the_height_above_the_peers_trade(cp: ModuleType) -> None:
     """On the line through two peers' (cost, quality) points the margin is 0, above it
     positive, below negative; the line extends past either peer; equal costs: no line."""
