@@ -88,17 +88,11 @@ def composition(system: str, budget: int, limit: int, data: Path) -> tuple[dict,
                     continue
                 calls += 1
                 add_parts(parts, runner, sent, counter)
-                context = runner.context_messages(sent)
-                masked = "\n".join(
-                    cp.original_text(m)
-                    for m in context
-                    if (marker(m) or {}).get("kind") == "offloaded"
-                )
-                rest = "\n".join(
-                    cp.original_text(m)
-                    for m in context
-                    if (marker(m) or {}).get("kind") != "offloaded"
-                )
+                texts: dict[bool, list[str]] = {True: [], False: []}  # masked or not
+                for m in runner.context_messages(sent):
+                    is_masked = (marker(m) or {}).get("kind") == "offloaded"
+                    texts[is_masked].append(cp.original_text(m))
+                masked, rest = "\n".join(texts[True]), "\n".join(texts[False])
                 cache["facts needed"] += len(needed)
                 cache["facts only in masked previews"] += sum(
                     f in masked and f not in rest for f in needed
@@ -123,17 +117,38 @@ def chat_composition(system: str, budget: int, data: Path) -> dict[str, float]:
     return {k: round(v / max(snapshots, 1), 1) for k, v in parts.most_common()}
 
 
+#: One replay of the facts a data set's next actions reuse (:func:`fact_walk`): each
+#: trajectory, its fact tracker, and every needed fact with the index of the message it
+#: was last seen in (a fact once per call that needs it).
+FactWalk = list[tuple[Any, Any, list[tuple[str, int]]]]
+
+
+def fact_walk(limit: int | None, data: Path) -> FactWalk:
+    """Walk the needed facts of every call of ``data``'s trajectories once, for
+    :func:`fact_sources` and :func:`fact_density` (no system involved)."""
+    trajectories = cp.load_trajectories(data, limit=limit)
+    counter = cp.default_counter()
+    common = cp.frequent_tokens(trajectories)
+    walk: FactWalk = []
+    for t in trajectories:
+        tracker = cp.FactTracker(t.messages, common, counter)
+        needed = [
+            (fact, tracker.last_seen[fact])
+            for point in cp._call_points(t.messages)
+            for fact in tracker.needed(point)
+        ]
+        walk.append((t, tracker, needed))
+    return walk
+
+
 #: Upper bounds of the message sizes (tokens) :func:`fact_density` groups by.
 SIZES = (100, 400, 1_600)
 
 
-def fact_density(limit: int | None, data: Path) -> dict[str, float]:
+def fact_density(walk: FactWalk) -> dict[str, float]:
     """Facts a next action reuses per 1,000 tokens of the message they were last seen in,
     by kind and size of that message (each fact counted at every call that needs it):
     what a token of each kind of message is worth to the next steps, recency aside."""
-    trajectories = cp.load_trajectories(data, limit=limit)
-    counter = cp.default_counter()
-    common = cp.frequent_tokens(trajectories)
     facts: collections.Counter[tuple[str, int]] = collections.Counter()
     tokens: collections.Counter[tuple[str, int]] = collections.Counter()
 
@@ -146,38 +161,30 @@ def fact_density(limit: int | None, data: Path) -> dict[str, float]:
             return f"{kind}, up to {SIZES[k]:,} tokens"
         return f"{kind}, over {SIZES[-1]:,} tokens"
 
-    for t in trajectories:
-        tracker = cp.FactTracker(t.messages, common, counter)
-        for point in cp._call_points(t.messages):
-            for fact in tracker.needed(point):
-                k = tracker.last_seen[fact]
-                facts[group(t.messages[k], tracker.tokens[k])] += 1
+    for t, tracker, needed in walk:
+        for _fact, k in needed:
+            facts[group(t.messages[k], tracker.tokens[k])] += 1
         for m, n in zip(t.messages, tracker.tokens, strict=True):
             if m.type in ("ai", "tool"):
                 tokens[group(m, n)] += n
     return {label(k): 1000 * facts[k] / tokens[k] for k in sorted(tokens) if tokens[k]}
 
 
-def fact_sources(limit: int | None, data: Path) -> dict[str, float]:
+def fact_sources(walk: FactWalk) -> dict[str, float]:
     """Where the facts a next action reuses were last seen (no system involved): the share
     of those facts by the kind of message, beside the share of the tokens each kind holds,
     and for assistant messages the share found in their tool-call arguments."""
-    trajectories = cp.load_trajectories(data, limit=limit)
-    counter = cp.default_counter()
-    common = cp.frequent_tokens(trajectories)
     facts: collections.Counter[str] = collections.Counter()
     tokens: collections.Counter[str] = collections.Counter()
     in_args = 0
-    for t in trajectories:
-        tracker = cp.FactTracker(t.messages, common, counter)
-        for point in cp._call_points(t.messages):
-            for fact in tracker.needed(point):
-                source = t.messages[tracker.last_seen[fact]]
-                facts[source.type] += 1
-                if source.type == "ai" and any(
-                    fact in json.dumps(tc["args"], ensure_ascii=False) for tc in source.tool_calls
-                ):
-                    in_args += 1
+    for t, tracker, needed in walk:
+        for fact, k in needed:
+            source = t.messages[k]
+            facts[source.type] += 1
+            if source.type == "ai" and any(
+                fact in json.dumps(tc["args"], ensure_ascii=False) for tc in source.tool_calls
+            ):
+                in_args += 1
         for m, n in zip(t.messages, tracker.tokens, strict=True):
             tokens[m.type] += n
     n_facts, n_tokens = sum(facts.values()), sum(tokens.values())
@@ -217,10 +224,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {key:32s} {value:9,.1f}")
         return 0
     print(f"where the facts a next action reuses were last seen ({data.name}):")
-    for key, share in fact_sources(args.limit, data).items():
+    walk = fact_walk(args.limit, data)
+    for key, share in fact_sources(walk).items():
         print(f"  {key:48s} {share:6.1%}")
     print("reused facts per 1,000 tokens of the message they were last seen in:")
-    for key, density in fact_density(args.limit, data).items():
+    for key, density in fact_density(walk).items():
         print(f"  {key:48s} {density:6.1f}")
     for system in args.systems.split(","):
         parts, cache = composition(system, args.budget, args.limit, data)

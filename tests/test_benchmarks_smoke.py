@@ -446,7 +446,8 @@ def test_fact_density_weighs_each_kind_and_size_of_message(tmp_path: Path) -> No
         )
     path = tmp_path / "runs.jsonl"
     path.write_text("\n".join(json.dumps({"messages": m}) for m in runs))
-    density = _load("composition").fact_density(None, path)
+    composition = _load("composition")
+    density = composition.fact_density(composition.fact_walk(None, path))
     small, large = density["tool, up to 100 tokens"], density["tool, over 1,600 tokens"]
     assert density["ai, up to 100 tokens"] == 0.0  # its words are every run's
     assert small > 10 * large > 0  # the same two facts, in far more tokens
