@@ -111,6 +111,9 @@ class EventRecord:
     data: dict[str, Any]
     """Every field of the event as recorded (``strategy`` and the token counts
     included; ``seq`` and ``ts`` excluded)."""
+    agent: str | None = None
+    """The agent whose run recorded the event (``create_agent``'s ``name``; a subagent
+    sharing its caller's thread has its own), or ``None`` outside a named agent."""
 
     def to_dict(self) -> dict[str, Any]:
         """The event as a flat dict: :attr:`data` plus ``seq`` and ``ts``."""

@@ -64,6 +64,7 @@ from contextlib import asynccontextmanager, contextmanager
 from typing import Any, Literal, TypeVar
 
 from langchain_core.messages import AIMessage, BaseMessage, RemoveMessage
+from langgraph.config import get_config
 from langgraph.store.base import (
     BaseStore,
     GetOp,
@@ -336,6 +337,20 @@ def prefix_problem(prefix: Any) -> str | None:
             f"got {prefix!r}"
         )
     return None
+
+
+def running_agent() -> str | None:
+    """The name of the LangChain agent whose run is executing here: ``create_agent``'s
+    ``name``, which LangChain puts in the run's ``metadata["lc_agent_name"]`` (a
+    subagent run inside a tool has its own). None outside a run, or in an unnamed one.
+    A subagent usually shares its caller's thread, so its events join the caller's:
+    this tells them apart."""
+    try:
+        config = get_config()
+    except RuntimeError:  # not inside a runnable
+        return None
+    name = (config.get("metadata") or {}).get("lc_agent_name")
+    return name if isinstance(name, str) and name else None
 
 
 class OffloadStore(BaseStore):
@@ -959,7 +974,9 @@ class OffloadStore(BaseStore):
         return await self._arun(self._list_offloads_plan(thread_id))
 
     # --- events ------------------------------------------------------------------------------
-    def _record_event_plan(self, thread_id: str, event: Mapping[str, Any]) -> _Plan[str]:
+    def _record_event_plan(
+        self, thread_id: str, event: Mapping[str, Any], agent: str | None
+    ) -> _Plan[str]:
         if not isinstance(event, Mapping):
             raise TypeError(f"record_event: event must be a dict, got {type(event).__name__}")
         clash = _RESERVED_EVENT_KEYS.intersection(event)
@@ -967,6 +984,8 @@ class OffloadStore(BaseStore):
             raise ValueError(
                 f"record_event: keys {sorted(clash)} are set by the store; rename them"
             )
+        if agent is not None and "agent" not in event:
+            event = {**event, "agent": agent}
         plain = _plain(dict(event), "event")
         meta_ns = self.namespace(thread_id, META)
         meta = yield [GetOp(meta_ns, EVENTS, False)]
@@ -997,6 +1016,7 @@ class OffloadStore(BaseStore):
             tokens_before=_int_or_none(data.get("tokens_before")),
             tokens_after=_int_or_none(data.get("tokens_after")),
             data=data,
+            agent=agent if isinstance(agent := data.get("agent"), str) else None,
         )
 
     def _list_events_plan(self, thread_id: str) -> _Plan[list[EventRecord]]:
@@ -1004,18 +1024,22 @@ class OffloadStore(BaseStore):
         return [self._event(item) for item in items]
 
     def record_event(self, thread_id: str, event: Mapping[str, Any]) -> str:
-        """Record a JSON-serializable event; the store adds ``seq`` and ``ts``.
+        """Record a JSON-serializable event; the store adds ``seq`` and ``ts``, and
+        ``agent`` when the event has none and is recorded inside a named agent's run
+        (:func:`running_agent`).
 
         Returns:
             The event's key.
         """
+        agent = running_agent()  # read here: the plan may run in another thread
         with self._locked(thread_id, EVENTS):
-            return self._run(self._record_event_plan(thread_id, event))
+            return self._run(self._record_event_plan(thread_id, event, agent))
 
     async def arecord_event(self, thread_id: str, event: Mapping[str, Any]) -> str:
         """Async twin of :meth:`record_event`."""
+        agent = running_agent()
         async with self._alocked(thread_id, EVENTS):
-            return await self._arun(self._record_event_plan(thread_id, event))
+            return await self._arun(self._record_event_plan(thread_id, event, agent))
 
     def list_events(self, thread_id: str) -> list[EventRecord]:
         """The thread's events as :class:`EventRecord` s, in recording order.

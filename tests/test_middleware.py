@@ -545,3 +545,84 @@ async def test_the_package_shows_itself_in_the_call_that_first_compresses() -> N
             assert all(tagged) if k >= first else not any(tagged)
             assert ("# Context: " in text_of(sent[0])) is (k >= first)
         assert_fits(model, ac)
+
+
+# --- events name the agent that recorded them ---------------------------------------------------
+def _boss_and_helper(store: InMemoryStore, *, sync: bool) -> Any:
+    """A ``create_agent`` agent named "boss" whose ``delegate`` tool runs a subagent named
+    "helper"; the subagent inherits the boss's thread (the caller's config) and store."""
+    helper = create_agent(
+        ReplyModel(reply=steps_then_answer(30)),
+        [sh],
+        system_prompt="Help.",
+        middleware=[AutoContext(CFG).middleware()],
+        store=store,
+        name="helper",
+    )
+
+    if sync:
+
+        @tool
+        def delegate(task: str) -> str:
+            """Hand a task to the helper."""
+            return text_of(helper.invoke({"messages": [HumanMessage(task)]})["messages"][-1])
+
+    else:
+
+        @tool
+        async def delegate(task: str) -> str:
+            """Hand a task to the helper."""
+            out = await helper.ainvoke({"messages": [HumanMessage(task)]})
+            return text_of(out["messages"][-1])
+
+    def reply(messages: list[BaseMessage], n: int) -> AIMessage:
+        if n >= 25:
+            return AIMessage("done")
+        if n % 10 == 0:
+            return call("delegate", {"task": f"task {n}"}, n)
+        return call("sh", {"command": f"make {n}", "lines": 40}, n)
+
+    return create_agent(
+        ReplyModel(reply=reply),
+        [sh, delegate],
+        system_prompt="Boss.",
+        middleware=[AutoContext(CFG).middleware()],
+        checkpointer=InMemorySaver(),
+        store=store,
+        name="boss",
+    )
+
+
+@pytest.mark.parametrize("sync", [True, False], ids=["sync", "async"])
+async def test_each_event_names_the_agent_whose_compression_recorded_it(sync: bool) -> None:
+    """A subagent run inside a tool shares its caller's thread: both agents' compressions
+    land in one event list, told apart by ``EventRecord.agent`` (``create_agent``'s
+    ``name``, LangChain's ``lc_agent_name``); the stored dict carries it too."""
+    store = InMemoryStore()
+    boss = _boss_and_helper(store, sync=sync)
+    if sync:
+        boss.invoke({"messages": [HumanMessage("go")]}, THREAD)
+    else:
+        await boss.ainvoke({"messages": [HumanMessage("go")]}, THREAD)
+    events = AutoContext(CFG).resolve_store(store).list_events("t")
+    by_agent: dict[Any, set[str]] = {}
+    for e in events:
+        by_agent.setdefault(e.agent, set()).add(e.strategy)
+        assert e.to_dict()["agent"] == e.agent
+    assert set(by_agent) == {"boss", "helper"}
+    assert all(by_agent.values())  # both compressed
+
+
+def test_events_outside_a_named_agent_name_none_and_a_given_agent_stays() -> None:
+    store = InMemoryStore()
+    ac = AutoContext(CFG)
+    graph = agent(ReplyModel(reply=steps_then_answer(30)), ac, store)  # no name=
+    graph.invoke({"messages": [HumanMessage("go")]}, THREAD)
+    off = ac.resolve_store(store)
+    events = off.list_events("t")
+    assert events and all(e.agent is None for e in events)
+    assert "agent" not in events[0].to_dict()
+    # plain calls outside any graph; an event that names its agent keeps that name
+    off.record_event("plain", {"strategy": "custom", "agent": "mine"})
+    off.record_event("plain", {"strategy": "custom"})
+    assert [e.agent for e in off.list_events("plain")] == ["mine", None]
