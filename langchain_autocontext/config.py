@@ -154,7 +154,9 @@ class AutoContextConfig(BaseModel):
     offload_single_preview: int = Field(
         default=200,
         ge=0,
-        description="Characters of an offloaded message kept in context as a preview.",
+        description="Characters of an offloaded message kept in context as a preview; a "
+        "tool result masked only because it left the working set keeps the first line of "
+        "these (the call before it says what it was).",
     )
     current_round_compression_ratio: float = Field(
         default=0.3,

@@ -120,6 +120,33 @@ def test_offload_keeps_last_keep_then_offload_all() -> None:
     assert sum(k == "offloaded" for k in kinds(res4.messages)) == 4
 
 
+def test_a_result_masked_for_age_keeps_its_first_line_a_large_payload_its_preview() -> None:
+    """Strategy 3's observation masking: a tool result under ``large_payload_threshold``
+    masked because it left the working set keeps its first line (the call before it says
+    what it was) and the note; a large payload keeps the seed's preview of
+    ``offload_single_preview`` characters. Both reload whole."""
+    small = "\n  exit code 2: 3 tests failed in tests/test_api.py\n" + log_text(30, seed=1)
+    big = log_text(200)
+    assert len(small) < 5120 < len(big)
+    msgs = [SystemMessage("s", id=uid()), HumanMessage("task", id=uid())]
+    msgs += tool_group("bash", {"command": "pytest"}, [small])
+    msgs += tool_group("bash", {"command": "cat big.log"}, [big])
+    msgs += tool_group("bash", {"command": "ls"}, ["a.py"])  # the freshest: left alone
+    cfg = AutoContextConfig(max_tokens=100_000, target_ratio=0.01, token_ratio=0.5)
+    ac, store = make(cfg, [LargeMessageOffload(keep_last=False)])
+    res = ac.compress(msgs, thread_id="t", force=True)
+    masked = {m.id: m for m in res.messages if (marker(m) or {}).get("kind") == "offloaded"}
+    assert set(masked) == {msgs[3].id, msgs[5].id}
+    head, note = masked[msgs[3].id].content.split("\n")
+    assert head == "exit code 2: 3 tests failed in tests/test_api.py…"
+    assert note.startswith("[Offloaded ") and "offload_id=" in note
+    assert masked[msgs[5].id].content.startswith(big[: cfg.offload_single_preview] + "…\n[")
+    for m in masked.values():
+        oid = OFFLOAD_ID.search(m.content).group(1)
+        assert store.reload("t", oid).messages[0].content in (small, big)
+    assert res.messages[-1].content == "a.py"
+
+
 def test_round_summary_keeps_user_messages() -> None:
     msgs = chat_rounds(4)
     cfg = AutoContextConfig(max_tokens=100_000, target_ratio=0.01, token_ratio=0.5)
