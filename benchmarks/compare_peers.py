@@ -92,6 +92,10 @@ TASK_STAND_IN: str | None = None
 #: Set from --pad-system: tokens of policy rules appended to every system prompt (real
 #: agents often carry prompts of thousands of tokens; the data sets' are short).
 PAD_SYSTEM = 0
+#: Set from --ids-seed: the seed of the fixed sequence the package's own ids come from
+#: (:func:`seeded_package_ids`). Another seed shifts offload ids' token counts, and with
+#: them where compactions fall: how much a figure owes to that phase.
+IDS_SEED = 0
 
 
 def padded_system(message: SystemMessage, tokens: int, counter: Any) -> SystemMessage:
@@ -619,7 +623,7 @@ class OursRunner(Runner):
 
     def ids(self) -> contextlib.AbstractContextManager[None]:
         """The package's ids from one fixed sequence per trajectory (reproducible runs)."""
-        return seeded_package_ids()
+        return seeded_package_ids(IDS_SEED)
 
     def context_messages(self, last: Sent) -> list[BaseMessage]:
         return self.working
@@ -1529,9 +1533,18 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="strategy order for this package's systems by the design's numbers, e.g. 2314567",
     )
+    ap.add_argument(
+        "--ids-seed",
+        type=int,
+        default=0,
+        metavar="N",
+        help="seed of the package's id sequence (another seed: how much a figure owes to "
+        "where compactions happen to fall)",
+    )
     args = ap.parse_args(argv)
-    global OURS_ORDER, TASK_STAND_IN, PAD_SYSTEM
+    global OURS_ORDER, TASK_STAND_IN, PAD_SYSTEM, IDS_SEED
     PAD_SYSTEM = max(0, args.pad_system)
+    IDS_SEED = args.ids_seed
     if args.task_stand_in:
         TASK_STAND_IN = "Fix the issue in the task statement given earlier."
     OURS_CONFIG.update(
@@ -1559,6 +1572,8 @@ def main(argv: list[str] | None = None) -> int:
     report.append(f"Versions: {peer_versions()}.")
     if PAD_SYSTEM:
         report.append(f"Every system prompt carried about {PAD_SYSTEM:,} more tokens of rules.")
+    if IDS_SEED:
+        report.append(f"The package's ids came from the sequence of seed {IDS_SEED}.")
     if TASK_STAND_IN is not None:
         report.append(
             f"Ablation (--task-stand-in): every system was given {TASK_STAND_IN!r} in place of "

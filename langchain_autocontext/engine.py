@@ -946,7 +946,7 @@ class ContextEngine:
         the memory-pressure warning instead, a step or two before the first compaction,
         the package cost one more uncached request of the whole context per thread
         (on the coding runs of ``benchmarks/compare_peers.py``: 4.81M / 6.51M / 7.42M of
-        effective cost at 8k / 16k / 32k, now 4.65M / 6.10M / 7.31M). Before that the
+        effective cost at 8k / 16k / 32k, then 4.65M / 6.10M / 7.31M). Before that the
         model sees the conversation alone (a warning on the way says so without the
         tools): a short conversation costs nothing extra.
         """

@@ -179,6 +179,32 @@ def test_compare_main_writes_table_json_and_plot(cp: ModuleType, tmp_path: Path,
     assert row["system"] == "none" and row["support"] == 1.0 and row["needed_facts"] > 0
 
 
+def test_ids_seed_draws_the_package_ids_from_another_sequence(
+    cp: ModuleType, tmp_path: Path, monkeypatch
+) -> None:
+    """--ids-seed reaches the runner: the same seed gives the same offload ids (a run is
+    reproducible), another seed other ids, and the report says which seed ran."""
+    _data(MINI)
+    monkeypatch.setattr(cp, "IDS_SEED", 0)
+    (trajectory,) = cp.load_trajectories(_data(MINI), limit=1)
+
+    def offload_ids(seed: int) -> list[str]:
+        cp.IDS_SEED = seed
+        counter = cp.default_counter()
+        runner = cp.make_runner("ours", 8000, counter, cp.CountingSummarizer(counter=counter))
+        with runner.ids():
+            cp.replay_one(trajectory, runner, cp.Row("ours", 8000, MINI.name))
+        return [r.offload_id for r in runner.store.list_offloads(runner.thread)]
+
+    first = offload_ids(0)
+    assert first and offload_ids(0) == first
+    assert set(offload_ids(7)).isdisjoint(first)
+    args = ["--limit", "1", "--budgets", "8000", "--systems", "ours", "--no-plot"]
+    assert cp.main([*args, "--files", MINI.name, "--out", str(tmp_path), "--ids-seed", "3"]) == 0
+    assert cp.IDS_SEED == 3
+    assert "sequence of seed 3" in (tmp_path / "compare_peers.md").read_text()
+
+
 def test_support_counts_only_original_text_still_sent(cp: ModuleType) -> None:
     """A needed fact counts when an original message still holds it verbatim; text the
     manager wrote (our summaries, the peers' fixed summary) does not."""
