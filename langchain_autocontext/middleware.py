@@ -67,6 +67,7 @@ from langchain_autocontext.engine import (
 from langchain_autocontext.errors import ContextBudgetError, is_context_overflow
 from langchain_autocontext.history import surface_namespace
 from langchain_autocontext.messages import dump_message, load_message, remove_all
+from langchain_autocontext.store import running_agent
 from langchain_autocontext.tools import attach_tools
 
 if TYPE_CHECKING:
@@ -233,7 +234,8 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         autocontext._window_deferred = True
         self.tools = autocontext.tools
         self._lock = threading.Lock()
-        # thread id -> the request shape last seen or loaded for it (bounded)
+        # thread id (and agent name, see _keys) -> the request shape last seen or loaded
+        # for it (bounded)
         self._shapes: OrderedDict[str, _RequestShape] = OrderedDict()
         self._last: tuple[Any, tuple[Any, ...], Any, _RequestShape] | None = None
         #: the last response format seen and the tools it adds (built once per format)
@@ -282,47 +284,60 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         self._last = (system, tools, fmt, shape)
         return shape
 
+    @staticmethod
+    def _keys(thread_id: str) -> tuple[str, str]:
+        """The cache key and the store key of what the running agent's requests look
+        like in ``thread_id``: the agent's own when it has a name
+        (:func:`~langchain_autocontext.store.running_agent`), since a subagent sharing
+        its caller's thread and this middleware has another system prompt and tools;
+        the thread's when it has none."""
+        agent = running_agent()
+        if agent is None:
+            return thread_id, _REQUEST_KEY
+        return f"{thread_id}\n{agent}", f"{_REQUEST_KEY}:{agent}"
+
     def _learn(self, request: ModelRequest[Any], thread_id: str) -> None:
         shape = self._shape_of(request)
-        if self._remember(thread_id, shape):
+        cache_key, key = self._keys(thread_id)
+        if self._remember(cache_key, shape):
             store = self.autocontext.resolve_store()
-            ns = surface_namespace(store, thread_id)
-            store.put(ns, _REQUEST_KEY, shape.to_json(), index=False)
+            store.put(surface_namespace(store, thread_id), key, shape.to_json(), index=False)
 
     async def _alearn(self, request: ModelRequest[Any], thread_id: str) -> None:
         shape = self._shape_of(request)
-        if self._remember(thread_id, shape):
+        cache_key, key = self._keys(thread_id)
+        if self._remember(cache_key, shape):
             store = self.autocontext.resolve_store()
             ns = surface_namespace(store, thread_id)
-            await store.aput(ns, _REQUEST_KEY, shape.to_json(), index=False)
+            await store.aput(ns, key, shape.to_json(), index=False)
 
-    def _known(self, thread_id: str) -> _RequestShape | None:
+    def _known(self, cache_key: str) -> _RequestShape | None:
         with self._lock:
-            return self._shapes.get(thread_id)
+            return self._shapes.get(cache_key)
 
-    def _loaded(self, thread_id: str, item: Any) -> _RequestShape | None:
+    def _loaded(self, cache_key: str, item: Any) -> _RequestShape | None:
         if item is None:
             return None
         shape = _RequestShape.from_json(item.value)
         with self._lock:
-            self._shapes.setdefault(thread_id, shape)
+            self._shapes.setdefault(cache_key, shape)
         return shape
 
     def _shape(self, thread_id: str) -> _RequestShape | None:
-        shape = self._known(thread_id)
+        cache_key, key = self._keys(thread_id)
+        shape = self._known(cache_key)
         if shape is None:
             store = self.autocontext.resolve_store()
-            shape = self._loaded(
-                thread_id, store.get(surface_namespace(store, thread_id), _REQUEST_KEY)
-            )
+            shape = self._loaded(cache_key, store.get(surface_namespace(store, thread_id), key))
         return shape
 
     async def _ashape(self, thread_id: str) -> _RequestShape | None:
-        shape = self._known(thread_id)
+        cache_key, key = self._keys(thread_id)
+        shape = self._known(cache_key)
         if shape is None:
             store = self.autocontext.resolve_store()
-            item = await store.aget(surface_namespace(store, thread_id), _REQUEST_KEY)
-            shape = self._loaded(thread_id, item)
+            item = await store.aget(surface_namespace(store, thread_id), key)
+            shape = self._loaded(cache_key, item)
         return shape
 
     def _inputs(

@@ -25,6 +25,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.store.base import PutOp
 from langgraph.store.memory import InMemoryStore
 from pydantic import Field
 
@@ -626,3 +627,73 @@ def test_events_outside_a_named_agent_name_none_and_a_given_agent_stays() -> Non
     off.record_event("plain", {"strategy": "custom", "agent": "mine"})
     off.record_event("plain", {"strategy": "custom"})
     assert [e.agent for e in off.list_events("plain")] == ["mine", None]
+
+
+def _is_record_put(op: Any) -> bool:
+    return isinstance(op, PutOp) and op.key.startswith("model_request")
+
+
+class _CountingPuts(InMemoryStore):
+    """An ``InMemoryStore`` that counts the writes of the middleware's request record."""
+
+    record_puts: int = 0
+
+    def batch(self, ops):
+        ops = list(ops)
+        self.record_puts += sum(_is_record_put(op) for op in ops)
+        return super().batch(ops)
+
+    async def abatch(self, ops):
+        ops = list(ops)
+        self.record_puts += sum(_is_record_put(op) for op in ops)
+        return await super().abatch(ops)
+
+
+def _lead_and_helper_on_one_middleware(mw: Any, store: InMemoryStore) -> Any:
+    helper = create_agent(
+        ReplyModel(reply=steps_then_answer(4)),
+        [sh],
+        system_prompt="Help.",
+        middleware=[mw],
+        store=store,
+        name="helper",
+    )
+
+    @tool
+    def delegate(task: str) -> str:
+        """Hand a task to the helper."""
+        return text_of(helper.invoke({"messages": [HumanMessage(task)]})["messages"][-1])
+
+    def reply(messages: list[BaseMessage], n: int) -> AIMessage:
+        return call("delegate", {"task": f"task {n}"}, n) if n < 4 else AIMessage("done")
+
+    return create_agent(
+        ReplyModel(reply=reply),
+        [sh, delegate],
+        system_prompt="Lead.",
+        middleware=[mw],
+        checkpointer=InMemorySaver(),
+        store=store,
+        name="lead",
+    )
+
+
+def test_two_named_agents_on_one_middleware_and_thread_each_keep_their_request_record() -> None:
+    """One middleware serving a lead and its helper on the caller's thread learns each
+    agent's system prompt and tools under its own name: written once per agent (not at
+    every switch between them), and found again by a new process for each."""
+    store = _CountingPuts()
+    lead = _lead_and_helper_on_one_middleware(AutoContext(CFG).middleware(), store)
+    lead.invoke({"messages": [HumanMessage("go")]}, THREAD)
+    assert store.record_puts == 2  # the lead's and the helper's, each once
+    wrapped = OffloadStore.wrap(store)
+    ns = surface_namespace(wrapped, "t")
+    prompts = {
+        key: wrapped.get(ns, key).value["system"]["data"]["content"]
+        for key in ("model_request:lead", "model_request:helper")
+    }
+    assert prompts == {"model_request:lead": "Lead.", "model_request:helper": "Help."}
+    # a new process: each agent finds its own record, so nothing needs writing again
+    again = _lead_and_helper_on_one_middleware(AutoContext(CFG).middleware(), store)
+    again.invoke({"messages": [HumanMessage("go on")]}, THREAD)
+    assert store.record_puts == 2
