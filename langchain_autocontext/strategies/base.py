@@ -516,7 +516,7 @@ def shrink_args(value: Any, keep: int, offload_id: str | None = None) -> Any:
 
 def offload_note(offload_id: str) -> str:
     """How the model is told to get a replaced span back."""
-    return f'originals: reload_offloaded(offload_id="{offload_id}")'
+    return f'reload_offloaded(offload_id="{offload_id}")'
 
 
 def replacement_message(

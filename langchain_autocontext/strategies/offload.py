@@ -40,8 +40,9 @@ def preview_of(message: BaseMessage, size: int, *, first_line: bool = False) -> 
     return text.strip().split("\n", 1)[0].rstrip() if first_line else text
 
 
-#: Tokens of the note an offloaded message carries (its size and the offload id).
-NOTE_TOKENS = 48
+#: Tokens of the note an offloaded message carries (its size in tokens and the offload
+#: id: 35-38 with a uuid) and the line break before it: what an offload plans with.
+NOTE_TOKENS = 40
 #: An offload that frees fewer tokens than this is not worth a store record.
 MIN_SAVING = 64
 
@@ -120,9 +121,7 @@ class LargeMessageOffload:
             freed -= ctx.counter.count_text(json.dumps(lead))
 
         def build(out: JobOutput) -> list[BaseMessage]:
-            note = (
-                f"[Offloaded {chars} characters ({tokens} tokens); {offload_note(out.offload_id)}]"
-            )
+            note = f"[Offloaded {tokens} tokens; {offload_note(out.offload_id)}]"
             text = f"{preview}…\n{note}" if preview else note
             content: Any = [*lead, {"type": "text", "text": text}] if lead else text
             update: dict[str, Any] = {"content": content}
