@@ -60,7 +60,7 @@ class LargeMessageOffload:
     status, a count, the head of a record). On the coding runs of ``../shared/data``
     at 16k (``benchmarks/composition.py``), 200-character previews took 279 tokens a
     call and were the only place left of 0.41% of the facts the next actions reused;
-    the first lines take 109 and hold 0.10%. Both work oldest first and stop once the
+    the first lines take 112 and hold 0.09%. Both work oldest first and stop once the
     target is reached; neither touches the protected tail
     (:attr:`PassContext.tail_start`). The message keeps its id, role and tool-call
     pairing. ``fresh=True`` is the pipeline's last resort before
