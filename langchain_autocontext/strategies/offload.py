@@ -41,7 +41,8 @@ def preview_of(message: BaseMessage, size: int, *, first_line: bool = False) -> 
 
 
 #: Tokens of the note an offloaded message carries (its size in tokens and the offload
-#: id: 35-38 with a uuid) and the line break before it: what an offload plans with.
+#: id) with the line break before it, as an offload plans with it: the usual size (a
+#: uuid's tokens vary, the note with them from 33 to 48); the pipeline counts after.
 NOTE_TOKENS = 40
 #: An offload that frees fewer tokens than this is not worth a store record.
 MIN_SAVING = 64
