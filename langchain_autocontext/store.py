@@ -55,6 +55,7 @@ from collections.abc import (
     AsyncIterator,
     Callable,
     Generator,
+    Hashable,
     Iterable,
     Iterator,
     Mapping,
@@ -109,14 +110,63 @@ _Plan = Generator[list[Op], list[Result], _T]
 _SEQ_KEY = "seq_key"
 _SEQ_WIDTH = 15
 _RESERVED_EVENT_KEYS = frozenset({"seq", _SEQ_KEY, "ts"})
-_LOCK_STRIPES = 64
-#: Locks of the read-modify-write of a thread's counters, striped by backend, prefix,
-#: thread and kind, module-wide: two wrappers of one backend (two AutoContexts sharing
-#: a store, an agent and its subagent) must exclude each other, or both hand out a seq.
-_STORE_LOCKS = [threading.Lock() for _ in range(_LOCK_STRIPES)]
+
+
+class _KeyedLocks:
+    """One lock per key, alive while someone holds or waits for it.
+
+    Two different keys never share a lock: a thread that holds its lock across a slow
+    summarizer call keeps no other thread waiting, which a fixed set of hash-striped
+    locks cannot promise (two threads in one stripe, about 1 in 64, ran one after the
+    other). The entry of a key goes when its last user leaves, so the registry holds
+    only the keys in use. A key may name a backend by ``id()``: its users hold the
+    backend, so the id is not reused while the entry lives.
+    """
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._entries: dict[Hashable, tuple[threading.Lock, int]] = {}  # key -> lock, users
+
+    def _checkout(self, key: Hashable) -> threading.Lock:
+        with self._guard:
+            lock, users = self._entries.get(key) or (threading.Lock(), 0)
+            self._entries[key] = (lock, users + 1)
+            return lock
+
+    def _checkin(self, key: Hashable) -> None:
+        with self._guard:
+            lock, users = self._entries[key]
+            if users > 1:
+                self._entries[key] = (lock, users - 1)
+            else:
+                del self._entries[key]
+
+    @contextmanager
+    def hold(self, key: Hashable) -> Iterator[None]:
+        lock = self._checkout(key)
+        try:
+            with lock:
+                yield
+        finally:
+            self._checkin(key)
+
+    @asynccontextmanager
+    async def ahold(self, key: Hashable) -> AsyncIterator[None]:
+        lock = self._checkout(key)
+        try:
+            async with _polled(lock):
+                yield
+        finally:
+            self._checkin(key)
+
+
+#: Locks of the read-modify-write of a thread's counters, by backend, prefix, thread
+#: and kind, module-wide: two wrappers of one backend (two AutoContexts sharing a
+#: store, an agent and its subagent) must exclude each other, or both hand out a seq.
+_STORE_LOCKS = _KeyedLocks()
 #: Locks of the surfaces that keep a thread's working messages in the store (see
-#: :meth:`OffloadStore.working_lock`), striped by backend and thread.
-_SURFACE_LOCKS = [threading.Lock() for _ in range(_LOCK_STRIPES)]
+#: :meth:`OffloadStore.working_lock`), by backend and thread.
+_SURFACE_LOCKS = _KeyedLocks()
 #: Worker threads of the async calls of a backend without async support (SqliteStore):
 #: their own, not the event loop's default executor, which a hung sync model call or
 #: LangGraph's sync nodes can fill, leaving every store write queued behind them.
@@ -529,20 +579,18 @@ class OffloadStore(BaseStore):
         finally:
             plan.close()
 
-    def _lock(self, thread_id: str, kind: Kind) -> threading.Lock:
-        key = (id(self._backend), self._prefix, encode_thread_id(thread_id), kind)
-        return _STORE_LOCKS[hash(key) % _LOCK_STRIPES]
+    def _lock_key(self, thread_id: str, kind: Kind) -> Hashable:
+        return (id(self._backend), self._prefix, encode_thread_id(thread_id), kind)
 
     @contextmanager
     def _locked(self, thread_id: str, kind: Kind) -> Iterator[None]:
-        with self._lock(thread_id, kind):
+        with _STORE_LOCKS.hold(self._lock_key(thread_id, kind)):
             yield
 
-    def _surface_lock(self, thread_id: str) -> threading.Lock:
-        # module-wide stripes keyed by the backend, not this wrapper: two wrappers of
-        # one backend (two AutoContexts, a store passed unwrapped) share them
-        key = hash((id(self._backend), encode_thread_id(thread_id)))
-        return _SURFACE_LOCKS[key % _LOCK_STRIPES]
+    def _surface_key(self, thread_id: str) -> Hashable:
+        # keyed by the backend, not this wrapper: two wrappers of one backend (two
+        # AutoContexts, a store passed unwrapped) share the lock
+        return (id(self._backend), encode_thread_id(thread_id))
 
     @contextmanager
     def working_lock(self, thread_id: str) -> Iterator[None]:
@@ -551,19 +599,19 @@ class OffloadStore(BaseStore):
         in this process would otherwise both read the same record and the second write
         would drop the first one's turns from the working messages (the history keeps
         them). Not reentrant; separate from the locks of the store's own writes."""
-        with self._surface_lock(thread_id):
+        with _SURFACE_LOCKS.hold(self._surface_key(thread_id)):
             yield
 
     @asynccontextmanager
     async def aworking_lock(self, thread_id: str) -> AsyncIterator[None]:
         """Async twin of :meth:`working_lock` (the same locks, polled so the event loop
         never blocks and a cancelled waiter never holds one)."""
-        async with _polled(self._surface_lock(thread_id)):
+        async with _SURFACE_LOCKS.ahold(self._surface_key(thread_id)):
             yield
 
     @asynccontextmanager
     async def _alocked(self, thread_id: str, kind: Kind) -> AsyncIterator[None]:
-        async with _polled(self._lock(thread_id, kind)):
+        async with _STORE_LOCKS.ahold(self._lock_key(thread_id, kind)):
             yield
 
     # --- plans: shared building blocks ------------------------------------------------------
