@@ -596,18 +596,23 @@ def place_summaries(
                     found |= reach(j, seen)
             return found
 
-        placed: dict[int, int] = {}  # position -> the summary put there
+        # the recursive summary's place is first after the system message, before the
+        # latest user message it hops over (strategy 7 writes it there)
+        sys_end = 1 if messages and isinstance(messages[0], SystemMessage) else 0
+        placed: dict[int, list[int]] = {}  # position -> the summaries put before it
         for i in covers:
             if i not in dropped:
                 first = min(reach(i, {i}))
+                if (marker(messages[i]) or {}).get("kind") == KIND_RECURSIVE:
+                    first = min(first, sys_end)
                 if first < i:
-                    placed[first] = i
-        moved = set(placed.values())
-        out = [
-            messages[placed[k]] if k in placed else m
-            for k, m in enumerate(messages)
-            if k in placed or (k not in dropped and k not in moved)
-        ]
+                    placed.setdefault(first, []).append(i)
+        moved = {i for at in placed.values() for i in at}
+        out = []
+        for k, m in enumerate(messages):
+            out += [messages[i] for i in sorted(placed.get(k, ()))]
+            if k not in dropped and k not in moved:
+                out.append(m)
     fixed: list[BaseMessage] | None = None
     for k, m in enumerate(out):
         info = marker(m)
