@@ -156,7 +156,7 @@ class AutoContextConfig(BaseModel):
         ge=0,
         description="Characters of an offloaded message kept in context as a preview; a "
         "tool result masked only because it left the working set keeps the first line of "
-        "these (the call before it says what it was).",
+        "these that has a letter or digit (the call before it says what it was).",
     )
     current_round_compression_ratio: float = Field(
         default=0.3,

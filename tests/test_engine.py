@@ -156,6 +156,41 @@ def test_a_result_masked_for_age_keeps_its_first_line_a_large_payload_its_previe
     assert res.messages[-1].content == "a.py"
 
 
+def test_a_masked_result_keeps_its_first_line_that_says_something() -> None:
+    """Pretty-printed JSON masked for age keeps its first field, not ``{``; fenced output
+    its first line of content, not the fence; output of nothing but rules its first line."""
+    import json
+
+    record = json.dumps(
+        {"reservation_id": "ZFA04Y", "status": "confirmed", "legs": list(range(40))}, indent=2
+    )
+    fenced = "```text\nmake: *** [check] Error 2\n" + log_text(20, seed=3) + "\n```"
+    rules = "\n".join(["-" * 40, "=" * 40] * 60)  # under large_payload_threshold
+    msgs = [SystemMessage("s", id=uid()), HumanMessage("task", id=uid())]
+    for name, out in (("get_reservation", record), ("make", fenced), ("draw", rules)):
+        msgs += tool_group(name, {"arg": name}, [out])
+    msgs += tool_group("bash", {"command": "cat big.log"}, [log_text(200)])
+    msgs += tool_group("ls", {"command": "ls"}, ["a.py"])  # the freshest: left alone
+    cfg = AutoContextConfig(max_tokens=100_000, target_ratio=0.01, token_ratio=0.5)
+    ac, store = make(cfg, [LargeMessageOffload(keep_last=False)])
+    res = ac.compress(msgs, thread_id="t", force=True)
+    heads = {
+        m.id: m.content.split("\n")[0]
+        for m in res.messages[:9]
+        if (marker(m) or {}).get("kind") == "offloaded"
+    }
+    assert heads == {
+        msgs[3].id: '"reservation_id": "ZFA04Y",…',
+        msgs[5].id: "make: *** [check] Error 2…",
+        msgs[7].id: "-" * 40 + "…",
+    }
+    originals = {m.content for m in msgs}
+    for m in res.messages:
+        found = OFFLOAD_ID.search(str(m.content))
+        if found:
+            assert store.reload("t", found.group(1)).messages[0].content in originals
+
+
 def test_round_summary_keeps_user_messages() -> None:
     msgs = chat_rounds(4)
     cfg = AutoContextConfig(max_tokens=100_000, target_ratio=0.01, token_ratio=0.5)

@@ -27,9 +27,18 @@ from langchain_autocontext.strategies.base import (
 __all__ = ["LargeMessageOffload"]
 
 
+def _says_something(line: str) -> bool:
+    """A line with a letter or digit in it that is not a code fence: ``{``, ``[``, a
+    rule of dashes or a fence says nothing of how a call went."""
+    stripped = line.strip()
+    return not stripped.startswith(("```", "~~~")) and any(c.isalnum() for c in stripped)
+
+
 def preview_of(message: BaseMessage, size: int, *, first_line: bool = False) -> str:
     """The first ``size`` characters of the message's text (tool calls when no text);
-    with ``first_line``, only their first non-blank line."""
+    with ``first_line``, only the first of their lines that says something (a letter or
+    digit, not a code fence: pretty-printed JSON shows its first field, not ``{``), else
+    the first non-blank one (``[]`` says the result was empty)."""
     text = text_of(message)
     if not text.strip() and isinstance(message, AIMessage) and message.tool_calls:
         text = "; ".join(
@@ -37,7 +46,10 @@ def preview_of(message: BaseMessage, size: int, *, first_line: bool = False) -> 
             for tc in message.tool_calls
         )
     text = text[:size]
-    return text.strip().split("\n", 1)[0].rstrip() if first_line else text
+    if not first_line:
+        return text
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return next((line for line in lines if _says_something(line)), lines[0] if lines else "")
 
 
 #: Tokens of the note an offloaded message carries (its size in tokens and the offload
@@ -58,7 +70,8 @@ class LargeMessageOffload:
     ("observation masking"). A result masked only because it left the working set keeps
     the first line of that preview and the offload id: the call before it, kept
     verbatim, already says what it was, and its first line says how it went (an exit
-    status, a count, the head of a record). On the coding runs of ``../shared/data``
+    status, a count, the head of a record; the first line that says something, see
+    :func:`preview_of`). On the coding runs of ``../shared/data``
     at 16k (``benchmarks/composition.py``), 200-character previews took 279 tokens a
     call and were the only place left of 0.41% of the facts the next actions reused;
     the first lines take 112 and hold 0.09%. Both work oldest first and stop once the
