@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+from hypothesis import settings
 from langgraph.store.base import BaseStore, Op, Result, SearchOp
 from langgraph.store.memory import InMemoryStore
 from langgraph.store.sqlite import AsyncSqliteStore, SqliteStore
@@ -25,6 +26,13 @@ from langgraph.store.sqlite import AsyncSqliteStore, SqliteStore
 from langchain_autocontext.store import OffloadStore
 
 POSTGRES_ENV = "AUTOCONTEXT_TEST_POSTGRES_URI"
+
+# The property tests draw the same examples on every run ("ci", the default), so a red
+# suite means a change, never an unlucky draw; HYPOTHESIS_PROFILE=explore draws new ones
+# each run (with hypothesis' example database) to look for what the fixed ones miss.
+settings.register_profile("ci", derandomize=True, database=None)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 # "sqlite-thread": a sync SqliteStore driven through the async API (run in a worker thread).
 # "textcmp": InMemoryStore comparing range filters as text, as PostgresStore does.
