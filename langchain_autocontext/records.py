@@ -31,6 +31,9 @@ class HistoryEntry:
     """The message exactly as first appended."""
     ts: float
     """Unix time of the append."""
+    agent: str | None = None
+    """The agent whose run archived the message (``create_agent``'s ``name``; a subagent
+    sharing its caller's thread has its own), or ``None`` outside a named agent."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -681,7 +681,9 @@ class OffloadStore(BaseStore):
             yield list(chunk)
 
     # --- history ----------------------------------------------------------------------------
-    def _append_plan(self, thread_id: str, messages: Sequence[BaseMessage]) -> _Plan[list[str]]:
+    def _append_plan(
+        self, thread_id: str, messages: Sequence[BaseMessage], agent: str | None = None
+    ) -> _Plan[list[str]]:
         ns = self.namespace(thread_id, HISTORY)
         meta_ns = self.namespace(thread_id, META)
         # Validate everything before any I/O: a bad message writes nothing.
@@ -716,6 +718,7 @@ class OffloadStore(BaseStore):
                 "message": _plain(dump_message(unique[mid]), f"message {mid!r}"),
                 "type": unique[mid].type,
                 "text": _search_text(unique[mid]),
+                **({"agent": agent} if agent else {}),
             }
             for mid in new_ids
         ]
@@ -742,6 +745,7 @@ class OffloadStore(BaseStore):
             id=item.key,
             message=load_message(revive(value["message"])),
             ts=float(value["ts"]),
+            agent=value.get("agent") if isinstance(value.get("agent"), str) else None,
         )
 
     def _history_plan(
@@ -777,6 +781,10 @@ class OffloadStore(BaseStore):
         write of the new items (+ the counter); nothing else is read or rewritten
         (batches are split every :attr:`max_batch_ops` ops).
 
+        Appended inside a named agent's run, the entries name that agent
+        (:attr:`HistoryEntry.agent`, from :func:`running_agent`): a subagent that shares
+        its caller's thread archives into the same history.
+
         Returns:
             The ids newly written, in order.
 
@@ -784,13 +792,15 @@ class OffloadStore(BaseStore):
             ValueError: a message has no id, or is a ``RemoveMessage`` (nothing is written).
             TypeError: a message is not JSON-serializable (e.g. a ToolMessage artifact).
         """
+        agent = running_agent()  # read here: the plan may run in another thread
         with self._locked(thread_id, HISTORY):
-            return self._run(self._append_plan(thread_id, messages))
+            return self._run(self._append_plan(thread_id, messages, agent))
 
     async def aappend_history(self, thread_id: str, messages: Sequence[BaseMessage]) -> list[str]:
         """Async twin of :meth:`append_history`."""
+        agent = running_agent()
         async with self._alocked(thread_id, HISTORY):
-            return await self._arun(self._append_plan(thread_id, messages))
+            return await self._arun(self._append_plan(thread_id, messages, agent))
 
     def get_history(
         self, thread_id: str, *, start: int = 0, end: int | None = None

@@ -594,24 +594,46 @@ def _boss_and_helper(store: InMemoryStore, *, sync: bool) -> Any:
     )
 
 
-@pytest.mark.parametrize("sync", [True, False], ids=["sync", "async"])
-async def test_each_event_names_the_agent_whose_compression_recorded_it(sync: bool) -> None:
-    """A subagent run inside a tool shares its caller's thread: both agents' compressions
-    land in one event list, told apart by ``EventRecord.agent`` (``create_agent``'s
-    ``name``, LangChain's ``lc_agent_name``); the stored dict carries it too."""
+async def _run_boss_and_helper(sync: bool) -> Any:
+    """Run the boss (and through it the helper) once, sync or async; their store."""
     store = InMemoryStore()
     boss = _boss_and_helper(store, sync=sync)
     if sync:
         boss.invoke({"messages": [HumanMessage("go")]}, THREAD)
     else:
         await boss.ainvoke({"messages": [HumanMessage("go")]}, THREAD)
-    events = AutoContext(CFG).resolve_store(store).list_events("t")
+    return AutoContext(CFG).resolve_store(store)
+
+
+@pytest.mark.parametrize("sync", [True, False], ids=["sync", "async"])
+async def test_each_event_names_the_agent_whose_compression_recorded_it(sync: bool) -> None:
+    """A subagent run inside a tool shares its caller's thread: both agents' compressions
+    land in one event list, told apart by ``EventRecord.agent`` (``create_agent``'s
+    ``name``, LangChain's ``lc_agent_name``); the stored dict carries it too."""
+    events = (await _run_boss_and_helper(sync)).list_events("t")
     by_agent: dict[Any, set[str]] = {}
     for e in events:
         by_agent.setdefault(e.agent, set()).add(e.strategy)
         assert e.to_dict()["agent"] == e.agent
     assert set(by_agent) == {"boss", "helper"}
     assert all(by_agent.values())  # both compressed
+
+
+@pytest.mark.parametrize("sync", [True, False], ids=["sync", "async"])
+async def test_each_history_entry_names_the_agent_that_archived_it(sync: bool) -> None:
+    """The subagent archives its originals into its caller's thread history: each entry
+    names its agent, the boss's request and the helper's tasks (the helper's input) and
+    results alike; outside a named agent the name is None."""
+    off = await _run_boss_and_helper(sync)
+    entries = off.get_history("t")
+    by_agent: dict[Any, list[str]] = {}
+    for e in entries:
+        by_agent.setdefault(e.agent, []).append(text_of(e.message))
+    assert set(by_agent) == {"boss", "helper"}
+    assert "go" in by_agent["boss"] and "go" not in by_agent["helper"]
+    assert "task 0" in by_agent["helper"]  # the helper's own user message
+    off.append_history("plain", [HumanMessage("hi", id="h")])
+    assert [e.agent for e in off.get_history("plain")] == [None]
 
 
 def test_events_outside_a_named_agent_name_none_and_a_given_agent_stays() -> None:
