@@ -570,7 +570,8 @@ def place_summaries(
     appended at the end and the originals, never removed from the parent, stay. Left
     so, every agent would summarize those originals again, and the summary would sit
     out of order. A summary of summaries stands where the first of all it stands for
-    stood. Then a summary in the assistant's role right before an assistant message
+    stood; the recursive summary first after the system message, where strategy 7
+    writes it (before a task statement its first originals followed). Then a summary in the assistant's role right before an assistant message
     takes the user's role, as when it was written (:func:`replacement_message`).
     Returns ``messages`` itself when nothing changes.
     """
