@@ -366,6 +366,7 @@ class _Meta(NamedTuple):
     #: who said it, for the speaker prior: its ``name``, else a speaker its text opens
     #: with in the transcript convention ("Caroline: …", "Caroline (May 8): …")
     said_by: str | None = None
+    agent: str | None = None  # the named agent whose run archived it
 
 
 def _aware(value: dt.datetime) -> dt.datetime:
@@ -742,6 +743,7 @@ def _add_locked(index: _ThreadIndex, items: Iterable[Item]) -> None:
             when[1] if when else False,
             doc,
             said_by,
+            value.get("agent") if isinstance(value.get("agent"), str) else None,
         )
         if d.copy:
             index.noise.add(key)
@@ -784,6 +786,9 @@ class SearchHit:
     time: str | None = None
     """When it was said (UTC): ``2023-05-08`` or ``2023-05-08 14:03`` (see
     :func:`search_history`)."""
+    agent: str | None = None
+    """The named agent whose run archived it (:attr:`HistoryEntry.agent`); the search
+    tool shows it only for another agent's messages."""
 
 
 def snippet(text: str, query: str, width: int = 320, windows: int = 3) -> str:
@@ -1017,6 +1022,7 @@ def _hits(
                 in_context=states.get(key, "no"),
                 speaker=meta.speaker,
                 time=None if meta.time is None else format_time(meta.time, meta.day),
+                agent=meta.agent,
             )
         )
     return out
@@ -1212,6 +1218,7 @@ def format_hits(
     lines = [head + (" (times UTC):" if any(h.time for h in hits) else ":")]
     for n, h in enumerate(hits, 1):
         who = h.role + (f" ({h.tool_name or h.speaker})" if h.tool_name or h.speaker else "")
+        who += f" of agent {h.agent}" if h.agent else ""
         when = f" at {h.time}" if h.time else ""
         where = {
             "yes": "in your context",

@@ -74,7 +74,7 @@ from langchain_autocontext.search import (
     mark_in_context,
     search_history,
 )
-from langchain_autocontext.store import OffloadRecord, OffloadStore
+from langchain_autocontext.store import OffloadRecord, OffloadStore, running_agent
 from langchain_autocontext.view import instructions_text, normalize_state, resolve_message_ref
 
 if TYPE_CHECKING:
@@ -903,6 +903,13 @@ def _search_tool(engine: ContextEngine) -> StructuredTool:
             )
         return filters
 
+    def foreign(hits: list[Any]) -> list[Any]:
+        """The hits, naming the agent only of another agent's messages (a subagent that
+        shares this thread archives into its history): the searching agent's own, and
+        those of a thread with no named agent, read as before."""
+        me = running_agent()
+        return [dataclasses.replace(h, agent=None) if h.agent == me else h for h in hits]
+
     def fitted(
         call: _Call, query: str, hits: list[Any], total: int, filters: Any, text: str | None
     ) -> str:
@@ -962,7 +969,7 @@ def _search_tool(engine: ContextEngine) -> StructuredTool:
         except ValueError as exc:  # a speaker of no message
             return call.error(str(exc))
         total = call.store.history_count(call.thread_id)
-        return call.reply(finish(call, query.strip(), hits, total, filters))
+        return call.reply(finish(call, query.strip(), foreign(hits), total, filters))
 
     async def asearch(
         runtime: ToolRuntime,
@@ -993,7 +1000,7 @@ def _search_tool(engine: ContextEngine) -> StructuredTool:
         except ValueError as exc:  # a speaker of no message
             return call.error(str(exc))
         total = await call.store.ahistory_count(call.thread_id)
-        return call.reply(await afinish(call, query.strip(), hits, total, filters))
+        return call.reply(await afinish(call, query.strip(), foreign(hits), total, filters))
 
     return StructuredTool.from_function(
         func=search,

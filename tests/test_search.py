@@ -791,3 +791,48 @@ def test_a_query_naming_a_speaker_prefers_them_by_name_or_by_the_transcript_pref
     store.append_history("t", msgs)
     assert search_history(store, "t", "What did Caroline paint?", 2)[0].id == "c"
     assert search_history(store, "t", "What did Melanie paint?", 2)[0].id == "m"
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+async def test_the_search_tool_names_the_agent_of_another_agents_messages(
+    use_async: bool,
+) -> None:
+    """A subagent that shares its caller's thread archives into the same history: the
+    boss's search shows the helper's messages as the helper's, its own as before."""
+    from langchain_core.runnables import RunnableLambda
+    from langgraph.prebuilt import ToolRuntime
+
+    from langchain_autocontext import AutoContext
+
+    store = OffloadStore(InMemoryStore())
+
+    def archive_as(agent: str, messages: list) -> None:
+        append = RunnableLambda(lambda _: store.append_history("t", messages))
+        append.invoke(None, {"metadata": {"lc_agent_name": agent}})
+
+    archive_as("helper", [AIMessage("the parser fix touches lexer.py", id="h1")])
+    archive_as("boss", [HumanMessage("is the parser fixed?", id="b1")])
+    assert [e.agent for e in store.get_history("t")] == ["helper", "boss"]
+    asking = AIMessage(
+        "",
+        id="ask",
+        tool_calls=[{"name": "search_history", "args": {}, "id": "c", "type": "tool_call"}],
+    )
+    runtime = ToolRuntime(
+        state={"messages": [HumanMessage("go", id="g"), asking], "autocontext": {}},
+        context=None,
+        config={"configurable": {"thread_id": "t"}},
+        stream_writer=lambda _: None,
+        tool_call_id="c",
+        store=store,
+    )
+    tool = next(t for t in AutoContext(store=store).tools if t.name == "search_history")
+    request = {"name": "search_history", "id": "c", "type": "tool_call"}
+    request["args"] = {"query": "parser", "runtime": runtime}
+    as_boss = {"metadata": {"lc_agent_name": "boss"}}
+    out = await tool.ainvoke(request, as_boss) if use_async else tool.invoke(request, as_boss)
+    lines = out.update["messages"][-1].content.splitlines()
+    helper_line = next(line for line in lines if "id=h1" in line)
+    boss_line = next(line for line in lines if "id=b1" in line)
+    assert "assistant of agent helper" in helper_line
+    assert "of agent" not in boss_line
