@@ -61,6 +61,7 @@ from langchain_autocontext.store import (
     _search_text,
     on_thread_deleted,
     revive,
+    stored_agent,
 )
 
 __all__ = [
@@ -743,7 +744,7 @@ def _add_locked(index: _ThreadIndex, items: Iterable[Item]) -> None:
             when[1] if when else False,
             doc,
             said_by,
-            value.get("agent") if isinstance(value.get("agent"), str) else None,
+            stored_agent(value),
         )
         if d.copy:
             index.noise.add(key)

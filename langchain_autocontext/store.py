@@ -403,6 +403,13 @@ def running_agent() -> str | None:
     return name if isinstance(name, str) and name else None
 
 
+def stored_agent(value: Mapping[str, Any]) -> str | None:
+    """The agent a stored history item names (``None`` for items written outside a named
+    agent, and for items written before entries named one)."""
+    agent = value.get("agent")
+    return agent if isinstance(agent, str) else None
+
+
 class OffloadStore(BaseStore):
     """A ``BaseStore`` wrapping any backend, with typed per-thread helpers.
 
@@ -745,7 +752,7 @@ class OffloadStore(BaseStore):
             id=item.key,
             message=load_message(revive(value["message"])),
             ts=float(value["ts"]),
-            agent=value.get("agent") if isinstance(value.get("agent"), str) else None,
+            agent=stored_agent(value),
         )
 
     def _history_plan(
