@@ -404,8 +404,8 @@ def running_agent() -> str | None:
 
 
 def stored_agent(value: Mapping[str, Any]) -> str | None:
-    """The agent a stored history item names (``None`` for items written outside a named
-    agent, and for items written before entries named one)."""
+    """The agent a stored history item or event names (``None`` for what was written
+    outside a named agent, or before the store recorded agents)."""
     agent = value.get("agent")
     return agent if isinstance(agent, str) else None
 
@@ -1081,7 +1081,7 @@ class OffloadStore(BaseStore):
             tokens_before=_int_or_none(data.get("tokens_before")),
             tokens_after=_int_or_none(data.get("tokens_after")),
             data=data,
-            agent=agent if isinstance(agent := data.get("agent"), str) else None,
+            agent=stored_agent(data),
         )
 
     def _list_events_plan(self, thread_id: str) -> _Plan[list[EventRecord]]:

@@ -571,8 +571,9 @@ def place_summaries(
     so, every agent would summarize those originals again, and the summary would sit
     out of order. A summary of summaries stands where the first of all it stands for
     stood; the recursive summary first after the system message, where strategy 7
-    writes it (before a task statement its first originals followed). Then a summary in the assistant's role right before an assistant message
-    takes the user's role, as when it was written (:func:`replacement_message`).
+    writes it (before a task statement its first originals followed). Then a summary
+    in the assistant's role right before an assistant message takes the user's role,
+    as when it was written (:func:`replacement_message`).
     Returns ``messages`` itself when nothing changes.
     """
     index = {m.id: i for i, m in enumerate(messages) if m.id}
