@@ -420,6 +420,22 @@ class AutoContextConfig(BaseModel):
         """Token count the pipeline compresses down to once triggered."""
         return int(self.max_tokens * self.target_ratio)
 
+    @property
+    def target_messages(self) -> int:
+        """Messages a compaction leaves at most: ``msg_threshold`` in the same proportion
+        to its trigger as the token target (``target_ratio / token_ratio``; 53 with the
+        defaults), and at least 2."""
+        return max(2, int(self.msg_threshold * self.target_ratio / self.token_ratio))
+
+    def due(self, tokens: int, messages: int, floor: int = 0) -> bool:
+        """Whether a context of ``tokens`` tokens in ``messages`` messages, whose
+        incompressible part counts ``floor`` tokens, is compressed: past the trigger of
+        :meth:`thresholds` or past ``msg_threshold`` messages.
+
+        The one rule behind the pipeline, the graph node's measure and the moment the
+        package first shows itself to the model."""
+        return tokens > self.thresholds(floor).trigger or messages > self.msg_threshold
+
     def thresholds(self, floor: int = 0) -> Thresholds:
         """The token thresholds for a context whose incompressible part (system prompt,
         tool schemas, latest user message, pins) counts ``floor`` tokens.

@@ -958,9 +958,11 @@ class ContextEngine:
         msgs = as_messages(messages)
         if any(marker(m) for m in msgs):
             return True
-        # the trigger the pipeline applies to this call before anything is shown
-        trigger = self.trigger_tokens(msgs, state, self._config_shown(False))
-        return len(msgs) > cfg.msg_threshold or self.counter.count(msgs, self.count_tools) > trigger
+        # the rule the pipeline applies to this call, before anything is shown
+        hidden = self._config_shown(False)
+        return self._budget(msgs, state, hidden).due(
+            self.counter.count(msgs, self.count_tools), len(msgs), self.floor_tokens(msgs, hidden)
+        )
 
     def trigger_tokens(
         self,

@@ -135,8 +135,7 @@ def build_node(
         msgs, _, _ = engine._with_view(msgs, ac_state, virtual, shown)
         tokens = engine.counter.count(msgs, engine.count_tools, tags=shown.tags_mode)
         cfg = engine._budget(state.get("messages") or [], ac_state, shown)
-        trigger = cfg.thresholds(engine.floor_tokens(msgs, shown)).trigger
-        triggered = tokens > trigger or len(msgs) > cfg.msg_threshold
+        triggered = cfg.due(tokens, len(msgs), engine.floor_tokens(msgs, shown))
         work = {"triggered": triggered, "ids_assigned": ids_assigned or repaired}
         return {"ac_work": {**work, "tokens": tokens}}
 

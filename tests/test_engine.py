@@ -692,3 +692,28 @@ def test_compaction_by_message_count_reaches_its_target_with_short_messages(
     assert not find_violations(out.messages)
     # the newest messages are still there verbatim
     assert [m.id for m in out.messages[-6:]] == [m.id for m in msgs[-6:]]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    steps=st.integers(1, 40),
+    lines=st.integers(1, 60),
+    max_tokens=st.sampled_from([3_000, 6_000, 12_000]),
+    msg_threshold=st.integers(4, 90),
+)
+def test_compression_runs_exactly_when_the_config_says_it_is_due(
+    steps: int, lines: int, max_tokens: int, msg_threshold: int
+) -> None:
+    """One rule decides whether a call compresses (``AutoContextConfig.due``): past the
+    trigger moved up with the floor, or past ``msg_threshold`` messages. The pipeline
+    and the moment the package first shows itself to the model follow it."""
+    cfg = AutoContextConfig(max_tokens=max_tokens, msg_threshold=msg_threshold)
+    msgs = coding_run(steps, output_lines=lines)
+    ac, _store = make(cfg)
+    floor = ac.floor_tokens(msgs)
+    tokens = ac.counter.count(msgs)
+    due = cfg.due(tokens, len(msgs), floor)
+    assert due == (tokens > cfg.thresholds(floor).trigger or len(msgs) > msg_threshold)
+    assert ac.engaged(msgs, None) == due
+    result = ac.compress(msgs, thread_id="due")
+    assert result.triggered == due

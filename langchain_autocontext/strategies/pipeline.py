@@ -274,8 +274,7 @@ def run_pipeline(
     tokens = count(msgs)
     before = tokens
     floor = floor_tokens(msgs, counter, tools, tags)
-    trigger_tokens, target_tokens, _ = config.thresholds(floor)
-    triggered = force or tokens > trigger_tokens or len(msgs) > config.msg_threshold
+    triggered = force or config.due(tokens, len(msgs), floor)
     if not triggered:
         return PipelineResult(msgs, before, tokens, triggered=False)
     if floor > config.max_tokens:
@@ -289,7 +288,7 @@ def run_pipeline(
             required_tokens=floor + reserved_tokens,
             max_tokens=configured,
         )
-    target_messages = max(2, int(config.msg_threshold * config.target_ratio / config.token_ratio))
+    target_tokens, target_messages = config.thresholds(floor).target, config.target_messages
     events: list[dict[str, Any]] = []
 
     def fits() -> bool:
