@@ -285,7 +285,7 @@ class PassContext:
         for job, freed, removed in candidates:
             if need_t <= 0 and need_m <= 0:
                 break
-            if not ((freed > 0 and need_t > 0) or (removed > 0 and need_m > 0)):
+            if freed <= 0 and (need_m <= 0 or removed <= 0):
                 continue  # would not move us towards what is still needed
             jobs.append(job)
             need_t -= freed
