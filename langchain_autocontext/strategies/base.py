@@ -279,6 +279,11 @@ class PassContext:
         Each candidate is ``(job, tokens it frees, messages it removes)``. Compression
         stops at the target rather than below it: what is not needed to get there
         stays verbatim (and the provider's prompt cache keeps more of its prefix).
+        While the message count is still over its target, a candidate that only frees
+        tokens is taken too: masking then reaches every tool result outside the
+        protected tail, which is what observation masking does, and stopping it at the
+        token target instead kept no more of what the next actions reuse for more cost
+        (``docs/performance.md``).
         """
         need_t, need_m = self.need_tokens, self.need_messages
         jobs: list[Job] = []
