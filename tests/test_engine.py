@@ -700,20 +700,24 @@ def test_compaction_by_message_count_reaches_its_target_with_short_messages(
     lines=st.integers(1, 60),
     max_tokens=st.sampled_from([3_000, 6_000, 12_000]),
     msg_threshold=st.integers(4, 90),
+    floor_share=st.floats(0.0, 0.9),
 )
 def test_compression_runs_exactly_when_the_config_says_it_is_due(
-    steps: int, lines: int, max_tokens: int, msg_threshold: int
+    steps: int, lines: int, max_tokens: int, msg_threshold: int, floor_share: float
 ) -> None:
     """One rule decides whether a call compresses (``AutoContextConfig.due``): past the
     trigger moved up with the floor, or past ``msg_threshold`` messages. The pipeline
-    and the moment the package first shows itself to the model follow it."""
+    and the moment the package first shows itself to the model follow it together."""
     cfg = AutoContextConfig(max_tokens=max_tokens, msg_threshold=msg_threshold)
+    floor = int(max_tokens * floor_share)
+    trigger = cfg.thresholds(floor).trigger
+    assert not cfg.due(trigger, msg_threshold, floor)
+    assert cfg.due(trigger + 1, msg_threshold, floor)
+    assert cfg.due(0, msg_threshold + 1, floor)
     msgs = coding_run(steps, output_lines=lines)
     ac, _store = make(cfg)
-    floor = ac.floor_tokens(msgs)
-    tokens = ac.counter.count(msgs)
-    due = cfg.due(tokens, len(msgs), floor)
-    assert due == (tokens > cfg.thresholds(floor).trigger or len(msgs) > msg_threshold)
-    assert ac.engaged(msgs, None) == due
+    shown = ac.engaged(msgs, None)
     result = ac.compress(msgs, thread_id="due")
-    assert result.triggered == due
+    assert result.triggered == shown
+    if len(msgs) > msg_threshold:
+        assert result.triggered
