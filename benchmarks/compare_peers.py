@@ -47,7 +47,7 @@ import types
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +96,9 @@ PAD_SYSTEM = 0
 #: (:func:`seeded_package_ids`). Another seed shifts offload ids' token counts, and with
 #: them where compactions fall: how much a figure owes to that phase.
 IDS_SEED = 0
+#: Set from --parallel-calls: the data reshaped as agents that call tools in parallel
+#: record it (:func:`parallel_calls`).
+PARALLEL_CALLS = False
 
 
 def padded_system(message: SystemMessage, tokens: int, counter: Any) -> SystemMessage:
@@ -843,6 +846,41 @@ def _call_points(messages: Sequence[BaseMessage]) -> list[int]:
     return [i for i, m in enumerate(messages) if isinstance(m, AIMessage)]
 
 
+def parallel_calls(trajectory: Trajectory) -> Trajectory:
+    """``trajectory`` with each two consecutive one-call steps (an assistant turn making
+    one tool call, then its result) made into one assistant turn making both calls,
+    followed by both results: the shape of an agent that calls tools in parallel. The
+    texts, calls and results are the recorded ones; the merged turn keeps the first
+    turn's id, and its text is both turns' texts."""
+    msgs = trajectory.messages
+    out: list[BaseMessage] = []
+    i = 0
+
+    def one_call(k: int) -> bool:
+        m = msgs[k]
+        return (
+            isinstance(m, AIMessage)
+            and len(m.tool_calls) == 1
+            and k + 1 < len(msgs)
+            and isinstance(msgs[k + 1], ToolMessage)
+            and msgs[k + 1].tool_call_id == m.tool_calls[0]["id"]
+        )
+
+    while i < len(msgs):
+        if one_call(i) and i + 3 < len(msgs) and one_call(i + 2):
+            first, second = msgs[i], msgs[i + 2]
+            text = "\n".join(t for t in (text_of(first), text_of(second)) if t)
+            merged = AIMessage(
+                text, tool_calls=[*first.tool_calls, *second.tool_calls], id=first.id
+            )
+            out += [merged, msgs[i + 1], msgs[i + 3]]
+            i += 4
+        else:
+            out.append(msgs[i])
+            i += 1
+    return replace(trajectory, messages=out)
+
+
 def replay_one(
     trajectory: Trajectory,
     runner: Runner,
@@ -959,6 +997,8 @@ def run(
 ) -> list[Row]:
     """Replay every trajectory of ``path`` through every system at every budget."""
     trajectories = load_trajectories(path, limit=limit)
+    if PARALLEL_CALLS:
+        trajectories = [parallel_calls(t) for t in trajectories]
     common = frequent_tokens(trajectories)
     counter = default_counter()
     rows = []
@@ -1541,9 +1581,16 @@ def main(argv: list[str] | None = None) -> int:
         help="seed of the package's id sequence (another seed: how much a figure owes to "
         "where compactions happen to fall)",
     )
+    ap.add_argument(
+        "--parallel-calls",
+        action="store_true",
+        help="reshape the trajectories: each two consecutive one-call steps become one "
+        "assistant turn making both calls (agents that call tools in parallel)",
+    )
     args = ap.parse_args(argv)
-    global OURS_ORDER, TASK_STAND_IN, PAD_SYSTEM, IDS_SEED
+    global OURS_ORDER, TASK_STAND_IN, PAD_SYSTEM, IDS_SEED, PARALLEL_CALLS
     PAD_SYSTEM = max(0, args.pad_system)
+    PARALLEL_CALLS = args.parallel_calls
     IDS_SEED = args.ids_seed
     if args.task_stand_in:
         TASK_STAND_IN = "Fix the issue in the task statement given earlier."
@@ -1574,6 +1621,11 @@ def main(argv: list[str] | None = None) -> int:
         report.append(f"Every system prompt carried about {PAD_SYSTEM:,} more tokens of rules.")
     if IDS_SEED:
         report.append(f"The package's ids came from the sequence of seed {IDS_SEED}.")
+    if PARALLEL_CALLS:
+        report.append(
+            "Reshaped (--parallel-calls): each two consecutive one-call steps were replayed "
+            "as one assistant turn making both calls, then both results."
+        )
     if TASK_STAND_IN is not None:
         report.append(
             f"Ablation (--task-stand-in): every system was given {TASK_STAND_IN!r} in place of "

@@ -139,6 +139,33 @@ def test_padded_system_prompts_are_sent_and_counted(
     assert str(grown.content).startswith("You help.") and counter.count_message(grown) >= 500
 
 
+def test_parallel_calls_reshape_the_runs_validly(
+    cp: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--parallel-calls replays each two one-call steps as one turn making both calls:
+    the same calls and results in fewer model calls, every sequence valid, and the
+    package still holds the budget with every original recoverable."""
+    from langchain_core.messages import AIMessage, ToolMessage
+
+    from langchain_autocontext.messages import find_violations
+    from langchain_autocontext.replay import load_trajectories
+
+    (t,) = load_trajectories(_data(MINI), limit=1)
+    reshaped = cp.parallel_calls(t)
+    assert not find_violations(reshaped.messages)
+    calls = [tc["id"] for m in t.messages if isinstance(m, AIMessage) for tc in m.tool_calls]
+    again = [tc["id"] for m in reshaped.messages if isinstance(m, AIMessage) for tc in m.tool_calls]
+    assert again == calls  # every call, in order
+    results = [m.content for m in t.messages if isinstance(m, ToolMessage)]
+    assert [m.content for m in reshaped.messages if isinstance(m, ToolMessage)] == results
+    assert any(len(m.tool_calls) == 2 for m in reshaped.messages if isinstance(m, AIMessage))
+    (plain,) = cp.run(_data(MINI), ["ours"], [8_000], limit=1)
+    monkeypatch.setattr(cp, "PARALLEL_CALLS", True)
+    (paired,) = cp.run(_data(MINI), ["ours"], [8_000], limit=1)
+    assert 0 < paired.calls < plain.calls
+    assert paired.over_budget == 0 and paired.invalid == 0 and paired.recoverable_share == 1.0
+
+
 def test_middleware_placeholder_summaries_are_counted(cp: ModuleType) -> None:
     """When no user message falls in the middleware's trim window it writes langchain's
     placeholder instead of calling the summary model (langchain#39261); the runner
