@@ -825,6 +825,14 @@ def _violation_kind(problem: str) -> str:
     return "tool result without call"
 
 
+def common_prefix(keys: Sequence[Any], previous: Sequence[Any]) -> int:
+    """How many leading message keys two consecutive calls share."""
+    return next(
+        (k for k, (a, b) in enumerate(zip(keys, previous, strict=False)) if a != b),
+        min(len(keys), len(previous)),
+    )
+
+
 def cached_prefix(
     sent: Sent, previous: Sequence[tuple[str, str, str, str]], counter: TokenCounter
 ) -> tuple[int, list[tuple[str, str, str, str]]]:
@@ -832,11 +840,7 @@ def cached_prefix(
     ``previous``: the tool schemas and the identical leading messages (the reply priming
     closes the request, it is never a prefix); with this call's keys, for the next."""
     keys = [_key(m) for m in sent.messages]
-    common = 0
-    for a, b in zip(keys, previous, strict=False):
-        if a != b:
-            break
-        common += 1
+    common = common_prefix(keys, previous)
     if not common:
         return 0, keys
     return sent.base - counter.reply_priming + sum(sent.counts[:common]), keys

@@ -72,10 +72,7 @@ def composition(system: str, budget: int, limit: int, data: Path) -> tuple[dict,
                 sent = runner.measure(runner.step(list(msgs[cursor:point])))
                 cursor = point
                 keys = [cp._key(m) for m in sent.messages]
-                common = next(
-                    (k for k, (a, b) in enumerate(zip(keys, previous, strict=False)) if a != b),
-                    min(len(keys), len(previous)),
-                )
+                common = cp.common_prefix(keys, previous)
                 if system.startswith("ours"):
                     now = len(runner.store.list_events(runner.thread))
                     if now == events and previous and common < len(previous):
