@@ -853,9 +853,9 @@ def _call_points(messages: Sequence[BaseMessage]) -> list[int]:
 def parallel_calls(trajectory: Trajectory) -> Trajectory:
     """``trajectory`` with each two consecutive one-call steps (an assistant turn making
     one tool call, then its result) made into one assistant turn making both calls,
-    followed by both results: the shape of an agent that calls tools in parallel. The
-    texts, calls and results are the recorded ones; the merged turn keeps the first
-    turn's id, and its text is both turns' texts."""
+    followed by both results: the shape of an agent that calls tools in parallel (not
+    when both calls have one id). The texts, calls and results are the recorded ones;
+    the merged turn keeps the first turn's id, and its text is both turns' texts."""
     msgs = trajectory.messages
     out: list[BaseMessage] = []
     i = 0
@@ -871,8 +871,14 @@ def parallel_calls(trajectory: Trajectory) -> Trajectory:
         )
 
     while i < len(msgs):
-        if one_call(i) and i + 3 < len(msgs) and one_call(i + 2):
-            first, second = msgs[i], msgs[i + 2]
+        first, second = msgs[i], msgs[i + 2] if i + 2 < len(msgs) else None
+        if (
+            one_call(i)
+            and i + 3 < len(msgs)
+            and one_call(i + 2)
+            # one turn cannot make two calls of one id (tau-bench reuses ids across steps)
+            and first.tool_calls[0]["id"] != second.tool_calls[0]["id"]
+        ):
             text = "\n".join(t for t in (text_of(first), text_of(second)) if t)
             merged = AIMessage(
                 text, tool_calls=[*first.tool_calls, *second.tool_calls], id=first.id

@@ -159,6 +159,9 @@ def test_parallel_calls_reshape_the_runs_validly(
     results = [m.content for m in t.messages if isinstance(m, ToolMessage)]
     assert [m.content for m in reshaped.messages if isinstance(m, ToolMessage)] == results
     assert any(len(m.tool_calls) == 2 for m in reshaped.messages if isinstance(m, AIMessage))
+    # tau-bench reuses call ids across steps: those steps stay apart, every sequence valid
+    for tau in load_trajectories(_data(TAU)):
+        assert not find_violations(cp.parallel_calls(tau).messages), tau.id
     (plain,) = cp.run(_data(MINI), ["ours"], [8_000], limit=1)
     monkeypatch.setattr(cp, "PARALLEL_CALLS", True)
     (paired,) = cp.run(_data(MINI), ["ours"], [8_000], limit=1)
