@@ -138,8 +138,9 @@ def test_real_runs_keep_the_tail_stop_at_the_target_and_never_grow(run, budget) 
             assert e["tokens_after"] <= e["tokens_before"], e
             if e["strategy"] not in LAST_RESORTS:
                 # no strategy runs once the target holds
-                over = e["tokens_before"] > e["target_tokens"] or e["messages_before"] > (
-                    ac.config.msg_threshold * ac.config.target_ratio
+                over = (
+                    e["tokens_before"] > e["target_tokens"]
+                    or e["messages_before"] > ac.config.target_messages
                 )
                 assert over, e
         target = events[0]["target_tokens"] if events else 0
