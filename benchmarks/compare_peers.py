@@ -870,15 +870,19 @@ def parallel_calls(trajectory: Trajectory) -> Trajectory:
             and msgs[k + 1].tool_call_id == m.tool_calls[0]["id"]
         )
 
+    def pairable(k: int) -> bool:
+        """Steps ``k`` and ``k + 2`` make one call each, of two different ids (one turn
+        cannot make two calls of one id; tau-bench reuses ids across steps)."""
+        return (
+            k + 3 < len(msgs)
+            and one_call(k)
+            and one_call(k + 2)
+            and msgs[k].tool_calls[0]["id"] != msgs[k + 2].tool_calls[0]["id"]
+        )
+
     while i < len(msgs):
-        first, second = msgs[i], msgs[i + 2] if i + 2 < len(msgs) else None
-        if (
-            one_call(i)
-            and i + 3 < len(msgs)
-            and one_call(i + 2)
-            # one turn cannot make two calls of one id (tau-bench reuses ids across steps)
-            and first.tool_calls[0]["id"] != second.tool_calls[0]["id"]
-        ):
+        if pairable(i):
+            first, second = msgs[i], msgs[i + 2]
             text = "\n".join(t for t in (text_of(first), text_of(second)) if t)
             merged = AIMessage(
                 text, tool_calls=[*first.tool_calls, *second.tool_calls], id=first.id
