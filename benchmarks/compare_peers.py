@@ -566,6 +566,11 @@ class OursRunner(Runner):
     system section, metadata tags, notices); the view is what is sent, with the
     tool schemas the middleware sends: the package's own tools once the view shows
     the package (``call.engaged``, see ``AutoContextConfig.disclosure``).
+
+    ``tools``: the agent's own tools, counted and sent with every call as
+    ``create_agent`` sends them (the benchmark sends none, as for the peers;
+    ``tests/test_benchmarks_smoke.py`` gives the recorded ``bash`` tool to check that
+    this runner sends what a ``create_agent`` graph with the middleware sends).
     """
 
     name = "ours"
@@ -575,10 +580,13 @@ class OursRunner(Runner):
         budget: int,
         counter: TokenCounter,
         summarizer: CountingSummarizer,
+        *,
+        tools: Sequence[Any] = (),
         **config: Any,
     ):
         super().__init__(budget, counter, summarizer)
         self.config_overrides = config
+        self.agent_tools = list(tools)
         if config.get("self_management_tools") is False:
             self.name = "ours-lean"
 
@@ -589,6 +597,7 @@ class OursRunner(Runner):
             summarizer=self.summarizer,
             store=self.store,
             token_counter=self.counter,
+            tools=self.agent_tools,
             strategies=strategies_in_order(OURS_ORDER) if OURS_ORDER else None,
         )
         self.working: list[BaseMessage] = []

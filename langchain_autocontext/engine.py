@@ -665,13 +665,33 @@ class ContextEngine:
         return config.model_copy(update={"max_tokens": max(1, limit - reserve)})
 
     def floor_tokens(
-        self, messages: Sequence[BaseMessage], shown: AutoContextConfig | None = None
+        self,
+        messages: Sequence[BaseMessage],
+        shown: AutoContextConfig | None = None,
+        tools: Sequence[Any] | None = None,
     ) -> int:
         """Tokens of what no strategy compresses in ``messages`` (system prompt, tool
         schemas, latest user message, pending call, pins), counted as the pipeline
-        counts them: the ``floor`` of :meth:`AutoContextConfig.thresholds`."""
+        counts them: the ``floor`` of :meth:`AutoContextConfig.thresholds`. ``tools``:
+        the tool schemas the pipeline counts (default :attr:`count_tools`)."""
         tags = (shown or self.config).tags_mode
-        return floor_tokens(list(messages), self.counter, self.count_tools, tags)
+        counted = self.count_tools if tools is None else list(tools)
+        return floor_tokens(list(messages), self.counter, counted, tags)
+
+    def with_own_tools(self, tools: Sequence[Any] | None) -> list[Any]:
+        """The tool schemas the pipeline counts for a call that sends ``tools``: those
+        and the package's own tools not among them (counted from the first call, shown
+        or not, so that the room they take is there once they are shown);
+        :attr:`count_tools` when ``tools`` is ``None``.
+
+        A ``create_agent`` request sends the agent's tools, and the package's only once
+        the model is shown the package: its view, its trigger and its warning count what
+        the request sends plus what it will send."""
+        if tools is None:
+            return self.count_tools
+        given = list(tools)
+        names = {_tool_name(t) for t in given}
+        return given + [t for t in self.tools if t.name not in names]
 
     def calibrate(
         self, call: ModelCall, reply: Any, state: Mapping[str, Any] | None
@@ -847,7 +867,7 @@ class ContextEngine:
         if not view:
             plain = self._config_shown(False)
             return msgs, virtual, None, plain, list(self.agent_tools) if tools is None else tools
-        shown = self.view_config(msgs, state)
+        shown = self.view_config(msgs, state, tools)
         msgs, virtual, system = self._with_view(msgs, state, virtual, shown)
         return msgs, virtual, system, self._budget(given, state, shown), tools
 
@@ -892,7 +912,9 @@ class ContextEngine:
         and the working context, the working messages with metadata tags (when
         ``config.metadata_tags``), and one-turn notices (memory pressure, errors of
         the last XML commands). ``state`` is the graph state's ``autocontext`` dict;
-        ``tools`` the tool schemas sent with the call (default: :attr:`count_tools`).
+        ``tools`` the tool schemas sent with the call (default: :attr:`count_tools`);
+        the warning and the moment the package shows itself count them with the
+        package's own (:meth:`with_own_tools`), as :meth:`compress` counted them.
 
         ``result.state_update`` is the new ``autocontext`` value (``{}`` when
         unchanged): persist it, e.g. ``return call.update(model.invoke(call.messages))``
@@ -905,7 +927,8 @@ class ContextEngine:
         del thread_id  # the view needs no store; kept for symmetry with the other calls
         msgs = merge_system_messages(as_messages(messages))  # one system message, in the view too
         owns_system = bool(msgs) and isinstance(msgs[0], SystemMessage)
-        engaged = self.engaged(msgs, state)
+        counted = self.with_own_tools(tools)  # what compress counted for this call
+        engaged = self.engaged(msgs, state, counted)
         shown = self._config_shown(engaged)
         call = build_view(
             msgs,
@@ -914,7 +937,8 @@ class ContextEngine:
             tools=self.count_tools if tools is None else list(tools),
             state=state,
             agent_system_prompt=None if owns_system else self.system_prompt,
-            floor_tokens=self.floor_tokens(msgs, shown),  # tags counted as this view shows them
+            # tags counted as this view shows them
+            floor_tokens=self.floor_tokens(msgs, shown, counted),
         )
         call.engaged = engaged
         if self.config.self_management_tools and "working_context" not in (
@@ -934,9 +958,16 @@ class ContextEngine:
         return call
 
     def engaged(
-        self, messages: Sequence[MessageLikeRepresentation], state: Mapping[str, Any] | None
+        self,
+        messages: Sequence[MessageLikeRepresentation],
+        state: Mapping[str, Any] | None,
+        tools: Sequence[Any] | None = None,
     ) -> bool:
         """Whether the model is shown the package's tags, section and tools on this call.
+
+        ``tools``: the tool schemas the pipeline counts for this call (default
+        :attr:`count_tools`; :meth:`with_own_tools` of what a request sends), so that
+        this decides as the pipeline does.
 
         With ``config.disclosure == "when_needed"``: from the call that first
         compresses (the context past the trigger, ``token_ratio`` of the budget moved up
@@ -960,8 +991,9 @@ class ContextEngine:
             return True
         # the rule the pipeline applies to this call, before anything is shown
         hidden = self._config_shown(False)
+        counted = self.count_tools if tools is None else list(tools)
         return self._budget(msgs, state, hidden).due(
-            self.counter.count(msgs, self.count_tools), len(msgs), self.floor_tokens(msgs, hidden)
+            self.counter.count(msgs, counted), len(msgs), self.floor_tokens(msgs, hidden, counted)
         )
 
     def trigger_tokens(
@@ -969,19 +1001,25 @@ class ContextEngine:
         messages: Sequence[BaseMessage],
         state: Mapping[str, Any] | None,
         shown: AutoContextConfig,
+        tools: Sequence[Any] | None = None,
     ) -> int:
         """Tokens above which this call's pipeline compresses ``messages`` with the view
         ``shown``: the budget less the view's reserve (:meth:`_budget`), its trigger
-        moved up with the floor (:meth:`AutoContextConfig.thresholds`)."""
+        moved up with the floor (:meth:`AutoContextConfig.thresholds`). ``tools``: the
+        tool schemas the pipeline counts (default :attr:`count_tools`)."""
         budget = self._budget(messages, state, shown)
-        return budget.thresholds(self.floor_tokens(messages, shown)).trigger
+        return budget.thresholds(self.floor_tokens(messages, shown, tools)).trigger
 
     def view_config(
-        self, messages: Sequence[BaseMessage], state: Mapping[str, Any] | None
+        self,
+        messages: Sequence[BaseMessage],
+        state: Mapping[str, Any] | None,
+        tools: Sequence[Any] | None = None,
     ) -> AutoContextConfig:
         """The config the view of this call is built with: without tags and without the
-        tools' section until :meth:`engaged` (the tools stay registered)."""
-        return self._config_shown(self.engaged(messages, state))
+        tools' section until :meth:`engaged` (the tools stay registered). ``tools``: the
+        tool schemas the pipeline counts (default :attr:`count_tools`)."""
+        return self._config_shown(self.engaged(messages, state, tools))
 
     def _config_shown(self, engaged: bool) -> AutoContextConfig:
         if not (self._budget_warned or self._window_deferred):  # every surface passes here

@@ -31,6 +31,7 @@ from langchain_autocontext.engine import (
     thread_id_of,
 )
 from langchain_autocontext.messages import remove_all
+from langchain_autocontext.metadata import as_shown
 from langchain_autocontext.strategies.pipeline import PipelineResult, adrive, drive
 
 __all__ = [
@@ -133,7 +134,9 @@ def build_node(
         ac_state = state.get("autocontext")
         shown = engine.view_config(msgs, ac_state)
         msgs, _, _ = engine._with_view(msgs, ac_state, virtual, shown)
-        tokens = engine.counter.count(msgs, engine.count_tools, tags=shown.tags_mode)
+        tokens = engine.counter.count(
+            as_shown(msgs, shown.tags_mode), engine.count_tools, tags=shown.tags_mode
+        )
         cfg = engine._budget(state.get("messages") or [], ac_state, shown)
         triggered = cfg.due(tokens, len(msgs), engine.floor_tokens(msgs, shown))
         work = {"triggered": triggered, "ids_assigned": ids_assigned or repaired}

@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 
 from langchain_core.messages import BaseMessage, SystemMessage
 
+from langchain_autocontext.copies import memo_copy
 from langchain_autocontext.tag_counts import (
     TAG_FORMATS,
     ViewCounts,
@@ -47,6 +48,7 @@ __all__ = [
     "TAG_FORMATS",
     "TAG_PATTERN",
     "ViewCounts",
+    "as_shown",
     "id_alias",
     "ref_matches",
     "render_tag",
@@ -55,6 +57,8 @@ __all__ = [
     "strip_message_tags",
     "strip_tags",
     "view_counts",
+    "view_id_map",
+    "with_ids",
 ]
 
 #: Attribute names a metadata tag may carry.
@@ -262,6 +266,40 @@ def _stable_prefixes(names: Sequence[str], min_length: int) -> list[int]:
         lengths.append(max(min_length, shared + 1))
         bisect.insort(earlier, name)
     return lengths
+
+
+def view_id_map(messages: Sequence[BaseMessage], fmt: str) -> dict[str, str]:
+    """The short ids the model's view shows in tags of format ``fmt`` for
+    ``messages``: :func:`short_id_map` of the non-system messages' ids, by the
+    format's rule (:data:`SHORT_ID_RULES`)."""
+    ids = [m.id for m in messages if not isinstance(m, SystemMessage)]
+    return short_id_map(ids, *SHORT_ID_RULES[fmt])
+
+
+def with_ids(messages: Sequence[BaseMessage], id_map: dict[str, str]) -> list[BaseMessage]:
+    """``messages`` with each id in ``id_map`` replaced by its value: memoized copies
+    (:func:`~langchain_autocontext.copies.memo_copy`), the same objects elsewhere."""
+    if not id_map:
+        return list(messages)
+    return [
+        memo_copy(m, ("id", id_map[m.id]), lambda m: m.model_copy(update={"id": id_map[m.id]}))
+        if m.id in id_map
+        else m
+        for m in messages
+    ]
+
+
+def as_shown(messages: Sequence[BaseMessage], fmt: str | bool) -> list[BaseMessage]:
+    """``messages`` as the model's view names them: with tags (``fmt`` a format, or
+    ``True`` for ``"seed"``), each id replaced by the short id its tag shows;
+    ``False``: unchanged. What the view sends is counted on these
+    (``counter.count(as_shown(msgs, fmt), tools, tags=fmt)``): a tag with a full uuid
+    takes about 20 tokens more than with its short id, and counting the full ids made
+    every tagged message look that much larger than it was sent."""
+    if not fmt:
+        return list(messages)
+    name = fmt if isinstance(fmt, str) else "seed"
+    return with_ids(messages, view_id_map(messages, name))
 
 
 def _short_id_map(

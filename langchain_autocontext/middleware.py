@@ -428,7 +428,11 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         ``create_agent`` adds them after this middleware)."""
         msgs, system = self._request_messages(request)
         ac_state = _ac_state(request.state)
-        engaged = self.autocontext.engaged(msgs, ac_state)
+        # the tools compress counted (the request's, the package's own included): the
+        # disclosure decides as the pipeline does
+        engaged = self.autocontext.engaged(
+            msgs, ac_state, self._counted_tools(request, list(request.tools))
+        )
         counted = self._counted_tools(request, self._sent_tools(request, engaged))
         try:
             call = self.autocontext.prepare_model_call(

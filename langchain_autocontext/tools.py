@@ -67,6 +67,7 @@ from langchain_autocontext.messages import (
     text_of,
     tool_call_ids,
 )
+from langchain_autocontext.metadata import as_shown
 from langchain_autocontext.search import (
     SearchFilter,
     asearch_history,
@@ -405,9 +406,8 @@ class _Call:
         """Tokens above which the next model call compresses (the view's reserve taken
         off; see :meth:`AutoContextConfig.thresholds`)."""
         engine = self.engine
-        return engine.trigger_tokens(
-            self.messages, self.ac, engine.view_config(self.messages, self.ac)
-        )
+        shown = engine.view_config(self.messages, self.ac, self.schemas)
+        return engine.trigger_tokens(self.messages, self.ac, shown, self.schemas)
 
     def used_tokens(self, messages: Sequence[BaseMessage] | None = None) -> int:
         """Tokens of the view of ``messages`` (default: the working messages)."""
@@ -417,7 +417,9 @@ class _Call:
         # a system prompt the agent adds after this package runs (none in the messages)
         agent_prompt = engine.system_prompt and not (msgs and isinstance(msgs[0], SystemMessage))
         return (
-            engine.counter.count(msgs, self.schemas, tags=engine.config.tags_mode)
+            engine.counter.count(
+                as_shown(msgs, engine.config.tags_mode), self.schemas, tags=engine.config.tags_mode
+            )
             + (engine.counter.count_text(extra) + 8 if extra else 0)
             + (engine.counter.count_text(engine.system_prompt) + 4 if agent_prompt else 0)
         )

@@ -38,11 +38,12 @@ from langchain_autocontext.copies import memo_copy
 from langchain_autocontext.errors import ContextBudgetError
 from langchain_autocontext.messages import mark, marker, pending_call_index
 from langchain_autocontext.metadata import (
-    SHORT_ID_RULES,
     ref_matches,
     render_tag,
     render_view,
     short_id_map,
+    view_id_map,
+    with_ids,
 )
 from langchain_autocontext.strategies.base import KIND_RECURSIVE
 from langchain_autocontext.tokens import TokenCounter
@@ -470,20 +471,8 @@ def build_view(
     def render(view_msgs: list[BaseMessage], short: bool) -> tuple[list[BaseMessage], dict]:
         if not config.metadata_tags:
             return view_msgs, {}
-        id_map = (
-            short_id_map(
-                [m.id for m in messages if not isinstance(m, SystemMessage)],
-                *SHORT_ID_RULES[config.tag_format],
-            )
-            if short
-            else {}
-        )
-        shown = [
-            memo_copy(m, ("id", id_map[m.id]), lambda m: m.model_copy(update={"id": id_map[m.id]}))
-            if m.id in id_map
-            else m
-            for m in view_msgs
-        ]
+        id_map = view_id_map(messages, config.tag_format) if short else {}
+        shown = with_ids(view_msgs, id_map)
         if extra_tokens:  # the agent's own system prompt comes first: count it in the totals
             head = SystemMessage(agent_system_prompt or "")
             fmt = config.tag_format

@@ -13,8 +13,11 @@ import json
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Annotated
 
 import pytest
+from langchain_core.messages import ToolMessage
+from langchain_core.tools import InjectedToolCallId
 
 from tests._builders import DATA
 
@@ -537,3 +540,113 @@ def test_search_scaling_runs_at_a_tiny_size(capsys: pytest.CaptureFixture[str]) 
 def test_adversarial_runs_a_few_conversations(capsys: pytest.CaptureFixture[str]) -> None:
     assert _load("adversarial").main(["--examples", "2", "--steps", "3"]) == 0
     assert "no run died" in capsys.readouterr().out
+
+
+# --- the benchmark's runner is the middleware as users run it ---------------------------------
+def _as_sent(message) -> tuple:
+    """What the provider receives of a message (its id aside: LangChain and the recorded
+    data name the system message differently)."""
+    calls = [(c["name"], c["args"], c["id"]) for c in getattr(message, "tool_calls", [])]
+    return (message.type, message.content, calls, getattr(message, "tool_call_id", None))
+
+
+@pytest.mark.parametrize("budget", [8_000, 32_000])
+def test_the_runner_sends_what_a_create_agent_graph_sends(cp: ModuleType, budget: int) -> None:
+    """``compare_peers``' figures are those of a real ``create_agent`` graph with the
+    middleware: on the bundled coding run (60 model calls), a scripted model replaying
+    the recorded replies, with a ``bash`` tool returning the recorded results, is sent
+    exactly what the benchmark's runner sends (messages, tools, token count), through
+    compactions (at 32k with the metadata tags too)."""
+    from langchain.agents import create_agent
+    from langchain_core.language_models import BaseChatModel
+    from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+    from langchain_core.outputs import ChatGeneration, ChatResult
+    from langchain_core.tools import tool
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.store.memory import InMemoryStore
+    from pydantic import Field
+
+    from langchain_autocontext import AutoContext, AutoContextConfig
+    from langchain_autocontext.replay import load_trajectories, sample_path
+    from langchain_autocontext.store import OffloadStore
+    from langchain_autocontext.tokens import default_counter
+
+    [run] = load_trajectories(sample_path())
+    system, task = run.messages[0], run.messages[1]
+    assert isinstance(system, SystemMessage) and isinstance(task, HumanMessage)
+    replies = [m for m in run.messages if isinstance(m, AIMessage)]
+    results = {m.tool_call_id: m for m in run.messages if isinstance(m, ToolMessage)}
+
+    @tool
+    def bash(command: str, tool_call_id: Annotated[str, InjectedToolCallId]) -> ToolMessage:
+        """Run a shell command."""
+        del command  # the recorded result answers it
+        return results.get(tool_call_id) or ToolMessage("done", tool_call_id=tool_call_id)
+
+    counter = default_counter()
+
+    # the benchmark's runner, as compare_peers.replay_one drives it
+    runner = cp.OursRunner(budget, counter, cp.CountingSummarizer(counter=counter), tools=[bash])
+    expected: list[tuple[list, list[str], int]] = []
+    with runner.ids():
+        runner.start(system)
+        cursor = 0
+        for point in cp._call_points(run.messages):
+            sent = runner.measure(runner.step(list(run.messages[cursor:point])))
+            cursor = point
+            expected.append(
+                (
+                    [_as_sent(m) for m in sent.messages],
+                    sorted(t.name for t in sent.tools),
+                    sent.total,
+                )
+            )
+    assert runner.compactions > 0
+
+    class Replay(BaseChatModel):
+        """Answers with the recorded replies; keeps each input and the tools bound for it."""
+
+        bound: list = Field(default_factory=list)
+        calls: list = Field(default_factory=list)
+
+        @property
+        def _llm_type(self) -> str:
+            return "recorded-replies"
+
+        def bind_tools(self, tools, **kwargs):
+            self.bound = list(tools)
+            return self
+
+        def _generate(self, messages, stop=None, run_manager=None, **kwargs):
+            n = len(self.calls)
+            self.calls.append((list(messages), self.bound))
+            reply = replies[n] if n < len(replies) else AIMessage("done")
+            return ChatResult(generations=[ChatGeneration(message=reply)])
+
+    model = Replay()
+    ac = AutoContext(
+        AutoContextConfig(max_tokens=budget),
+        summarizer=cp.CountingSummarizer(counter=counter),
+        store=OffloadStore(InMemoryStore()),
+        token_counter=counter,
+    )
+    agent = create_agent(
+        model,
+        tools=[bash],
+        system_prompt=system.text,
+        middleware=[ac.middleware()],
+        checkpointer=InMemorySaver(),
+    )
+    with cp.seeded_package_ids(cp.IDS_SEED):
+        agent.invoke(
+            {"messages": [task]},
+            {"configurable": {"thread_id": "bench"}, "recursion_limit": 1_000},
+        )
+    # the recorded calls, and one after the last recorded result
+    assert len(model.calls) == len(replies) + 1 == len(expected) + 1
+    for k, ((messages, tools, total), (got, got_tools)) in enumerate(
+        zip(expected, model.calls, strict=False)
+    ):
+        assert [_as_sent(m) for m in got] == messages, f"call {k}"
+        assert sorted(t.name for t in got_tools) == tools, f"call {k}"
+        assert counter.count(got, got_tools) == total, f"call {k}"

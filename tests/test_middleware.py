@@ -39,6 +39,7 @@ from langchain_autocontext import (
 )
 from langchain_autocontext.history import surface_namespace
 from langchain_autocontext.messages import find_violations, text_of
+from langchain_autocontext.view import NOTICE_ID
 
 Reply = Callable[[list[BaseMessage], int], AIMessage]
 
@@ -519,17 +520,44 @@ class ToolsSeenModel(ReplyModel):
         return super()._generate(messages, stop=stop, run_manager=run_manager, **kw)
 
 
-async def test_the_package_shows_itself_in_the_call_that_first_compresses() -> None:
+def _catalogue_tools(n: int) -> list[Any]:
+    """``n`` tools with long descriptions, as real agents carry (about 170 tokens each)."""
+
+    def make(k: int) -> Any:
+        def lookup(query: str) -> str:
+            return f"no record {k} for {query}"
+
+        lookup.__name__ = f"catalogue_{k}"
+        lookup.__doc__ = (f"Search catalogue {k} for records matching the query. " * 12).strip()
+        return tool(lookup)
+
+    return [make(k) for k in range(n)]
+
+
+@pytest.mark.parametrize("agent_tools", [0, 12], ids=["sh", "sh-and-12-long-tools"])
+async def test_the_package_shows_itself_in_the_call_that_first_compresses(
+    agent_tools: int,
+) -> None:
     """Tools, section and tags appear together with the first compaction, which rewrites
     the context anyway: the provider's prompt cache breaks once for both. Shown at the
     memory-pressure warning, a step or two earlier, they cost one more uncached request
-    of the whole context per thread."""
+    of the whole context per thread. The agent's own tool schemas (about 2,000 tokens
+    with 12 long ones) count in both decisions alike: counted by the compaction but not
+    by the disclosure, the package showed itself a call after it first compressed."""
     cfg = AutoContextConfig(max_tokens=8_000, metadata_tags=True, last_keep=4)
+    extra = _catalogue_tools(agent_tools)
     for run_async in (False, True):
         ac = AutoContext(cfg)
         own = {t.name for t in ac.tools}
-        model = ToolsSeenModel(reply=steps_then_answer(40, lines=6))
-        graph = agent(model, ac)
+        model = ToolsSeenModel(reply=steps_then_answer(90, lines=6))
+        graph = create_agent(
+            model,
+            [sh, *extra],
+            system_prompt="Be brief.",
+            middleware=[ac.middleware()],
+            checkpointer=InMemorySaver(),
+            store=InMemoryStore(),
+        )
         go = {"messages": [HumanMessage("go")]}
         await graph.ainvoke(go, THREAD) if run_async else graph.invoke(go, THREAD)
         sizes = [ac.counter.count(sent) for sent in model.seen]
@@ -539,8 +567,22 @@ async def test_the_package_shows_itself_in_the_call_that_first_compresses() -> N
         assert sizes[first] < sizes[first - 1]  # the call that first compressed
         assert not any(sizes[k] > sizes[k + 1] for k in range(first - 1))  # none before
         # the context passed the memory-pressure warning before that call
-        warning = cfg.thresholds(ac.counter.count(model.seen[0])).warning
-        assert max(sizes[:first]) > warning
+        every = [sh, *extra, *ac.tools]  # what every request counts, sent or not yet
+        floor = ac.counter.count(model.seen[0], every)  # the system prompt and "go"
+        warning = cfg.thresholds(floor).warning
+        assert max(ac.counter.count(m, every) for m in model.seen[:first]) > warning
+        # Once shown, a memory-pressure notice comes at each call that passes the
+        # warning from below, the agent's tool schemas counted in its floor.
+        shown_sizes = [
+            ac.counter.count([m for m in seen if m.id != NOTICE_ID], every) for seen in model.seen
+        ]
+        notices = [k for k, seen in enumerate(model.seen) if any(m.id == NOTICE_ID for m in seen)]
+        crossings = [
+            k
+            for k in range(first + 1, len(shown_sizes))
+            if shown_sizes[k] >= warning > shown_sizes[k - 1]
+        ]
+        assert crossings and [k for k in notices if k > first] == crossings
         for k, sent in enumerate(model.seen):
             tagged = [bool(TAG.match(text_of(m))) for m in sent[1:]]
             assert all(tagged) if k >= first else not any(tagged)

@@ -510,3 +510,55 @@ def test_the_pressure_notice_offers_only_edits_the_model_can_address(
         AutoContextConfig(**{"max_tokens": 8_000, "metadata_tags": True, **kwargs}), 6_500
     )
     assert all(o in text for o in offered) and not any(w in text for w in withheld)
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    fmt=st.sampled_from(["compact", "seed"]),
+    sizes=st.lists(st.integers(min_value=20, max_value=60), min_size=25, max_size=35),
+    ids=st.sampled_from(["uuid4", "run", "none"]),
+)
+def test_compress_counts_the_tags_as_the_view_sends_them(
+    fmt: str, sizes: list[int], ids: str
+) -> None:
+    """The tags name each message by its short id; the pipeline counts those same tags,
+    so what ``compress`` counts is what the view sends (no notice on the call). Counted
+    with the full ids (a uuid is about 20 tokens, a short id 1-3), a tagged context
+    looked about 20 tokens a message larger than it was sent: compaction fired that
+    much early and stopped that much below its target."""
+    ac = AutoContext(
+        AutoContextConfig(
+            max_tokens=6_000, metadata_tags=True, tag_format=fmt, disclosure="always"
+        ),
+        tools=[fetch],
+    )
+
+    def new_id(k: int) -> str | None:  # LangGraph's uuid4s, LangChain's run ids, or none
+        if ids == "uuid4":
+            return str(uuid.uuid4())
+        return f"lc_run--019a{k:04x}-7aac-74c3-8048-a57d6f965408-0" if ids == "run" else None
+
+    msgs: list = [SystemMessage("You fetch documents."), HumanMessage("read", id=new_id(0))]
+    state: dict[str, Any] | None = None
+    compacted = 0
+    for k, size in enumerate(sizes, start=1):
+        msgs += [
+            AIMessage(
+                f"step {k}",
+                tool_calls=[call("fetch", {"name": f"d{k}"}, f"c{k}")],
+                id=new_id(2 * k),
+            ),
+            ToolMessage(
+                fetch.invoke({"name": f"d{k}", "size": size}),
+                tool_call_id=f"c{k}",
+                id=new_id(2 * k + 1),
+            ),
+        ]
+        result = ac.compress(msgs, state=state)
+        view = ac.prepare_model_call(result.messages, state=state)
+        state = view.state_update or state
+        msgs = list(result.messages)
+        compacted += result.triggered
+        if not view.pressure:
+            assert view.tokens == result.tokens_after, k
+    assert compacted

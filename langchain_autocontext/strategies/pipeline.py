@@ -27,7 +27,7 @@ from langchain_autocontext.messages import (
     pinned_tokens,
     text_of,
 )
-from langchain_autocontext.metadata import view_counts
+from langchain_autocontext.metadata import as_shown, view_counts
 from langchain_autocontext.strategies.base import (
     KIND_RECURSIVE,
     Job,
@@ -152,9 +152,10 @@ def minimal_context(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
 def floor_tokens(
     messages: Sequence[BaseMessage], counter: TokenCounter, tools: Any, tags: bool | str
 ) -> int:
-    """Tokens of :func:`minimal_context` as sent (tool schemas and tags included): the
-    ``floor`` that :meth:`AutoContextConfig.thresholds` sets aside."""
-    return counter.count(minimal_context(messages), tools, tags=tags)
+    """Tokens of :func:`minimal_context` as sent (tool schemas and tags included, the
+    tags naming each message by the short id the view shows): the ``floor`` that
+    :meth:`AutoContextConfig.thresholds` sets aside."""
+    return counter.count(minimal_context(as_shown(messages, tags)), tools, tags=tags)
 
 
 def _room_report(
@@ -250,7 +251,8 @@ def run_pipeline(
     strategies = list(default_strategies() if strategies is None else strategies)
 
     def count(msgs: Sequence[BaseMessage]) -> int:
-        return counter.count(msgs, tools, tags=tags)
+        """Tokens as the view sends ``msgs`` (its tags name messages by short ids)."""
+        return counter.count(as_shown(msgs, tags), tools, tags=tags)
 
     measured: list[Any] = [None, []]  # the message list last measured, its tag costs
 
@@ -262,7 +264,7 @@ def run_pipeline(
             return []
         if measured[0] is not msgs:
             fmt = tags if isinstance(tags, str) else "seed"
-            rendered = view_counts(msgs, counter, tools=tools, fmt=fmt).counts
+            rendered = view_counts(as_shown(msgs, fmt), counter, tools=tools, fmt=fmt).counts
             measured[:] = [
                 msgs,
                 [r - counter.count_message(m) for r, m in zip(rendered, msgs, strict=True)],
