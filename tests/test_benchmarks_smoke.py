@@ -13,11 +13,12 @@ import json
 import sys
 from pathlib import Path
 from types import ModuleType
-from typing import Annotated
+from typing import Annotated, Any
 
 import pytest
 from langchain_core.messages import ToolMessage
-from langchain_core.tools import InjectedToolCallId
+from langchain_core.tools import BaseTool, InjectedToolCallId
+from pydantic import BaseModel, ConfigDict, Field
 
 from tests._builders import DATA
 
@@ -550,51 +551,47 @@ def _as_sent(message) -> tuple:
     return (message.type, message.content, calls, getattr(message, "tool_call_id", None))
 
 
-@pytest.mark.parametrize("budget", [8_000, 32_000])
-def test_the_runner_sends_what_a_create_agent_graph_sends(cp: ModuleType, budget: int) -> None:
-    """``compare_peers``' figures are those of a real ``create_agent`` graph with the
-    middleware: on the bundled coding run (60 model calls), a scripted model replaying
-    the recorded replies, with a ``bash`` tool returning the recorded results, is sent
-    exactly what the benchmark's runner sends (messages, tools, token count), through
-    compactions (at 32k with the metadata tags too)."""
-    from langchain.agents import create_agent
-    from langchain_core.language_models import BaseChatModel
-    from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
-    from langchain_core.outputs import ChatGeneration, ChatResult
-    from langchain_core.tools import tool
-    from langgraph.checkpoint.memory import InMemorySaver
-    from langgraph.store.memory import InMemoryStore
-    from pydantic import Field
+class _AnyArgs(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    tool_call_id: Annotated[str, InjectedToolCallId]
 
-    from langchain_autocontext import AutoContext, AutoContextConfig
-    from langchain_autocontext.replay import load_trajectories, sample_path
-    from langchain_autocontext.store import OffloadStore
-    from langchain_autocontext.tokens import default_counter
 
-    [run] = load_trajectories(sample_path())
-    system, task = run.messages[0], run.messages[1]
-    assert isinstance(system, SystemMessage) and isinstance(task, HumanMessage)
-    replies = [m for m in run.messages if isinstance(m, AIMessage)]
-    results = {m.tool_call_id: m for m in run.messages if isinstance(m, ToolMessage)}
+class _RecordedTool(BaseTool):
+    """A tool of a recorded run: answers each call with the run's next recorded result
+    (in order: a run may reuse a call id)."""
 
-    @tool
-    def bash(command: str, tool_call_id: Annotated[str, InjectedToolCallId]) -> ToolMessage:
-        """Run a shell command."""
-        del command  # the recorded result answers it
-        return results.get(tool_call_id) or ToolMessage("done", tool_call_id=tool_call_id)
+    args_schema: type[BaseModel] = _AnyArgs
+    results: Any = None  # one list for all the run's tools (not copied, as a list field is)
 
-    counter = default_counter()
+    def _run(self, tool_call_id: str, **kwargs: Any) -> Any:
+        if not self.results:
+            return ToolMessage("done", tool_call_id=tool_call_id)
+        result = self.results.pop(0)
+        assert result.tool_call_id == tool_call_id
+        return result
 
-    # the benchmark's runner, as compare_peers.replay_one drives it
-    runner = cp.OursRunner(budget, counter, cp.CountingSummarizer(counter=counter), tools=[bash])
-    expected: list[tuple[list, list[str], int]] = []
+
+def _recorded_tools(run: Any) -> list[BaseTool]:
+    """The run's tools, sharing one queue of its recorded results."""
+    results = [m for m in run.messages if isinstance(m, ToolMessage)]
+    names = sorted({c["name"] for m in run.messages for c in getattr(m, "tool_calls", [])})
+    return [
+        _RecordedTool(name=name, description=f"The recorded {name}.", results=results)
+        for name in names
+    ]
+
+
+def _runner_sends(cp: ModuleType, run: Any, budget: int, tools: list, counter: Any) -> list:
+    """What the benchmark's runner sends on each call, as ``replay_one`` drives it."""
+    runner = cp.OursRunner(budget, counter, cp.CountingSummarizer(counter=counter), tools=tools)
+    sends = []
     with runner.ids():
-        runner.start(system)
+        runner.start(run.messages[0])
         cursor = 0
         for point in cp._call_points(run.messages):
             sent = runner.measure(runner.step(list(run.messages[cursor:point])))
             cursor = point
-            expected.append(
+            sends.append(
                 (
                     [_as_sent(m) for m in sent.messages],
                     sorted(t.name for t in sent.tools),
@@ -602,10 +599,25 @@ def test_the_runner_sends_what_a_create_agent_graph_sends(cp: ModuleType, budget
                 )
             )
     assert runner.compactions > 0
+    return sends
+
+
+def _graph_gets(cp: ModuleType, run: Any, budget: int, tools: list, counter: Any) -> list:
+    """What the model of a ``create_agent`` graph with the middleware gets on each call:
+    a model replaying the recorded replies, each user turn of the run one ``invoke``."""
+    from langchain.agents import create_agent
+    from langchain_core.language_models import BaseChatModel
+    from langchain_core.messages import AIMessage, HumanMessage
+    from langchain_core.outputs import ChatGeneration, ChatResult
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.store.memory import InMemoryStore
+
+    from langchain_autocontext import AutoContext, AutoContextConfig
+    from langchain_autocontext.store import OffloadStore
+
+    replies = [m for m in run.messages if isinstance(m, AIMessage)]
 
     class Replay(BaseChatModel):
-        """Answers with the recorded replies; keeps each input and the tools bound for it."""
-
         bound: list = Field(default_factory=list)
         calls: list = Field(default_factory=list)
 
@@ -632,21 +644,54 @@ def test_the_runner_sends_what_a_create_agent_graph_sends(cp: ModuleType, budget
     )
     agent = create_agent(
         model,
-        tools=[bash],
-        system_prompt=system.text,
+        tools=tools,
+        system_prompt=run.messages[0].text,
         middleware=[ac.middleware()],
         checkpointer=InMemorySaver(),
     )
+    config = {"configurable": {"thread_id": "bench"}, "recursion_limit": 1_000}
     with cp.seeded_package_ids(cp.IDS_SEED):
-        agent.invoke(
-            {"messages": [task]},
-            {"configurable": {"thread_id": "bench"}, "recursion_limit": 1_000},
-        )
-    # the recorded calls, and one after the last recorded result
-    assert len(model.calls) == len(replies) + 1 == len(expected) + 1
-    for k, ((messages, tools, total), (got, got_tools)) in enumerate(
-        zip(expected, model.calls, strict=False)
+        for user in (m for m in run.messages if isinstance(m, HumanMessage)):
+            agent.invoke({"messages": [user]}, config)
+    return model.calls
+
+
+def _tau_run(run_id: str) -> Any:
+    from langchain_autocontext.replay import load_trajectories
+
+    return next(t for t in load_trajectories(_data(TAU)) if t.id == run_id)
+
+
+@pytest.mark.parametrize(
+    ("source", "budget"),
+    [("coding sample", 8_000), ("coding sample", 32_000), ("tau-bench airline-2#2", 4_000)],
+)
+def test_the_runner_sends_what_a_create_agent_graph_sends(
+    cp: ModuleType, source: str, budget: int
+) -> None:
+    """``compare_peers``' figures are those of a real ``create_agent`` graph with the
+    middleware: a model replaying a recorded run's replies, with tools answering the
+    recorded results, is sent exactly what the benchmark's runner sends (messages, tool
+    schemas, token count) on every call, through compactions: the bundled coding run
+    (60 calls, at 32k with the metadata tags too) and a customer-service run whose
+    user turns each start an ``invoke``."""
+    from langchain_autocontext.replay import load_trajectories, sample_path
+    from langchain_autocontext.tokens import default_counter
+
+    run = (
+        load_trajectories(sample_path())[0]
+        if source == "coding sample"
+        else _tau_run("airline-2#2")
+    )
+    counter = default_counter()
+    tools = _recorded_tools(run)
+    expected = _runner_sends(cp, run, budget, tools, counter)
+    calls = _graph_gets(cp, run, budget, tools, counter)
+    # the recorded calls (and one more when the run ends on a tool result)
+    assert len(expected) <= len(calls) <= len(expected) + 1
+    for k, ((messages, names, total), (got, got_tools)) in enumerate(
+        zip(expected, calls, strict=False)
     ):
         assert [_as_sent(m) for m in got] == messages, f"call {k}"
-        assert sorted(t.name for t in got_tools) == tools, f"call {k}"
+        assert sorted(t.name for t in got_tools) == names, f"call {k}"
         assert counter.count(got, got_tools) == total, f"call {k}"
