@@ -928,17 +928,19 @@ class ContextEngine:
         msgs = merge_system_messages(as_messages(messages))  # one system message, in the view too
         owns_system = bool(msgs) and isinstance(msgs[0], SystemMessage)
         counted = self.with_own_tools(tools)  # what compress counted for this call
+        sent = self.count_tools if tools is None else list(tools)
         engaged = self.engaged(msgs, state, counted)
         shown = self._config_shown(engaged)
         call = build_view(
             msgs,
             config=shown,
             counter=self.counter,
-            tools=self.count_tools if tools is None else list(tools),
+            tools=sent,
             state=state,
             agent_system_prompt=None if owns_system else self.system_prompt,
             # tags counted as this view shows them
             floor_tokens=self.floor_tokens(msgs, shown, counted),
+            unsent_tokens=self.counter.count_tools(counted) - self.counter.count_tools(sent),
         )
         call.engaged = engaged
         if self.config.self_management_tools and "working_context" not in (

@@ -423,6 +423,7 @@ def build_view(
     state: Mapping[str, Any] | None,
     agent_system_prompt: str | None = None,
     floor_tokens: int = 0,
+    unsent_tokens: int = 0,
 ) -> ModelCall:
     """Assemble the model's input view of the (already compressed) working messages.
 
@@ -436,6 +437,9 @@ def build_view(
             runs, when the messages do not start with a system message; the
             instructions then travel as a user-role message.
         floor_tokens: what can never be compressed (``config.thresholds`` moves the warning).
+        unsent_tokens: what compression counts that this request does not send (the
+            package's tool schemas, reserved before it shows them): the warning, and the
+            trigger the notice names, are that much lower in what is sent.
 
     Raises:
         ContextBudgetError: the view cannot fit ``max_tokens`` (the messages were
@@ -492,7 +496,8 @@ def build_view(
     tokens = count(base)
     warned = bool(st.get("pressure_warned"))
     show_pressure = False
-    if tokens >= (limits := config.thresholds(floor_tokens)).warning:
+    limits = config.thresholds(floor_tokens)
+    if tokens >= limits.warning - unsent_tokens:
         show_pressure = not warned
     elif warned:
         new_state["pressure_warned"] = False
@@ -501,7 +506,7 @@ def build_view(
     if errors:
         parts.append(errors_notice(errors))
     if show_pressure:
-        parts.append(pressure_notice(config, tokens, limits.trigger))
+        parts.append(pressure_notice(config, tokens, limits.trigger - unsent_tokens))
     for attempt in range(3):
         final = list(msgs)
         if parts:  # last, but never between a pending tool call and its results
