@@ -173,6 +173,32 @@ def test_parallel_calls_reshape_the_runs_validly(
     assert paired.over_budget == 0 and paired.invalid == 0 and paired.recoverable_share == 1.0
 
 
+def test_uuid_ids_give_every_message_a_langgraph_id(
+    cp: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--uuid-ids replays the runs with LangGraph's kind of ids: a distinct uuid4 for
+    every message, the same on every run, everything else as recorded; the package's
+    figures stay sound (tags show short ids whatever the ids are)."""
+    import uuid
+
+    from langchain_autocontext.replay import load_trajectories, sample_path
+
+    (t,) = load_trajectories(sample_path())
+    once, twice = cp.uuid_ids(t), cp.uuid_ids(t)
+    ids = [m.id for m in once.messages]
+    assert ids == [m.id for m in twice.messages] and len(set(ids)) == len(ids)
+    assert all(
+        uuid.UUID(i).version == 4 and i != m.id for i, m in zip(ids, t.messages, strict=True)
+    )
+    assert [m.model_copy(update={"id": None}) for m in once.messages] == [
+        m.model_copy(update={"id": None}) for m in t.messages
+    ]
+    monkeypatch.setattr(cp, "UUID_IDS", True)
+    (row,) = cp.run(_data(MINI), ["ours"], [32_000], limit=2)
+    assert row.over_budget == 0 and row.invalid == 0 and row.count_mismatches == 0
+    assert row.recoverable_share == 1.0
+
+
 def test_middleware_placeholder_summaries_are_counted(cp: ModuleType) -> None:
     """When no user message falls in the middleware's trim window it writes langchain's
     placeholder instead of calling the summary model (langchain#39261); the runner
