@@ -487,10 +487,22 @@ class ContextEngine:
     def tools(self) -> list[BaseTool]:
         """The model's context tools (``[]`` when ``config.self_management_tools`` is off).
 
-        ``update_message``, ``delete_message``, ``pin_message``, ``reload_offloaded``,
-        ``search_history``, ``working_context_append``, ``working_context_replace``: give
-        them to your agent next to its own tools. See :mod:`langchain_autocontext.tools`.
+        ``reload_offloaded``, ``search_history``, ``working_context_append``,
+        ``working_context_replace``, and with the metadata tags (``config.metadata_tags``)
+        ``update_message``, ``delete_message`` and ``pin_message``, which name a message
+        by the id its tag shows: give them to your agent next to its own tools. See
+        :mod:`langchain_autocontext.tools`.
         """
+        offered = self.all_tools
+        if self.config.metadata_tags:
+            return offered
+        return [t for t in offered if t.name not in ID_TOOLS]
+
+    @property
+    def all_tools(self) -> list[BaseTool]:
+        """Every context tool this engine can offer, whatever the tags (what a surface
+        registers so that a tool the model calls is always there; :attr:`tools` is
+        what is offered to the model)."""
         factory = self.tool_factory
         if not self.config.self_management_tools or factory is None:
             return []
@@ -1108,6 +1120,12 @@ def _reply(messages: Sequence[BaseMessage]) -> bool:
 
 def _with_ids(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
     return [m for m in messages if isinstance(m, BaseMessage) and m.id]
+
+
+#: The context tools that name a message by the id its metadata tag shows: offered with
+#: the tags only (without them the model sees no ids to give; on the coding runs of
+#: ``benchmarks/compare_peers.py`` their 123 tokens of schemas bought nothing below 32k).
+ID_TOOLS = frozenset({"update_message", "delete_message", "pin_message"})
 
 
 def _tool_name(tool: Any) -> str | None:

@@ -232,7 +232,9 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         # the budget comes from the request's model (use_model) unless max_tokens was given:
         # the engine leaves the default-budget warning to wrap_model_call
         autocontext._window_deferred = True
-        self.tools = autocontext.tools
+        # every tool registered (a budget learned later may offer more); each request
+        # sends those offered (see _offered)
+        self.tools = autocontext.all_tools
         self._lock = threading.Lock()
         # thread id (and agent name, see _keys) -> the request shape last seen or loaded
         # for it (bounded)
@@ -266,10 +268,17 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             self._format = (fmt, _format_tools(fmt))
         return [*tools, *self._format[1]]
 
+    def _offered(self, request: ModelRequest[Any]) -> list[Any]:
+        """The request's tools without the package's own that it does not offer now
+        (:attr:`AutoContext.tools`: the editing tools only with the metadata tags)."""
+        ours = {t.name for t in self.autocontext.all_tools}
+        offered = {t.name for t in self.autocontext.tools}
+        return [t for t in request.tools if getattr(t, "name", None) not in ours - offered]
+
     def _shape_of(self, request: ModelRequest[Any]) -> _RequestShape:
         """The request's shape; reused while the system message, tools and response
         format are the same objects (the usual case: ``create_agent`` builds them once)."""
-        system, tools = request.system_message, tuple(request.tools)
+        system, tools = request.system_message, tuple(self._offered(request))
         fmt = getattr(request, "response_format", None)
         last = self._last
         if (
@@ -400,9 +409,10 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         return [_standin(system), *request.messages], system
 
     def _sent_tools(self, request: ModelRequest[Any], engaged: bool) -> list[Any]:
-        """The request's tools, the package's own left out until the model is shown the
-        package (``config.disclosure``; see :meth:`AutoContext.engaged`)."""
-        tools = list(request.tools)
+        """The request's tools offered now (:meth:`_offered`), the package's own left out
+        until the model is shown the package (``config.disclosure``; see
+        :meth:`AutoContext.engaged`)."""
+        tools = self._offered(request)
         if engaged:
             return tools
         own = {t.name for t in self.autocontext.tools}
@@ -431,7 +441,7 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         # the tools compress counted (the request's, the package's own included): the
         # disclosure decides as the pipeline does
         engaged = self.autocontext.engaged(
-            msgs, ac_state, self._counted_tools(request, list(request.tools))
+            msgs, ac_state, self._counted_tools(request, self._offered(request))
         )
         counted = self._counted_tools(request, self._sent_tools(request, engaged))
         try:

@@ -263,6 +263,7 @@ class _Call:
         # and the ones AutoContext was told about
         known = list(engine.count_tools)
         names = {getattr(t, "name", None) for t in known}
+        names |= {t.name for t in engine.all_tools}  # registered, not offered now: not sent
         extra = [t for t in (getattr(runtime, "tools", None) or []) if t.name not in names]
         self.schemas: list[Any] = known + extra
         config = runtime.config or {}

@@ -353,12 +353,14 @@ def test_budget_error_when_system_and_user_do_not_fit() -> None:
 
 def test_a_budget_that_cannot_hold_the_package_itself_fails_at_construction() -> None:
     """``max_tokens=256`` was accepted, then every call failed: the package's own tool
-    schemas are 306 tokens (config audit). What every call sends once the package shows
-    itself (system prompt, section, tool schemas) is checked when it is built."""
+    schemas were 306 tokens (config audit; 183 without the metadata tags, which the three
+    editing tools need). What every call sends once the package shows itself (system
+    prompt, section, tool schemas) is checked when it is built."""
     with pytest.raises(ContextBudgetError, match="the package's section and the tool schemas"):
-        AutoContext(max_tokens=256)
+        AutoContext(max_tokens=256, metadata_tags=True)
+    assert AutoContext(max_tokens=256).config.max_tokens == 256  # no tags: four tools
     with pytest.raises(ContextBudgetError, match="max_tokens=600"):
-        AutoContext(max_tokens=600, system_prompt="rules " * 400)
+        AutoContext(max_tokens=600, system_prompt="rules " * 500)
     lean = AutoContext(max_tokens=256, self_management_tools=False, metadata_tags=False)
     assert lean.config.max_tokens == 256  # the lean mode shows nothing of its own
     assert AutoContext(max_tokens=600).config.max_tokens == 600

@@ -111,7 +111,14 @@ def test_middleware_registers_the_package_tools_and_declares_its_state() -> None
     ac = AutoContext(CFG.model_copy(update={"disclosure": "always"}))
     mw = ac.middleware()
     assert isinstance(mw, AutoContextMiddleware)
-    assert [t.name for t in mw.tools] == [t.name for t in ac.tools]
+    # every tool registered; the editing tools (which take the ids the tags show) are
+    # offered with the tags only
+    assert [t.name for t in mw.tools] == [t.name for t in ac.all_tools]
+    assert {t.name for t in ac.all_tools} - {t.name for t in ac.tools} == {
+        "update_message",
+        "delete_message",
+        "pin_message",
+    }
     assert "autocontext" in mw.state_schema.__annotations__
     model = ReplyModel(reply=steps_then_answer(1))
     graph = agent(model, ac)
@@ -220,7 +227,8 @@ def test_system_prompt_is_learned_and_remembered_in_the_store() -> None:
     wrapped = OffloadStore.wrap(store)
     record = wrapped.get(surface_namespace(wrapped, "t"), "model_request")
     assert record is not None and record.value["system"]["data"]["content"] == BIG_SYSTEM
-    assert {t["function"]["name"] for t in record.value["tools"]} >= {"sh", "update_message"}
+    names = {t["function"]["name"] for t in record.value["tools"]}
+    assert names >= {"sh", "reload_offloaded"} and "update_message" not in names  # no tags
     # a new process (new AutoContext, new middleware) knows it before its first call
     fresh = AutoContext(CFG).middleware()
     with warnings.catch_warnings():

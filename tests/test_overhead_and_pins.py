@@ -219,7 +219,7 @@ def _tool(ac: AutoContext, store: Any, messages: list, name: str, args: dict) ->
         tool_call_id=tool_call["id"],
         store=store,
     )
-    tool = next(t for t in ac.tools if t.name == name)
+    tool = next(t for t in ac.all_tools if t.name == name)
     out = tool.invoke({**tool_call, "args": {**args, "runtime": runtime}})
     msgs = add_messages(msgs, out.update["messages"])
     return msgs, msgs[-1]

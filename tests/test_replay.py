@@ -437,7 +437,7 @@ def test_package_tools_counted_only_once_engaged_as_the_middleware_sends_them() 
         store=OffloadStore(InMemoryStore()),
     )
     shown = replay(parse_trajectory(HI, "hi"), always)
-    assert all(c.tokens > 250 for c in shown.calls)
+    assert all(c.tokens > 180 for c in shown.calls)  # 4 tools below 32k without the tags
 
 
 def test_request_body_tools_are_counted(tmp_path: Path) -> None:

@@ -475,8 +475,9 @@ def test_xml_commands_are_taught_once_the_package_engages() -> None:
     short = [SystemMessage("You are terse.", id="s"), HumanMessage("hi", id="u")]
     view = ac.prepare_model_call(short).messages
     assert view[0].content == "You are terse." and len(view) == 2
-    plain = AutoContext(AutoContextConfig(max_tokens=4_000)).prepare_model_call(short)
-    assert ac.prepare_model_call(short).tokens == plain.tokens  # nothing extra
+    # xml_commands brings the tags, and the tags the three editing tools: nothing else
+    plain = AutoContext(AutoContextConfig(max_tokens=4_000, metadata_tags=True))
+    assert ac.prepare_model_call(short).tokens == plain.prepare_model_call(short).tokens
     long = [*short, *[AIMessage("x " * 400, id=f"a{k}") for k in range(8)]]
     engaged = ac.prepare_model_call(long).messages
     assert "<delete" in str(engaged[0].content)  # engaged: the commands are taught
