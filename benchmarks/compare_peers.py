@@ -612,8 +612,12 @@ class OursRunner(Runner):
 
     def step(self, new: list[BaseMessage]) -> list[BaseMessage]:
         self.working.extend(new)
-        result = self.ac.compress(
-            self.working, thread_id=self.thread, store=self.store, state=self.ac_state
+        result = self.ac.compress(  # tools: what is counted (the data holds no schemas)
+            self.working,
+            thread_id=self.thread,
+            store=self.store,
+            state=self.ac_state,
+            tools=self.ac.count_tools,
         )
         self.working = list(result.messages)
         self.compactions += bool(result.events)

@@ -293,6 +293,10 @@ class ContextEngine:
             OrderedDict()
         )
         self._tools: list[BaseTool] | None = None
+        #: The surface tells the engine which tools each request sends (the middleware);
+        #: else a tool the agent calls but this engine does not count is warned about once.
+        self.tools_from_requests = False
+        self._uncounted_warned = False
         # A budget that can never hold what every call sends once the package shows
         # itself (the system prompt, the section, the tool schemas): say so now, not at
         # every call (max_tokens=256 held none of the package's 306 tokens of tools).
@@ -855,6 +859,8 @@ class ContextEngine:
         """
         st = self.resolve_store(store)
         messages = as_messages(messages)
+        if view and tools is None:
+            self._check_counted_tools(messages)
         msgs, ids_assigned, virtual, originals = self._prepare_all(messages)
         archived = self.archive(originals, thread_id=thread_id, store=st)
         msgs, repaired = self._repair(msgs, st, thread_id)
@@ -864,6 +870,31 @@ class ContextEngine:
         )
         result = drive(self._pipeline(msgs, thread_id, tools, force, budget), st, self.summarizer)
         return self._finish(result, archived, ids_assigned, virtual, system)
+
+    def _check_counted_tools(self, messages: Sequence[BaseMessage]) -> None:
+        """Warn once when the agent's latest turn calls a tool whose schema this engine
+        does not count: each schema is sent with every request, and uncounted they can
+        take a request past ``max_tokens`` (a ``create_react_agent`` hook cannot see
+        the tools its model is bound with; ``AutoContext(tools=…)`` tells it)."""
+        if self._uncounted_warned or self.tools_from_requests:
+            return
+        last = next((m for m in reversed(messages[-8:]) if isinstance(m, AIMessage)), None)
+        calls = getattr(last, "tool_calls", None)
+        if not calls:
+            return
+        known = {_tool_name(t) for t in self.count_tools} | {t.name for t in self.all_tools}
+        missing = sorted({str(c.get("name")) for c in calls} - known)
+        if not missing:
+            return
+        self._uncounted_warned = True
+        warnings.warn(
+            f"langchain-autocontext: the agent calls {', '.join(missing)}, whose schema "
+            "this AutoContext does not count; every request sends the schemas of the "
+            "tools the model is bound with, and uncounted they can take it past "
+            f"max_tokens={self.config.max_tokens}. Pass them as AutoContext(tools=[…]) "
+            "(the create_agent middleware counts each request's own).",
+            stacklevel=3,
+        )
 
     def _as_sent(
         self,
@@ -897,6 +928,8 @@ class ContextEngine:
         """Async twin of :meth:`compress`."""
         st = self.resolve_store(store)
         messages = as_messages(messages)
+        if view and tools is None:
+            self._check_counted_tools(messages)
         msgs, ids_assigned, virtual, originals = self._prepare_all(messages)
         archived = await self.aarchive(originals, thread_id=thread_id, store=st)
         msgs, repaired = self._repair(msgs, st, thread_id)

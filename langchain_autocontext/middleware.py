@@ -232,6 +232,7 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         # the budget comes from the request's model (use_model) unless max_tokens was given:
         # the engine leaves the default-budget warning to wrap_model_call
         autocontext._window_deferred = True
+        autocontext.tools_from_requests = True  # each request's tools are counted
         # every tool registered (a budget learned later may offer more); each request
         # sends those offered (see _offered)
         self.tools = autocontext.all_tools

@@ -906,7 +906,9 @@ def replay(
     run = _Run(trajectory, ac, compare)
     for call_index, point, working in run.steps():
         started = time.perf_counter()
-        result = ac.compress(working, thread_id=thread, store=st, state=run.state)
+        # the schemas the file records are what is counted (no warning for those it lacks)
+        tools = ac.count_tools
+        result = ac.compress(working, thread_id=thread, store=st, state=run.state, tools=tools)
         call = run.view(result)
         record = run.record(call_index, point, result, call, time.perf_counter() - started)
         if on_call is not None:
@@ -929,7 +931,10 @@ async def areplay(
     run = _Run(trajectory, ac, compare)
     for call_index, point, working in run.steps():
         started = time.perf_counter()
-        result = await ac.acompress(working, thread_id=thread, store=st, state=run.state)
+        tools = ac.count_tools  # the schemas the file records: see the sync twin
+        result = await ac.acompress(
+            working, thread_id=thread, store=st, state=run.state, tools=tools
+        )
         call = run.view(result)
         record = run.record(call_index, point, result, call, time.perf_counter() - started)
         if on_call is not None:

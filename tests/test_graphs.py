@@ -119,6 +119,37 @@ def test_create_react_agent_pre_model_hook() -> None:
     assert len(agent.get_state(config).values["messages"]) < 1 + 40 * 2 + 1
 
 
+@pytest.mark.parametrize("surface", ["hook", "hook with tools=", "middleware"])
+def test_an_engine_that_does_not_count_the_agents_tools_says_so_once(surface: str) -> None:
+    """A ``create_react_agent`` hook cannot see the tools its model is bound with: when
+    the agent calls a tool whose schema the engine does not count (every request sends
+    it, and uncounted it can take a request past ``max_tokens``), one warning names it
+    and says how to count it; given ``tools=``, or with the middleware (which counts
+    each request's own), none."""
+    from langchain.agents import create_agent
+    from langgraph.prebuilt import create_react_agent
+
+    ac = AutoContext(CFG, tools=[bash] if surface == "hook with tools=" else None)
+    model = ScriptedModel(steps=12)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        if surface == "middleware":
+            agent = create_agent(model, [bash], middleware=[ac.middleware()], store=InMemoryStore())
+        else:
+            agent = create_react_agent(
+                model, [bash], pre_model_hook=ac.pre_model_hook, store=InMemoryStore()
+            )
+    config = {"configurable": {"thread_id": "w"}, "recursion_limit": 100}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        agent.invoke({"messages": [HumanMessage("fix it")]}, config)
+    about = [str(w.message) for w in caught if "does not count" in str(w.message)]
+    if surface == "hook":
+        assert len(about) == 1 and "bash" in about[0] and "AutoContext(tools=" in about[0]
+    else:
+        assert about == []
+
+
 def test_a_tool_call_edited_by_a_reviewer_keeps_its_original_in_the_history() -> None:
     """A review node between the model and the tools replaced the model's call (a human
     editing its arguments): the command node archived only replies without tool calls,
