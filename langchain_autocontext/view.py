@@ -149,29 +149,40 @@ def system_section(config: AutoContextConfig) -> str:
             "these tags; do not write them yourself.",
         ]
     if tools:
-        lines += [
-            "",
-            "## Tools for your context",
+        # the editing tools name a message by the id its tag shows: offered with the tags
+        # (ContextEngine.tools), taught with them
+        edits = [
             "- update_message(message_id, content): replace a message's content; keep what "
             "you still need from it (for example shrink a long tool output you have already "
             "used to the few lines that matter).",
             "- delete_message(message_id): remove a message you no longer need. Deleting a "
             "message that called tools also removes their results.",
+        ]
+        pins = [
+            "- pin_message(message_id, pinned=true): keep a message (the task, a constraint, "
+            "a plan) verbatim: no summary or offload touches it, nor the tool call and "
+            "results paired with it. Pins share a token limit; pinned=false unpins.",
+        ]
+        lines += [
+            "",
+            "## Tools for your context",
+            *(edits if tags else []),
             "- reload_offloaded(offload_id, offset=0, restore=false): read content that was "
             "moved out of your context (markers and summaries name its offload id), or any "
             "message id that search_history returned. restore=true puts it back into your "
             "context when it fits.",
             "- search_history(query, limit=5): search every message of this conversation, "
             "including those no longer in your context, by keywords or exact identifiers.",
-            "- pin_message(message_id, pinned=true): keep a message (the task, a constraint, "
-            "a plan) verbatim: no summary or offload touches it, nor the tool call and "
-            "results paired with it. Pins share a token limit; pinned=false unpins.",
+            *(pins if tags else []),
             "- working_context_append(text) and working_context_replace(old, new): edit your "
             "working context (below).",
-            "The system message, the latest user message and the message that makes the "
-            "current tool call cannot be edited or deleted. Edits change your context only; "
-            "the original history keeps every message.",
         ]
+        if tags:
+            lines.append(
+                "The system message, the latest user message and the message that makes the "
+                "current tool call cannot be edited or deleted. Edits change your context "
+                "only; the original history keeps every message."
+            )
     if xml:
         lines += [
             "",
@@ -207,8 +218,8 @@ def system_section(config: AutoContextConfig) -> str:
         f"When your context passes {config.warning_ratio:.0%} of its budget you get one "
         "notice. Then save what matters"
         + (" to your working context" if tools else "")
-        + " and shorten or delete what you no longer need, before older messages are "
-        "summarized automatically.",
+        + (" and shorten or delete what you no longer need" if tags and (tools or xml) else "")
+        + ", before older messages are summarized automatically.",
     ]
     return "\n".join(lines)
 

@@ -67,6 +67,16 @@ def test_the_section_teaches_what_is_on_and_nothing_else() -> None:
     view = AutoContext(off).prepare_model_call(convo())
     assert view.messages[0].content == "You help."  # nothing added at all
     assert system_section(CFG) == system_section(CFG)  # stable: the prompt cache survives
+    # without the tags the model has no ids: the tools that take them are neither offered
+    # nor taught, nor is editing suggested under memory pressure
+    untagged = CFG.model_copy(update={"metadata_tags": False})
+    taught = system_section(untagged)
+    offered = {t.name for t in AutoContext(untagged).tools}
+    for name in ("update_message", "delete_message", "pin_message"):
+        assert f"{name}(" not in taught and name not in offered
+    for name in ("reload_offloaded", "search_history", "working_context_append"):
+        assert f"{name}(" in taught and name in offered
+    assert "delete what you no longer need" not in taught
 
 
 def test_working_context_is_rendered_into_the_system_prompt() -> None:
