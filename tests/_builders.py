@@ -630,7 +630,8 @@ def strategies_fired(store: Any, thread: str) -> set[str]:
 
 # --- a model driven by a function of what it sees (self-management tests) -----------------
 class FunctionModel(BaseChatModel):
-    """Answers ``respond(messages, n)`` for its ``n``-th call; records every input it saw.
+    """Answers ``respond(messages, n)`` for its ``n``-th call; records every input it saw
+    (``seen``) and the tools it was bound with for it (``tools_seen``).
 
     The function sees the model's input view (tags, short ids, notices), so a script
     can address messages by the ids the model is shown, as a real model would.
@@ -638,18 +639,22 @@ class FunctionModel(BaseChatModel):
 
     respond: Any
     seen: list = Field(default_factory=list)
+    bound: list = Field(default_factory=list)
+    tools_seen: list = Field(default_factory=list)
 
     @property
     def _llm_type(self) -> str:
         return "function"
 
     def bind_tools(self, tools, **kwargs):
+        self.bound = list(tools)
         return self
 
     def _generate(
         self, messages, stop=None, run_manager: CallbackManagerForLLMRun | None = None, **kw
     ):
         self.seen.append(list(messages))
+        self.tools_seen.append(self.bound)
         msg = self.respond(list(messages), len(self.seen) - 1)
         return ChatResult(generations=[ChatGeneration(message=msg)])
 

@@ -18,9 +18,9 @@ from typing import Annotated, Any
 import pytest
 from langchain_core.messages import ToolMessage
 from langchain_core.tools import BaseTool, InjectedToolCallId
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 
-from tests._builders import DATA
+from tests._builders import DATA, FunctionModel
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 MINI = DATA / "mini-swe-agent-dev.jsonl"
@@ -632,9 +632,7 @@ def _graph_gets(cp: ModuleType, run: Any, budget: int, tools: list, counter: Any
     """What the model of a ``create_agent`` graph with the middleware gets on each call:
     a model replaying the recorded replies, each user turn of the run one ``invoke``."""
     from langchain.agents import create_agent
-    from langchain_core.language_models import BaseChatModel
     from langchain_core.messages import AIMessage, HumanMessage
-    from langchain_core.outputs import ChatGeneration, ChatResult
     from langgraph.checkpoint.memory import InMemorySaver
     from langgraph.store.memory import InMemoryStore
 
@@ -642,26 +640,9 @@ def _graph_gets(cp: ModuleType, run: Any, budget: int, tools: list, counter: Any
     from langchain_autocontext.store import OffloadStore
 
     replies = [m for m in run.messages if isinstance(m, AIMessage)]
-
-    class Replay(BaseChatModel):
-        bound: list = Field(default_factory=list)
-        calls: list = Field(default_factory=list)
-
-        @property
-        def _llm_type(self) -> str:
-            return "recorded-replies"
-
-        def bind_tools(self, tools, **kwargs):
-            self.bound = list(tools)
-            return self
-
-        def _generate(self, messages, stop=None, run_manager=None, **kwargs):
-            n = len(self.calls)
-            self.calls.append((list(messages), self.bound))
-            reply = replies[n] if n < len(replies) else AIMessage("done")
-            return ChatResult(generations=[ChatGeneration(message=reply)])
-
-    model = Replay()
+    model = FunctionModel(
+        respond=lambda messages, n: replies[n] if n < len(replies) else AIMessage("done")
+    )
     ac = AutoContext(
         AutoContextConfig(max_tokens=budget),
         summarizer=cp.CountingSummarizer(counter=counter),
@@ -679,7 +660,7 @@ def _graph_gets(cp: ModuleType, run: Any, budget: int, tools: list, counter: Any
     with cp.seeded_package_ids(cp.IDS_SEED):
         for user in (m for m in run.messages if isinstance(m, HumanMessage)):
             agent.invoke({"messages": [user]}, config)
-    return model.calls
+    return list(zip(model.seen, model.tools_seen, strict=True))
 
 
 def _tau_run(run_id: str) -> Any:
