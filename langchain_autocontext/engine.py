@@ -299,7 +299,8 @@ class ContextEngine:
         self._uncounted_warned = False
         # A budget that can never hold what every call sends once the package shows
         # itself (the system prompt, the section, the tool schemas): say so now, not at
-        # every call (max_tokens=256 held none of the package's 306 tokens of tools).
+        # every call (max_tokens=256 held none of the package's 306 tokens of tools, which
+        # it sends with the metadata tags).
         shown = "\n\n".join(p for p in (system_prompt, instructions_text(self.config, None)) if p)
         floor = self.counter.count(
             [SystemMessage(shown)] if shown else [], self.count_tools, tags=self.config.tags_mode

@@ -118,7 +118,8 @@ class AutoContext(ContextEngine):
         """For ``langchain.agents.create_agent(model, tools, middleware=[ac.middleware()])``.
 
         Compresses before each model call, renders the model's view without persisting
-        it, processes the reply, and registers :attr:`tools` with the agent.
+        it, processes the reply, and registers the context tools with the agent
+        (:attr:`all_tools`; each request sends those offered, :attr:`tools`).
         """
         return AutoContextMiddleware(self)
 

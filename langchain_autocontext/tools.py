@@ -1,6 +1,8 @@
 """The model's tools for managing its own context (``AutoContext.tools``).
 
-Six LangChain tools, each with a strict argument schema (unknown arguments are
+Seven LangChain tools (``AutoContext.all_tools``; those that name a message by the id
+its metadata tag shows, ``update_message``, ``delete_message`` and ``pin_message``,
+are offered with the tags only), each with a strict argument schema (unknown arguments are
 rejected) and a ``ToolRuntime`` parameter that LangGraph injects (graph state,
 store, config, tool call id). Each returns a ``Command`` whose update carries the
 ``ToolMessage`` answering the call, plus the edit of the working messages or of
@@ -9,6 +11,7 @@ the working context:
 - ``update_message(message_id, content)`` and ``delete_message(message_id)``
   edit the working messages (graph state ``messages``); the original history in
   the store stays append-only and every edit is recorded as an event;
+  ``pin_message(message_id, pinned=True)`` keeps a message from every strategy;
 - ``reload_offloaded(offload_id, offset=0, restore=False)`` returns offloaded
   originals (or any history message by id), truncated to the free budget with a
   note saying how to read on; ``restore=True`` puts them back when they fit;
@@ -25,7 +28,7 @@ Several of these tools may be called in parallel in one turn; edits of the same
 message by two calls of one turn, and two working-context edits in one turn, are
 refused after the first (LangGraph applies parallel updates in no fixed order).
 
-Over 600 lines because it defines six tools, each with its argument schema, its checks
+Over 600 lines because it defines seven tools, each with its argument schema, its checks
 and its error messages for the model, around one shared call context (``_Call``); the
 reload tool alone (truncation, offsets, restore) is about 200 lines.
 """
