@@ -8,6 +8,7 @@ baseline over budget), not timings. A peer that is not installed is skipped.
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import json
 import sys
@@ -628,7 +629,9 @@ def _runner_sends(cp: ModuleType, run: Any, budget: int, tools: list, counter: A
     return sends
 
 
-def _graph_gets(cp: ModuleType, run: Any, budget: int, tools: list, counter: Any) -> list:
+def _graph_gets(
+    cp: ModuleType, run: Any, budget: int, tools: list, counter: Any, mode: str = "invoke"
+) -> list:
     """What the model of a ``create_agent`` graph with the middleware gets on each call:
     a model replaying the recorded replies, each user turn of the run one ``invoke``."""
     from langchain.agents import create_agent
@@ -657,9 +660,18 @@ def _graph_gets(cp: ModuleType, run: Any, budget: int, tools: list, counter: Any
         checkpointer=InMemorySaver(),
     )
     config = {"configurable": {"thread_id": "bench"}, "recursion_limit": 1_000}
+    users = [m for m in run.messages if isinstance(m, HumanMessage)]
+
+    async def ainvoke_all() -> None:
+        for user in users:
+            await agent.ainvoke({"messages": [user]}, config)
+
     with cp.seeded_package_ids(cp.IDS_SEED):
-        for user in (m for m in run.messages if isinstance(m, HumanMessage)):
-            agent.invoke({"messages": [user]}, config)
+        if mode == "ainvoke":
+            asyncio.run(ainvoke_all())
+        else:
+            for user in users:
+                agent.invoke({"messages": [user]}, config)
     return list(zip(model.seen, model.tools_seen, strict=True))
 
 
@@ -670,18 +682,23 @@ def _tau_run(run_id: str) -> Any:
 
 
 @pytest.mark.parametrize(
-    ("source", "budget"),
-    [("coding sample", 8_000), ("coding sample", 32_000), ("tau-bench airline-2#2", 4_000)],
+    ("source", "budget", "mode"),
+    [
+        ("coding sample", 8_000, "invoke"),
+        ("coding sample", 8_000, "ainvoke"),
+        ("coding sample", 32_000, "invoke"),
+        ("tau-bench airline-2#2", 4_000, "ainvoke"),
+    ],
 )
 def test_the_runner_sends_what_a_create_agent_graph_sends(
-    cp: ModuleType, source: str, budget: int
+    cp: ModuleType, source: str, budget: int, mode: str
 ) -> None:
     """``compare_peers``' figures are those of a real ``create_agent`` graph with the
     middleware: a model replaying a recorded run's replies, with tools answering the
     recorded results, is sent exactly what the benchmark's runner sends (messages, tool
     schemas, token count) on every call, through compactions: the bundled coding run
     (60 calls, at 32k with the metadata tags too) and a customer-service run whose
-    user turns each start an ``invoke``."""
+    user turns each start an ``invoke``; the async path (``ainvoke``) sends the same."""
     from langchain_autocontext.replay import load_trajectories, sample_path
     from langchain_autocontext.tokens import default_counter
 
@@ -693,7 +710,7 @@ def test_the_runner_sends_what_a_create_agent_graph_sends(
     counter = default_counter()
     tools = _recorded_tools(run)
     expected = _runner_sends(cp, run, budget, tools, counter)
-    calls = _graph_gets(cp, run, budget, tools, counter)
+    calls = _graph_gets(cp, run, budget, tools, counter, mode)
     # the recorded calls (and one more when the run ends on a tool result)
     assert len(expected) <= len(calls) <= len(expected) + 1
     for k, ((messages, names, total), (got, got_tools)) in enumerate(
