@@ -36,6 +36,8 @@ from langchain_autocontext.messages import find_violations, text_of
 
 THREAD = {"configurable": {"thread_id": "t"}, "recursion_limit": 500}
 DEFAULT_MAX = AutoContextConfig.model_fields["max_tokens"].default
+#: The context tools that take the ids the metadata tags show.
+EDITING = {"update_message", "delete_message", "pin_message"}
 
 
 def script(steps: int, lines: int):
@@ -493,3 +495,24 @@ def test_a_model_window_decides_tags_given_as_none() -> None:
     assert ac.config.max_tokens < TAGS_MIN and ac.config.metadata_tags is False
     ac = AutoContext(AutoContextConfig(max_tokens=8_000), model=windowed(max_input_tokens=200_000))
     assert ac.config.max_tokens == 8_000 and ac.config.metadata_tags is False  # given: wins
+
+
+@pytest.mark.parametrize("window", [8_000, 200_000])
+async def test_the_tools_sent_follow_the_window_the_middleware_learns(window: int) -> None:
+    """Built without ``max_tokens``, the middleware registers all seven context tools
+    (the budget is not known yet); the model's window then decides the tags, and with
+    them whether the three editing tools, which take the ids the tags show, are sent."""
+    mw = AutoContextMiddleware(instructions="compact")
+    assert {t.name for t in mw.tools} == EDITING | {
+        "reload_offloaded",
+        "search_history",
+        "working_context_append",
+        "working_context_replace",
+    }
+    model = windowed(steps=60, lines=40 if window < TAGS_MIN else 400, max_input_tokens=window)
+    await run(agent(model, mw), run_async=window > TAGS_MIN)
+    sent = {getattr(t, "name", None) for t in model.bound}
+    assert "reload_offloaded" in sent  # the package showed itself: it compressed
+    tags = mw.autocontext.config.metadata_tags
+    assert tags is (window >= TAGS_MIN)
+    assert (EDITING <= sent) is tags and (EDITING & sent == set()) is (not tags)
