@@ -515,4 +515,4 @@ async def test_the_tools_sent_follow_the_window_the_middleware_learns(window: in
     assert "reload_offloaded" in sent  # the package showed itself: it compressed
     tags = mw.autocontext.config.metadata_tags
     assert tags is (window >= TAGS_MIN)
-    assert (EDITING <= sent) is tags and (EDITING & sent == set()) is (not tags)
+    assert (sent >= EDITING) is tags and (EDITING & sent == set()) is (not tags)
