@@ -475,11 +475,9 @@ class ContextEngine:
 
     @property
     def count_tools(self) -> list[Any]:
-        """Tool schemas counted in the budget: the agent's tools plus the package's."""
-        tools = list(self.agent_tools)
-        names = {getattr(t, "name", None) for t in tools}
-        tools += [t for t in self.tools if t.name not in names]
-        return tools
+        """Tool schemas counted in the budget: the agent's tools plus the package's
+        (:meth:`with_own_tools` of the agent's)."""
+        return self.with_own_tools(self.agent_tools)
 
     #: Builds the model's context tools for an engine (``tool_factory(engine)``): set by
     #: :class:`~langchain_autocontext.AutoContext` (the facade) to
@@ -704,9 +702,7 @@ class ContextEngine:
         A ``create_agent`` request sends the agent's tools, and the package's only once
         the model is shown the package: its view, its trigger and its warning count what
         the request sends plus what it will send."""
-        if tools is None:
-            return self.count_tools
-        given = list(tools)
+        given = list(self.agent_tools if tools is None else tools)
         names = {_tool_name(t) for t in given}
         return given + [t for t in self.tools if t.name not in names]
 
