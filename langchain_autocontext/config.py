@@ -70,6 +70,7 @@ class AutoContextConfigFields(TypedDict, total=False):
     instructions: Literal["compact", "full"]
     xml_commands: bool
     max_autonomous_steps: int
+    keep_tool_results: tuple[str, ...]
     plan_note_tools: tuple[str, ...]
     search_language: str
     summarizer_retries: int
@@ -242,6 +243,15 @@ class AutoContextConfig(BaseModel):
     )
     max_autonomous_steps: int = Field(
         default=20, ge=1, description="Step limit of the autonomous loop driven by <user> commands."
+    )
+    keep_tool_results: tuple[str, ...] = Field(
+        default=(),
+        description="Tools whose results the steps that act on one message at a time leave "
+        "verbatim: strategies 2 and 3 never offload or mask them, strategy 5 never "
+        "summarizes them alone (a think or reflection tool, whose output cannot be "
+        "fetched again). They still go into a summary with their span (strategies 1, 4, 6, "
+        "7) when the budget needs it, the original kept in the history store; pin a message "
+        "to keep it past those too.",
     )
     plan_note_tools: tuple[str, ...] = Field(
         default=("write_todos", "update_plan", "todo_write"),

@@ -11,7 +11,8 @@ drives it, and checks what issue 11 asks of every strategy:
 * no original message is read by the summarizer twice (summaries extend themselves);
 * the two running summaries (the recursive one and the current round's) take at most a
   sixteenth of the room each;
-* a pinned message reaches the model verbatim on every later call.
+* a pinned message reaches the model verbatim on every later call;
+* a result of a ``keep_tool_results`` tool is never masked or offloaded on its own.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import pytest
 from _builders import DATA
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from langchain_core.messages import AIMessage, BaseMessage, SystemMessage
+from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolMessage
 from langgraph.store.memory import InMemoryStore
 
 from langchain_autocontext import AutoContext, AutoContextConfig
@@ -68,11 +69,13 @@ class RecordingSummarizer(ExtractiveSummarizer):
 
 
 def _replay(
-    messages: list[BaseMessage], budget: int, pin_at: int | None = None
+    messages: list[BaseMessage], budget: int, pin_at: int | None = None, **fields: Any
 ) -> tuple[AutoContext, RecordingSummarizer, list[dict[str, Any]]]:
     """Drive ``compress`` before every recorded assistant message; check each call."""
     summarizer = RecordingSummarizer()
-    cfg = AutoContextConfig(max_tokens=budget, self_management_tools=False, metadata_tags=False)
+    cfg = AutoContextConfig(
+        max_tokens=budget, self_management_tools=False, metadata_tags=False, **fields
+    )
     ac = AutoContext(cfg, store=OffloadStore(InMemoryStore()), summarizer=summarizer)
     if pin_at is not None:
         messages = [pin(m) if k == pin_at else m for k, m in enumerate(messages)]
@@ -186,3 +189,42 @@ def test_a_pinned_message_survives_every_strategy(run, budget, where) -> None:
         sent = {m.id: m for m in call["result"].messages}
         assert target.id in sent, "the pinned message left the context"
         assert sent[target.id].content == target.content
+
+
+def _tool_names(messages: list[BaseMessage]) -> list[str]:
+    return sorted({tc["name"] for m in messages if isinstance(m, AIMessage) for tc in m.tool_calls})
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(run=runs, budget=st.sampled_from([4_000, 8_000]), data=st.data())
+def test_results_of_kept_tools_are_sent_whole_or_summarized_with_their_span(
+    run, budget, data
+) -> None:
+    name, k = run
+    trajectories = _runs(name)
+    messages = trajectories[k % len(trajectories)]
+    names = _tool_names(messages)
+    assume(names)
+    kept = data.draw(st.sets(st.sampled_from(names), min_size=1), label="kept")
+    originals = {m.id: m for m in messages}
+    ac, _summarizer, calls = _replay(messages, budget, keep_tool_results=tuple(kept))
+    last_resort: set[str] = set()  # offloads of the last resort (it may take anything)
+    for call in calls:
+        result = call["result"]
+        assert result.tokens_after <= ac.config.max_tokens
+        for e in result.events:
+            if e["strategy"] in LAST_RESORTS:
+                last_resort.update(e.get("offload_ids") or ())
+        called = {
+            tc["id"]: tc["name"]
+            for m in result.messages
+            if isinstance(m, AIMessage)
+            for tc in m.tool_calls
+        }
+        for m in result.messages:
+            if isinstance(m, ToolMessage) and called.get(m.tool_call_id) in kept:
+                # here it is the original; otherwise it went into a summary with its span
+                if (marker(m) or {}).get("offload_id") in last_resort:
+                    continue
+                assert not marker(m), (m.id, marker(m))
+                assert m.content == originals[m.id].content

@@ -325,6 +325,25 @@ class PassContext:
         (a pinned call keeps its results, a pinned result its call)."""
         return frozenset(pinned_group_indices(self.messages, self.body_start))
 
+    @cached_property
+    def kept_results(self) -> frozenset[int]:
+        """Indices of the results of ``config.keep_tool_results`` tools (named by the
+        result, or by the call it answers when the result carries no name): the
+        one-message steps (2, 3, 5) leave them verbatim."""
+        keep = set(self.config.keep_tool_results)
+        if not keep:
+            return frozenset()
+        called: dict[str, str] = {}
+        found: set[int] = set()
+        for i, m in enumerate(self.messages):
+            if isinstance(m, AIMessage):
+                called.update((tc["id"], tc["name"]) for tc in m.tool_calls if tc.get("id"))
+            elif isinstance(m, ToolMessage):
+                name = m.name or called.get(m.tool_call_id)
+                if name in keep:
+                    found.add(i)
+        return frozenset(found)
+
     def spans_between_protected(self, start: int, end: int) -> list[tuple[int, int]]:
         """``[start, end)`` cut around protected messages: the unprotected runs."""
         spans: list[tuple[int, int]] = []

@@ -44,7 +44,7 @@ class CurrentRoundLargeMessages:
         candidates = []
         for i in range(_round_start(ctx), ctx.tail_start):  # the working set stays whole
             m = ctx.messages[i]
-            if ctx.protected(i) or marker(m) or message_chars(m) <= floor:
+            if ctx.protected(i) or marker(m) or message_chars(m) <= floor or i in ctx.kept_results:
                 continue
             tokens = ctx.counter.count_message(m)
             if not ctx.worth_summarizing(tokens):

@@ -94,8 +94,10 @@ class LargeMessageOffload:
         m = ctx.messages[i]
         if ctx.protected(i) or marker(m):
             return False
-        if self.fresh and not isinstance(m, SystemMessage):
-            return True
+        if self.fresh:
+            return not isinstance(m, SystemMessage)
+        if i in ctx.kept_results:  # config.keep_tool_results: only the last resort
+            return False
         return ctx.is_large(i) or (not self.keep_last and isinstance(m, ToolMessage))
 
     def plan(self, ctx: PassContext) -> list[Job]:
