@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 from _builders import FunctionModel, call, view_ids
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.tools import tool
@@ -166,10 +166,20 @@ class AgentMachine(RuleBasedStateMachine):
         self.model = FuzzModel(respond=self.respond)
         self.ever: set[str] = set()
         self.checked = 0
+        self.config = CFG
         self.build()
 
+    @initialize(keep=st.booleans())
+    def keep_blob_results(self, keep: bool) -> None:
+        """Half the conversations keep every result verbatim past the one-message steps
+        (``keep_tool_results``): the summaries and the last resorts must hold the budget."""
+        if keep:
+            self.config = CFG.derive(keep_tool_results=("blob",))
+            self.stats["conversations keeping results"] += 1
+            self.build()
+
     def build(self) -> None:
-        self.ac = AutoContext(CFG, store=self.store)
+        self.ac = AutoContext(self.config, store=self.store)
         self.agent = create_agent(
             self.model,
             tools=[blob],
