@@ -94,9 +94,9 @@ class LargeMessageOffload:
         m = ctx.messages[i]
         if ctx.protected(i) or marker(m):
             return False
-        if self.fresh:
-            return not isinstance(m, SystemMessage)
-        if i in ctx.kept_results:  # config.keep_tool_results: only the last resort
+        if self.fresh and not isinstance(m, SystemMessage):
+            return True
+        if i in ctx.kept_results:  # keep_tool_results: only the last resort (above) takes them
             return False
         return ctx.is_large(i) or (not self.keep_last and isinstance(m, ToolMessage))
 
