@@ -45,6 +45,7 @@ import sys
 import threading
 import time
 import types
+import typing
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -1585,6 +1586,28 @@ def chat_comparison(rows: Sequence[ChatRow]) -> list[str]:
     return out
 
 
+def parse_ours_config(text: str) -> dict[str, Any]:
+    """``--ours-config``: ``name=value`` pairs separated by commas; a value is a Python
+    literal, or a word, and a tuple field takes names separated by commas
+    (``keep_tool_results=think,calculate,target_ratio=0.5``)."""
+    fields = AutoContextConfig.model_fields
+    config: dict[str, Any] = {}
+    for item in re.split(r",\s*(?=[A-Za-z_]\w*\s*=)", text.strip()):
+        if not item.strip():
+            continue
+        name, eq, raw = (part.strip() for part in item.partition("="))
+        if not eq or name not in fields:
+            raise ValueError(f"{item!r} is not name=value with a config field's name")
+        try:
+            value: Any = ast.literal_eval(raw)
+        except (ValueError, SyntaxError):
+            value = raw
+        if typing.get_origin(fields[name].annotation) is tuple and isinstance(value, str):
+            value = tuple(n.strip() for n in raw.split(",") if n.strip())
+        config[name] = value
+    return config
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -1604,7 +1627,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--ours-config",
         default="",
-        help="config fields for this package's systems, e.g. keep_ratio=0.5,target_ratio=0.4",
+        help="config fields for this package's systems, e.g. keep_ratio=0.5,target_ratio=0.4 "
+        "or keep_tool_results=think,calculate (a tuple field's names take commas too)",
     )
     ap.add_argument(
         "--task-stand-in",
@@ -1651,10 +1675,10 @@ def main(argv: list[str] | None = None) -> int:
     IDS_SEED = args.ids_seed
     if args.task_stand_in:
         TASK_STAND_IN = "Fix the issue in the task statement given earlier."
-    OURS_CONFIG.update(
-        (k.strip(), ast.literal_eval(v.strip()))
-        for k, v in (item.split("=", 1) for item in args.ours_config.split(",") if item.strip())
-    )
+    try:
+        OURS_CONFIG.update(parse_ours_config(args.ours_config))
+    except ValueError as exc:
+        ap.error(f"--ours-config: {exc}")
     if args.ours_order:
         strategies_in_order(args.ours_order)  # a bad order fails before the long run
         OURS_ORDER = args.ours_order

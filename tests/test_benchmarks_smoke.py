@@ -336,6 +336,22 @@ def test_compare_runs_a_variant_of_this_package(
     assert [s.name for s in runner.ac.strategies][2] == "tool_run"
 
 
+def test_ours_config_takes_literals_words_and_lists_of_names(cp: ModuleType) -> None:
+    """A tool list's commas are not pair separators; a wrong name is an error."""
+    assert cp.parse_ours_config("keep_ratio=0.4, metadata_tags=True") == {
+        "keep_ratio": 0.4,
+        "metadata_tags": True,
+    }
+    assert cp.parse_ours_config("keep_tool_results=think,calculate,target_ratio=0.3") == {
+        "keep_tool_results": ("think", "calculate"),
+        "target_ratio": 0.3,
+    }
+    assert cp.parse_ours_config("tag_format=seed") == {"tag_format": "seed"}
+    assert cp.parse_ours_config("") == {}
+    with pytest.raises(ValueError, match="config field"):
+        cp.parse_ours_config("keep_rato=0.4")
+
+
 def _locomo(path: Path, sessions: int, turns: int) -> Path:
     """A LoCoMo-shaped file: one conversation, ``sessions`` sessions of ``turns`` turns,
     one question per session whose evidence is that session's first turn."""
