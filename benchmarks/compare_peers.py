@@ -1622,7 +1622,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--chats",
         action="store_true",
-        help=f"also the long-chat benchmark on {LOCOMO} (4k and 8k budgets)",
+        help="also the long-chat benchmark on --chat-file (4k and 8k budgets)",
+    )
+    ap.add_argument(
+        "--chat-file",
+        default=LOCOMO,
+        help=f"the LoCoMo-format conversations under --data for --chats (default {LOCOMO})",
     )
     ap.add_argument(
         "--ours-config",
@@ -1746,11 +1751,14 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(section), flush=True)
         report.extend(section)
     chats: list[ChatRow] = []
-    if args.chats and (args.data / LOCOMO).is_file():
+    chat_file = args.data / args.chat_file
+    if args.chats and not chat_file.is_file():
+        print(f"--chats: {chat_file} is absent; the long chats are left out", file=sys.stderr)
+    if args.chats and chat_file.is_file():
         chat_systems = [s for s in systems if s in CHAT_SYSTEMS]
-        chats = run_chats(args.data / LOCOMO, chat_systems, CHAT_BUDGETS)
+        chats = run_chats(chat_file, chat_systems, CHAT_BUDGETS)
         section = [
-            f"\n### {LOCOMO} (long chats; at the end of each conversation, the questions "
+            f"\n### {args.chat_file} (long chats; at the end of each conversation, the questions "
             "of categories 1-4 whose evidence turn is still there; the last column over "
             "the end of every session, each question from the session of its evidence "
             "on, with the number of such pairs)\n",
@@ -1769,7 +1777,7 @@ def main(argv: list[str] | None = None) -> int:
         json.dumps(
             {
                 **{k: [r.as_dict() for r in v] for k, v in results.items()},
-                **({LOCOMO: [r.as_dict() for r in chats]} if chats else {}),
+                **({args.chat_file: [r.as_dict() for r in chats]} if chats else {}),
             },
             indent=1,
         )

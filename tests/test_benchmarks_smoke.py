@@ -376,6 +376,19 @@ def _locomo(path: Path, sessions: int, turns: int) -> Path:
     return path
 
 
+def test_chats_read_the_file_named_by_chat_file(cp: ModuleType, tmp_path: Path, capsys) -> None:
+    """Held-back conversations under another name run with --chat-file; an absent file
+    is said, not silently skipped."""
+    _locomo(tmp_path / "held-back.json", sessions=2, turns=4)
+    base = ["--chats", "--data", str(tmp_path), "--files", "", "--systems", "ours", "--no-plot"]
+    out = tmp_path / "out"
+    assert cp.main([*base, "--chat-file", "held-back.json", "--out", str(out)]) == 0
+    assert "### held-back.json" in (out / "compare_peers.md").read_text()
+    assert list(json.loads((out / "compare_peers.json").read_text())) == ["held-back.json"]
+    assert cp.main([*base, "--out", str(out)]) == 1  # locomo-dev.json is not there
+    assert "locomo-dev.json is absent" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("system", ["middleware", "ours"])
 def test_chats_count_evidence_at_every_session_end(
     cp: ModuleType, system: str, tmp_path: Path
