@@ -6,6 +6,7 @@ The public API lives here and nowhere else.
 from langchain_autocontext.config import AutoContextConfig
 from langchain_autocontext.engine import CompressionResult
 from langchain_autocontext.errors import (
+    AmbiguousOffloadRefError,
     AutoContextError,
     CommandError,
     ContextBudgetError,
@@ -34,6 +35,7 @@ from langchain_autocontext.tokens import TokenCounter, resolve_counter
 from langchain_autocontext.view import ModelCall
 
 __all__ = [
+    "AmbiguousOffloadRefError",
     "AutoContext",
     "AutoContextAgentState",
     "AutoContextChatMessageHistory",

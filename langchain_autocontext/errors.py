@@ -7,6 +7,7 @@ user (or the model, when a tool reports it) what to do next.
 from __future__ import annotations
 
 __all__ = [
+    "AmbiguousOffloadRefError",
     "AutoContextError",
     "CommandError",
     "ContextBudgetError",
@@ -118,6 +119,19 @@ class OffloadNotFoundError(AutoContextError, KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0])
+
+
+class AmbiguousOffloadRefError(OffloadNotFoundError):
+    """A shortened offload id (as a note in the context shows it) that starts more than
+    one offload of the thread: the whole id says which (``offload_ids`` lists them)."""
+
+    def __init__(self, ref: str, offload_ids: tuple[str, ...] | list[str]) -> None:
+        super().__init__(ref)
+        self.offload_ids = tuple(offload_ids)
+        self.args = (
+            f"The offload id {ref!r} starts {len(self.offload_ids)} offloads of this thread: "
+            f"{', '.join(self.offload_ids)}. Pass the whole id of the one you mean.",
+        )
 
 
 class CommandError(AutoContextError):

@@ -13,6 +13,7 @@ Layout (``prefix`` defaults to ``"autocontext"``; the thread id is encoded with
 
     (prefix, thread, "history")  key = message id   one item per original message
     (prefix, thread, "offload")  key = uuid4        offloaded originals + preview
+                                                    (+ "ref": what the context shows)
     (prefix, thread, "events")   key = seq-uuid     compression events
     (prefix, thread, "meta")     key = kind         {"next_seq": n} per kind
 
@@ -78,17 +79,19 @@ from langgraph.store.base import (
 )
 from langgraph.store.memory import InMemoryStore
 
-from langchain_autocontext.errors import OffloadNotFoundError
+from langchain_autocontext.errors import AmbiguousOffloadRefError, OffloadNotFoundError
 from langchain_autocontext.messages import dump_message, load_message, text_of
 from langchain_autocontext.records import EventRecord, HistoryEntry, OffloadRecord, _int_or_none
 
 __all__ = [
+    "OFFLOAD_REF_LENGTH",
     "EventRecord",
     "HistoryEntry",
     "OffloadRecord",
     "OffloadStore",
     "decode_thread_id",
     "encode_thread_id",
+    "offload_ref",
 ]
 
 Kind = Literal["history", "offload", "events", "meta"]
@@ -110,6 +113,27 @@ _Plan = Generator[list[Op], list[Result], _T]
 _SEQ_KEY = "seq_key"
 _SEQ_WIDTH = 15
 _RESERVED_EVENT_KEYS = frozenset({"seq", _SEQ_KEY, "ts"})
+
+#: Characters of an offload's id that the context shows in its note: the first eight of
+#: the uuid4, 32 random bits. The whole id is about 24 tokens, these about 6, and every
+#: masked tool result carries a note (on the coding runs of ``../shared/data`` at 16k,
+#: the notes took 315 of a call's tokens with whole ids). :meth:`OffloadStore.reload`
+#: takes either: the id, else the one offload of the thread whose id starts with it.
+OFFLOAD_REF_LENGTH = 8
+_OFFLOAD_ID_RE = re.compile(
+    r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$"
+)
+_OFFLOAD_REF_RE = re.compile(r"^[0-9a-f]{8}[0-9a-f-]{0,27}$")
+
+
+def offload_ref(offload_id: str) -> str:
+    """How the context names an offload: the first :data:`OFFLOAD_REF_LENGTH` characters
+    of its uuid4 id (an id of another form, whole). Unique enough to name it (an
+    ambiguous one is an :class:`~langchain_autocontext.errors.AmbiguousOffloadRefError`
+    naming every candidate, never a wrong reload)."""
+    if _OFFLOAD_ID_RE.match(offload_id):
+        return offload_id[:OFFLOAD_REF_LENGTH]
+    return offload_id
 
 
 class _KeyedLocks:
@@ -924,6 +948,7 @@ class OffloadStore(BaseStore):
         offload_id = str(uuid.uuid4())
         value = {
             **_seq_fields(seq),
+            "ref": offload_ref(offload_id),
             "strategy": strategy,
             "preview": preview,
             "tokens": tokens,
@@ -963,11 +988,23 @@ class OffloadStore(BaseStore):
         )
         if not isinstance(offload_id, str) or not offload_id.strip():
             raise OffloadNotFoundError(str(offload_id), where)
-        found = yield [GetOp(ns, offload_id.strip(), False)]
+        ref = offload_id.strip()
+        found = yield [GetOp(ns, ref, False)]
         item = found[0]
-        if not isinstance(item, Item):
-            raise OffloadNotFoundError(offload_id, where)
-        return self._record(thread_id, item.key, item.value)
+        if isinstance(item, Item):
+            return self._record(thread_id, item.key, item.value)
+        ref = ref.lower()
+        if _OFFLOAD_REF_RE.match(ref):  # the shortened id a note shows (offload_ref)
+            short = ref[:OFFLOAD_REF_LENGTH]
+            hits = yield [SearchOp(ns, {"ref": short}, 10, 0, None, False)]
+            matches = sorted(
+                (i for i in hits[0] if i.key.startswith(ref)), key=lambda i: i.value["seq"]
+            )
+            if len(matches) == 1:
+                return self._record(thread_id, matches[0].key, matches[0].value)
+            if matches:
+                raise AmbiguousOffloadRefError(offload_id.strip(), [i.key for i in matches])
+        raise OffloadNotFoundError(offload_id, where)
 
     def _list_offloads_plan(self, thread_id: str) -> _Plan[list[OffloadRecord]]:
         items = yield from self._all_plan(thread_id, OFFLOAD)
@@ -1018,11 +1055,14 @@ class OffloadStore(BaseStore):
             )
 
     def reload(self, thread_id: str, offload_id: str) -> OffloadRecord:
-        """The offload with this id in this thread.
+        """The offload with this id in this thread: its whole id, or the shortened one
+        its note in the context shows (:func:`offload_ref`, or any longer prefix).
 
         Raises:
             OffloadNotFoundError: no such offload in this thread (ids of other
                 threads are not visible: the namespace is per thread).
+            AmbiguousOffloadRefError: a shortened id that starts several of the
+                thread's offloads (it lists them; an ``OffloadNotFoundError`` too).
         """
         return self._run(self._reload_plan(thread_id, offload_id))
 

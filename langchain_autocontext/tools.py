@@ -58,7 +58,7 @@ from pydantic_core import PydanticUndefined
 
 from langchain_autocontext.commands import Edit, delete_op, diff_updates, pin_op, update_op
 from langchain_autocontext.engine import thread_id_of
-from langchain_autocontext.errors import OffloadNotFoundError
+from langchain_autocontext.errors import AmbiguousOffloadRefError, OffloadNotFoundError
 from langchain_autocontext.messages import (
     find_violations,
     is_pinned,
@@ -790,9 +790,20 @@ def _reload_tool(engine: ContextEngine) -> StructuredTool:
             note = f"\n[characters {offset:,}-{len(full):,} of {len(full):,}: the end]" + note
         return call.reply(part + note), None
 
+    def in_view(call: _Call, exc: AmbiguousOffloadRefError) -> str | None:
+        """Of the offloads a shortened id starts, the one the context shows (the
+        model read the id there), if exactly one."""
+        shown = {(marker(m) or {}).get("offload_id") for m in call.messages}
+        picked = [oid for oid in exc.offload_ids if oid in shown]
+        return picked[0] if len(picked) == 1 else None
+
     def find_sync(call: _Call, ref: str) -> tuple[OffloadRecord | None, Any]:
         try:
             return call.store.reload(call.thread_id, ref), None
+        except AmbiguousOffloadRefError as exc:
+            if (picked := in_view(call, exc)) is None:
+                raise
+            return call.store.reload(call.thread_id, picked), None
         except OffloadNotFoundError:
             pass
         entry = call.store.get_history_message(call.thread_id, ref)
@@ -805,6 +816,10 @@ def _reload_tool(engine: ContextEngine) -> StructuredTool:
     async def find_async(call: _Call, ref: str) -> tuple[OffloadRecord | None, Any]:
         try:
             return await call.store.areload(call.thread_id, ref), None
+        except AmbiguousOffloadRefError as exc:
+            if (picked := in_view(call, exc)) is None:
+                raise
+            return await call.store.areload(call.thread_id, picked), None
         except OffloadNotFoundError:
             pass
         entry = await call.store.aget_history_message(call.thread_id, ref)
@@ -846,7 +861,10 @@ def _reload_tool(engine: ContextEngine) -> StructuredTool:
             return call.error(bad)
         ref = offload_id.strip().strip("\"'`")
         engine.archive(call.messages, thread_id=call.thread_id, store=call.store)
-        record, entry = find_sync(call, ref)
+        try:
+            record, entry = find_sync(call, ref)
+        except AmbiguousOffloadRefError as exc:
+            return call.error(str(exc))
         if record is None and entry is None:
             return call.error(lookup_error(ref))
         if needs_room(call, ref, offset, restore, record, entry):
@@ -865,7 +883,10 @@ def _reload_tool(engine: ContextEngine) -> StructuredTool:
             return call.error(bad)
         ref = offload_id.strip().strip("\"'`")
         await engine.aarchive(call.messages, thread_id=call.thread_id, store=call.store)
-        record, entry = await find_async(call, ref)
+        try:
+            record, entry = await find_async(call, ref)
+        except AmbiguousOffloadRefError as exc:
+            return call.error(str(exc))
         if record is None and entry is None:
             return call.error(lookup_error(ref))
         if needs_room(call, ref, offset, restore, record, entry):

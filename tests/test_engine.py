@@ -34,7 +34,7 @@ from langchain_autocontext.strategies import (
 )
 from langchain_autocontext.strategies.offload import NOTE_TOKENS
 
-OFFLOAD_ID = re.compile(r'offload_id="([0-9a-f-]{36})"')
+OFFLOAD_ID = re.compile(r'offload_id="([0-9a-f-]{8,36})"')
 
 
 def make(config: AutoContextConfig, strategies=None) -> tuple[AutoContext, OffloadStore]:
@@ -146,8 +146,8 @@ def test_a_result_masked_for_age_keeps_its_first_line_a_large_payload_its_previe
     oid = OFFLOAD_ID.search(note).group(1)
     tokens = ac.counter.count_message(msgs[3])
     assert note == f'[Offloaded {tokens} tokens; reload_offloaded(offload_id="{oid}")]'
-    # what strategy 3 plans with is the note's size (a uuid takes 17-28 tokens, so the
-    # note 33-48 with its line break): stale after a change of the note, it would not be
+    # what strategy 3 plans with is the note's size (the shortened id takes 3-9 tokens,
+    # so the note 18-24 with its line break): stale after a change of the note, it would not be
     assert abs(ac.counter.count_text("…\n" + note) - NOTE_TOKENS) <= 8
     assert masked[msgs[5].id].content.startswith(big[: cfg.offload_single_preview] + "…\n[")
     for m in masked.values():
@@ -570,7 +570,8 @@ def test_the_turn_the_model_continues_keeps_its_thinking_first() -> None:
     assert store.reload("loop", marker(final)["offload_id"]).messages[0].content == ai.content
     # the cut argument names the offload too: langchain-google-genai sends a message
     # that calls tools as its calls alone, without the text where the note is
-    assert marker(final)["offload_id"] in final.tool_calls[0]["args"]["content"]
+    ref = OFFLOAD_ID.search(final.tool_calls[0]["args"]["content"]).group(1)
+    assert store.reload("loop", ref).offload_id == marker(final)["offload_id"]
 
 
 @pytest.mark.parametrize("value", [-1, "12", None, float("nan")])

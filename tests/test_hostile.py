@@ -90,12 +90,12 @@ def reachable_offloads(
     """Offload ids reachable from the context, following ids inside reloaded spans
     (a summary that was itself evicted names the offload of what it summarized)."""
     seen: set[str] = set()
-    todo = offload_ids(messages)
+    todo = offload_ids(messages)  # whole ids (markers) and the shortened ones notes show
     while todo:
-        oid = todo.pop()
-        if oid not in seen:
-            seen.add(oid)
-            todo |= offload_ids(store.reload(thread, oid).messages)
+        record = store.reload(thread, todo.pop())
+        if record.offload_id not in seen:
+            seen.add(record.offload_id)
+            todo |= offload_ids(record.messages)
     return seen
 
 

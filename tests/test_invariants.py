@@ -14,7 +14,7 @@ from langchain_autocontext.messages import find_violations, latest_user_index
 from langchain_autocontext.store import OffloadStore
 from langchain_autocontext.strategies.pipeline import minimal_context
 
-OFFLOAD_ID = re.compile(r'offload_id="([0-9a-f-]{36})"')
+OFFLOAD_ID = re.compile(r'offload_id="([0-9a-f-]{8,36})"')
 HUGE = "\n".join(f"line {i}: /var/log/app.log value={i * 31 % 977}" for i in range(1500))
 WORDS = [
     "error",

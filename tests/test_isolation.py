@@ -32,6 +32,7 @@ from langchain_autocontext import (
     OffloadStore,
 )
 from langchain_autocontext.messages import marker, text_of
+from langchain_autocontext.store import offload_ref
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import load_test
@@ -94,10 +95,10 @@ def test_another_threads_valid_ids_are_not_found(backend: BaseStore) -> None:
     ac.compress([SystemMessage("sys", id="b-sys"), HumanMessage("hi", id="b-u")], thread_id="B")
     a_offloads = offload_ids_of(res_a.messages)
     assert a_offloads
-    for oid in a_offloads:
-        assert store.reload("A", oid).messages
+    for ref in [*a_offloads, *map(offload_ref, a_offloads)]:  # whole, and as notes show them
+        assert store.reload("A", ref).messages
         with pytest.raises(OffloadNotFoundError) as info:
-            store.reload("B", oid)
+            store.reload("B", ref)
         assert SECRET not in str(info.value)
     assert store.get_history_message("A", "A-u0") is not None
     assert store.get_history_message("B", "A-u0") is None
@@ -148,7 +149,13 @@ def test_tools_never_read_another_threads_namespace(backend: BaseStore) -> None:
     cfg = CFG.model_copy(update={"store_prefix": unique_prefix()})
     ac = AutoContext(cfg)
     res_a = ac.compress(secret_run("A"), thread_id="A", force=True, store=backend)
-    refs = [*offload_ids_of(res_a.messages)[:2], "A-u0", "A-a1"]  # offload ids, message ids
+    oids = offload_ids_of(res_a.messages)[:2]
+    refs = [
+        *oids,
+        offload_ref(oids[0]),
+        "A-u0",
+        "A-a1",
+    ]  # offload ids, a shortened one, message ids
     results = _probe(ac, backend, "B", refs)
     assert len(results) == len(refs) + 1
     for tm in results[:-1]:

@@ -13,6 +13,7 @@ import itertools
 import sqlite3
 import threading
 import time
+import uuid
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -44,15 +45,21 @@ from langgraph.store.base import BaseStore, PutOp
 from langgraph.store.memory import InMemoryStore
 from langgraph.store.sqlite import AsyncSqliteStore, SqliteStore
 
-from langchain_autocontext.errors import AutoContextError, OffloadNotFoundError
+from langchain_autocontext.errors import (
+    AmbiguousOffloadRefError,
+    AutoContextError,
+    OffloadNotFoundError,
+)
 from langchain_autocontext.messages import dump_message
 from langchain_autocontext.store import (
+    OFFLOAD_REF_LENGTH,
     EventRecord,
     HistoryEntry,
     OffloadRecord,
     OffloadStore,
     decode_thread_id,
     encode_thread_id,
+    offload_ref,
 )
 
 
@@ -459,6 +466,35 @@ async def test_reload_unknown_or_foreign_offload_raises(api: StoreAPI) -> None:
         assert info.value.offload_id == offload_id
         assert f"Searched thread {thread!r}" in str(info.value)  # where it looked
     assert (await api.reload("alice", record.offload_id)).offload_id == record.offload_id
+
+
+async def test_reload_takes_the_shortened_id_a_note_shows(
+    api: StoreAPI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A note in the context names an offload by ``offload_ref`` (the first 8 characters
+    of its uuid4): reload takes that, any longer prefix, or the whole id, within the
+    thread only; a shortened id that starts two offloads names both, never reloads one."""
+    record = await api.offload("alice", convo(2), strategy="s", preview="p", tokens=5)
+    ref = offload_ref(record.offload_id)
+    assert len(ref) == OFFLOAD_REF_LENGTH == 8 and record.offload_id.startswith(ref)
+    for shown in (ref, ref.upper(), f" {ref}\n", record.offload_id[:13], record.offload_id):
+        assert (await api.reload("alice", shown)).offload_id == record.offload_id
+    for thread, wrong in (("bob", ref), ("alice", ref[:7]), ("alice", ref[:7] + "x")):
+        with pytest.raises(OffloadNotFoundError):
+            await api.reload(thread, wrong)  # another thread's, too short, not its prefix
+    # two offload ids that share their first 8 characters (1 in 4 billion by chance)
+    twins = iter(uuid.UUID(f"abcdef12-0000-4000-8000-00000000000{k}") for k in (1, 2))
+    real = uuid.uuid4
+    monkeypatch.setattr(uuid, "uuid4", lambda: next(twins, None) or real())
+    first = await api.offload("alice", convo(1), strategy="s", preview="p", tokens=1)
+    second = await api.offload("alice", convo(1, start=1), strategy="s", preview="p", tokens=1)
+    assert offload_ref(first.offload_id) == offload_ref(second.offload_id) == "abcdef12"
+    with pytest.raises(AmbiguousOffloadRefError) as info:
+        await api.reload("alice", "abcdef12")
+    assert isinstance(info.value, OffloadNotFoundError)
+    assert info.value.offload_ids == (first.offload_id, second.offload_id)
+    assert first.offload_id in str(info.value) and "whole id" in str(info.value)
+    assert (await api.reload("alice", second.offload_id)).messages == second.messages
 
 
 async def test_offload_validates_arguments(api: StoreAPI) -> None:

@@ -26,9 +26,10 @@ from langchain_core.tools import tool as tool_decorator
 from langgraph.store.memory import InMemoryStore
 
 from langchain_autocontext import AutoContext, AutoContextConfig
-from langchain_autocontext.messages import find_violations, marker
+from langchain_autocontext.messages import find_violations, mark, marker
 from langchain_autocontext.metadata import strip_tags
-from langchain_autocontext.store import OffloadStore
+from langchain_autocontext.store import OffloadStore, offload_ref
+from langchain_autocontext.strategies.base import KIND_OFFLOADED, offload_note
 
 #: The tool behaviours are checked with the detailed instructions and the seed's tags
 #: (the budgets below were sized for them); the compact defaults: test_overhead.py.
@@ -295,8 +296,8 @@ def offload_ids(view, *, single: bool = False) -> list[str]:
     """Offload ids named in the view (``single``: only previews of one offloaded message)."""
     text = " ".join(str(m.content) for m in view)
     if single:
-        return re.findall(r'\[Offloaded [^\]]*?offload_id="([0-9a-f-]{36})"', text)
-    return re.findall(r'offload_id="([0-9a-f-]{36})"', text)
+        return re.findall(r'\[Offloaded [^\]]*?offload_id="([0-9a-f-]{8,36})"', text)
+    return re.findall(r'offload_id="([0-9a-f-]{8,36})"', text)
 
 
 def test_reload_returns_originals_truncated_with_a_note_and_reads_on(build) -> None:
@@ -503,16 +504,70 @@ def test_reload_errors_unknown_and_foreign_thread_ids() -> None:
                     call("reload_offloaded", {"offload_id": "h-secret"}, "f2"),
                     call("reload_offloaded", {"offload_id": "nope"}, "f3"),
                     call("reload_offloaded", {"offload_id": "  "}, "f4"),
+                    call("reload_offloaded", {"offload_id": offload_ref(foreign.offload_id)}, "f5"),
                 ],
             )
         return AIMessage("done")
 
     out = self_managed_agent(ac, FunctionModel(respond=respond), store).invoke(start(), cfg("mine"))
     answers = {m.tool_call_id: m for m in tool_results(out["messages"])}
-    for cid in ("f1", "f2", "f3", "f4"):
+    for cid in ("f1", "f2", "f3", "f4", "f5"):
         assert answers[cid].status == "error"
         assert "classified-payload" not in answers[cid].content
     assert "No offloaded content with id" in answers["f1"].content
+
+
+def test_a_shortened_id_that_starts_two_offloads_reloads_the_one_in_view(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two offloads of the thread whose ids share their first 8 characters (1 in 4
+    billion): the note the model read names the one in its context, and that is what it
+    gets; with neither in view the answer lists both whole ids, and reloads neither."""
+    store = InMemoryStore()
+    ac = AutoContext(SMALL, store=store)
+    twins = iter(uuid.UUID(f"abcdef12-0000-4000-8000-00000000000{k}") for k in (1, 2))
+    real = uuid.uuid4
+    monkeypatch.setattr(uuid, "uuid4", lambda: next(twins, None) or real())
+    ost = OffloadStore.wrap(store)
+    first, second = (
+        ost.offload(
+            "t",
+            [ToolMessage(text, tool_call_id="c0", id=f"o{k}")],
+            strategy="offload_all",
+            preview=text[:10],
+            tokens=9,
+        )
+        for k, text in enumerate(("first original log", "second original log"))
+    )
+    shown = offload_note(second.offload_id)
+    assert shown == 'reload_offloaded(offload_id="abcdef12")'
+    masked = mark(
+        ToolMessage(f"second…\n[Offloaded 9 tokens; {shown}]", tool_call_id="c0", id="o1"),
+        KIND_OFFLOADED,
+        offload_id=second.offload_id,
+    )
+
+    def respond(view, n):
+        if n == 0:
+            return AIMessage(
+                "", tool_calls=[call("reload_offloaded", {"offload_id": "abcdef12"}, "r1")]
+            )
+        return AIMessage("done")
+
+    agent = self_managed_agent(ac, FunctionModel(respond=respond), store)
+    history = [
+        HumanMessage("Collect the logs.", id="u0"),
+        AIMessage("", id="a0", tool_calls=[call("read_log", {"name": "x"}, "c0")]),
+    ]
+    out = agent.invoke({"messages": [*history, masked]}, cfg("t"))
+    answer = next(m for m in tool_results(out["messages"]) if m.tool_call_id == "r1")
+    assert "second original log" in answer.content and answer.status != "error"
+    # the same thread in a fresh checkpointer (its store kept): neither offload in view
+    fresh = self_managed_agent(ac, FunctionModel(respond=respond), store)
+    out = fresh.invoke({"messages": [HumanMessage("And now?", id="u9")]}, cfg("t"))
+    answer = next(m for m in tool_results(out["messages"]) if m.tool_call_id == "r1")
+    assert answer.status == "error" and "original log" not in answer.content
+    assert first.offload_id in answer.content and second.offload_id in answer.content
 
 
 # --- search_history ------------------------------------------------------------------------
@@ -839,19 +894,13 @@ def test_a_restore_that_first_makes_room_puts_the_original_in_place(steps: int) 
 
     store = InMemoryStore()
     ac = AutoContext(AutoContextConfig(max_tokens=8_000), store=store)
-    uuid_re = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[0-9a-f]{4}-[0-9a-f]{12}")
     restored: dict[str, str] = {}
 
     def respond(view: list, n: int) -> AIMessage:
         if n < steps:
             return AIMessage("", tool_calls=[call("read_log", {"name": f"b{n}"}, f"r{n}")])
         if n == steps:
-            offloads = [
-                u
-                for m in view
-                if isinstance(m, ToolMessage) and "Offloaded" in str(m.content)
-                for u in uuid_re.findall(str(m.content))
-            ]
+            offloads = offload_ids([m for m in view if isinstance(m, ToolMessage)], single=True)
             restored["id"] = offloads[-1]
             args = {"offload_id": offloads[-1], "restore": True}
             return AIMessage("", tool_calls=[call("reload_offloaded", args, "rs1")])

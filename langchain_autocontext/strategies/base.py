@@ -40,6 +40,7 @@ from langchain_autocontext.messages import (
     text_of,
     tool_call_ids,
 )
+from langchain_autocontext.store import offload_ref
 
 if TYPE_CHECKING:
     from langchain_autocontext.config import AutoContextConfig
@@ -529,7 +530,7 @@ def shrink_args(value: Any, keep: int, offload_id: str | None = None) -> Any:
     (langchain-google-genai) send an assistant message that calls tools as its calls
     alone, without its text, where the offload note is."""
     if isinstance(value, str) and len(value) > keep:
-        where = f': reload_offloaded(offload_id="{offload_id}")' if offload_id else ""
+        where = f": {offload_note(offload_id)}" if offload_id else ""
         return value[:keep] + f"… [{len(value) - keep} characters offloaded{where}]"
     if isinstance(value, dict):
         return {k: shrink_args(v, keep, offload_id) for k, v in value.items()}
@@ -539,8 +540,9 @@ def shrink_args(value: Any, keep: int, offload_id: str | None = None) -> Any:
 
 
 def offload_note(offload_id: str) -> str:
-    """How the model is told to get a replaced span back."""
-    return f'reload_offloaded(offload_id="{offload_id}")'
+    """How the model is told to get a replaced span back: by the shortened id
+    (:func:`~langchain_autocontext.store.offload_ref`), which the reload resolves."""
+    return f'reload_offloaded(offload_id="{offload_ref(offload_id)}")'
 
 
 def replacement_message(

@@ -53,9 +53,10 @@ def preview_of(message: BaseMessage, size: int, *, first_line: bool = False) -> 
 
 
 #: Tokens of the note an offloaded message carries (its size in tokens and the offload
-#: id) with the line break before it, as an offload plans with it: the usual size (a
-#: uuid's tokens vary, the note with them from 33 to 48); the pipeline counts after.
-NOTE_TOKENS = 40
+#: id as shortened, :func:`~langchain_autocontext.store.offload_ref`) with the line
+#: break before it, as an offload plans with it: the usual size (the eight characters'
+#: tokens vary, the note with them from 18 to 24); the pipeline counts after.
+NOTE_TOKENS = 21
 #: An offload that frees fewer tokens than this is not worth a store record.
 MIN_SAVING = 64
 
