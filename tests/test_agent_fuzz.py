@@ -18,6 +18,7 @@ the same checkpointer and store: a restart). After every turn:
 from __future__ import annotations
 
 import os
+import re
 from collections import Counter
 from typing import Any, ClassVar
 
@@ -32,7 +33,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.memory import InMemoryStore
 
 from langchain_autocontext import AutoContext, AutoContextConfig
-from langchain_autocontext.messages import find_violations, marker
+from langchain_autocontext.messages import find_violations, marker, text_of
 
 CFG = AutoContextConfig(
     max_tokens=6_000,
@@ -43,6 +44,7 @@ CFG = AutoContextConfig(
 )
 THREAD = {"configurable": {"thread_id": "fuzz-agent"}, "recursion_limit": 200}
 WORDS = ["alpha", "kernel", "ledger", "quartz", "delta", "matrix", "harbor", "pixel"]
+NOTE_REF = re.compile(r'offload_id="([^"]+)"')
 #: Result sizes in characters: empty, small, around the offload threshold, huge.
 SIZES = [0, 40, 1_900, 2_100, 4_900, 20_000]
 
@@ -92,7 +94,9 @@ def pick(view: list[BaseMessage], r: Any) -> str:
     offloads = [
         (marker(m) or {}).get("offload_id") for m in view if (marker(m) or {}).get("offload_id")
     ]
-    pool = shown + [o for o in offloads if o]
+    # and the shortened ids the notes show, as a model reads them
+    notes = [ref for m in view for ref in NOTE_REF.findall(text_of(m))]
+    pool = shown + [o for o in offloads if o] + notes
     return pool[r % len(pool)] if pool else "missing"
 
 
