@@ -129,8 +129,9 @@ class AmbiguousOffloadRefError(OffloadNotFoundError):
         super().__init__(ref)
         self.offload_ids = tuple(offload_ids)
         self.args = (
-            f"The offload id {ref!r} starts {len(self.offload_ids)} offloads of this thread: "
-            f"{', '.join(self.offload_ids)}. Pass the whole id of the one you mean.",
+            f"The offload id {ref!r} matches {len(self.offload_ids)} offloads of this thread "
+            f"(their ids start with it): {', '.join(self.offload_ids)}. Pass the whole id of "
+            "the one you mean.",
         )
 
 

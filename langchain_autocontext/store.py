@@ -117,7 +117,7 @@ _RESERVED_EVENT_KEYS = frozenset({"seq", _SEQ_KEY, "ts"})
 #: Characters of an offload's id that the context shows in its note: the first eight of
 #: the uuid4, 32 random bits. The whole id is about 24 tokens, these about 6, and every
 #: masked tool result carries a note (on the coding runs of ``../shared/data`` at 16k,
-#: the notes took 315 of a call's tokens with whole ids). :meth:`OffloadStore.reload`
+#: the notes took 300 of a call's tokens with whole ids, 185 with these). :meth:`OffloadStore.reload`
 #: takes either: the id, else the one offload of the thread whose id starts with it.
 OFFLOAD_REF_LENGTH = 8
 _OFFLOAD_ID_RE = re.compile(
