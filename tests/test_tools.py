@@ -8,6 +8,7 @@ call, and checks the resulting state, the store and the messages the model got b
 
 from __future__ import annotations
 
+import asyncio
 import re
 import uuid
 from typing import Any
@@ -517,8 +518,16 @@ def test_reload_errors_unknown_and_foreign_thread_ids() -> None:
     assert "No offloaded content with id" in answers["f1"].content
 
 
+def drive(graph: Any, inputs: dict, config: dict, run: str) -> dict:
+    """``graph.invoke`` or, through the tools' async path, ``graph.ainvoke``."""
+    if run == "ainvoke":
+        return asyncio.run(graph.ainvoke(inputs, config))
+    return graph.invoke(inputs, config)
+
+
+@pytest.mark.parametrize("run", ["invoke", "ainvoke"])
 def test_a_shortened_id_that_starts_two_offloads_reloads_the_one_in_view(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, run: str
 ) -> None:
     """Two offloads of the thread whose ids share their first 8 characters (1 in 4
     billion): the note the model read names the one in its context, and that is what it
@@ -559,12 +568,12 @@ def test_a_shortened_id_that_starts_two_offloads_reloads_the_one_in_view(
         HumanMessage("Collect the logs.", id="u0"),
         AIMessage("", id="a0", tool_calls=[call("read_log", {"name": "x"}, "c0")]),
     ]
-    out = agent.invoke({"messages": [*history, masked]}, cfg("t"))
+    out = drive(agent, {"messages": [*history, masked]}, cfg("t"), run)
     answer = next(m for m in tool_results(out["messages"]) if m.tool_call_id == "r1")
     assert "second original log" in answer.content and answer.status != "error"
     # the same thread in a fresh checkpointer (its store kept): neither offload in view
     fresh = self_managed_agent(ac, FunctionModel(respond=respond), store)
-    out = fresh.invoke({"messages": [HumanMessage("And now?", id="u9")]}, cfg("t"))
+    out = drive(fresh, {"messages": [HumanMessage("And now?", id="u9")]}, cfg("t"), run)
     answer = next(m for m in tool_results(out["messages"]) if m.tool_call_id == "r1")
     assert answer.status == "error" and "original log" not in answer.content
     assert first.offload_id in answer.content and second.offload_id in answer.content
