@@ -805,6 +805,8 @@ class ContextEngine:
             strategies=self.strategies,
             force=force,
             reserved_tokens=self.config.max_tokens - (config or self.config).max_tokens,
+            # the engine's own config: the tools come with the compression that writes this
+            reload_tool=self.config.self_management_tools,
         )
 
     def _finish(

@@ -22,8 +22,8 @@ from langchain_autocontext import (
 )
 from langchain_autocontext.config import AutoContextConfigFields
 from langchain_autocontext.engine import AutoContextArgs, ContextEngine
-from langchain_autocontext.messages import find_violations, marker, pin
-from langchain_autocontext.store import OffloadStore
+from langchain_autocontext.messages import find_violations, marker, pin, text_of
+from langchain_autocontext.store import OffloadStore, offload_ref
 from langchain_autocontext.strategies import (
     CurrentRoundCompression,
     CurrentRoundLargeMessages,
@@ -154,6 +154,33 @@ def test_a_result_masked_for_age_keeps_its_first_line_a_large_payload_its_previe
         oid = OFFLOAD_ID.search(m.content).group(1)
         assert store.reload("t", oid).messages[0].content in (small, big)
     assert res.messages[-1].content == "a.py"
+
+
+@pytest.mark.parametrize("tools", [True, False])
+def test_a_note_names_the_reload_call_only_to_a_model_that_has_it(tools: bool) -> None:
+    """With the package's tools a masked result and a summary say how to get them back
+    (``reload_offloaded(offload_id="…")``, by the shortened id); without them (the lean
+    mode) they name the offload by its id alone, a tool the model does not have is not
+    suggested to it, and the id still reloads."""
+    msgs = [SystemMessage("s", id=uid()), HumanMessage("task", id=uid())]
+    for k in range(8):
+        msgs += tool_group("bash", {"command": f"cat f{k}"}, [log_text(40, seed=k)])
+    kinds_seen = set()
+    for budget in (4_000, 2_500):  # masked results; a summary of the current round
+        cfg = AutoContextConfig(
+            max_tokens=budget, self_management_tools=tools, metadata_tags=False, last_keep=2
+        )
+        ac, store = make(cfg)
+        res = ac.compress(msgs, thread_id="t", force=True)
+        assert ac.prepare_model_call(res.messages).tokens <= cfg.max_tokens
+        for m in (m for m in res.messages if marker(m)):
+            kinds_seen.add(marker(m)["kind"])
+            text = text_of(m)
+            assert ("reload_offloaded(" in text) is tools, text[-120:]
+            ref = offload_ref(marker(m)["offload_id"])
+            assert (f'offload_id="{ref}")' if tools else f"; id {ref}]") in text
+            assert store.reload("t", ref).offload_id == marker(m)["offload_id"]
+    assert "offloaded" in kinds_seen and len(kinds_seen) > 1, kinds_seen
 
 
 def test_a_masked_result_keeps_its_first_line_that_says_something() -> None:

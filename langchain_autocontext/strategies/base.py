@@ -140,6 +140,8 @@ class JobOutput:
     offload_id: str
     summary: str | None
     span_tokens: int
+    #: How the replacement names the offload (:func:`offload_note`; empty without one).
+    note: str = ""
 
 
 @dataclass
@@ -523,26 +525,29 @@ def summarizer_input(messages: Sequence[BaseMessage], preview_chars: int) -> lis
     return out
 
 
-def shrink_args(value: Any, keep: int, offload_id: str | None = None) -> Any:
+def shrink_args(value: Any, keep: int, note: str | None = None) -> Any:
     """Tool-call arguments with long strings cut to ``keep`` characters (still valid JSON).
 
-    With ``offload_id``, each cut says where the rest is: some providers' integrations
+    With ``note`` (:func:`offload_note`), each cut says where the rest is: some providers' integrations
     (langchain-google-genai) send an assistant message that calls tools as its calls
     alone, without its text, where the offload note is."""
     if isinstance(value, str) and len(value) > keep:
-        where = f": {offload_note(offload_id)}" if offload_id else ""
+        where = f": {note}" if note else ""
         return value[:keep] + f"… [{len(value) - keep} characters offloaded{where}]"
     if isinstance(value, dict):
-        return {k: shrink_args(v, keep, offload_id) for k, v in value.items()}
+        return {k: shrink_args(v, keep, note) for k, v in value.items()}
     if isinstance(value, list):
-        return [shrink_args(v, keep, offload_id) for v in value]
+        return [shrink_args(v, keep, note) for v in value]
     return value
 
 
-def offload_note(offload_id: str) -> str:
-    """How the model is told to get a replaced span back: by the shortened id
-    (:func:`~langchain_autocontext.store.offload_ref`), which the reload resolves."""
-    return f'reload_offloaded(offload_id="{offload_ref(offload_id)}")'
+def offload_note(offload_id: str, tools: bool = True) -> str:
+    """How a replacement names its offload: by the shortened id
+    (:func:`~langchain_autocontext.store.offload_ref`, which a reload resolves), as the
+    call that gets it back when the model has the tools (``tools``), else as the id
+    alone (the developer's handle: a model without the tools is not told of one)."""
+    ref = offload_ref(offload_id)
+    return f'reload_offloaded(offload_id="{ref}")' if tools else f"id {ref}"
 
 
 def replacement_message(
@@ -561,7 +566,7 @@ def replacement_message(
     rejected by Gemini before a function call; two user turns in a row are merged by
     every provider without complaint."""
     cls = HumanMessage if isinstance(followed_by, AIMessage) else AIMessage
-    msg = cls(content=f"[{header}; {offload_note(out.offload_id)}]\n{body}".rstrip(), id=new_id())
+    msg = cls(content=f"[{header}; {out.note}]\n{body}".rstrip(), id=new_id())
     return mark(msg, kind, offload_id=out.offload_id, **info)
 
 
@@ -661,9 +666,7 @@ def place_summaries(
 def replacement_summary(body: str, out: JobOutput, evicted: int) -> HumanMessage:
     """The MemGPT recursive summary (user role: providers accept it right after system)."""
     msg = HumanMessage(
-        content=(
-            f"[Summary of {evicted} earlier messages; {offload_note(out.offload_id)}]\n{body}"
-        ).rstrip(),
+        content=(f"[Summary of {evicted} earlier messages; {out.note}]\n{body}").rstrip(),
         id=new_id(),
     )
     return mark(msg, KIND_RECURSIVE, offload_id=out.offload_id, evicted=evicted)  # type: ignore[return-value]

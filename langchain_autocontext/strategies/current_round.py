@@ -13,7 +13,6 @@ from langchain_autocontext.strategies.base import (
     Job,
     JobOutput,
     PassContext,
-    offload_note,
     replacement_message,
     shrink_args,
 )
@@ -71,14 +70,12 @@ class CurrentRoundLargeMessages:
         keep = max(ctx.config.offload_single_preview, 32)
 
         def build(out: JobOutput) -> list[BaseMessage]:
-            content = f"[Summarized from {tokens} tokens; {offload_note(out.offload_id)}]\n" + (
-                out.summary or ""
-            )
+            content = f"[Summarized from {tokens} tokens; {out.note}]\n" + (out.summary or "")
             update: dict[str, Any] = {"content": content.rstrip()}
             if isinstance(original, AIMessage) and original.tool_calls:
                 # the call stays (its result answers it), its long arguments as previews
                 update["tool_calls"] = [
-                    {**tc, "args": shrink_args(tc["args"], keep, out.offload_id)}
+                    {**tc, "args": shrink_args(tc["args"], keep, out.note)}
                     for tc in original.tool_calls
                 ]
                 update["invalid_tool_calls"] = []

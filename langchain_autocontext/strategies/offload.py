@@ -20,7 +20,6 @@ from langchain_autocontext.strategies.base import (
     Job,
     JobOutput,
     PassContext,
-    offload_note,
     shrink_args,
 )
 
@@ -138,13 +137,13 @@ class LargeMessageOffload:
             freed -= ctx.counter.count_text(json.dumps(lead))
 
         def build(out: JobOutput) -> list[BaseMessage]:
-            note = f"[Offloaded {tokens} tokens; {offload_note(out.offload_id)}]"
+            note = f"[Offloaded {tokens} tokens; {out.note}]"
             text = f"{preview}…\n{note}" if preview else note
             content: Any = [*lead, {"type": "text", "text": text}] if lead else text
             update: dict[str, Any] = {"content": content}
             if isinstance(original, AIMessage) and original.tool_calls:
                 update["tool_calls"] = [
-                    {**tc, "args": shrink_args(tc["args"], max(size, 32), out.offload_id)}
+                    {**tc, "args": shrink_args(tc["args"], max(size, 32), out.note)}
                     for tc in original.tool_calls
                 ]
                 update["invalid_tool_calls"] = []

@@ -35,6 +35,7 @@ from langchain_autocontext.strategies.base import (
     PassContext,
     Strategy,
     clip_text,
+    offload_note,
 )
 from langchain_autocontext.strategies.current_round import (
     CurrentRoundCompression,
@@ -233,11 +234,14 @@ def run_pipeline(
     strategies: Sequence[Strategy] | None = None,
     force: bool = False,
     reserved_tokens: int = 0,
+    reload_tool: bool = True,
 ) -> Pipeline:
     """Compress ``messages`` if triggered (or ``force``); see the module docstring.
 
     ``config.max_tokens`` is what the messages may use; ``reserved_tokens`` is what
     the model's view adds on top (so errors quote the budget the user configured).
+    ``reload_tool``: the model has ``reload_offloaded`` (from its first compression on),
+    so a replacement names its offload as that call; else by its id alone.
     """
     configured = config.max_tokens + reserved_tokens
     reserve_note = (
@@ -320,7 +324,9 @@ def run_pipeline(
         if not jobs:
             return None
         started = time.perf_counter()
-        new, stats = yield from _apply_jobs(msgs, jobs, strategy.name, thread_id, ctx)
+        new, stats = yield from _apply_jobs(
+            msgs, jobs, strategy.name, thread_id, ctx, reload_tool=reload_tool
+        )
         _check_pass(msgs, new, strategy.name)
         new_tokens = count(new)
         event = {
@@ -403,6 +409,8 @@ def _apply_jobs(
     strategy: str,
     thread_id: str,
     ctx: PassContext,
+    *,
+    reload_tool: bool = True,
 ) -> Generator[OffloadOp | SummarizeOp, Any, tuple[list[BaseMessage], dict[str, Any]]]:
     """Offload originals first, then summarize, then build the replacements."""
     items = []
@@ -426,10 +434,12 @@ def _apply_jobs(
     for k in sorted(range(len(jobs)), key=lambda k: jobs[k].start, reverse=True):
         job = jobs[k]
         res = by_job.get(k)
+        oid = records[k].offload_id if k in records else ""
         out = JobOutput(
-            offload_id=records[k].offload_id if k in records else "",
+            offload_id=oid,
             summary=res.text if res else None,
             span_tokens=items[k][3],
+            note=offload_note(oid, reload_tool) if oid else "",
         )
         new[job.start : job.end] = _no_larger(job, out, ctx.counter, msgs[job.start : job.end])
         touched += job.end - job.start
