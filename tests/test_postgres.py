@@ -38,6 +38,7 @@ from langgraph.store.base import SearchOp
 
 from langchain_autocontext import AutoContext, AutoContextConfig, OffloadStore
 from langchain_autocontext.messages import find_violations, marker, text_of
+from langchain_autocontext.store import offload_ref
 
 pytestmark = pytest.mark.postgres
 
@@ -184,9 +185,11 @@ def test_reload_and_search_tools_on_postgres(uri: str) -> None:
         res = ac.compress(msgs, thread_id=thread, store=store)
         ost = OffloadStore(store, prefix=cfg.store_prefix)
         oid = next(r.offload_id for r in ost.list_offloads(thread) if "big" in r.message_ids)
-        assert any(oid in text_of(m) for m in res.messages)  # shown in the context
+        ref = offload_ref(oid)  # as the context shows it, resolved by a filtered search
+        assert any(f'offload_id="{ref}"' in text_of(m) for m in res.messages)
+        assert ost.reload(thread, ref).offload_id == oid
         steps = [
-            call("reload_offloaded", {"offload_id": oid}),
+            call("reload_offloaded", {"offload_id": ref}),
             call("search_history", {"query": secret}),
         ]
 
