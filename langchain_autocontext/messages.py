@@ -10,7 +10,7 @@ import json
 import re
 import uuid
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from langchain_core.messages import (
@@ -58,10 +58,12 @@ __all__ = [
     "pinned_tokens",
     "remove_all",
     "repair_tool_pairs",
+    "result_tool_name",
     "round_starts",
     "sanitize_message",
     "text_of",
     "tool_call_ids",
+    "tool_call_names",
 ]
 
 #: Key in ``additional_kwargs`` of every message this package writes (summaries,
@@ -237,6 +239,24 @@ def tool_call_ids(message: BaseMessage) -> list[str]:
     if isinstance(message, AIMessage):
         return [tc["id"] for tc in message.tool_calls if tc.get("id")]
     return []
+
+
+def tool_call_names(messages: Sequence[BaseMessage]) -> dict[str, str]:
+    """The tool each call id of ``messages``' assistant turns calls."""
+    names: dict[str, str] = {}
+    for m in messages:
+        if isinstance(m, AIMessage):
+            for tc in m.tool_calls:
+                call_id = tc.get("id")
+                if call_id:
+                    names[call_id] = tc.get("name", "?")
+    return names
+
+
+def result_tool_name(message: ToolMessage, names: Mapping[str, str]) -> str:
+    """The tool a result answers: its own ``name``, else its call's in ``names``
+    (:func:`tool_call_names`), else ``"?"``."""
+    return message.name or names.get(message.tool_call_id, "") or "?"
 
 
 def message_chars(message: BaseMessage) -> int:

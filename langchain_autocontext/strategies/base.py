@@ -37,8 +37,10 @@ from langchain_autocontext.messages import (
     new_id,
     pending_call_index,
     pinned_group_indices,
+    result_tool_name,
     text_of,
     tool_call_ids,
+    tool_call_names,
 )
 from langchain_autocontext.store import offload_ref
 
@@ -336,16 +338,12 @@ class PassContext:
         keep = set(self.config.keep_tool_results)
         if not keep:
             return frozenset()
-        called: dict[str, str] = {}
-        found: set[int] = set()
-        for i, m in enumerate(self.messages):
-            if isinstance(m, AIMessage):
-                called.update((tc["id"], tc["name"]) for tc in m.tool_calls if tc.get("id"))
-            elif isinstance(m, ToolMessage):
-                name = m.name or called.get(m.tool_call_id)
-                if name in keep:
-                    found.add(i)
-        return frozenset(found)
+        names = tool_call_names(self.messages)
+        return frozenset(
+            i
+            for i, m in enumerate(self.messages)
+            if isinstance(m, ToolMessage) and result_tool_name(m, names) in keep
+        )
 
     def spans_between_protected(self, start: int, end: int) -> list[tuple[int, int]]:
         """``[start, end)`` cut around protected messages: the unprotected runs."""

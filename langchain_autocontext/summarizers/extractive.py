@@ -20,7 +20,13 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
-from langchain_autocontext.messages import is_real_user, message_chars, text_of
+from langchain_autocontext.messages import (
+    is_real_user,
+    message_chars,
+    result_tool_name,
+    text_of,
+    tool_call_names,
+)
 from langchain_autocontext.summarizers.base import (
     Summarizer,
     SummaryRequest,
@@ -32,8 +38,6 @@ from langchain_autocontext.summarizers.base import (
 from langchain_autocontext.summarizers.transcript import (
     _kind_label,
     _role,
-    _tool_name,
-    _tool_names,
     tool_calls_of,
 )
 
@@ -362,7 +366,7 @@ class ExtractiveSummarizer(Summarizer):
         if request.strategy == "round" and msgs and is_real_user(msgs[0]):
             msgs = msgs[1:]  # the caller keeps the user's request in the conversation
         n = len(msgs)
-        names = _tool_names(msgs)
+        names = tool_call_names(msgs)
         total_chars = sum(message_chars(m) for m in msgs)
         calls = sum(len(m.tool_calls) for m in msgs if isinstance(m, AIMessage))
         s = "" if n == 1 else "s"
@@ -455,7 +459,7 @@ class ExtractiveSummarizer(Summarizer):
         if isinstance(m, ToolMessage):
             is_error = m.status == "error"
             status = "error" if is_error else ("ok, output mentions errors" if errors else "ok")
-            label = f"- tool result [{m.tool_call_id}] {_tool_name(m, names)}{_kind_label(m)} — {status}"
+            label = f"- tool result [{m.tool_call_id}] {result_tool_name(m, names)}{_kind_label(m)} — {status}"
         inline = len(lines) == 1 and len(lines[0]) <= 200
         covered = 0
         if not lines:

@@ -14,7 +14,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
-from langchain_autocontext.messages import marker, text_of
+from langchain_autocontext.messages import marker, result_tool_name, text_of, tool_call_names
 
 __all__ = ["render_transcript", "tool_calls_of"]
 
@@ -46,21 +46,6 @@ def _kind_label(message: BaseMessage) -> str:
     return f" [autocontext {info.get('kind', 'note')}]"
 
 
-def _tool_names(messages: Sequence[BaseMessage]) -> dict[str, str]:
-    names: dict[str, str] = {}
-    for m in messages:
-        if isinstance(m, AIMessage):
-            for tc in m.tool_calls:
-                call_id = tc.get("id")
-                if call_id:
-                    names[call_id] = tc.get("name", "?")
-    return names
-
-
-def _tool_name(message: ToolMessage, names: dict[str, str]) -> str:
-    return message.name or names.get(message.tool_call_id, "") or "?"
-
-
 def render_transcript(
     messages: Sequence[BaseMessage], *, max_chars: int | None = None, args_chars: int = 8000
 ) -> str:
@@ -72,7 +57,7 @@ def render_transcript(
     in the middle (saying how much) until the whole fits; arguments longer than
     ``args_chars`` are shortened, saying so.
     """
-    names = _tool_names(messages)
+    names = tool_call_names(messages)
     texts = [text_of(m) for m in messages]
     caps: int | None = None
     if max_chars is not None:
@@ -91,7 +76,7 @@ def render_transcript(
         role = _role(m)
         if isinstance(m, ToolMessage):
             status = f", status: {m.status}" if m.status == "error" else ""
-            head = f"[{k}] tool result for call {m.tool_call_id} ({_tool_name(m, names)}{status})"
+            head = f"[{k}] tool result for call {m.tool_call_id} ({result_tool_name(m, names)}{status})"
         else:
             head = f"[{k}] {role}"
         head += _kind_label(m) + ":"
