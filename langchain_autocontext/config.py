@@ -250,8 +250,9 @@ class AutoContextConfig(BaseModel):
         "verbatim: strategies 2 and 3 never offload or mask them, strategy 5 never "
         "summarizes them alone (a think or reflection tool, whose output cannot be "
         "fetched again). They still go into a summary with their span (strategies 1, 4, 6, "
-        "7) when the budget needs it, the original kept in the history store; pin a message "
-        "to keep it past those too.",
+        "7) when the budget needs it, the original kept in the history store, and the last "
+        "resort before ContextBudgetError may offload them; pin a message to keep it past "
+        "those too.",
     )
     plan_note_tools: tuple[str, ...] = Field(
         default=("write_todos", "update_plan", "todo_write"),
