@@ -33,6 +33,7 @@ __all__ = [
     "PIN_KEY",
     "REASONING_BLOCK_TYPES",
     "TOOL_CALL_BLOCK_TYPES",
+    "UUID4_RE",
     "assert_valid_sequence",
     "atomic_groups",
     "clean_text",
@@ -65,6 +66,12 @@ __all__ = [
     "tool_call_ids",
     "tool_call_names",
 ]
+
+#: A uuid4 as ``str(uuid.uuid4())`` writes it (either case): the random ids LangGraph
+#: gives messages and the package gives offloads, which the context may show shortened.
+UUID4_RE = re.compile(
+    r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$", re.IGNORECASE
+)
 
 #: Key in ``additional_kwargs`` of every message this package writes (summaries,
 #: previews, notices). Plain JSON, so checkpoints hold no custom classes.

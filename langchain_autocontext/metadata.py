@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 from langchain_core.messages import BaseMessage, SystemMessage
 
 from langchain_autocontext.copies import memo_copy
+from langchain_autocontext.messages import UUID4_RE
 from langchain_autocontext.tag_counts import (
     TAG_FORMATS,
     ViewCounts,
@@ -207,9 +208,6 @@ def render_view(
 MIN_SHORT = 8
 #: How each tag format shortens ids: ``(min_length, aliases)`` for :func:`short_id_map`.
 SHORT_ID_RULES: dict[str, tuple[int, bool]] = {"compact": (4, True), "seed": (MIN_SHORT, False)}
-_UUID4_RE = re.compile(
-    r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$", re.IGNORECASE
-)
 _ALIAS_CHARS = frozenset("ghijklmnopqrstuv")
 
 
@@ -324,14 +322,14 @@ def _short_id_map(
     ordered = list(dict.fromkeys(i for i in ids if i))
     id_set = set(ordered)
     out: dict[str, str] = {}
-    uuids = [i for i in ordered if _UUID4_RE.match(i)]
+    uuids = [i for i in ordered if UUID4_RE.match(i)]
     for mid, n in zip(uuids, _stable_prefixes(uuids, min_length), strict=True):
         while n < len(mid) and (mid[n - 1] == "-" or mid[:n] in id_set):
             n += 1
         if n <= len(mid) - 4:
             out[mid] = mid[:n]
     if aliases:  # the other ids by a prefix of their alias
-        others = [i for i in ordered if not _UUID4_RE.match(i)]
+        others = [i for i in ordered if not UUID4_RE.match(i)]
         names = [id_alias(i) for i in others]
         for mid, alias, n in zip(others, names, _stable_prefixes(names, min_length), strict=True):
             if n < len(mid):
@@ -366,6 +364,6 @@ def ref_matches(messages: Sequence[BaseMessage], ref: str) -> list[int]:
         hits = [
             i
             for i, m in enumerate(messages)
-            if m.id and not _UUID4_RE.match(m.id) and id_alias(m.id).startswith(ref)
+            if m.id and not UUID4_RE.match(m.id) and id_alias(m.id).startswith(ref)
         ]
     return hits

@@ -80,7 +80,7 @@ from langgraph.store.base import (
 from langgraph.store.memory import InMemoryStore
 
 from langchain_autocontext.errors import AmbiguousOffloadRefError, OffloadNotFoundError
-from langchain_autocontext.messages import dump_message, load_message, text_of
+from langchain_autocontext.messages import UUID4_RE, dump_message, load_message, text_of
 from langchain_autocontext.records import EventRecord, HistoryEntry, OffloadRecord, _int_or_none
 
 __all__ = [
@@ -120,9 +120,6 @@ _RESERVED_EVENT_KEYS = frozenset({"seq", _SEQ_KEY, "ts"})
 #: the notes took 300 of a call's tokens with whole ids, 185 with these). :meth:`OffloadStore.reload`
 #: takes either: the id, else the one offload of the thread whose id starts with it.
 OFFLOAD_REF_LENGTH = 8
-_OFFLOAD_ID_RE = re.compile(
-    r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$"
-)
 _OFFLOAD_REF_RE = re.compile(r"^[0-9a-f]{8}[0-9a-f-]{0,27}$")
 
 
@@ -131,7 +128,7 @@ def offload_ref(offload_id: str) -> str:
     of its uuid4 id (an id of another form, whole). Unique enough to name it (an
     ambiguous one is an :class:`~langchain_autocontext.errors.AmbiguousOffloadRefError`
     naming every candidate, never a wrong reload)."""
-    if _OFFLOAD_ID_RE.match(offload_id):
+    if UUID4_RE.match(offload_id):
         return offload_id[:OFFLOAD_REF_LENGTH]
     return offload_id
 
