@@ -3,6 +3,7 @@
     python benchmarks/compare_peers.py                   # both data sets, 8k/16k/32k
     python benchmarks/compare_peers.py --limit 3         # a quick look
     python benchmarks/compare_peers.py --systems ours,ours-lean --budgets 16000
+    python benchmarks/compare_peers.py --sweep "target_ratio=0.5;token_ratio=0.9"  # variants
 
 Replays the real trajectories of ../shared/data (mini-swe-agent, tau-bench) call by
 call through five context managers:
@@ -13,7 +14,8 @@ call through five context managers:
 * ``middleware``  LangChain's ``SummarizationMiddleware.before_model`` (the system
                   prompt passed separately, as ``create_agent(system_prompt=…)`` does);
 * ``ours``        ``AutoContext`` with its defaults (metadata tags, self-management tools);
-* ``ours-lean``   ``AutoContext`` with ``self_management_tools=False, metadata_tags=False``.
+* ``ours-lean``   ``AutoContext`` with ``self_management_tools=False, metadata_tags=False``;
+* ``ours[…]``     each ``--sweep`` variant: the defaults with its config fields.
 
 Before each recorded assistant message the system gets its own working messages
 (as its previous call left them) plus the new recorded messages; what it returns
@@ -25,8 +27,9 @@ with the package's own ratios: summarize once the context would pass 75% of the
 budget, keep 50% (the middleware's ``keep``), thresholds net of the system prompt
 and a 256-token summary allowance.
 
-Prints one markdown table per data set and writes ``compare_peers.md`` and
-``compare_peers.png`` to ``--out``.
+Prints one markdown table per data set, the targets met or missed, and where each of
+this package's configurations stands against the peers; writes ``compare_peers.md``,
+``compare_peers.json`` and the plots to ``--out``.
 """
 
 from __future__ import annotations
@@ -697,6 +700,25 @@ def strategies_in_order(order: str) -> list[Any]:
     return [by_number[k]() for k in order]
 
 
+def sweep_system(spec: str) -> str:
+    """The system name of a ``--sweep`` variant: the defaults with ``spec``'s config
+    fields (``--ours-config`` syntax) on top, ``"ours[target_ratio=0.5]"``."""
+    parse_ours_config(spec)  # a misspelt field fails before the long run
+    return f"ours[{spec.strip()}]"
+
+
+def sweep_config(system: str) -> dict[str, Any] | None:
+    """The config fields a ``--sweep`` variant's name carries (``None``: not a variant)."""
+    if system.startswith("ours[") and system.endswith("]"):
+        return parse_ours_config(system[5:-1])
+    return None
+
+
+def is_ours(system: str) -> bool:
+    """This package's systems: the defaults, the lean mode and every ``--sweep`` variant."""
+    return system.startswith("ours")
+
+
 def make_runner(
     system: str, budget: int, counter: TokenCounter, summarizer: CountingSummarizer
 ) -> Runner:
@@ -712,6 +734,11 @@ def make_runner(
         return OursRunner(
             budget, counter, summarizer, self_management_tools=False, metadata_tags=False
         )
+    variant = sweep_config(system)
+    if variant is not None:
+        runner = OursRunner(budget, counter, summarizer, **variant)
+        runner.name = system
+        return runner
     raise ValueError(f"unknown system {system!r}; expected one of {', '.join(SYSTEMS)}")
 
 
@@ -1261,6 +1288,59 @@ def comparison(rows: Sequence[Row]) -> list[str]:
     return out
 
 
+def _dominated_by(system: str, points: dict[str, tuple[float, float]]) -> list[str]:
+    """The other systems of ``points`` (each ``(effective cost, quality)``) that keep at
+    least as much for at most as much, and are better on one of the two."""
+    cost, quality = points[system]
+    return [
+        other
+        for other, (c, q) in points.items()
+        if other != system and c <= cost and q >= quality and (c, q) != (cost, quality)
+    ]
+
+
+def with_both_peers(rows: Sequence[Any]) -> Iterator[tuple[int, dict[str, Any], Any, Any]]:
+    """Each budget where both LangMem and the middleware ran: the budget, its rows by
+    system, LangMem's row and the middleware's (the two points of the peers' line)."""
+    for budget in sorted({r.budget for r in rows}):
+        at = {r.system: r for r in rows if r.budget == budget}
+        lm, mw = at.get("langmem"), at.get("middleware")
+        if lm is not None and mw is not None:
+            yield budget, at, lm, mw
+
+
+STANDING_HEADER = (
+    "| system | budget | support (over budget) | effective cost | against the peers' line "
+    "| against the middleware's support | cost against LangMem's | dominated by |\n"
+    "|---|---:|---:|---:|---:|---:|---:|---|"
+)
+
+
+def standing(rows: Sequence[Row]) -> str:
+    """Every configuration of this package in ``rows`` (the defaults, the lean mode, each
+    ``--sweep`` variant) against the peers at each budget: support on over-budget calls
+    and effective cost; how far above the line through LangMem's and the middleware's
+    points (points of support at the same cost); the gap to the middleware's support; the
+    cost as a multiple of LangMem's; and which of this package's other configurations
+    dominate it (as much support or more for as little or less). Empty without both
+    peers' rows."""
+    lines = [STANDING_HEADER]
+    for budget, at, lm, mw in with_both_peers(rows):
+        points = {s: (r.effective, 100 * r.support.over_share) for s, r in at.items() if is_ours(s)}
+        for system, point in points.items():
+            margin = peer_line(
+                point, *((p.effective, 100 * p.support.over_share) for p in (lm, mw))
+            )
+            above = "–" if margin is None else f"{margin:+.1f}"
+            lines.append(
+                f"| {system} | {budget // 1000}k | {point[1]:.1f}% | {point[0] / 1e6:.2f}M | "
+                f"{above} | {point[1] - 100 * mw.support.over_share:+.1f} | "
+                f"{point[0] / max(lm.effective, 1):.2f}x | "
+                f"{', '.join(_dominated_by(system, points)) or '–'} |"
+            )
+    return "\n".join(lines) if len(lines) > 1 else ""
+
+
 def _pyplot() -> Any:
     """``matplotlib.pyplot`` on the Agg backend, or ``None`` (said) when not installed."""
     try:
@@ -1586,6 +1666,37 @@ def chat_comparison(rows: Sequence[ChatRow]) -> list[str]:
     return out
 
 
+CHAT_STANDING_HEADER = (
+    "| system | budget | evidence at the end | at every session's end | effective cost | "
+    "against the peers' line, end / session ends | cost against the middleware's |\n"
+    "|---|---:|---:|---:|---:|---:|---:|"
+)
+
+
+def chat_standing(rows: Sequence[ChatRow]) -> str:
+    """:func:`standing` for the chats: every configuration of this package against the
+    line through the peers' (cost, evidence) points, at the end and over the session
+    ends, and its cost as a multiple of the middleware's. Empty without both peers."""
+    keys = ("evidence_in_context", "evidence_in_context_at_session_ends")
+    lines = [CHAT_STANDING_HEADER]
+    for budget, at, lm, mw in with_both_peers(rows):
+        for system, r in at.items():
+            if not is_ours(system):
+                continue
+            d, lmd, mwd = r.as_dict(), lm.as_dict(), mw.as_dict()
+            margins = [
+                peer_line((r.effective, d[k]), (lm.effective, lmd[k]), (mw.effective, mwd[k]))
+                for k in keys
+            ]
+            above = " / ".join("–" if m is None else f"{m:+.3f}" for m in margins)
+            lines.append(
+                f"| {system} | {budget // 1000}k | {d[keys[0]]:.3f} | {d[keys[1]]:.3f} | "
+                f"{r.effective / 1e6:.2f}M | {above} | "
+                f"{r.effective / max(mw.effective, 1):.2f}x |"
+            )
+    return "\n".join(lines) if len(lines) > 1 else ""
+
+
 def parse_ours_config(text: str) -> dict[str, Any]:
     """``--ours-config``: ``name=value`` pairs separated by commas; a value is a Python
     literal, or a word, and a tuple field takes names separated by commas
@@ -1672,6 +1783,16 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="replace every message id by a uuid4, the ids LangGraph gives messages",
     )
+    ap.add_argument(
+        "--sweep",
+        default="",
+        metavar="VARIANTS",
+        help="more configurations of this package to run beside the systems, separated by "
+        "semicolons, each in --ours-config's syntax (on top of it): "
+        "'target_ratio=0.3;target_ratio=0.5;token_ratio=0.9,target_ratio=0.5'; each "
+        "runs as the system ours[...] and takes its place in the table of where this "
+        "package's configurations stand against the peers",
+    )
     args = ap.parse_args(argv)
     global OURS_ORDER, TASK_STAND_IN, PAD_SYSTEM, IDS_SEED, PARALLEL_CALLS, UUID_IDS
     PAD_SYSTEM = max(0, args.pad_system)
@@ -1697,6 +1818,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"skipping {s}: {why}", file=sys.stderr)
             continue
         systems.append(s)
+    try:
+        systems += [sweep_system(v) for v in args.sweep.split(";") if v.strip()]
+    except ValueError as exc:
+        ap.error(f"--sweep: {exc}")
     results: dict[str, list[Row]] = {}
     report = [
         "Same fake 150-word summarizer and the same exact counter (tiktoken cl100k_base) for "
@@ -1748,6 +1873,15 @@ def main(argv: list[str] | None = None) -> int:
             *notes(rows),
             *comparison(rows),
         ]
+        table_of_standing = standing(rows)
+        if table_of_standing:
+            section += [
+                "",
+                "Where each configuration of this package stands against the peers at each "
+                "budget (the margin: points of support above the line through LangMem's and "
+                "the middleware's points, at the same cost):\n",
+                table_of_standing,
+            ]
         print("\n".join(section), flush=True)
         report.extend(section)
     chats: list[ChatRow] = []
@@ -1755,7 +1889,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.chats and not chat_file.is_file():
         print(f"--chats: {chat_file} is absent; the long chats are left out", file=sys.stderr)
     if args.chats and chat_file.is_file():
-        chat_systems = [s for s in systems if s in CHAT_SYSTEMS]
+        chat_systems = [s for s in systems if s in CHAT_SYSTEMS or sweep_config(s) is not None]
         chats = run_chats(chat_file, chat_systems, CHAT_BUDGETS)
         section = [
             f"\n### {args.chat_file} (long chats; at the end of each conversation, the questions "
@@ -1766,6 +1900,14 @@ def main(argv: list[str] | None = None) -> int:
             "",
             *chat_comparison(chats),
         ]
+        table_of_standing = chat_standing(chats)
+        if table_of_standing:
+            section += [
+                "",
+                "Where each configuration of this package stands against the peers' line "
+                "(evidence above the line through their points at the same cost):\n",
+                table_of_standing,
+            ]
         print("\n".join(section), flush=True)
         report.extend(section)
     if not results and not chats:

@@ -352,6 +352,83 @@ def test_ours_config_takes_literals_words_and_lists_of_names(cp: ModuleType) -> 
         cp.parse_ours_config("keep_rato=0.4")
 
 
+def test_sweep_runs_each_variant_as_a_system_of_its_own(
+    cp: ModuleType, tmp_path: Path, monkeypatch
+) -> None:
+    """Each --sweep variant runs as ``ours[...]`` with its fields on top of the defaults
+    (and of --ours-config); a variant that restates a default replays exactly as the
+    defaults; a misspelt field stops before the run."""
+    _data(MINI)
+    monkeypatch.setattr(cp, "OURS_CONFIG", {})
+    monkeypatch.setattr(cp, "OURS_ORDER", None)
+    sweep = "keep_ratio=0.25;target_ratio=0.6,keep_ratio=0.1"
+    args = ["--limit", "1", "--budgets", "8000", "--files", MINI.name, "--no-plot"]
+    code = cp.main([*args, "--systems", "ours", "--sweep", sweep, "--out", str(tmp_path)])
+    assert code == 0
+    rows = {
+        r["system"]: r for r in json.loads((tmp_path / "compare_peers.json").read_text())[MINI.name]
+    }
+    assert set(rows) == {"ours", "ours[keep_ratio=0.25]", "ours[target_ratio=0.6,keep_ratio=0.1]"}
+    same, other = rows["ours[keep_ratio=0.25]"], rows["ours[target_ratio=0.6,keep_ratio=0.1]"]
+    timings = ("system", "p50_ms", "p99_ms")
+    assert {k: v for k, v in same.items() if k not in timings} == {
+        k: v for k, v in rows["ours"].items() if k not in timings
+    }
+    assert other["sent"] != rows["ours"]["sent"]  # a later target sends more
+    runner = cp.make_runner("ours[target_ratio=0.6,keep_ratio=0.1]", 8000, None, None)
+    runner.counter = cp.default_counter()
+    runner.summarizer = cp.CountingSummarizer(counter=runner.counter)
+    runner.start(None)
+    assert runner.name == "ours[target_ratio=0.6,keep_ratio=0.1]"
+    assert (runner.ac.config.target_ratio, runner.ac.config.keep_ratio) == (0.6, 0.1)
+    with pytest.raises(SystemExit):
+        cp.main([*args, "--systems", "ours", "--sweep", "target_rato=0.6"])
+
+
+def test_standing_places_each_configuration_against_the_peers(cp: ModuleType) -> None:
+    """The margin over the peers' line, the gap to the middleware's support, the cost
+    against LangMem's and which configuration of this package dominates which."""
+
+    def row(system: str, cost: int, present: int) -> object:
+        r = cp.Row(system, 16_000, "runs")
+        r.sent = cost  # nothing cached, no summarizer: the effective cost is what is sent
+        r.support.over_needed, r.support.over_present = 100, present
+        return r
+
+    rows = [
+        row("langmem", 4_000_000, 60),
+        row("middleware", 6_000_000, 80),
+        row("ours", 5_000_000, 75),
+        row("ours-lean", 4_800_000, 75),
+        row("ours[target_ratio=0.5]", 6_000_000, 85),
+    ]
+    lines = cp.standing(rows).splitlines()
+    by = {line.split(" | ")[0].lstrip("| "): line for line in lines[2:]}
+    assert by["ours"] == "| ours | 16k | 75.0% | 5.00M | +5.0 | -5.0 | 1.25x | ours-lean |"
+    assert by["ours-lean"].endswith("| +7.0 | -5.0 | 1.20x | – |")
+    assert by["ours[target_ratio=0.5]"].endswith("| +5.0 | +5.0 | 1.50x | – |")
+    assert cp.standing(rows[1:]) == ""  # no LangMem: no line to stand against
+
+
+def test_chat_standing_measures_both_chat_measures_against_the_line(cp: ModuleType) -> None:
+    def row(system: str, cost: int, end: int, sessions: int) -> object:
+        r = cp.ChatRow(system, 4_000)
+        r.sent, r.questions, r.in_context = cost, 100, end
+        r.session_questions, r.session_in_context = 200, sessions
+        return r
+
+    rows = [
+        row("langmem", 400_000, 2, 20),
+        row("middleware", 800_000, 10, 30),
+        row("ours[token_ratio=0.9,target_ratio=0.5]", 600_000, 9, 28),
+    ]
+    (line,) = cp.chat_standing(rows).splitlines()[2:]
+    assert line == (
+        "| ours[token_ratio=0.9,target_ratio=0.5] | 4k | 0.090 | 0.140 | 0.60M | "
+        "+0.030 / +0.015 | 0.75x |"
+    )
+
+
 def _locomo(path: Path, sessions: int, turns: int) -> Path:
     """A LoCoMo-shaped file: one conversation, ``sessions`` sessions of ``turns`` turns,
     one question per session whose evidence is that session's first turn."""
