@@ -1397,6 +1397,51 @@ def frontier(results: dict[str, list[Row]], path: Path) -> Path | None:
     return path
 
 
+def frontier_by_budget(rows: Sequence[Row], path: Path) -> Path | None:
+    """One panel per budget where both peers ran: the peers' two points and the line
+    through them, and each configuration of this package as a labelled point (the
+    defaults, the lean mode, every ``--sweep`` variant), support on over-budget calls
+    against effective cost. ``None`` (no file) without a panel to draw."""
+    panels = list(with_both_peers(rows))
+    plt = _pyplot() if panels else None
+    if plt is None:
+        return None
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.6 * len(panels), 5.6), squeeze=False)
+    order: dict[str, int] = {}  # one colour and marker per configuration in every panel
+    for ax, (budget, at, lm, mw) in zip(axes[0], panels, strict=True):
+        peers = [(p.effective / 1e6, 100 * p.support.over_share) for p in (lm, mw)]
+        ours = {s: r for s, r in at.items() if is_ours(s)}
+        xs = [r.effective / 1e6 for r in ours.values()] + [c for c, _ in peers]
+        lo, hi = min(xs), max(xs)
+        (c1, q1), (c2, q2) = peers
+        if c1 != c2:
+            slope = (q2 - q1) / (c2 - c1)
+            ax.plot([lo, hi], [q1 + (lo - c1) * slope, q1 + (hi - c1) * slope], "k--", lw=0.8)
+        for (c, q), name in zip(peers, ("langmem", "middleware"), strict=True):
+            ax.scatter(c, q, color="black", marker="s")
+            ax.annotate(name, (c, q), fontsize=7, xytext=(4, -9), textcoords="offset points")
+        for system, r in ours.items():
+            k = order.setdefault(system, len(order))
+            ax.scatter(
+                r.effective / 1e6,
+                100 * r.support.over_share,
+                color=f"C{k % 10}",
+                marker="o" if sweep_config(system) is None else "^v<>"[k // 10 % 4],
+                label=LABELS.get(system, system[5:-1] if sweep_config(system) else system),
+            )
+        ax.set_title(f"{lm.dataset} at {budget // 1000}k", fontsize=10)
+        ax.set_xlabel("effective cost (M tokens): lower is better")
+        ax.set_ylabel("next-action support on over-budget calls (%)")
+        ax.grid(alpha=0.3)
+    handles, labels = axes[0][-1].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)), fontsize=7.5)
+    fig.tight_layout(rect=(0, 0.06 + 0.025 * ((len(labels) - 1) // 4), 1, 1))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def plot(results: dict[str, list[Row]], path: Path) -> Path | None:
     """Effective cost, largest context sent and recoverable share, per data set."""
     plt = _pyplot()
@@ -1933,6 +1978,12 @@ def main(argv: list[str] | None = None) -> int:
         png = frontier(results, args.out / "frontier.png")
         if png is not None:
             print(f"frontier: {png}", file=sys.stderr)
+        if args.sweep.strip():  # the variants, budget by budget against the peers' line
+            for name, rows in results.items():
+                if any(r.support.over_needed for r in rows):
+                    png = frontier_by_budget(rows, args.out / f"frontier-{Path(name).stem}.png")
+                    if png is not None:
+                        print(f"frontier by budget: {png}", file=sys.stderr)
     return 0
 
 

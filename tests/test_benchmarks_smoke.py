@@ -410,6 +410,32 @@ def test_standing_places_each_configuration_against_the_peers(cp: ModuleType) ->
     assert cp.standing(rows[1:]) == ""  # no LangMem: no line to stand against
 
 
+def test_frontier_by_budget_draws_a_panel_per_budget_with_both_peers(
+    cp: ModuleType, tmp_path: Path
+) -> None:
+    pytest.importorskip("matplotlib")
+
+    def row(system: str, budget: int, cost: int, present: int) -> object:
+        r = cp.Row(system, budget, "runs")
+        r.sent, r.support.over_needed, r.support.over_present = cost, 100, present
+        return r
+
+    rows = [
+        row(system, budget, cost * budget // 8_000, present)
+        for budget in (8_000, 16_000)
+        for system, cost, present in (
+            ("langmem", 4_000_000, 60),
+            ("middleware", 6_000_000, 80),
+            ("ours", 5_000_000, 75),
+            ("ours[target_ratio=0.5]", 5_500_000, 78),
+        )
+    ]
+    path = cp.frontier_by_budget(rows, tmp_path / "by-budget.png")
+    assert path is not None and path.stat().st_size > 10_000
+    assert cp.frontier_by_budget(rows[1:4], tmp_path / "none.png") is None  # no LangMem
+    assert not (tmp_path / "none.png").exists()
+
+
 def test_chat_standing_measures_both_chat_measures_against_the_line(cp: ModuleType) -> None:
     def row(system: str, cost: int, end: int, sessions: int) -> object:
         r = cp.ChatRow(system, 4_000)
