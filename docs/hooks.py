@@ -13,6 +13,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 
 
 def on_files(files: Files, config: Any) -> Files:
-    for path in sorted(RESULTS.glob("*.png")):
-        files.append(File.generated(config, f"results/{path.name}", abs_src_path=str(path)))
+    for path in sorted(RESULTS.rglob("*.png")):  # variants' runs in folders of their own
+        name = path.relative_to(RESULTS).as_posix()
+        files.append(File.generated(config, f"results/{name}", abs_src_path=str(path)))
     return files
