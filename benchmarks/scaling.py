@@ -122,12 +122,15 @@ def history(n_messages: int, seed: int = 0) -> list[BaseMessage]:
 
 # --- part 1: per-call overhead ---------------------------------------------------------------
 def _engine(max_tokens: int, msg_threshold: int) -> AutoContext:
+    """The engine of an agent bound to the ``bash`` tool the history calls (its schema
+    counted, as the package asks: uncounted, every call warned that it was not)."""
     counter = default_counter()
     return AutoContext(
         AutoContextConfig(max_tokens=max_tokens, msg_threshold=msg_threshold),
         summarizer=CountingSummarizer(counter=counter),
         store=OffloadStore(InMemoryStore()),
         token_counter=counter,
+        tools=[bash],
     )
 
 
