@@ -478,16 +478,16 @@ def _fast_counts(
             cumulative.append(running)
             tagged.append(False)
             continue
-        extra = extras.get(key)
+        tag_key = (key, message.id)  # the tag shows the id, the count's key leaves it out
+        extra = extras.get(tag_key)
         if extra is None:
-            # the key holds the message id, so the skeleton term may be cached with it
             extra = state.skeleton(message.id or "")
             content = message.content
             if isinstance(content, str) and content:
                 extra += state.join(content, content_tokens)
             if len(extras) >= state.maxsize:
                 extras.clear()
-            extras[key] = extra
+            extras[tag_key] = extra
         fixed = plain + extra
         prev = running
         n = fixed + 2  # a lower bound: each number is at least one token

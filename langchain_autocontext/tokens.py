@@ -419,7 +419,7 @@ class TokenCounter:
         self._text_cache = _LRU(cache_size)
         self._tools_cache = _LRU(1024)
         self._tool_schemas: dict[int, tuple[Any, str]] = {}
-        self._objs: dict[int, tuple[weakref.ref[BaseMessage], Any, Any, Any, Any, Hashable]] = {}
+        self._objs: dict[int, tuple[weakref.ref[BaseMessage], Any, Any, Any, Hashable]] = {}
         # re-entrant: a weakref callback (``forget``) can run on this thread while the
         # lock is held, whenever an allocation under it starts a garbage collection
         self._objs_lock = threading.RLock()
@@ -557,7 +557,11 @@ class TokenCounter:
 
     # --- messages -----------------------------------------------------------------------------
     def _key(self, message: BaseMessage) -> Hashable:
-        """Cache key: (id, role, content hash and length, name, tool-call hash)."""
+        """Cache key: what a message's count depends on, (role, content hash and length,
+        name, tool-call hash). Not its id: the model's view renames messages to the short
+        ids their tags show (:func:`~langchain_autocontext.metadata.as_shown`), and with
+        the id in the key every renamed copy was tokenized again (the first compressing
+        call of a 10,000-message history tokenized each message twice)."""
         fields = message.__dict__  # pydantic fields; faster than attribute access
         content = fields["content"]
         tool_calls = fields.get("tool_calls")
@@ -567,14 +571,12 @@ class TokenCounter:
             and entry[1] is content
             and entry[2] is tool_calls
             and entry[3] is fields["name"]
-            and entry[4] is fields["id"]
             and entry[0]() is message
         ):
-            return entry[5]
+            return entry[4]
         invalid = fields.get("invalid_tool_calls")
         calls = hash(repr(tool_calls)) ^ hash(repr(invalid)) if tool_calls or invalid else 0
         key = (
-            fields["id"],
             _role(message),
             _content_fingerprint(content),
             len(content),
@@ -601,7 +603,7 @@ class TokenCounter:
         except TypeError:  # pragma: no cover - BaseMessage supports weak references
             return
         with lock:
-            objs[ident] = (ref, content, calls, message.name, message.id, key)
+            objs[ident] = (ref, content, calls, message.name, key)
             if len(objs) > self._cache.maxsize:  # drop the oldest half of the identity memo
                 for stale in list(objs)[: len(objs) // 2]:
                     objs.pop(stale, None)  # a callback may have dropped it meanwhile

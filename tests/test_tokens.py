@@ -380,6 +380,38 @@ def test_unchanged_message_is_not_encoded_again() -> None:
     assert counter.cache_info()["hits"] >= 8
 
 
+def test_the_views_renamed_copies_are_not_encoded_again() -> None:
+    """The model's view names messages by the short ids their tags show: a copy under
+    another id (or none) counts what its original counts without a new encode."""
+    from langchain_autocontext.metadata import as_shown
+
+    counter = TokenCounter()
+    spy = spied(counter)
+    msgs: list[BaseMessage] = [SystemMessage("rules", id="s")] + [
+        m
+        for k in range(6)
+        for m in (
+            AIMessage(
+                "",
+                id=f"3f1c9a2e-0b4d-4c6e-8f10-{k:012d}",
+                tool_calls=[{"name": "bash", "args": {"command": f"ls {k}"}, "id": f"c{k}"}],
+            ),
+            ToolMessage(
+                f"file_{k}.py " * 40,
+                tool_call_id=f"c{k}",
+                id=f"7a{k}e4b2-1c3d-4e5f-9a6b-0c1d2e3f4a5b",
+            ),
+        )
+    ]
+    first = counter.message_counts(msgs)
+    spy.calls.clear()
+    shown = as_shown(msgs, "compact")
+    assert [m.id for m in shown] != [m.id for m in msgs]  # the view renamed them
+    assert counter.message_counts(shown) == first
+    assert counter.message_counts([m.model_copy(update={"id": None}) for m in msgs]) == first
+    assert spy.calls == []
+
+
 def test_edited_message_with_same_id_is_recounted(enc: tiktoken.Encoding) -> None:
     counter = TokenCounter()
     spy = spied(counter)
