@@ -1662,7 +1662,7 @@ def chat_table(rows: Sequence[ChatRow]) -> str:
     ]
     for r in rows:
         d = r.as_dict()
-        findable = f"{d['in_context_or_search_top5']:.2f}" if r.system.startswith("ours") else "–"
+        findable = f"{d['in_context_or_search_top5']:.2f}" if is_ours(r.system) else "–"
         lines.append(
             f"| {r.system} | {r.budget // 1000}k | {r.questions} | "
             f"{d['evidence_in_context']:.2f} | {findable} | "

@@ -73,7 +73,7 @@ def composition(system: str, budget: int, limit: int, data: Path) -> tuple[dict,
                 cursor = point
                 keys = [cp._key(m) for m in sent.messages]
                 common = cp.common_prefix(keys, previous)
-                if system.startswith("ours"):
+                if cp.is_ours(system):
                     now = len(runner.store.list_events(runner.thread))
                     if now == events and previous and common < len(previous):
                         cache["prefix changed without an event"] += 1
