@@ -1159,6 +1159,11 @@ def notes(rows: Sequence[Row]) -> list[str]:
     return out
 
 
+def cost_and_support(row: Row) -> tuple[float, float]:
+    """A row's point on the frontier: (effective cost, support on over-budget calls, %)."""
+    return row.effective, 100 * row.support.over_share
+
+
 def peer_line(
     point: tuple[float, float], a: tuple[float, float], b: tuple[float, float]
 ) -> float | None:
@@ -1257,7 +1262,7 @@ def comparison(rows: Sequence[Row]) -> list[str]:
                 f"least{within})"
             )
         if mw is not None and lm is not None:
-            margin = peer_line(*((r.effective, 100 * r.support.over_share) for r in (ours, lm, mw)))
+            margin = peer_line(*map(cost_and_support, (ours, lm, mw)))
             if margin is not None:
                 band = spread.get("margin")
                 within = f" ({level} interval {band[0]:+.1f} to {band[1]:+.1f})" if band else ""
@@ -1326,11 +1331,9 @@ def standing(rows: Sequence[Row]) -> str:
     peers' rows."""
     lines = [STANDING_HEADER]
     for budget, at, lm, mw in with_both_peers(rows):
-        points = {s: (r.effective, 100 * r.support.over_share) for s, r in at.items() if is_ours(s)}
+        points = {s: cost_and_support(r) for s, r in at.items() if is_ours(s)}
         for system, point in points.items():
-            margin = peer_line(
-                point, *((p.effective, 100 * p.support.over_share) for p in (lm, mw))
-            )
+            margin = peer_line(point, cost_and_support(lm), cost_and_support(mw))
             above = "–" if margin is None else f"{margin:+.1f}"
             lines.append(
                 f"| {system} | {budget // 1000}k | {point[1]:.1f}% | {point[0] / 1e6:.2f}M | "
@@ -1409,7 +1412,7 @@ def frontier_by_budget(rows: Sequence[Row], path: Path) -> Path | None:
     fig, axes = plt.subplots(1, len(panels), figsize=(5.6 * len(panels), 5.6), squeeze=False)
     order: dict[str, int] = {}  # one colour and marker per configuration in every panel
     for ax, (budget, at, lm, mw) in zip(axes[0], panels, strict=True):
-        peers = [(p.effective / 1e6, 100 * p.support.over_share) for p in (lm, mw)]
+        peers = [(c / 1e6, q) for c, q in map(cost_and_support, (lm, mw))]
         ours = {s: r for s, r in at.items() if is_ours(s)}
         xs = [r.effective / 1e6 for r in ours.values()] + [c for c, _ in peers]
         lo, hi = min(xs), max(xs)
