@@ -159,11 +159,17 @@ def ensure_ids(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
     Derived, not random: a caller who passes the same id-less list again (plain
     ``compress`` on a list it keeps itself, a node that prepares the same messages twice)
     gets the same ids, so nothing is archived twice under two ids.
+
+    A ``RemoveMessage`` keeps its id: it names the message to delete, not itself (the
+    error that refuses it must name the id the caller gave).
     """
     seen: set[str] = set()
     out: list[BaseMessage] = []
     previous = ""
     for m in messages:
+        if isinstance(m, RemoveMessage):
+            out.append(m)
+            continue
         if not m.id or m.id in seen:
             mid = derived_id(previous, m)
             m = m.model_copy(update={"id": mid if mid not in seen else new_id()})

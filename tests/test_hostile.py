@@ -30,6 +30,7 @@ from langchain_core.messages import (
     AIMessage,
     BaseMessage,
     HumanMessage,
+    RemoveMessage,
     SystemMessage,
     ToolMessage,
 )
@@ -148,6 +149,15 @@ def test_duplicated_ids_are_made_unique_and_both_originals_kept(env) -> None:
     assert [e.message.content for e in store.iter_history("t")] == [m.content for m in msgs]
     assert res.messages[0] is msgs[0]  # the first holder of an id keeps it
     assert res.messages[-1].content == "next"
+
+
+def test_a_remove_message_is_refused_by_the_id_the_caller_gave() -> None:
+    """A ``RemoveMessage`` repeats the id of the message it deletes; the duplicate-id
+    repair gave it a derived id first, and the error named an id the caller never used."""
+    ac = AutoContext(AutoContextConfig(max_tokens=4_000))
+    msgs = [SystemMessage("s", id="sys"), HumanMessage("hi", id="m-1"), RemoveMessage(id="m-1")]
+    with pytest.raises(ValueError, match=r"RemoveMessage \(id='m-1'\)"):
+        ac.compress(msgs, thread_id="t")
 
 
 # --- broken tool pairs ---------------------------------------------------------------------

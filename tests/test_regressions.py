@@ -333,3 +333,75 @@ def test_a_system_message_in_the_middle_is_archived_as_it_was(mode: str) -> None
     history = {e.id: e.message.content for e in store.iter_history("t")}
     assert history["s1"] == "You are terse."
     assert history["s2"] == "From now on answer in French."
+
+
+# --- the last resort's previews, in scripts that take more tokens than characters ---------------
+@pytest.mark.parametrize(
+    ("text", "calls", "budget"),
+    [
+        ("ログファイルを確認しました。エラーは見つかりませんでした。次のステップに進みます。", 18, 4_000),
+        ("🚀✅🔥😀🎉", 7, 4_000),
+        ("🚀✅🔥😀🎉", 14, 8_000),
+    ],
+    ids=["japanese-18-at-4k", "emoji-7-at-4k", "emoji-14-at-8k"],
+)
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_many_parallel_results_in_a_dense_script_do_not_stop_the_run(
+    text: str, calls: int, budget: int, mode: str
+) -> None:
+    """One turn of parallel calls whose results are 3,000 characters of Japanese or
+    emoji: the last resort offloaded each with a 200-*character* preview (about 190
+    tokens of Japanese, 520 of emoji, against 50 of English), the freshest group's
+    previews were never shortened again, and the run stopped with ContextBudgetError
+    though the system prompt, schemas and user message took under 300 tokens (audit).
+    The last resort's previews are now capped in tokens too."""
+    import asyncio
+
+    from langchain.agents import create_agent
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langchain_core.tools import tool
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    @tool
+    def fetch_page(url: str) -> str:
+        """Fetch a web page."""
+        return (text * 1_000)[:3_000]
+
+    seen: list[list[BaseMessage]] = []
+
+    class Scripted(GenericFakeChatModel):
+        def bind_tools(self, tools, **kw):  # type: ignore[no-untyped-def]
+            return self
+
+        def _generate(self, messages, *args, **kwargs):  # type: ignore[no-untyped-def]
+            seen.append(list(messages))
+            return super()._generate(messages, *args, **kwargs)
+
+    tool_calls = [
+        {"name": "fetch_page", "args": {"url": f"https://example.jp/{k}"}, "id": f"c{k}"}
+        for k in range(calls)
+    ]
+    script = iter([AIMessage("", tool_calls=tool_calls), AIMessage("summary of the pages")])
+    store = InMemoryStore()
+    ac = AutoContext(max_tokens=budget, store=store)
+    agent = create_agent(
+        Scripted(messages=script),
+        [fetch_page],
+        system_prompt="You research.",
+        middleware=[ac.middleware()],
+        checkpointer=InMemorySaver(),
+        store=store,
+    )
+    run = {"messages": [HumanMessage("Read these pages.")]}
+    cfg = {"configurable": {"thread_id": f"{mode}-{calls}"}}
+    out = agent.invoke(run, cfg) if mode == "sync" else asyncio.run(agent.ainvoke(run, cfg))
+    assert out["messages"][-1].content == "summary of the pages"
+    last = seen[-1]
+    assert not find_violations(last)
+    assert ac.counter.count(last, [fetch_page, *ac.tools]) <= budget
+    # every result is still there, offloaded with its id, and reloads whole
+    shown = [m for m in last if isinstance(m, ToolMessage)]
+    assert len(shown) == calls
+    offloaded = OffloadStore(store).list_offloads(cfg["configurable"]["thread_id"])
+    bodies = "".join(m.content for r in offloaded for m in r.messages if isinstance(m, ToolMessage))
+    assert bodies.count((text * 1_000)[:3_000]) == sum(marker(m) is not None for m in shown)

@@ -20,8 +20,10 @@ from langchain_autocontext.strategies.base import (
     Job,
     JobOutput,
     PassContext,
+    clip_text,
     shrink_args,
 )
+from langchain_autocontext.tokens import CHARS_PER_TOKEN
 
 __all__ = ["LargeMessageOffload"]
 
@@ -123,6 +125,12 @@ class LargeMessageOffload:
         size = ctx.config.offload_single_preview
         aged_out = not self.fresh and isinstance(original, ToolMessage) and not ctx.is_large(i)
         preview = preview_of(original, size, first_line=aged_out)
+        if self.fresh:
+            # The last resort must fit: a preview of ``size`` characters is ~size/4
+            # tokens of English but up to ~2.5 tokens a character of CJK or emoji, and
+            # the freshest group's previews are never shortened again. Cap it in tokens.
+            cap = max(8, size // CHARS_PER_TOKEN)
+            preview = clip_text(preview, cap, ctx.counter).rstrip("…").rstrip()
         chars = message_chars(original)
         tokens = ctx.counter.count_message(original)
         freed = tokens - ctx.counter.count_text(preview) - NOTE_TOKENS
