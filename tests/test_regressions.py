@@ -339,7 +339,11 @@ def test_a_system_message_in_the_middle_is_archived_as_it_was(mode: str) -> None
 @pytest.mark.parametrize(
     ("text", "calls", "budget"),
     [
-        ("ログファイルを確認しました。エラーは見つかりませんでした。次のステップに進みます。", 18, 4_000),
+        (
+            "ログファイルを確認しました。エラーは見つかりませんでした。次のステップに進みます。",
+            18,
+            4_000,
+        ),
         ("🚀✅🔥😀🎉", 7, 4_000),
         ("🚀✅🔥😀🎉", 14, 8_000),
     ],
