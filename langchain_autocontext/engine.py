@@ -114,6 +114,22 @@ class CompressionResult:
         )
 
 
+def checked_state(state: Any) -> Mapping[str, Any] | None:
+    """``state`` as the engine's calls take it (the graph state's ``autocontext``
+    dict, or ``None``).
+
+    Raises:
+        TypeError: anything else (the graph surfaces read a foreign value as ``None``
+            with a warning: :func:`~langchain_autocontext.view.state_in`).
+    """
+    if state is None or isinstance(state, Mapping):
+        return state
+    raise TypeError(
+        "state must be the graph state's 'autocontext' dict (a Mapping) or None, "
+        f"got {type(state).__name__}"
+    )
+
+
 def as_messages(messages: Any) -> list[BaseMessage]:
     """``messages`` as LangChain messages: message-likes (``("user", "hi")``, dicts,
     strings) converted as the rest of LangChain converts them."""
@@ -858,6 +874,7 @@ class ContextEngine:
         """
         st = self.resolve_store(store)
         messages = as_messages(messages)
+        state = checked_state(state)
         if view and tools is None:
             self._check_counted_tools(messages)
         msgs, ids_assigned, virtual, originals = self._prepare_all(messages)
@@ -927,6 +944,7 @@ class ContextEngine:
         """Async twin of :meth:`compress`."""
         st = self.resolve_store(store)
         messages = as_messages(messages)
+        state = checked_state(state)
         if view and tools is None:
             self._check_counted_tools(messages)
         msgs, ids_assigned, virtual, originals = self._prepare_all(messages)
@@ -969,6 +987,7 @@ class ContextEngine:
                 were not compressed with the same ``state`` (see :meth:`compress`).
         """
         del thread_id  # the view needs no store; kept for symmetry with the other calls
+        state = checked_state(state)
         msgs = merge_system_messages(as_messages(messages))  # one system message, in the view too
         owns_system = bool(msgs) and isinstance(msgs[0], SystemMessage)
         counted = self.with_own_tools(tools)  # what compress counted for this call
@@ -1106,7 +1125,9 @@ class ContextEngine:
         ``update["autocontext"]["autonomous_pending"]`` is True and the update ends
         with the new user message: call the model again.
         """
-        outcome = process_reply(messages, config=self.config, state=state, counter=self.counter)
+        outcome = process_reply(
+            messages, config=self.config, state=checked_state(state), counter=self.counter
+        )
         if archive_reply and _reply(messages) and not outcome.changed:
             # the reply reaches the history now, not at the next call (or never, when the
             # run ends here or a human edits its pending call first)
@@ -1130,7 +1151,9 @@ class ContextEngine:
         archive_reply: bool = True,
     ) -> dict[str, Any]:
         """Async twin of :meth:`after_model_call`."""
-        outcome = process_reply(messages, config=self.config, state=state, counter=self.counter)
+        outcome = process_reply(
+            messages, config=self.config, state=checked_state(state), counter=self.counter
+        )
         if archive_reply and _reply(messages) and not outcome.changed:
             await self.aarchive(
                 _with_ids(messages), thread_id=thread_id, store=self.resolve_store(store)

@@ -33,6 +33,7 @@ from langchain_autocontext.engine import (
 from langchain_autocontext.messages import remove_all
 from langchain_autocontext.metadata import as_shown
 from langchain_autocontext.strategies.pipeline import PipelineResult, adrive, drive
+from langchain_autocontext.view import state_in
 
 __all__ = [
     "AutoContextAgentState",
@@ -58,8 +59,17 @@ def merge_autocontext(
     key in one step, which LangGraph refuses for a key without a reducer
     (``InvalidUpdateError``): their writes are applied in turn, the last one winning.
     A write of ``None`` leaves the value as it was.
+
+    Raises:
+        TypeError: a write that is not a mapping (``graph.update_state(cfg,
+            {"autocontext": [...]})``): refused, so the checkpoint keeps a usable value.
     """
-    return dict(right if right is not None else left or {})
+    if right is not None and not isinstance(right, Mapping):
+        raise TypeError(
+            f"the 'autocontext' state key holds the package's own dict; got a "
+            f"{type(right).__name__}: write a dict (or None to leave it as it is)"
+        )
+    return dict(right if right is not None else state_in({"autocontext": left}) or {})
 
 
 #: What the command node returns: a state update, or ``Command(update=…, goto=…)`` after a
@@ -131,7 +141,7 @@ def build_node(
     ) -> dict[str, Any]:
         """After the archive: repair, count what the view sends, decide."""
         msgs, repaired = engine._repair(msgs, engine.resolve_store(), thread)
-        ac_state = state.get("autocontext")
+        ac_state = state_in(state)
         shown = engine.view_config(msgs, ac_state)
         msgs, _, _ = engine._with_view(msgs, ac_state, virtual, shown)
         tokens = engine.counter.count(
@@ -147,19 +157,19 @@ def build_node(
 
     def measure(state: _NodeState, config: RunnableConfig) -> dict[str, Any]:
         msgs, ids_assigned, virtual, originals = archivable(state)
-        thread, made = run_thread(config, state.get("autocontext"), state.get("messages"))
+        thread, made = run_thread(config, state_in(state), state.get("messages"))
         engine.archive(originals, thread_id=thread, store=engine.resolve_store())
         return with_thread(measured(state, msgs, ids_assigned, virtual, thread), made)
 
     async def ameasure(state: _NodeState, config: RunnableConfig) -> dict[str, Any]:
         msgs, ids_assigned, virtual, originals = archivable(state)
-        thread, made = run_thread(config, state.get("autocontext"), state.get("messages"))
+        thread, made = run_thread(config, state_in(state), state.get("messages"))
         await engine.aarchive(originals, thread_id=thread, store=engine.resolve_store())
         return with_thread(measured(state, msgs, ids_assigned, virtual, thread), made)
 
     def pipeline(state: _NodeState, config: RunnableConfig) -> tuple[Any, bool, Any]:
         msgs, _, virtual = engine._prepare(state.get("messages") or [])
-        ac_state = state.get("autocontext")
+        ac_state = state_in(state)
         thread = thread_id_of(config, ac_state)
         msgs, _ = engine._repair(msgs, engine.resolve_store(), thread)
         shown = engine.view_config(msgs, ac_state)
@@ -190,7 +200,7 @@ def build_node(
             new = work.get("result")
             if new is None:
                 new, _, _ = engine._prepare(state.get("messages") or [])
-                thread = thread_id_of(config, state.get("autocontext"))
+                thread = thread_id_of(config, state_in(state))
                 new, _ = engine._repair(new, engine.resolve_store(), thread)
             if not work.get("changed") and _in_place(state.get("messages") or [], new):
                 return {"messages": new}
@@ -221,14 +231,14 @@ def pre_model_hook(engine: ContextEngine) -> RunnableLambda[Any, dict[str, Any]]
     """
 
     def hook(state: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
-        thread, made = run_thread(config, state.get("autocontext"), state.get("messages"))
-        ac_state = made or state.get("autocontext")
+        thread, made = run_thread(config, state_in(state), state.get("messages"))
+        ac_state = made or state_in(state)
         result = engine.compress(state.get("messages") or [], thread_id=thread, state=ac_state)
         return hook_update(engine, result, ac_state, made is not None)
 
     async def ahook(state: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
-        thread, made = run_thread(config, state.get("autocontext"), state.get("messages"))
-        ac_state = made or state.get("autocontext")
+        thread, made = run_thread(config, state_in(state), state.get("messages"))
+        ac_state = made or state_in(state)
         result = await engine.acompress(
             state.get("messages") or [], thread_id=thread, state=ac_state
         )
@@ -274,8 +284,8 @@ def command_node(
         return finish(
             engine.after_model_call(
                 state.get("messages") or [],
-                state=state.get("autocontext"),
-                thread_id=thread_id_of(config, state.get("autocontext")),
+                state=state_in(state),
+                thread_id=thread_id_of(config, state_in(state)),
             )
         )
 
@@ -283,8 +293,8 @@ def command_node(
         return finish(
             await engine.aafter_model_call(
                 state.get("messages") or [],
-                state=state.get("autocontext"),
-                thread_id=thread_id_of(config, state.get("autocontext")),
+                state=state_in(state),
+                thread_id=thread_id_of(config, state_in(state)),
             )
         )
 
@@ -306,16 +316,16 @@ def model_node(
     def call(state: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
         view = engine.prepare_model_call(
             state.get("messages") or [],
-            state=state.get("autocontext"),
-            thread_id=thread_id_of(config, state.get("autocontext")),
+            state=state_in(state),
+            thread_id=thread_id_of(config, state_in(state)),
         )
         return view.update(model.invoke(view.messages, config))
 
     async def acall(state: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
         view = engine.prepare_model_call(
             state.get("messages") or [],
-            state=state.get("autocontext"),
-            thread_id=thread_id_of(config, state.get("autocontext")),
+            state=state_in(state),
+            thread_id=thread_id_of(config, state_in(state)),
         )
         return view.update(await model.ainvoke(view.messages, config))
 

@@ -69,6 +69,7 @@ from langchain_autocontext.history import surface_namespace
 from langchain_autocontext.messages import dump_message, load_message, remove_all
 from langchain_autocontext.store import running_agent
 from langchain_autocontext.tools import attach_tools
+from langchain_autocontext.view import state_in
 
 if TYPE_CHECKING:
     from langchain_autocontext.engine import CompressionResult
@@ -98,7 +99,7 @@ class AutoContextMiddlewareState(AgentState[Any]):
 
 def _ac_state(state: AgentState[Any]) -> dict[str, Any] | None:
     """The state's private ``autocontext`` key (declared by :class:`AutoContextMiddlewareState`)."""
-    return cast("AutoContextMiddlewareState", state).get("autocontext")
+    return state_in(cast("AutoContextMiddlewareState", state))  # type: ignore[return-value]
 
 
 def _run_config(runtime: Runtime[Any] | None) -> dict[str, Any]:

@@ -27,6 +27,7 @@ errors, autonomous step count) is plain JSON under the graph state key
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -87,11 +88,33 @@ _INSTRUCTIONS_KIND = "view_instructions"
 
 
 # --- the per-thread state ----------------------------------------------------------------
+#: The graph state's key of the package's own state.
+STATE_KEY = "autocontext"
+
+
+def state_in(graph_state: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """The package's own state in a graph state (``graph_state["autocontext"]``), as the
+    surfaces read it: ``None`` when absent, and when it is not a mapping (a hand-edited
+    or foreign checkpoint), with a warning: it is ignored, and the next update the
+    package writes replaces it, so such a checkpoint never crashes a run."""
+    value = (graph_state or {}).get(STATE_KEY)
+    if value is None or isinstance(value, Mapping):
+        return value
+    warnings.warn(
+        f"langchain-autocontext: state[{STATE_KEY!r}] is a {type(value).__name__}, not a "
+        "dict (a hand-edited checkpoint?): it is ignored and replaced by the next update",
+        UserWarning,
+        stacklevel=3,
+    )
+    return None
+
+
 def normalize_state(state: Mapping[str, Any] | None) -> dict[str, Any]:
     """A plain-dict copy of ``state["autocontext"]`` with well-typed self-management keys.
 
     Accepts ``None`` and tolerates values of the wrong type (they are reset), so a
-    hand-edited checkpoint never crashes a run.
+    hand-edited checkpoint never crashes a run (:func:`state_in` reads it from a graph
+    state, ignoring a value that is not a mapping at all).
     """
     out: dict[str, Any] = dict(state or {})
     if not isinstance(out.get("working_context", ""), str):

@@ -390,3 +390,51 @@ def test_a_send_to_the_node_keeps_the_parent_history() -> None:
         "branch 1",
     ]
     assert all(m.id for m in out["messages"])
+
+
+@pytest.mark.parametrize("surface", ["node", "middleware"])
+def test_a_checkpoint_whose_package_state_is_not_a_dict_does_not_stop_the_run(
+    surface: str,
+) -> None:
+    """``update_state(cfg, {"autocontext": ["corrupt"]})`` (a hand-edited or foreign
+    checkpoint) made the next run fail with a raw ValueError deep in the view (audit):
+    the value is ignored with a warning and replaced by the package's next update."""
+    store = InMemoryStore()
+    ac = AutoContext(CFG)
+    cfg = {"configurable": {"thread_id": "corrupt"}, "recursion_limit": 500}
+    if surface == "node":
+        model = ScriptedModel(steps=30)
+        graph = build_graph(ac, model, store, InMemorySaver())
+        first = {"messages": [SystemMessage("You are a coder."), HumanMessage("fix it")]}
+        graph.invoke({**first, "task_label": "T-1"}, cfg)
+    else:
+        from langchain.agents import create_agent
+
+        model = ScriptedModel(steps=30)
+        graph = create_agent(
+            model, [bash], middleware=[ac.middleware()], checkpointer=InMemorySaver(), store=store
+        )
+        graph.invoke({"messages": [HumanMessage("fix it")]}, cfg)
+    assert isinstance(graph.get_state(cfg).values["autocontext"], dict)
+    model.steps = model.calls + 10
+    if surface == "node":  # AutoContextState's reducer refuses the write itself
+        with pytest.raises(TypeError, match=r"'autocontext' state key .* got a list"):
+            graph.update_state(cfg, {"autocontext": ["corrupt"]})
+        out = graph.invoke({"messages": [HumanMessage("and the next one")]}, cfg)
+    else:  # the middleware's state key takes any value: it is read as absent
+        graph.update_state(cfg, {"autocontext": ["corrupt"]})
+        with pytest.warns(UserWarning, match="'autocontext'\\] is a list"):
+            out = graph.invoke({"messages": [HumanMessage("and the next one")]}, cfg)
+    assert out["messages"][-1].content.startswith("finished")
+    assert isinstance(graph.get_state(cfg).values["autocontext"], dict)
+    for sent in model.seen:
+        assert not find_violations(sent)
+        assert ac.counter.count(sent, [*ac.all_tools, bash]) <= ac.config.max_tokens
+
+
+@pytest.mark.parametrize("call", ["compress", "prepare_model_call", "after_model_call"])
+def test_the_engine_refuses_a_package_state_that_is_not_a_mapping(call: str) -> None:
+    ac = AutoContext(CFG)
+    msgs = [SystemMessage("s", id="s"), HumanMessage("hi", id="u")]
+    with pytest.raises(TypeError, match=r"'autocontext' dict .* got list"):
+        getattr(ac, call)(msgs, state=["corrupt"])
