@@ -185,7 +185,9 @@ class AutoContextChatMessageHistory(BaseChatMessageHistory):
         new = self._incoming(messages)
         store = self.store
         with store.working_lock(self.session_id):
-            working = [*self.messages, *new]
+            current = self.messages
+            held = [store.get_history_message(self.session_id, str(m.id)) is not None for m in new]
+            working = [*current, *_reissued(current, new, held)]
             try:
                 kept = self.autocontext.compress(
                     working, thread_id=self.session_id, store=store, view=False
@@ -199,7 +201,12 @@ class AutoContextChatMessageHistory(BaseChatMessageHistory):
         new = self._incoming(messages)
         store = self.store
         async with store.aworking_lock(self.session_id):
-            working = [*(await self.aget_messages()), *new]
+            current = await self.aget_messages()
+            held = [
+                await store.aget_history_message(self.session_id, str(m.id)) is not None
+                for m in new
+            ]
+            working = [*current, *_reissued(current, new, held)]
             try:
                 kept = (
                     await self.autocontext.acompress(
@@ -219,6 +226,35 @@ class AutoContextChatMessageHistory(BaseChatMessageHistory):
         """Async twin of :meth:`clear`."""
         store = self.store
         await store.aput(self._ns(store), _HISTORY_KEY, self._record([]), index=False)
+
+
+def _reissued(
+    before: Sequence[BaseMessage], new: Sequence[BaseMessage], held: Sequence[bool]
+) -> list[BaseMessage]:
+    """``new`` messages (each received once, so none is an original seen before) with a
+    fresh id where theirs is already taken: by a message before them or one of ``new``,
+    or by an original the thread's history holds (``held``; a reply object returned
+    twice, a cached reply). Kept, such a message would be taken as archived already and
+    dropped as summarized once its namesake was compressed away."""
+    taken = {m.id for m in before if m.id}
+    out = []
+    for m, in_history in zip(new, held, strict=True):
+        if in_history or m.id in taken:
+            m = m.model_copy(update={"id": str(uuid.uuid4())})
+        taken.add(m.id)
+        out.append(m)
+    return out
+
+
+def _split_new(
+    work: list[BaseMessage], state: dict[str, Any]
+) -> tuple[list[BaseMessage], list[BaseMessage]]:
+    """``work`` as :meth:`AutoContextRunnable._plan` built it: the stored messages and the
+    tail that extends the last input (new by construction; none when the input did not
+    extend it). Takes the tail's length out of ``state``."""
+    fresh = int(state.pop("fresh", 0))
+    cut = len(work) - fresh
+    return work[:cut], work[cut:]
 
 
 def _kept_anyway(messages: list[BaseMessage], exc: ContextBudgetError) -> list[BaseMessage]:
@@ -352,6 +388,7 @@ class AutoContextRunnable(RunnableSerializable[Any, list[BaseMessage]]):
         stored = _stored_messages(record)
         if lead and stored and isinstance(stored[0], SystemMessage):
             stored = [with_id(0, messages[0]), *stored[1:]]
+        state["fresh"] = len(tail)  # new by construction: they extend the last input
         return [*stored, *tail], state
 
     def _ns(self, store: OffloadStore, thread_id: str) -> tuple[str, str, str]:
@@ -365,6 +402,9 @@ class AutoContextRunnable(RunnableSerializable[Any, list[BaseMessage]]):
         with store.working_lock(thread_id):
             item = store.get(self._ns(store, thread_id), _RUNNABLE_KEY)
             work, state = self._plan(messages, thread_id, item.value if item else None)
+            kept, new = _split_new(work, state)
+            held = [store.get_history_message(thread_id, str(m.id)) is not None for m in new]
+            work = [*kept, *_reissued(kept, new, held)]
             result = ac.compress(work, thread_id=thread_id, store=store, view=False)
             record = {**state, "messages": dump_messages(result.messages)}
             store.put(self._ns(store, thread_id), _RUNNABLE_KEY, record, index=False)
@@ -378,6 +418,9 @@ class AutoContextRunnable(RunnableSerializable[Any, list[BaseMessage]]):
         async with store.aworking_lock(thread_id):
             item = await store.aget(self._ns(store, thread_id), _RUNNABLE_KEY)
             work, state = self._plan(messages, thread_id, item.value if item else None)
+            kept, new = _split_new(work, state)
+            held = [await store.aget_history_message(thread_id, str(m.id)) is not None for m in new]
+            work = [*kept, *_reissued(kept, new, held)]
             result = await ac.acompress(work, thread_id=thread_id, store=store, view=False)
             record = {**state, "messages": dump_messages(result.messages)}
             await store.aput(self._ns(store, thread_id), _RUNNABLE_KEY, record, index=False)

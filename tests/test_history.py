@@ -455,3 +455,71 @@ def test_a_system_prompt_that_changes_per_call_does_not_restart_the_runnable(sys
         assert not find_violations(sent) and ac.counter.count(sent) <= 1_500
         conversation.append(model.invoke(sent))
     assert len(OffloadStore.wrap(store).list_events("d")) <= 5
+
+
+# --- a reply whose id an earlier one used ----------------------------------------------------
+def _same_reply_model():
+    """A model that returns one reply object every turn (a cycled fake, a cached reply):
+    LangChain stamps its id on the first call, so every reply carries that one id."""
+    import itertools
+
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+
+    return GenericFakeChatModel(messages=itertools.cycle([AIMessage("Noted: " + "blah " * 120)]))
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_reply_that_reuses_an_id_is_kept_in_history_and_context(mode: str) -> None:
+    """Once the first reply with that id had been compressed away, every later one was
+    taken for it: not archived, and dropped from the context as already summarized
+    (audit). Messages added to a chat history are new by construction: a repeated id
+    gets a fresh one."""
+    import asyncio
+
+    from langchain_core.runnables.history import RunnableWithMessageHistory
+
+    store = InMemoryStore()
+    ac = make_ac(store, max_tokens=2_000)
+    prompt = ChatPromptTemplate(
+        [("system", "You are terse."), MessagesPlaceholder("history"), ("human", "{q}")]
+    )
+    chain = RunnableWithMessageHistory(
+        prompt | _same_reply_model(),
+        AutoContextChatMessageHistory.factory(ac, store=store),
+        input_messages_key="q",
+        history_messages_key="history",
+    )
+    cfg = {"configurable": {"session_id": f"u-{mode}"}}
+    for k in range(14):
+        q = {"q": f"Note {k} " + "word " * 50}
+        chain.invoke(q, cfg) if mode == "sync" else asyncio.run(chain.ainvoke(q, cfg))
+    kinds = "".join(e.message.type[0] for e in OffloadStore(store).iter_history(f"u-{mode}"))
+    assert kinds == "ha" * 14
+    context = AutoContextChatMessageHistory(f"u-{mode}", ac, store=store).messages
+    assert context[-1].type == "ai" and context[-2].content.startswith("Note 13")
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_the_runnable_keeps_a_reply_that_reuses_an_id(mode: str) -> None:
+    import asyncio
+
+    store = InMemoryStore()
+    ac = make_ac(store, max_tokens=2_000)
+    chain = ChatPromptTemplate([("system", "terse"), MessagesPlaceholder("messages")]) | (
+        ac.as_runnable()
+    )
+    model = _same_reply_model()
+    cfg = {"configurable": {"thread_id": f"r-{mode}"}}
+    conversation: list[BaseMessage] = []
+    for k in range(14):
+        conversation.append(HumanMessage(f"Note {k} " + "word " * 50))
+        run = {"messages": conversation}
+        sent = chain.invoke(run, cfg) if mode == "sync" else asyncio.run(chain.ainvoke(run, cfg))
+        assert not find_violations(sent)
+        assert ac.counter.count(sent) <= 2_000
+        assert sent[-1].content.startswith(f"Note {k}")
+        if k:
+            assert sent[-2].type == "ai"  # the previous reply reached the model
+        conversation.append(model.invoke(sent))
+    kinds = "".join(e.message.type[0] for e in OffloadStore(store).iter_history(f"r-{mode}"))
+    assert kinds == "s" + "ha" * 13 + "h"
