@@ -108,10 +108,14 @@ class OffloadNotFoundError(AutoContextError, KeyError):
 
     def __init__(self, offload_id: str, hint: str = "") -> None:
         self.offload_id = offload_id
+        shown = repr(offload_id)
+        if len(offload_id) > 80:  # a model's runaway argument: the error stays short
+            shown = f"{offload_id[:60]!r}… ({len(offload_id):,} characters)"
         text = (
-            f"No offloaded content with id {offload_id!r} in this thread. "
-            "Use an offload id exactly as it appears in the context "
-            "(for example in '[offloaded … id=…]'), or search_history to find the original."
+            f"No offloaded content with id {shown} in this thread. "
+            "Use an offload id exactly as it appears in the context (for example "
+            "reload_offloaded(offload_id=\"9f3c2a1b\") in an '[Offloaded …]' note), or "
+            "search_history to find the original."
         )
         if hint:
             text = f"{text} {hint}"

@@ -466,6 +466,11 @@ async def test_reload_unknown_or_foreign_offload_raises(api: StoreAPI) -> None:
         assert info.value.offload_id == offload_id
         assert f"Searched thread {thread!r}" in str(info.value)  # where it looked
     assert (await api.reload("alice", record.offload_id)).offload_id == record.offload_id
+    # a model's runaway argument is named by its head and length, not echoed whole
+    with pytest.raises(OffloadNotFoundError) as info:
+        await api.reload("alice", "x" * 5_000)
+    assert info.value.offload_id == "x" * 5_000
+    assert len(str(info.value)) < 600 and "5,000 characters" in str(info.value)
 
 
 async def test_reload_takes_the_shortened_id_a_note_shows(
