@@ -11,7 +11,13 @@ import pytest
 from _builders import chat_rounds, coding_run, log_text, tool_group, uid
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
 from langgraph.store.memory import InMemoryStore
 
 from langchain_autocontext import (
@@ -703,6 +709,24 @@ def test_a_summary_beside_its_originals_takes_their_place(steps: int, rounds: in
     assert [type(m) for m in again.messages] == [type(m) for m in first.messages]
     assert len(store.list_offloads("t")) == records  # nothing summarized or offloaded again
     assert not find_violations(again.messages)
+
+
+def test_a_message_after_a_summary_that_names_its_id_is_a_new_one_and_stays() -> None:
+    """A model that returns one reply object every turn (a cycled fake, a cached reply)
+    gives each reply the same id; LangGraph appends one whose namesake has left the
+    state. Taken for the summarized original, it was dropped from the context: only the
+    originals *before* a summary (a parent's merge appends the summary after them) are
+    its originals sent again."""
+    ac = AutoContext(AutoContextConfig(max_tokens=1_500), summarizer="offline")
+    store = OffloadStore(InMemoryStore())
+    msgs: list[BaseMessage] = [SystemMessage("You are terse.", id="sys")]
+    for k in range(12):
+        msgs += [HumanMessage(f"note {k} " + "word " * 150), AIMessage(f"noted {k}", id="reply")]
+        result = ac.compress(msgs, thread_id="t", store=store)
+        msgs = list(result.messages)
+        assert msgs[-1].content == f"noted {k}", [m.content[:20] for m in msgs]
+        assert not find_violations(msgs)
+    assert any(marker(m) for m in msgs), "nothing was compressed"
 
 
 @pytest.mark.parametrize("kwargs", [{"msg_threshold": 50}, {"trigger": ("messages", 50)}])

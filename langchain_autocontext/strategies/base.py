@@ -603,6 +603,9 @@ def place_summaries(
     writes it (before a task statement its first originals followed). Then a summary
     in the assistant's role right before an assistant message takes the user's role,
     as when it was written (:func:`replacement_message`).
+    Only messages *before* a summary are taken for its originals (a merge appends the
+    summary after them): one after it that carries one of its ids is a new message
+    reusing that id (a model that returns one reply object every turn) and stays.
     Returns ``messages`` itself when nothing changes.
     """
     index = {m.id: i for i, m in enumerate(messages) if m.id}
@@ -612,7 +615,7 @@ def place_summaries(
         if not info or info.get("kind") not in SPAN_KINDS:
             continue
         ids = spans.get(str(info.get("offload_id")))
-        present = {index[x] for x in ids or () if index.get(x, i) != i}
+        present = {index[x] for x in ids or () if index.get(x, i) < i}
         if present:
             covers[i] = present
     out = messages
