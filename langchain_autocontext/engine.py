@@ -164,6 +164,33 @@ class _ThreadMemo:
     archived: set[str] = field(default_factory=set)
     #: offload id of a summary -> ids of the messages it replaced (records never change)
     spans: dict[str, frozenset[str]] = field(default_factory=dict)
+    #: offload id of a summary -> offload ids of the summaries among those messages
+    nested: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: offload id of a summary in the last list repaired -> every id it stands for,
+    #: through the summaries it absorbed (kept for those only: the next summary, which
+    #: absorbs one of them, builds on it instead of walking the whole chain again)
+    closures: dict[str, frozenset[str]] = field(default_factory=dict)
+
+    def closure(self, root: str) -> frozenset[str]:
+        """Every message id the summary ``root`` stands for: those it replaced, and
+        those each summary among them replaced, at any depth."""
+        cached = self.closures.get(root)
+        if cached is not None:
+            return cached
+        full: set[str] = set()
+        todo, seen = [root], set()
+        while todo:
+            oid = todo.pop()
+            if oid in seen:
+                continue
+            seen.add(oid)
+            known = self.closures.get(oid)
+            if known is not None:
+                full |= known
+                continue
+            full |= self.spans.get(oid, frozenset())
+            todo.extend(self.nested.get(oid, ()))
+        return frozenset(full)
 
 
 #: Every live engine: a thread deleted from a store is forgotten by each.
@@ -576,9 +603,28 @@ class ContextEngine:
 
     def _learn_span(
         self, store: OffloadStore, thread_id: str, offload_id: str, record: OffloadRecord | None
-    ) -> None:
-        ids = frozenset(i for i in record.message_ids if i) if record is not None else frozenset()
-        self._memo(store, thread_id).spans[offload_id] = ids
+    ) -> list[str]:
+        """Remember what the summary ``offload_id`` replaced; returns the offload ids of
+        the summaries among those messages whose records are still to read."""
+        memo = self._memo(store, thread_id)
+        if record is None:
+            memo.spans[offload_id], memo.nested[offload_id] = frozenset(), ()
+            return []
+        memo.spans[offload_id] = frozenset(i for i in record.message_ids if i)
+        memo.nested[offload_id] = tuple(summary_offload_ids(record.messages))
+        return [oid for oid in memo.nested[offload_id] if oid not in memo.spans]
+
+    def _spans(
+        self, store: OffloadStore, thread_id: str, messages: Sequence[BaseMessage]
+    ) -> dict[str, frozenset[str]]:
+        """For each summary in ``messages``, every id it stands for (:meth:`_ThreadMemo.
+        closure`): an agent that extended its own summary within a run returns only the
+        latest to a parent graph, whose copies of what the earlier one covered must be
+        recognised too, or the next agent summarizes them again."""
+        memo = self._memo(store, thread_id)
+        present = {oid: memo.closure(oid) for oid in summary_offload_ids(messages)}
+        memo.closures = present
+        return present
 
     def archive(
         self, messages: Sequence[BaseMessage], *, thread_id: str, store: OffloadStore
@@ -586,14 +632,19 @@ class ContextEngine:
         """Append originals not yet in the thread's history (idempotent). Returns how many.
 
         Also reads, once, which messages each summary in ``messages`` replaced (from its
-        offload record), so that :meth:`_repair` can put a summary that arrives beside
-        its originals back in their place."""
-        for oid in self._unknown_spans(store, thread_id, messages):
+        offload record), and which those it absorbed replaced, so that :meth:`_repair`
+        can put a summary that arrives beside its originals back in their place."""
+        todo = self._unknown_spans(store, thread_id, messages)
+        spans = self._memo(store, thread_id).spans
+        while todo:  # each summary's record, then those of the summaries it absorbed
+            oid = todo.pop()
+            if oid in spans:
+                continue
             try:
                 record: OffloadRecord | None = store.reload(thread_id, oid)
             except OffloadNotFoundError:  # written under another thread or store
                 record = None
-            self._learn_span(store, thread_id, oid, record)
+            todo += self._learn_span(store, thread_id, oid, record)
         new = self._unarchived(store, thread_id, messages)
         if not new:
             return 0
@@ -605,12 +656,17 @@ class ContextEngine:
         self, messages: Sequence[BaseMessage], *, thread_id: str, store: OffloadStore
     ) -> int:
         """Async twin of :meth:`archive`."""
-        for oid in self._unknown_spans(store, thread_id, messages):
+        todo = self._unknown_spans(store, thread_id, messages)
+        spans = self._memo(store, thread_id).spans
+        while todo:  # each summary's record, then those of the summaries it absorbed
+            oid = todo.pop()
+            if oid in spans:
+                continue
             try:
                 record: OffloadRecord | None = await store.areload(thread_id, oid)
             except OffloadNotFoundError:  # written under another thread or store
                 record = None
-            self._learn_span(store, thread_id, oid, record)
+            todo += self._learn_span(store, thread_id, oid, record)
         new = self._unarchived(store, thread_id, messages)
         if not new:
             return 0
@@ -796,7 +852,7 @@ class ContextEngine:
         with the spans :meth:`archive` read)."""
         fixed = messages
         if store is not None and thread_id is not None:
-            fixed = place_summaries(fixed, self._memo(store, thread_id).spans)
+            fixed = place_summaries(fixed, self._spans(store, thread_id, fixed))
         fixed = repair_tool_pairs(fixed)
         changed = len(fixed) != len(messages) or any(
             a is not b for a, b in zip(fixed, messages, strict=True)

@@ -337,6 +337,71 @@ async def test_agents_sharing_messages_summarize_each_original_once(mode: str) -
     assert originals > 60
 
 
+@pytest.mark.parametrize("mode", ["sync", "async"])
+async def test_agents_in_turn_over_several_user_turns_summarize_each_original_once(
+    mode: str,
+) -> None:
+    """Two agents as nodes in turn, three user turns: within a run an agent's recursive
+    summary absorbed its earlier one and only the latest reached the parent, so the
+    parent's copies of what the earlier one covered went unrecognised and the other
+    agent summarized them again (10 originals in 2-3 summaries; LangGraph audit). A
+    summary now stands for what the summaries it absorbed stood for."""
+    from _builders import FunctionModel, call
+    from langchain.agents import create_agent
+    from langchain_core.messages import AIMessage, HumanMessage
+    from langchain_core.tools import tool
+    from langgraph.graph import END, MessagesState
+
+    @tool
+    def run(command: str) -> str:
+        """Run a shell command."""
+        return f"$ {command}\n" + "\n".join(
+            f"test_{i} PASSED in {i * 7 % 13}ms" for i in range(150)
+        )
+
+    def script(name: str):
+        def respond(msgs: list[Any], n: int) -> AIMessage:
+            if n % 3 < 2:
+                return AIMessage("", tool_calls=[call("run", {"command": f"pytest -k {name}{n}"})])
+            return AIMessage(f"{name} done.")
+
+        return respond
+
+    store = InMemoryStore()
+    models = [FunctionModel(respond=script(name)) for name in ("researcher", "coder")]
+    g = StateGraph(MessagesState)
+    for name, model in zip(("researcher", "coder"), models, strict=True):
+        ac = AutoContext(AutoContextConfig(max_tokens=4_000), store=store)
+        g.add_node(
+            name,
+            create_agent(
+                model, [run], system_prompt=f"You are {name}.", middleware=[ac.middleware()]
+            ),
+        )
+    g.add_edge(START, "researcher")
+    g.add_edge("researcher", "coder")
+    g.add_edge("coder", END)
+    app = g.compile(checkpointer=InMemorySaver(), store=store)
+    cfg = {"configurable": {"thread_id": "turns"}, "recursion_limit": 200}
+    for question in ("Q1", "Q2", "Q3"):
+        inputs = {"messages": [HumanMessage(question)]}
+        app.invoke(inputs, cfg) if mode == "sync" else await app.ainvoke(inputs, cfg)
+
+    ost = OffloadStore(store)
+    history = {e.id for e in ost.iter_history("turns")}
+    summarized = [
+        i
+        for r in ost.list_offloads("turns")
+        if not r.strategy.startswith("offload")  # a preview keeps the id it stands for
+        for i in r.message_ids
+        if i in history
+    ]
+    assert summarized and len(summarized) == len(set(summarized)), "summarized twice"
+    for model in models:
+        for request in model.seen:
+            assert not find_violations(request)
+
+
 def test_the_surfaces_are_what_their_annotations_say() -> None:
     """``node()`` was annotated ``Any`` and the hooks bare ``Runnable``/``RunnableLambda``:
     each factory's return annotation names the class of what it returns."""
