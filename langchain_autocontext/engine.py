@@ -806,6 +806,13 @@ class ContextEngine:
         ratio = min(reported / call.tokens, TOKENIZER_RATIO_CAP)
         fixed = max(0.0, reported - ratio * call.tokens)
         window = self.config.max_tokens
+        if fixed > window * MAX_FIXED_SHARE:
+            # Not a cost every request carries: a provider that adds up the sampling
+            # steps of a server-side tool loop (web search), or a wrong report. Set
+            # aside, it left no room for the conversation (the scale at its cap, every
+            # later call of the round a ContextBudgetError). A real one is answered by
+            # the overflow recovery.
+            return None, None
         needed = ratio * window / max(window - fixed, window / 16)
         scale = round(needed * CALIBRATION_MARGIN, 4) if needed > 1.0 else 1.0
         old = token_scale(state)
@@ -1287,6 +1294,9 @@ def _scale(state: Mapping[str, Any] | None, key: str) -> float:
 #: (Anthropic's and Gemini's count 10-25% more on English and code): what a request
 #: reports beyond this ratio is a fixed cost, not a ratio (see ``calibrate``).
 TOKENIZER_RATIO_CAP = 1.5
+#: Most of ``max_tokens`` a reported fixed cost may take (see ``calibrate``): beyond it
+#: the report is not taken for a cost of every request.
+MAX_FIXED_SHARE = 0.5
 
 
 def token_scale(state: Mapping[str, Any] | None) -> float:

@@ -32,7 +32,22 @@ _OVERFLOW_PHRASES = (
 )
 #: Rate limits that speak of tokens ("Too many tokens, please wait before trying
 #: again.": Bedrock's ThrottlingException): never an overflow, whatever else they say.
-_RATE_LIMIT_PHRASES = ("throttl", "rate limit", "rate_limit", "please wait", "try again later")
+_RATE_LIMIT_PHRASES = (
+    "throttl",
+    "rate limit",
+    "rate_limit",
+    "please wait",
+    "try again later",
+    "too many requests",
+)
+
+
+def says_rate_limit(error: BaseException) -> bool:
+    """Whether ``error`` reads as a rate limit: HTTP 429, or a message that says so
+    ("throttling", "rate limit", "please wait" …), whatever else it says: a throttled
+    request succeeds on a later attempt, even one that speaks of too many tokens."""
+    text = str(error).lower()
+    return getattr(error, "status_code", None) == 429 or any(p in text for p in _RATE_LIMIT_PHRASES)
 
 
 def is_context_overflow(error: BaseException) -> bool:
@@ -59,9 +74,9 @@ def is_context_overflow(error: BaseException) -> bool:
         code = code or inner.get("code") or inner.get("type")
     if code == "context_length_exceeded":
         return True
-    text = str(error).lower()
-    if getattr(error, "status_code", None) == 429 or any(p in text for p in _RATE_LIMIT_PHRASES):
+    if says_rate_limit(error):
         return False
+    text = str(error).lower()
     return any(phrase in text for phrase in _OVERFLOW_PHRASES)
 
 

@@ -407,3 +407,30 @@ def test_a_retry_that_first_shows_the_package_sends_its_tools_too(mode: str) -> 
     for section, tools in model.requests:
         assert (own <= tools) is section and (own & tools == set()) is (not section)
     assert max(model.reported) <= 29_000
+
+
+class SpikeModel(ProviderModel):
+    """Reports ten times its count once (a server-side tool loop's summed usage)."""
+
+    spike_at: int = 3
+
+    def _generate(self, messages, stop=None, run_manager=None, **kw):
+        result = super()._generate(messages, stop, run_manager, **kw)
+        if self.calls - 1 == self.spike_at:
+            msg = result.generations[0].message
+            spiked = msg.usage_metadata["input_tokens"] * 10
+            msg.usage_metadata = {**msg.usage_metadata, "input_tokens": spiked}
+        return result
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_one_report_far_beyond_the_budget_does_not_stop_the_run(mode: str) -> None:
+    """A usage report ten times the request (more than the whole budget set aside as a
+    fixed cost) put the scale at its cap: the next call of the round raised
+    ContextBudgetError. Such a report is not taken for a cost of every request."""
+    store = InMemoryStore()
+    ac = AutoContext(AutoContextConfig(max_tokens=BUDGET), store=store)
+    model = SpikeModel(counter=ac.counter)
+    out = run(agent(ac, model, store), mode, "spike")
+    assert out["messages"][-1].content == "All documents read."
+    assert not events(ac, store, "spike", "calibration")

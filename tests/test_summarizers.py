@@ -1141,6 +1141,31 @@ def test_empty_reply_is_retried_then_falls_back() -> None:
     assert "empty summary" in (result.error or "")
 
 
+class Throttled(Exception):
+    """Bedrock's throttling (botocore's ClientError): a rate limit that speaks of tokens."""
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: Throttled(
+            "An error occurred (ThrottlingException) when calling the Converse operation: "
+            "Too many tokens, please wait before trying again."
+        ),
+        lambda: RateLimited(),  # 429 with no hint
+        lambda: type("RateLimitError", (Exception,), {"status_code": 429})(
+            "Error code: 429 - too many tokens per minute"
+        ),
+    ],
+)
+@pytest.mark.parametrize("use_async", [False, True])
+def test_a_rate_limit_that_speaks_of_tokens_is_retried(make: Any, use_async: bool) -> None:
+    model = RaisingChatModel(make=make)
+    s = LLMSummarizer(model, retries=2, backoff=0, max_backoff=0)
+    result = asyncio.run(s.asummarize(request())) if use_async else s.summarize(request())
+    assert model.calls == 3 and result.calls == 3 and result.fallback is True
+
+
 @pytest.mark.parametrize(
     "reply",
     [

@@ -28,6 +28,8 @@ from langchain_core import exceptions as lc_exceptions
 from langchain_core.language_models import BaseChatModel
 from langchain_core.runnables import RunnableBinding
 
+from langchain_autocontext.errors import says_rate_limit
+
 __all__ = [
     "athread",
     "cannot_succeed",
@@ -151,7 +153,10 @@ def cannot_succeed(exc: BaseException) -> bool:
         and getattr(exc, "is_retryable", None) is False
     ):
         return True
-    if _OVERFLOW.search(str(exc)):
+    text = str(exc)
+    if _OVERFLOW.search(text) and not (rate_limited(exc) or says_rate_limit(exc)):
+        # a rate limit that speaks of tokens (Bedrock's "Too many tokens, please wait
+        # before trying again.") is no overflow: a later attempt succeeds
         return True
     return _status(exc) in _FINAL_STATUSES
 
