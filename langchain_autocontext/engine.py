@@ -674,6 +674,64 @@ class ContextEngine:
         self._mark_archived(store, thread_id, [m.id for m in new])  # type: ignore[misc]
         return len(written)
 
+    def _edited(self, message: BaseMessage, entry: Any) -> bool:
+        """Whether the working ``message`` is not what the history holds under its id
+        (an edit through ``graph.update_state``: the history keeps the first version)."""
+        held = entry.message
+        return (message.type, message.content, getattr(message, "tool_calls", None)) != (
+            held.type,
+            held.content,
+            getattr(held, "tool_calls", None),
+        )
+
+    def _edit_record(self, message: BaseMessage) -> dict[str, Any]:
+        return {
+            "strategy": EDITED_COPY,
+            "preview": f"{message.type} message {message.id}, as edited in the working copy",
+            "tokens": self.counter.count_message(message),
+        }
+
+    def keep_edited(
+        self, messages: Sequence[BaseMessage], *, thread_id: str, store: OffloadStore
+    ) -> list[str]:
+        """Offload the working copies among ``messages`` whose content is not what the
+        history holds under their id, before the model deletes or rewrites them.
+
+        The history is idempotent by id: it keeps a message's first version. A message
+        edited since (``graph.update_state`` with its id, the developer's documented way
+        to edit) is a working copy the history never saw; deleted or rewritten by the
+        model, its text would be gone. Returns the offload ids, in ``messages``' order
+        (recorded in one ``edited_copy`` event)."""
+        found = []
+        for m in messages:
+            if m.id is None or marker(m) is not None:  # the package's own: offloaded already
+                continue
+            entry = store.get_history_message(thread_id, m.id)
+            if entry is not None and self._edited(m, entry):
+                found.append(m)
+        ids = [store.offload(thread_id, [m], **self._edit_record(m)).offload_id for m in found]
+        if ids:
+            store.record_event(thread_id, _edited_event(found, ids))
+        return ids
+
+    async def akeep_edited(
+        self, messages: Sequence[BaseMessage], *, thread_id: str, store: OffloadStore
+    ) -> list[str]:
+        """Async twin of :meth:`keep_edited`."""
+        found = []
+        for m in messages:
+            if m.id is None or marker(m) is not None:
+                continue
+            entry = await store.aget_history_message(thread_id, m.id)
+            if entry is not None and self._edited(m, entry):
+                found.append(m)
+        ids = [
+            (await store.aoffload(thread_id, [m], **self._edit_record(m))).offload_id for m in found
+        ]
+        if ids:
+            await store.arecord_event(thread_id, _edited_event(found, ids))
+        return ids
+
     # --- compress: the plain-function form -------------------------------------------
     def _prepare(self, messages: Sequence[BaseMessage]) -> tuple[list[BaseMessage], bool, bool]:
         """The working messages of ``messages``: see :meth:`_prepare_all`."""
@@ -1200,6 +1258,7 @@ class ContextEngine:
         if outcome.changed:
             st = self.resolve_store(store)
             self.archive(outcome.originals, thread_id=thread_id, store=st)
+            self.keep_edited(outcome.originals, thread_id=thread_id, store=st)
             for event in outcome.events:
                 st.record_event(thread_id, event)
         return outcome.update(messages)
@@ -1226,9 +1285,23 @@ class ContextEngine:
         if outcome.changed:
             st = self.resolve_store(store)
             await self.aarchive(outcome.originals, thread_id=thread_id, store=st)
+            await self.akeep_edited(outcome.originals, thread_id=thread_id, store=st)
             for event in outcome.events:
                 await st.arecord_event(thread_id, event)
         return outcome.update(messages)
+
+
+#: The offload strategy of a working copy kept before an edit (:meth:`ContextEngine.keep_edited`).
+EDITED_COPY = "edited_copy"
+
+
+def _edited_event(messages: Sequence[BaseMessage], offload_ids: Sequence[str]) -> dict[str, Any]:
+    return {
+        "kind": "context_edit",
+        "strategy": EDITED_COPY,
+        "message_ids": [m.id for m in messages],
+        "offload_ids": list(offload_ids),
+    }
 
 
 def _reply(messages: Sequence[BaseMessage]) -> bool:

@@ -78,7 +78,7 @@ from langchain_autocontext.search import (
     mark_in_context,
     search_history,
 )
-from langchain_autocontext.store import OffloadRecord, OffloadStore, running_agent
+from langchain_autocontext.store import OffloadRecord, OffloadStore, offload_ref, running_agent
 from langchain_autocontext.view import instructions_text, normalize_state, resolve_message_ref
 
 if TYPE_CHECKING:
@@ -447,6 +447,16 @@ def _edit_result(call: _Call, edit: Edit) -> tuple[Command | None, list[BaseMess
     return None, edit.originals
 
 
+def _with_copies(edit: Edit, offload_ids: Sequence[str]) -> Edit:
+    """The edit's answer, naming the offloads of the edited working copies it kept
+    (:meth:`~langchain_autocontext.engine.ContextEngine.keep_edited`)."""
+    if not offload_ids:
+        return edit
+    refs = ", ".join(f'reload_offloaded(offload_id="{offload_ref(oid)}")' for oid in offload_ids)
+    note = f" The text it had, edited since the history kept it, is offloaded: {refs}."
+    return dataclasses.replace(edit, text=edit.text + note)
+
+
 def _structured(func: Any, coroutine: Any, name: str, schema: type[BaseModel]) -> StructuredTool:
     """A tool of the package: sync and async bodies, its description and strict schema."""
     return StructuredTool.from_function(
@@ -503,10 +513,11 @@ def _edit_tool(engine: ContextEngine, name: str) -> StructuredTool:
             return early
         engine.archive(call.messages, thread_id=call.thread_id, store=call.store)
         engine.archive(originals, thread_id=call.thread_id, store=call.store)
+        copies = engine.keep_edited(originals, thread_id=call.thread_id, store=call.store)
         call.store.record_event(
             call.thread_id, {**(edit.event or {}), "tool_call_id": call.call_id}
         )
-        return finish(call, edit)
+        return finish(call, _with_copies(edit, copies))
 
     async def asyn(runtime: ToolRuntime, message_id: str, content: Any = None) -> Command:
         call = _Call(engine, runtime, name)
@@ -516,10 +527,11 @@ def _edit_tool(engine: ContextEngine, name: str) -> StructuredTool:
             return early
         await engine.aarchive(call.messages, thread_id=call.thread_id, store=call.store)
         await engine.aarchive(originals, thread_id=call.thread_id, store=call.store)
+        copies = await engine.akeep_edited(originals, thread_id=call.thread_id, store=call.store)
         await call.store.arecord_event(
             call.thread_id, {**(edit.event or {}), "tool_call_id": call.call_id}
         )
-        return finish(call, edit)
+        return finish(call, _with_copies(edit, copies))
 
     if name == "update_message":
 

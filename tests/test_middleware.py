@@ -327,6 +327,52 @@ def test_xml_delete_command_edits_state_and_keeps_the_original() -> None:
     assert original is not None and "hunter2" in original.message.content
 
 
+@pytest.mark.parametrize("via", ["tool", "xml"])
+def test_a_message_edited_in_state_is_kept_before_the_model_deletes_it(via: str) -> None:
+    """``graph.update_state`` with a message's id (LangGraph's way to edit one) leaves
+    the history with the first version; the model then deleted the edited message and
+    its text was nowhere, while the answer said the original stays in the history
+    (LangGraph audit). The edited working copy is offloaded first."""
+    store = InMemoryStore()
+    ac = AutoContext(CFG.model_copy(update={"xml_commands": True, "metadata_tags": True}))
+
+    def reply(messages: list[BaseMessage], n: int) -> AIMessage:
+        if n == 0 or n == 2:
+            return AIMessage("noted")
+        if via == "xml":
+            return AIMessage('<delete id="note-1"/> forgot it')
+        return call("delete_message", {"message_id": "note-1"}, n)
+
+    graph = agent(ReplyModel(reply=reply), ac, store)
+    graph.invoke({"messages": [HumanMessage("codename REDFOX", id="note-1")]}, THREAD)
+    graph.update_state(THREAD, {"messages": [HumanMessage("codename BLUEBIRD", id="note-1")]})
+    out = graph.invoke({"messages": [HumanMessage("forget the codename")]}, THREAD)
+    assert "note-1" not in {m.id for m in out["messages"]}
+    ost = OffloadStore.wrap(store)
+    assert ost.get_history_message("t", "note-1").message.content == "codename REDFOX"
+    (event,) = [e for e in ost.list_events("t") if e.strategy == "edited_copy"]
+    (record,) = [ost.reload("t", oid) for oid in event.data["offload_ids"]]
+    assert [m.content for m in record.messages] == ["codename BLUEBIRD"]
+    if via == "tool":
+        answer = next(m for m in out["messages"] if m.type == "tool")
+        assert f'reload_offloaded(offload_id="{record.offload_id[:8]}")' in answer.content
+
+
+def test_a_message_deleted_as_the_history_holds_it_is_not_offloaded_again() -> None:
+    store = InMemoryStore()
+    ac = AutoContext(CFG.model_copy(update={"xml_commands": True}))
+
+    def reply(messages: list[BaseMessage], n: int) -> AIMessage:
+        return AIMessage("noted") if n == 0 else AIMessage('<delete id="note-2"/> done')
+
+    graph = agent(ReplyModel(reply=reply), ac, store)
+    graph.invoke({"messages": [HumanMessage("codename REDFOX", id="note-2")]}, THREAD)
+    graph.invoke({"messages": [HumanMessage("forget the codename")]}, THREAD)
+    ost = OffloadStore.wrap(store)
+    assert not [e for e in ost.list_events("t") if e.strategy == "edited_copy"]
+    assert not ost.list_offloads("t")
+
+
 def test_working_context_tool_reaches_the_next_view() -> None:
     ac = AutoContext(CFG)
 
