@@ -87,7 +87,10 @@ _TOKEN_RE = re.compile(r"\w+(?:[-./:@=+]\w+)*")
 #: The parts of an identifier: its runs of letters and digits.
 _PART_RE = re.compile(r"[^\W_]+")
 #: Scripts written without spaces: indexed as overlapping character pairs.
-_CJK_RE = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
+_CJK = r"\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
+_CJK_RE = re.compile(f"[{_CJK}]")
+#: A part's CJK runs and the runs of other characters between them.
+_CJK_RUNS_RE = re.compile(f"[{_CJK}]+|[^{_CJK}]+")
 #: English function words and question words: they carry no topic, and a question
 #: ("When did Caroline go to the support group?") is mostly made of them. The list
 #: is the closed classes (articles, pronouns, auxiliaries, prepositions, conjunctions,
@@ -160,8 +163,17 @@ def _part_terms(part: str, language: str = "english") -> list[str]:
     function and question words dropped (other languages keep theirs: BM25's idf
     weighs them down)."""
     if _CJK_RE.search(part):
-        chars = list(part)
-        return chars if len(chars) == 1 else [a + b for a, b in itertools.pairwise(chars)]
+        # CJK runs as character pairs; a Latin word or a number written against them
+        # ("我用Python写代码", "2023年") is a term of its own, not split into pairs
+        out: list[str] = []
+        for run in _CJK_RUNS_RE.findall(part):
+            if not _CJK_RE.match(run):
+                out += _part_terms(run, language)
+            elif len(run) == 1:
+                out.append(run)
+            else:
+                out += [a + b for a, b in itertools.pairwise(run)]
+        return out
     if language == "english" and part in _STOP:
         return []
     if len(part) <= 3 or not part.isalpha():  # numbers, ids: nothing to stem
@@ -295,8 +307,9 @@ class BM25Index:
         Japanese words are one character: "湖" finds "湖边")."""
         out: list[str] = []
         for term in terms:
-            if len(term) == 1 and term not in self.postings and _CJK_RE.match(term):
-                out += [t for t in self.postings if len(t) == 2 and term in t]
+            if len(term) == 1 and _CJK_RE.match(term):
+                # the character on its own (between punctuation: "湖、山") and in pairs
+                out += [t for t in self.postings if term in t and (len(t) == 2 or t == term)]
             else:
                 out.append(term)
         return out
@@ -351,8 +364,9 @@ ROLES = {
     "system": "system",
 }
 _BOUND_RE = re.compile(
-    r"\d{4}-\d{2}(?:-\d{2}(?:[T ](?P<h>\d{2})(?::(?P<m>\d{2})(?::(?P<s>\d{2})(?:[.,]\d+)?)?)?)?)?"
-    r"(?:Z|[+-]\d{2}(?::?\d{2})?)?"
+    r"(?P<date>\d{4}-\d{2}(?:-\d{2})?)"
+    r"(?:[T ](?P<h>\d{2})(?::(?P<m>\d{2})(?::(?P<s>\d{2})(?:[.,]\d+)?)?)?)?"
+    r"(?P<tz>Z|[+-](?P<oh>\d{2})(?::?(?P<om>\d{2}))?)?"
 )
 
 
@@ -434,16 +448,22 @@ def _bound(name: str, value: Any) -> tuple[str, float, float] | None:
     text = value.strip() if isinstance(value, str) else ""
     match = _BOUND_RE.fullmatch(text)
     try:
-        if not match:
+        if not match or (match["h"] and len(match["date"]) == 7):
             raise ValueError
-        if len(text) == 7:  # a month
-            start = dt.datetime.fromisoformat(text + "-01").replace(tzinfo=dt.UTC)
-            year, month = divmod(start.month, 12)
-            nxt = start.replace(year=start.year + year, month=month + 1)
+        if not match["h"]:  # a month or a day, in its offset (UTC without one)
+            zone = dt.UTC
+            if match["oh"]:
+                hours, minutes = int(match["oh"]), int(match["om"] or 0)
+                sign = -1 if match["tz"][0] == "-" else 1
+                zone = dt.timezone(sign * dt.timedelta(hours=hours, minutes=minutes))
+            day = match["date"] if len(match["date"]) == 10 else match["date"] + "-01"
+            start = dt.datetime.fromisoformat(day).replace(tzinfo=zone)
+            if len(match["date"]) == 7:  # a month
+                year, month = divmod(start.month, 12)
+                nxt = start.replace(year=start.year + year, month=month + 1)
+            else:  # a day
+                nxt = start + dt.timedelta(days=1)
             return text, start.timestamp(), nxt.timestamp()
-        if len(text) == 10:  # a day
-            start = dt.datetime.fromisoformat(text).replace(tzinfo=dt.UTC)
-            return text, start.timestamp(), start.timestamp() + 86_400
         moment = _aware(dt.datetime.fromisoformat(text.replace("z", "Z")))
     except ValueError:
         raise ValueError(
@@ -503,7 +523,7 @@ class SearchFilter:
             names = Counter(
                 m.speaker or m.tool_name for k, m in index.meta.items() if k not in index.noise
             )
-            known = {n.casefold() for n in names if n}
+            known = {" ".join(n.split()).casefold() for n in names if n}
             if name not in known:
                 people = [n for n, _ in names.most_common() if n][:12]
                 raise ValueError(
@@ -521,7 +541,7 @@ class SearchFilter:
                 return False
             if self.speaker is not None and meta.role != role:
                 who = meta.speaker or meta.tool_name
-                if role is not None or who is None or who.casefold() != name:
+                if role is not None or who is None or " ".join(who.split()).casefold() != name:
                     return False
             return not timed or (meta.time is not None and lo <= meta.time < hi)
 

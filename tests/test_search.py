@@ -836,3 +836,78 @@ async def test_the_search_tool_names_the_agent_of_another_agents_messages(
     boss_line = next(line for line in lines if "id=b1" in line)
     assert "assistant of agent helper" in helper_line
     assert "of agent" not in boss_line
+
+
+def test_latin_words_and_numbers_written_against_cjk_text_are_found() -> None:
+    """Chinese, Japanese and Korean write Latin words and numbers without spaces around
+    them ("我用Python写代码"): the whole run was split into character pairs ("py", "yt",
+    "n写"), so "Python", "LangChain", "Docker" or "2023" found nothing."""
+    store = OffloadStore(InMemoryStore())
+    store.append_history(
+        "t",
+        [
+            HumanMessage("我用Python写代码", id="zh"),
+            HumanMessage("LangChainを使ってエージェントを作りました", id="ja"),
+            HumanMessage("오늘 Docker컨테이너를 재시작했어요", id="ko"),
+            HumanMessage("2023年5月に東京へ行った", id="date"),
+        ],
+    )
+    assert tokenize("我用Python写代码") == ["我用", "python", "写代", "代码"]
+    for query, mid in [("Python", "zh"), ("LangChain", "ja"), ("Docker", "ko"), ("2023", "date")]:
+        assert search_history(store, "t", query, 5)[0].id == mid
+    assert search_history(store, "t", "代码", 5)[0].id == "zh"  # the pairs still match
+    assert search_history(store, "t", "컨테이너", 5)[0].id == "ko"
+
+
+def test_a_cjk_character_standing_alone_does_not_hide_the_words_holding_it() -> None:
+    """A one-character query stood for the pairs holding it only while no message held
+    the character on its own: one list "湖、山、海" and "湖边" was found no more."""
+    store = OffloadStore(InMemoryStore())
+    store.append_history("t", [HumanMessage("我们周末去湖边散步", id="walk")])
+    store.append_history("t", [HumanMessage("今天天气很好", id="w")])
+    store.append_history("t", [HumanMessage("景点：湖、山、海", id="list")])
+    assert {h.id for h in search_history(store, "t", "湖", 5)} >= {"walk", "list"}
+
+
+def test_a_day_or_month_with_an_offset_names_that_day_or_month_there() -> None:
+    """``2023-05-08+02:00`` (accepted by the filter) was read as 02:00 UTC for an hour:
+    ``datetime.fromisoformat`` takes the ``+`` for the date/time separator."""
+    store = OffloadStore(InMemoryStore())
+
+    def at(text: str, mid: str, when: str) -> HumanMessage:
+        return HumanMessage(text, id=mid, additional_kwargs={"timestamp": when})
+
+    store.append_history(
+        "t",
+        [
+            at("lake morning", "m1", "2023-05-08T09:00:00+02:00"),
+            at("lake evening", "m2", "2023-05-08T23:30:00+02:00"),  # 21:30 UTC
+            at("lake next day", "m3", "2023-05-09T01:00:00+02:00"),  # the 8th, 23:00 UTC
+        ],
+    )
+
+    def ids(**kw) -> set[str]:
+        return {h.id for h in search_history(store, "t", "lake", 10, **kw)}
+
+    day = "2023-05-08+02:00"
+    assert SearchFilter.parse(after=day).after[1:] == (
+        dt.datetime(2023, 5, 7, 22, tzinfo=dt.UTC).timestamp(),
+        dt.datetime(2023, 5, 8, 22, tzinfo=dt.UTC).timestamp(),
+    )
+    assert ids(after=day, before=day) == {"m1", "m2"}
+    assert ids(after="2023-05-08Z", before="2023-05-08Z") == {"m1", "m2", "m3"}  # UTC
+    assert ids(after="2023-05-08", before="2023-05-08-0000") == {"m1", "m2", "m3"}
+    assert ids(after="2023-05+02:00", before="2023-05+02:00") == {"m1", "m2", "m3"}
+    with pytest.raises(ValueError, match="not an ISO 8601"):
+        SearchFilter.parse(after="2023-05T10:00")
+    with pytest.raises(ValueError, match="not an ISO 8601"):
+        SearchFilter.parse(after="2023-05-08+25:00")
+
+
+def test_a_name_with_a_run_of_spaces_is_a_speaker_the_filter_finds() -> None:
+    """The speaker given had its spaces collapsed, the names of the messages not: "Mel
+    Jones" stored as "Mel  Jones" was refused, even copied from the error listing it."""
+    store = OffloadStore(InMemoryStore())
+    store.append_history("t", [HumanMessage("lake trip", id="b", name="Mel  Jones")])
+    assert [h.id for h in search_history(store, "t", "", 5, speaker="Mel  Jones")] == ["b"]
+    assert [h.id for h in search_history(store, "t", "lake", 5, speaker="mel jones")] == ["b"]
