@@ -35,6 +35,16 @@ class HistoryEntry:
     """The agent whose run archived the message (``create_agent``'s ``name``; a subagent
     sharing its caller's thread has its own), or ``None`` outside a named agent."""
 
+    def __repr__(self) -> str:  # the default would print the whole message (a 10 KB log)
+        content = self.message.content
+        text = content if isinstance(content, str) else str(content)
+        text = text if len(text) <= 60 else text[:57] + "..."
+        agent = f", agent={self.agent!r}" if self.agent is not None else ""
+        return (
+            f"HistoryEntry(seq={self.seq}, id={self.id!r}, type={self.message.type!r}, "
+            f"content={text!r}{agent})"
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class OffloadRecord:

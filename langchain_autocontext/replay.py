@@ -495,6 +495,16 @@ class ReplayReport:
     notes: list[str] = field(default_factory=list)
     """Warnings about the input (entries skipped, nothing to replay …)."""
 
+    def __repr__(self) -> str:  # the default printed every call and event (~840 KB merged)
+        failed = f", failed={self.failed}" if self.failed else ""
+        return (
+            f"ReplayReport({self.trajectory_id!r}, trajectories={self.trajectories}, "
+            f"calls={len(self.calls)}, max_tokens={self.max_tokens:,}, "
+            f"largest={self.largest:,}, over_budget={self.over_budget}, "
+            f"events={len(self.events)}, recoverable={self.recoverable}/{self.originals}"
+            f"{failed}, ok={self.ok})"
+        )
+
     @classmethod
     def failure(
         cls, trajectory: Trajectory, max_tokens: int, error: str, summarizer: str = ""

@@ -638,3 +638,16 @@ def test_cleaned_and_renamed_originals_are_not_reported_lost() -> None:
     t = parse_trajectory([messages_to_dict([m])[0] for m in messages], "t")
     report = replay(t, AutoContext(AutoContextConfig(max_tokens=8_000)))
     assert report.originals == 4 and report.recoverable == 4  # all seen before the last call
+
+
+def test_a_report_reads_at_a_glance() -> None:
+    """Displaying a report in a notebook printed every call and event: 12 KB for the
+    bundled sample, 840 KB merged over the 49 shared runs."""
+    [trajectory] = load_trajectories(sample_path())
+    report = replay(
+        trajectory, AutoContext(AutoContextConfig(max_tokens=16_000), store=InMemoryStore())
+    )
+    merged = merge_reports([report, report])
+    for shown in (report, merged):
+        text = repr(shown)
+        assert len(text) < 300 and "ok=True" in text and f"calls={len(shown.calls)}" in text

@@ -1083,3 +1083,15 @@ def test_an_offload_record_reads_at_a_glance() -> None:
     text = repr(record)
     assert len(text) < 250 and record.offload_id in text and "messages=40" in text
     assert "9,999" in text
+
+
+def test_a_history_entry_reads_at_a_glance() -> None:
+    """Printing ``store.get_history(thread)`` dumped every message whole (409 KB for one
+    mini-swe-agent run): an entry shows its position, id, type and the start of its text."""
+    from langchain_core.messages import ToolMessage
+
+    store = OffloadStore(InMemoryStore())
+    store.append_history("t", [ToolMessage("log line\n" * 5_000, tool_call_id="c1", id="m1")])
+    [entry] = store.get_history("t")
+    text = repr(entry)
+    assert len(text) < 200 and "'m1'" in text and "seq=0" in text and "'tool'" in text
