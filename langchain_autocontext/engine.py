@@ -360,6 +360,22 @@ class ContextEngine:
         _ENGINES.add(self)  # a deleted thread's archived-ids memo is dropped (delete_thread)
 
     # --- store and thread resolution ---------------------------------------------------
+    def __repr__(self) -> str:  # the default named only the class and an address
+        cfg = self.config
+        budget = f"max_tokens={cfg.max_tokens:,}"
+        if not self._explicit_max:
+            budget += " (from the model's window)" if self._window else " (the default)"
+        store = (
+            "None (the graph's, else in memory)"
+            if self.store is None
+            else type(self.store.backend).__name__
+        )
+        return (
+            f"{type(self).__name__}({budget}, metadata_tags={cfg.metadata_tags}, "
+            f"tools={len(self.tools)}, summarizer={type(self.summarizer).__name__}, "
+            f"store={store})"
+        )
+
     def resolve_store(self, store: BaseStore | None = None) -> OffloadStore:
         """The OffloadStore to use: explicit, this object's, the graph's, or our own.
 

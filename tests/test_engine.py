@@ -672,6 +672,15 @@ def test_a_result_too_large_for_the_budget_is_shortened_before_older_work_is_evi
     assert len(calls) == 6  # every step still in view, as a call and a shortened result
 
 
+def test_an_autocontext_reads_at_a_glance() -> None:
+    """In a notebook an AutoContext showed only its class and an address."""
+    text = repr(AutoContext(max_tokens=16_000))
+    assert text.startswith("AutoContext(max_tokens=16,000, metadata_tags=False, tools=4,")
+    assert "ExtractiveSummarizer" in text and "graph's" in text
+    default = repr(AutoContext(store=InMemoryStore()))
+    assert "131,072 (the default)" in default and "store=InMemoryStore" in default
+
+
 def test_a_compression_result_reads_at_a_glance_and_names_its_offloads() -> None:
     """printing a result dumped every message (hundreds of KB); what a user wants is what
     ran, the tokens before and after, and the offloads to reload from."""
