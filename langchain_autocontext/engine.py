@@ -54,7 +54,7 @@ from langchain_autocontext.messages import (
     repair_tool_pairs,
     sanitize_message,
 )
-from langchain_autocontext.records import OffloadRecord
+from langchain_autocontext.records import HistoryEntry, OffloadRecord
 from langchain_autocontext.store import OffloadStore, on_thread_deleted
 from langchain_autocontext.strategies.base import Strategy, place_summaries, summary_offload_ids
 from langchain_autocontext.strategies.pipeline import (
@@ -690,7 +690,7 @@ class ContextEngine:
         self._mark_archived(store, thread_id, [m.id for m in new])  # type: ignore[misc]
         return len(written)
 
-    def _edited(self, message: BaseMessage, entry: Any) -> bool:
+    def _edited(self, message: BaseMessage, entry: HistoryEntry) -> bool:
         """Whether the working ``message`` is not what the history holds under its id
         (an edit through ``graph.update_state``: the history keeps the first version)."""
         held = entry.message
