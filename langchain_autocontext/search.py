@@ -1067,7 +1067,8 @@ def _last_indexed(
     """The thread's cached index and the key of the last message it indexed (None when
     empty): the store is asked for that key to revalidate the cache."""
     index = _CACHE.get(store, thread_id, language=language)
-    return index, (index.bm25.keys[-1] if len(index.bm25) else None)
+    with index.lock:  # a key is in ``meta`` once the add that put it in ``keys`` is done
+        return index, (index.bm25.keys[-1] if len(index.bm25) else None)
 
 
 def _refreshed(
@@ -1163,7 +1164,11 @@ def search_history(
     if count > start:
         with _bulk(count - start):
             _add(index, store.get_history_items(thread_id, start=start, end=count))
-    keep = filters.matcher(index) if filters else None
+    # The index is shared by every search of the thread: read it under its lock, or a
+    # concurrent search adding newer messages is seen half-way (a key without its
+    # length or meta: IndexError, KeyError; a dict changing size while iterated).
+    with index.lock:
+        keep = filters.matcher(index) if filters else None
     semantic: list[str] = []
     if store.index_config and query:
         items = store.search(
@@ -1172,8 +1177,9 @@ def search_history(
             limit=_semantic_limit(limit, filters),
         )
         semantic = [it.key for it in items]
-    ranked = _rank(index, query, limit, semantic, frozenset(exclude), keep)
-    return _hits(index, ranked, query, working)
+    with index.lock:
+        ranked = _rank(index, query, limit, semantic, frozenset(exclude), keep)
+        return _hits(index, ranked, query, working)
 
 
 async def asearch_history(
@@ -1200,7 +1206,11 @@ async def asearch_history(
         items = await store.aget_history_items(thread_id, start=start, end=count)
         with _bulk(count - start):
             _add(index, items)
-    keep = filters.matcher(index) if filters else None
+    # The index is shared by every search of the thread: read it under its lock, or a
+    # concurrent search adding newer messages is seen half-way (a key without its
+    # length or meta: IndexError, KeyError; a dict changing size while iterated).
+    with index.lock:
+        keep = filters.matcher(index) if filters else None
     semantic: list[str] = []
     if store.index_config and query:
         items = await store.asearch(
@@ -1209,8 +1219,9 @@ async def asearch_history(
             limit=_semantic_limit(limit, filters),
         )
         semantic = [it.key for it in items]
-    ranked = _rank(index, query, limit, semantic, frozenset(exclude), keep)
-    return _hits(index, ranked, query, working)
+    with index.lock:
+        ranked = _rank(index, query, limit, semantic, frozenset(exclude), keep)
+        return _hits(index, ranked, query, working)
 
 
 def format_hits(

@@ -911,3 +911,50 @@ def test_a_name_with_a_run_of_spaces_is_a_speaker_the_filter_finds() -> None:
     store.append_history("t", [HumanMessage("lake trip", id="b", name="Mel  Jones")])
     assert [h.id for h in search_history(store, "t", "", 5, speaker="Mel  Jones")] == ["b"]
     assert [h.id for h in search_history(store, "t", "lake", 5, speaker="mel jones")] == ["b"]
+
+
+def test_a_search_during_another_searchs_indexing_waits_for_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two searches of one thread share its index: one that starts while another is
+    half-way through adding a message (its key in ``keys``, its meta not yet written)
+    waits for the add instead of reading the half-added message (KeyError, IndexError,
+    a dict changing size during iteration)."""
+    import threading
+
+    store = OffloadStore(InMemoryStore())
+    store.append_history("t", [HumanMessage("alpha one", id="m0")])
+    assert search_history(store, "t", "alpha")  # indexed up to m0
+    store.append_history("t", [HumanMessage("alpha two beta", id="m1")])
+    mid_add, go = threading.Event(), threading.Event()
+    real_add = BM25Index.add
+
+    def paused_add(self: BM25Index, key: str, *args: object, **kwargs: object) -> object:
+        out = real_add(self, key, *args, **kwargs)  # type: ignore[arg-type]
+        if key == "m1" and threading.current_thread().name == "first":
+            mid_add.set()
+            go.wait(5)
+        return out
+
+    monkeypatch.setattr(BM25Index, "add", paused_add)
+    results: dict[str, object] = {}
+
+    def run(name: str, **kw: object) -> None:
+        try:
+            results[name] = [h.id for h in search_history(store, "t", "alpha", 5, **kw)]  # type: ignore[arg-type]
+        except Exception as exc:  # the race this test is about
+            results[name] = exc
+
+    first = threading.Thread(target=run, args=("first",), name="first")
+    first.start()
+    assert mid_add.wait(5)
+    second = threading.Thread(target=run, args=("second",), kwargs={"speaker": "user"})
+    second.start()
+    second.join(0.3)  # without the lock it fails here, reading the half-added m1
+    go.set()
+    first.join(5)
+    second.join(5)
+    assert results["first"] == ["m1", "m0"] or results["first"] == ["m0", "m1"]
+    second_ids = results["second"]
+    assert isinstance(second_ids, list), repr(second_ids)
+    assert sorted(second_ids) == ["m0", "m1"]
