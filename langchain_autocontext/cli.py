@@ -90,6 +90,15 @@ def _float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
 
 
+def _or_none(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """``parse``, with ``none`` (any case) for an optional field's default, ``None``."""
+
+    def parse_or_none(text: str) -> Any:
+        return None if text.strip().casefold() == "none" else parse(text)
+
+    return parse_or_none
+
+
 def _names(text: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in text.split(",") if part.strip())
 
@@ -137,10 +146,11 @@ def _add_config_options(parser: argparse.ArgumentParser) -> None:
         if annotation is bool:
             group.add_argument(*flags, action=argparse.BooleanOptionalAction, **kwargs)
             continue
-        if annotation is int:
-            kwargs.update(type=_int, metavar="N")
-        elif annotation is float:
-            kwargs.update(type=_float, metavar="X")
+        if annotation in (int, float):
+            number = _int if annotation is int else _float
+            if annotation is not info.annotation and info.default is None:
+                number = _or_none(number)  # "None" in the description: the default
+            kwargs.update(type=number, metavar="N" if annotation is int else "X")
         elif typing.get_origin(annotation) is tuple:
             kwargs.update(type=_names, metavar="A,B,…")
         elif typing.get_origin(annotation) is typing.Literal:

@@ -456,6 +456,19 @@ def test_sample_path_is_the_default() -> None:
     assert args.file is None and sample_path().is_file()
 
 
+def test_an_optional_number_takes_none_as_its_help_says() -> None:
+    """``--summarizer-timeout``'s help says "None: no limit", and "None" was refused as
+    not a number (Jupyter/CLI audit)."""
+    parser = cli.build_parser()
+    for text in ("None", "none"):
+        args = parser.parse_args(["replay", "--summarizer-timeout", text])
+        assert cli.config_from_args(args).summarizer_timeout is None
+    args = parser.parse_args(["replay", "--summarizer-timeout", "2.5"])
+    assert cli.config_from_args(args).summarizer_timeout == 2.5
+    with pytest.raises(SystemExit):
+        parser.parse_args(["replay", "--max-tokens", "none"])  # not optional: still a number
+
+
 def test_a_trajectory_over_any_budget_fails_alone(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
