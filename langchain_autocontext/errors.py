@@ -6,6 +6,8 @@ user (or the model, when a tool reports it) what to do next.
 
 from __future__ import annotations
 
+import re
+
 __all__ = [
     "AmbiguousOffloadRefError",
     "AutoContextError",
@@ -19,16 +21,16 @@ __all__ = [
     "is_context_overflow",
 ]
 
-#: What providers say when a request is longer than the model's window (lower case).
-_OVERFLOW_PHRASES = (
-    "context_length_exceeded",
-    "maximum context length",
-    "prompt is too long",
-    "input is too long",
-    "exceeds the context window",
-    "context window exceeded",
-    "exceeds the maximum number of tokens allowed",  # Gemini: "The input token count (N) …"
-    "exceed context limit",  # Anthropic: "input length and `max_tokens` exceed context limit"
+#: What providers say when a request is longer than the model's window: OpenAI's
+#: code and "maximum context length", Anthropic's "prompt is too long" and "input length
+#: and `max_tokens` exceed context limit", Gemini's "exceeds the maximum number of tokens
+#: allowed", "too many input tokens", "reduce the length of the messages" …
+_OVERFLOW_RE = re.compile(
+    r"context[_ ]length[_ ]exceeded|maximum context length|context window|prompt is too long|"
+    r"input is too long|too many (?:input )?tokens|reduce the length of the messages|"
+    r"exceeds? the (?:model's )?(?:maximum )?(?:context|input)|"
+    r"exceeds the maximum number of tokens allowed|exceed context limit",
+    re.IGNORECASE,
 )
 #: Rate limits that speak of tokens ("Too many tokens, please wait before trying
 #: again.": Bedrock's ThrottlingException): never an overflow, whatever else they say.
@@ -74,10 +76,14 @@ def is_context_overflow(error: BaseException) -> bool:
         code = code or inner.get("code") or inner.get("type")
     if code == "context_length_exceeded":
         return True
-    if says_rate_limit(error):
-        return False
-    text = str(error).lower()
-    return any(phrase in text for phrase in _OVERFLOW_PHRASES)
+    return says_context_overflow(error)
+
+
+def says_context_overflow(error: BaseException) -> bool:
+    """Whether the message of ``error`` says the request was too long for the model's
+    window, and not that it was rate limited (:func:`says_rate_limit`): the one
+    vocabulary of the agent's overflow recovery and of the summarizer's retries."""
+    return not says_rate_limit(error) and bool(_OVERFLOW_RE.search(str(error)))
 
 
 class AutoContextError(Exception):

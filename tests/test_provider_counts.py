@@ -182,6 +182,33 @@ def test_other_errors_are_not_taken_for_an_overflow() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("text", "overflow"),
+    [
+        ("400 The input token count (1048577) exceeds the maximum number of tokens allowed", True),
+        ("input length and `max_tokens` exceed context limit: 150000 + 64000 > 200000", True),
+        (
+            "This model's maximum context length is 8192 tokens. Please reduce the length of the messages.",
+            True,
+        ),
+        ("Request has too many input tokens for this model", True),
+        ("Input exceeds the model's maximum input length", True),
+        ("ThrottlingException: Too many tokens, please wait before trying again.", False),
+        ("Rate limit reached: too many tokens per minute", False),
+        ("bad request: unknown parameter", False),
+    ],
+)
+def test_the_agent_and_the_summarizer_read_an_overflow_alike(text: str, overflow: bool) -> None:
+    """The agent's overflow recovery and the summarizer's retries had two vocabularies:
+    an overflow only one knew was retried by the summarizer, or not recovered by the
+    agent. Both read one now (``errors.says_context_overflow``)."""
+    from langchain_autocontext.summarizers.calls import cannot_succeed
+
+    error = RuntimeError(text)
+    assert is_context_overflow(error) is overflow
+    assert cannot_succeed(error) is overflow
+
+
 def test_a_fixed_cost_the_package_does_not_see_is_not_taken_for_a_ratio() -> None:
     """A provider adding a fixed 400 tokens (a hidden tool prompt) to a first request of
     50 used to make a scale of 9.6: the budget fell to a tenth and a document that fits

@@ -28,7 +28,7 @@ from langchain_core import exceptions as lc_exceptions
 from langchain_core.language_models import BaseChatModel
 from langchain_core.runnables import RunnableBinding
 
-from langchain_autocontext.errors import says_rate_limit
+from langchain_autocontext.errors import says_context_overflow
 
 __all__ = [
     "athread",
@@ -46,12 +46,6 @@ _CONTEXT_OVERFLOW: type[BaseException] | None = getattr(lc_exceptions, "ContextO
 #: HTTP statuses whose request fails the same way again (bad request, auth, not found,
 #: too large, unprocessable).
 _FINAL_STATUSES = frozenset({400, 401, 403, 404, 413, 422})
-_OVERFLOW = re.compile(
-    r"context[_ ]length[_ ]exceeded|maximum context length|context window|prompt is too long|"
-    r"input is too long|too many (?:input )?tokens|reduce the length of the messages|"
-    r"exceeds? the (?:model's )?(?:maximum )?(?:context|input)",
-    re.IGNORECASE,
-)
 _TRY_AGAIN_IN = re.compile(r"try again in (\d+(?:\.\d+)?)\s*(ms|s)\b", re.IGNORECASE)
 
 
@@ -153,8 +147,7 @@ def cannot_succeed(exc: BaseException) -> bool:
         and getattr(exc, "is_retryable", None) is False
     ):
         return True
-    text = str(exc)
-    if _OVERFLOW.search(text) and not (rate_limited(exc) or says_rate_limit(exc)):
+    if says_context_overflow(exc) and not rate_limited(exc):
         # a rate limit that speaks of tokens (Bedrock's "Too many tokens, please wait
         # before trying again.") is no overflow: a later attempt succeeds
         return True
