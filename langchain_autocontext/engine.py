@@ -364,7 +364,12 @@ class ContextEngine:
         cfg = self.config
         budget = f"max_tokens={cfg.max_tokens:,}"
         if not self._explicit_max:
-            budget += " (from the model's window)" if self._window else " (the default)"
+            if self._window:
+                budget += " (from the model's window)"
+            elif self._window_deferred:
+                budget += " until the agent's model gives its window"
+            else:
+                budget += " (the default)"
         store = (
             "None (the graph's, else in memory)"
             if self.store is None

@@ -203,6 +203,9 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     #: ``create_agent(middleware=[…])`` list (its state type parameter is invariant).
     state_schema = AutoContextMiddlewareState
 
+    def __repr__(self) -> str:  # the default named only the class and an address
+        return f"{type(self).__name__}({self.autocontext!r})"
+
     def __init__(
         self,
         autocontext: ContextEngine | AutoContextConfig | None = None,

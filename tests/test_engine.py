@@ -679,6 +679,8 @@ def test_an_autocontext_reads_at_a_glance() -> None:
     assert "ExtractiveSummarizer" in text and "graph's" in text
     default = repr(AutoContext(store=InMemoryStore()))
     assert "131,072 (the default)" in default and "store=InMemoryStore" in default
+    middleware = repr(AutoContext().middleware())
+    assert middleware.startswith("AutoContextMiddleware(AutoContext(max_tokens=131,072 until")
 
 
 def test_a_compression_result_reads_at_a_glance_and_names_its_offloads() -> None:
