@@ -742,13 +742,23 @@ def process_reply(
         issuing = str(reply.id) if reply.id else None
         ordered = [c for op in ("delete", "update", "pin", "unpin") for c in found if c.op == op]
         pin_counter = resolve_counter(counter)
+        # each id names the message the model saw by it: resolved against the messages
+        # as shown, not as the earlier commands left them (a delete can make a later
+        # message's short id the one the deleted message was shown by)
+        shown = list(working)
         for cmd in ordered:
+            idx, unresolved = _resolve(shown, cmd.id, cmd.op)
+            if unresolved is not None:
+                errors.append(f"{_short(cmd.raw)}: {unresolved.text}")
+                continue
+            assert idx is not None
+            ref = str(shown[idx].id)
             if cmd.op == "delete":
-                edit = delete_op(working, cmd.id, issuing_id=issuing, via="xml")
+                edit = delete_op(working, ref, issuing_id=issuing, via="xml")
             elif cmd.op in ("pin", "unpin"):
                 edit = pin_op(
                     working,
-                    cmd.id,
+                    ref,
                     cmd.op == "pin",
                     counter=pin_counter,
                     limit=config.pin_limit,
@@ -757,7 +767,7 @@ def process_reply(
             else:
                 edit = update_op(
                     working,
-                    cmd.id,
+                    ref,
                     cmd.content,
                     issuing_id=issuing,
                     via="xml",

@@ -1075,7 +1075,8 @@ def _wc_edit(engine: ContextEngine, call: _Call, op: str, a: Any, b: Any = None)
             )
         if not isinstance(b, str):
             return call.error("new must be a string (empty to remove the old text).")
-        found = current.count(a)
+        # every place it starts, overlapping ones too: it must name exactly one
+        found = sum(current.startswith(a, i) for i in range(len(current) - len(a) + 1))
         if found == 0:
             return call.error(
                 "old was not found in your working context; it must match exactly, including "

@@ -149,6 +149,30 @@ def test_deletes_run_before_updates_before_user_as_written() -> None:
     assert out.state["command_errors"] and out.state["autonomous_pending"] is True
 
 
+def test_each_id_names_the_message_the_model_saw_by_it() -> None:
+    # A and B share their first four characters: A is shown as "abcd", B as "abcd2".
+    # Once A is deleted, B's short id becomes "abcd": an update of "abcd" written
+    # next to the delete still names A (gone), never B.
+    a, b = "abcd1111-1111-4111-8111-111111111111", "abcd2222-2222-4222-8222-222222222222"
+    msgs = [
+        SystemMessage("sys", id="s"),
+        HumanMessage("q1", id="11111111-0000-4000-8000-000000000001"),
+        AIMessage("old answer", id=a),
+        HumanMessage("q2", id="22222222-0000-4000-8000-000000000002"),
+        AIMessage("important answer", id=b),
+        HumanMessage("q3", id="33333333-0000-4000-8000-000000000003"),
+    ]
+    reply = AIMessage(
+        '<delete id="abcd"/> <update id="abcd">short</update> <pin id="abcd2"/>', id="r"
+    )
+    out = process_reply([*msgs, reply], config=XML, state=None)
+    kept = {m.id: m for m in out.messages}
+    assert a not in kept
+    assert kept[b].content == "important answer"
+    assert [e["op"] for e in out.events] == ["delete", "pin"]
+    assert any(e.startswith('<update id="abcd">short</update>') for e in out.errors)
+
+
 def test_protected_targets_and_pairs_are_refused() -> None:
     reply = AIMessage(
         '<delete id="sys"/><delete id="u2"/><delete id="t1"/><delete id="r"/>'

@@ -732,6 +732,30 @@ def test_working_context_edits_persist_and_are_shown(build) -> None:
     assert "goal: ship v2\nowner: bo\n</working_context>" in str(model.seen[-1][0].content)
 
 
+def test_working_context_replace_refuses_overlapping_matches(build) -> None:
+    # "retry, retry" occurs twice in "retry, retry, retry" (overlapping): str.count
+    # says once, and the first place was replaced although old matched two places
+    store = InMemoryStore()
+    ac = AutoContext(CFG, store=store)
+
+    def respond(view, n):
+        script = [
+            call("working_context_append", {"text": "todo: retry, retry, retry the upload"}),
+            call("working_context_replace", {"old": "retry, retry", "new": "done"}),
+        ]
+        if n < len(script):
+            return AIMessage("", tool_calls=[script[n]])
+        return AIMessage("done")
+
+    model = FunctionModel(respond=respond)
+    graph = build(ac, model, store)
+    out = graph.invoke(start(), cfg("wo"))
+    results = tool_results(out["messages"])
+    assert [r.status for r in results] == ["success", "error"]
+    assert "occurs 2 times" in results[1].content
+    assert saved(graph, cfg("wo"))["working_context"] == "todo: retry, retry, retry the upload"
+
+
 def test_parallel_working_context_edits_do_not_crash() -> None:
     store = InMemoryStore()
     ac = AutoContext(CFG, store=store)
