@@ -36,6 +36,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, NotRequired, cast
@@ -378,8 +379,8 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         result: CompressionResult, made: dict[str, Any] | None = None
     ) -> dict[str, Any] | None:
         update: dict[str, Any] = {} if made is None else {"autocontext": made}
-        if result.changed:
-            kept = [m for m in result.messages if m.id != _SYSTEM_STANDIN_ID]
+        kept = _working(result)
+        if kept is not None:
             update["messages"] = [remove_all(), *kept]
         return update or None
 
@@ -480,16 +481,17 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         self._learn(request, thread_id)
         ac_state = _ac_state(request.state)
         persist = None  # a state to keep although the view did not change it
+        kept = None  # the working messages of a view fitted here, for the state
         call, msgs, system = self._prepare(request, thread_id)
         if call is None:
-            call = self._fit(request, msgs, thread_id, ac_state)
+            call, kept = self._fit(request, msgs, thread_id, ac_state)
         try:
             response = handler(self._view_request(request, call, system))
         except Exception as exc:
             if not is_context_overflow(exc):
                 raise
             ac_state = persist = self.autocontext.overflow_state(ac_state)
-            call = self._fit(request, msgs, thread_id, ac_state)
+            call, kept = self._fit(request, msgs, thread_id, ac_state)
             self._store().record_event(thread_id, self._overflow_event(exc, call, ac_state))
             try:
                 response = handler(self._view_request(request, call, system))
@@ -497,7 +499,7 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
                 if not is_context_overflow(again):
                     raise
                 raise self._overflow_error(again, call) from again
-        return self._finish(response, call, ac_state, thread_id, persist)
+        return self._finish(response, call, ac_state, thread_id, persist, kept)
 
     async def awrap_model_call(
         self,
@@ -510,16 +512,17 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         await self._alearn(request, thread_id)
         ac_state = _ac_state(request.state)
         persist = None  # a state to keep although the view did not change it
+        kept = None  # the working messages of a view fitted here, for the state
         call, msgs, system = self._prepare(request, thread_id)
         if call is None:
-            call = await self._afit(request, msgs, thread_id, ac_state)
+            call, kept = await self._afit(request, msgs, thread_id, ac_state)
         try:
             response = await handler(self._view_request(request, call, system))
         except Exception as exc:
             if not is_context_overflow(exc):
                 raise
             ac_state = persist = self.autocontext.overflow_state(ac_state)
-            call = await self._afit(request, msgs, thread_id, ac_state)
+            call, kept = await self._afit(request, msgs, thread_id, ac_state)
             await self._store().arecord_event(thread_id, self._overflow_event(exc, call, ac_state))
             try:
                 response = await handler(self._view_request(request, call, system))
@@ -527,7 +530,7 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
                 if not is_context_overflow(again):
                     raise
                 raise self._overflow_error(again, call) from again
-        return await self._afinish(response, call, ac_state, thread_id, persist)
+        return await self._afinish(response, call, ac_state, thread_id, persist, kept)
 
     # --- fitting, overflow and calibration ---------------------------------------------------
     def _store(self) -> Any:
@@ -535,28 +538,33 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
 
     def _fit(
         self, request: ModelRequest[Any], msgs: list[BaseMessage], thread_id: str, ac_state: Any
-    ) -> ModelCall:
-        """This call's view, compressed to the budget (``force``: below the trigger).
+    ) -> tuple[ModelCall, list[BaseMessage] | None]:
+        """This call's view, compressed to the budget (``force``: below the trigger),
+        and the working messages it was made of when compressing changed them (the
+        state takes them with the reply: the ids the view's tags show must name in the
+        state what they name in the view, for the tools and commands of this turn).
         Compressing shows the package, so its tools are counted with the request's."""
         tools = self._counted_tools(request, list(request.tools))
         fitted = self.autocontext.compress(
             msgs, thread_id=thread_id, tools=tools, force=True, state=ac_state
         )
-        return self.autocontext.prepare_model_call(
+        call = self.autocontext.prepare_model_call(
             fitted.messages, state=ac_state, tools=tools, thread_id=thread_id
         )
+        return call, _working(fitted)
 
     async def _afit(
         self, request: ModelRequest[Any], msgs: list[BaseMessage], thread_id: str, ac_state: Any
-    ) -> ModelCall:
+    ) -> tuple[ModelCall, list[BaseMessage] | None]:
         """Async twin of :meth:`_fit`."""
         tools = self._counted_tools(request, list(request.tools))
         fitted = await self.autocontext.acompress(
             msgs, thread_id=thread_id, tools=tools, force=True, state=ac_state
         )
-        return self.autocontext.prepare_model_call(
+        call = self.autocontext.prepare_model_call(
             fitted.messages, state=ac_state, tools=tools, thread_id=thread_id
         )
+        return call, _working(fitted)
 
     @staticmethod
     def _overflow_event(error: BaseException, call: ModelCall, ac_state: Any) -> dict[str, Any]:
@@ -597,32 +605,51 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         return (new or base), event
 
     def _finish(
-        self, response: Any, call: ModelCall, ac_state: Any, thread_id: str, persist: Any
+        self,
+        response: Any,
+        call: ModelCall,
+        ac_state: Any,
+        thread_id: str,
+        persist: Any,
+        kept: list[BaseMessage] | None = None,
     ) -> ModelResponse | AIMessage | ExtendedModelResponse:
         state, event = self._calibrated(response, call, ac_state, persist)
         if event is not None:
             self._store().record_event(thread_id, event)
-        return self._respond(response, state)
+        return self._respond(response, state, kept)
 
     async def _afinish(
-        self, response: Any, call: ModelCall, ac_state: Any, thread_id: str, persist: Any
+        self,
+        response: Any,
+        call: ModelCall,
+        ac_state: Any,
+        thread_id: str,
+        persist: Any,
+        kept: list[BaseMessage] | None = None,
     ) -> ModelResponse | AIMessage | ExtendedModelResponse:
         state, event = self._calibrated(response, call, ac_state, persist)
         if event is not None:
             await self._store().arecord_event(thread_id, event)
-        return self._respond(response, state)
+        return self._respond(response, state, kept)
 
     @staticmethod
     def _respond(
-        response: Any, state: dict[str, Any] | None
+        response: Any, state: dict[str, Any] | None, kept: list[BaseMessage] | None = None
     ) -> ModelResponse | AIMessage | ExtendedModelResponse:
-        if not state:
+        """The response, with a command that persists the package's ``state`` and, when
+        this call fitted its view, the working messages the view was made of followed by
+        the reply (``create_agent`` applies the reply first, then this command)."""
+        if not state and kept is None:
             return response  # type: ignore[no-any-return]
         if isinstance(response, AIMessage):
             response = ModelResponse(result=[response])
-        return ExtendedModelResponse(
-            model_response=response, command=Command(update={"autocontext": state})
-        )
+        update: dict[str, Any] = {"autocontext": state} if state else {}
+        if kept is not None:
+            for m in response.result:
+                if m.id is None:  # one id in both writes, or the reply would appear twice
+                    m.id = f"lc_{uuid.uuid4()}"
+            update["messages"] = [remove_all(), *kept, *response.result]
+        return ExtendedModelResponse(model_response=response, command=Command(update=update))
 
     # --- after_model: the model's reply ------------------------------------------------------
     @staticmethod
@@ -683,6 +710,14 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             store=ac.resolve_store(),
         )
         return None
+
+
+def _working(result: CompressionResult) -> list[BaseMessage] | None:
+    """The working messages of a compression to write to the state (the system message's
+    stand-in left out), or ``None`` when it changed nothing."""
+    if not result.changed:
+        return None
+    return [m for m in result.messages if m.id != _SYSTEM_STANDIN_ID]
 
 
 def _standin(system: SystemMessage) -> SystemMessage:

@@ -818,3 +818,53 @@ def test_two_named_agents_on_one_middleware_and_thread_each_keep_their_request_r
     again = _lead_and_helper_on_one_middleware(AutoContext(CFG).middleware(), store)
     again.invoke({"messages": [HumanMessage("go on")]}, THREAD)
     assert store.record_puts == 2
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_after_a_fit_the_ids_the_view_shows_name_the_same_messages_in_the_state(
+    mode: str,
+) -> None:
+    """A view fitted in the call (here after the provider rejected the first request as
+    too long) was not written to the state: an early answer W, summarized out of the
+    view, still stood in the state, where the short id the view showed for a later
+    answer X named W. The model's delete_message of X deleted W (self-management
+    audit). The state now takes the fitted messages with the reply."""
+    import asyncio
+    import re
+
+    early = "abcd1111-1111-4111-8111-111111111111"
+    later = "abcd2222-2222-4222-8222-222222222222"
+    filler = "lorem ipsum dolor sit amet " * 30
+    msgs: list[BaseMessage] = []
+    for r in range(12):
+        msgs.append(HumanMessage(f"question {r}: " + filler, id=f"q{r:02d}-0000-4000-8000-0"))
+        mid = early if r == 0 else later if r == 10 else f"a{r:02d}-0000-4000-8000-0"
+        msgs.append(AIMessage(f"answer {r}: " + filler, id=mid))
+    msgs.append(HumanMessage("now clean up your context", id="q99-0000-4000-8000-0"))
+    shown: list[str] = []
+
+    class Rejecting(ReplyModel):
+        def _generate(self, messages, stop=None, run_manager=None, **kw):
+            if not self.seen:
+                self.seen.append(list(messages))
+                raise ValueError("This model's maximum context length is 8192 tokens")
+            return super()._generate(messages, stop, run_manager, **kw)
+
+    def reply(view: list[BaseMessage], n: int) -> AIMessage:
+        if n == 1:
+            assert early not in {m.id for m in view}
+            tagged = next(m for m in view if m.id == later)
+            shown.append(re.match(r"<(\S+) \d+/\d+/>", text_of(tagged)).group(1))
+            return call("delete_message", {"message_id": shown[0]}, n)
+        return AIMessage("done")
+
+    ac = AutoContext(AutoContextConfig(max_tokens=8_000, metadata_tags=True, disclosure="always"))
+    graph = agent(Rejecting(reply=reply), ac, system=None)
+    run = {"messages": msgs}
+    out = graph.invoke(run, THREAD) if mode == "sync" else asyncio.run(graph.ainvoke(run, THREAD))
+    answer = next(m for m in out["messages"] if isinstance(m, ToolMessage))
+    assert answer.content.startswith(f"Deleted message {later}"), answer.content
+    ids = [m.id for m in out["messages"]]
+    assert later not in ids and len(ids) == len(set(ids))
+    assert out["messages"][-1].content == "done"
+    assert not find_violations(out["messages"])
