@@ -457,7 +457,7 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         except ContextBudgetError:
             # before_model ran without this request's system prompt/tools (the first call
             # of a process, or another middleware changed them): fit this call's view;
-            # the state follows at the next before_model, which knows them now.
+            # the fitted messages reach the state with the reply (see _respond).
             return None, msgs, system
         scales = token_scale(ac_state) * window_scale(ac_state)
         if scales > 1.0 and call.tokens > self.autocontext.config.max_tokens / scales:
