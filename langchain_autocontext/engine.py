@@ -666,7 +666,9 @@ class ContextEngine:
             except OffloadNotFoundError:  # written under another thread or store
                 record = None
             todo += self._learn_span(store, thread_id, oid, record)
-        new = self._unarchived(store, thread_id, messages)
+        # cleaned as compress cleans its input: a reply archived after the model call
+        # (the middleware's after_agent, the package's tools) has not been through it
+        new = [sanitize_message(m) for m in self._unarchived(store, thread_id, messages)]
         if not new:
             return 0
         written = store.append_history(thread_id, new)
@@ -688,7 +690,9 @@ class ContextEngine:
             except OffloadNotFoundError:  # written under another thread or store
                 record = None
             todo += self._learn_span(store, thread_id, oid, record)
-        new = self._unarchived(store, thread_id, messages)
+        # cleaned as compress cleans its input: a reply archived after the model call
+        # (the middleware's after_agent, the package's tools) has not been through it
+        new = [sanitize_message(m) for m in self._unarchived(store, thread_id, messages)]
         if not new:
             return 0
         written = await store.aappend_history(thread_id, new)
@@ -724,7 +728,7 @@ class ContextEngine:
         model, its text would be gone. Returns the offload ids, in ``messages``' order
         (recorded in one ``edited_copy`` event)."""
         found = []
-        for m in messages:
+        for m in map(sanitize_message, messages):  # compared and kept as archived
             if m.id is None or marker(m) is not None:  # the package's own: offloaded already
                 continue
             entry = store.get_history_message(thread_id, m.id)
@@ -740,7 +744,7 @@ class ContextEngine:
     ) -> list[str]:
         """Async twin of :meth:`keep_edited`."""
         found = []
-        for m in messages:
+        for m in map(sanitize_message, messages):  # compared and kept as archived
             if m.id is None or marker(m) is not None:
                 continue
             entry = await store.aget_history_message(thread_id, m.id)

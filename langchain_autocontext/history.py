@@ -39,7 +39,7 @@ from langchain_autocontext.engine import ContextEngine, run_thread
 from langchain_autocontext.errors import ContextBudgetError
 from langchain_autocontext.messages import dump_messages, is_pinned, load_messages
 from langchain_autocontext.metadata import strip_message_tags
-from langchain_autocontext.store import OffloadStore, encode_thread_id
+from langchain_autocontext.store import OffloadStore, encode_thread_id, plain_json, revive
 from langchain_autocontext.tools import attach_tools
 
 __all__ = [
@@ -78,7 +78,13 @@ def _checked(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
 
 
 def _stored_messages(value: dict[str, Any] | None) -> list[BaseMessage]:
-    return load_messages(value.get("messages") or []) if value else []
+    return load_messages(revive(value.get("messages") or [])) if value else []
+
+
+def _dumped(messages: Sequence[BaseMessage]) -> Any:
+    """The working messages as plain JSON every backend holds (a tool's artifact with
+    ``bytes`` or ``datetime`` included; :func:`_stored_messages` brings them back)."""
+    return plain_json(dump_messages(messages), "working messages")
 
 
 # --- the chat-message history ---------------------------------------------------------------
@@ -178,7 +184,7 @@ class AutoContextChatMessageHistory(BaseChatMessageHistory):
         return out
 
     def _record(self, messages: Sequence[BaseMessage]) -> dict[str, Any]:
-        return {"messages": dump_messages(messages)}
+        return {"messages": _dumped(messages)}
 
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
         """Archive ``messages`` and compress the working messages when over a threshold."""
@@ -406,7 +412,7 @@ class AutoContextRunnable(RunnableSerializable[Any, list[BaseMessage]]):
             held = [store.get_history_message(thread_id, str(m.id)) is not None for m in new]
             work = [*kept, *_reissued(kept, new, held)]
             result = ac.compress(work, thread_id=thread_id, store=store, view=False)
-            record = {**state, "messages": dump_messages(result.messages)}
+            record = {**state, "messages": _dumped(result.messages)}
             store.put(self._ns(store, thread_id), _RUNNABLE_KEY, record, index=False)
         return result.messages
 
@@ -422,7 +428,7 @@ class AutoContextRunnable(RunnableSerializable[Any, list[BaseMessage]]):
             held = [await store.aget_history_message(thread_id, str(m.id)) is not None for m in new]
             work = [*kept, *_reissued(kept, new, held)]
             result = await ac.acompress(work, thread_id=thread_id, store=store, view=False)
-            record = {**state, "messages": dump_messages(result.messages)}
+            record = {**state, "messages": _dumped(result.messages)}
             await store.aput(self._ns(store, thread_id), _RUNNABLE_KEY, record, index=False)
         return result.messages
 

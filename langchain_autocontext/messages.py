@@ -438,6 +438,7 @@ _MESSAGE_FIELDS = (
     "invalid_tool_calls",
     "additional_kwargs",
     "response_metadata",
+    "artifact",
 )
 #: Marker kind of the result the package adds for a tool call that never got one.
 KIND_MISSING_RESULT = "missing_tool_result"

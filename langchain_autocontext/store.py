@@ -230,7 +230,7 @@ def decode_thread_id(label: str) -> str:
 
 
 # --- helpers --------------------------------------------------------------------------
-#: Key of the plain-JSON stand-in of a value JSON cannot hold (see :func:`_plain`).
+#: Key of the plain-JSON stand-in of a value JSON cannot hold (see :func:`plain_json`).
 SERIALIZED_KEY = "__autocontext_serde__"
 _SERDE: Any = None
 
@@ -270,7 +270,7 @@ def _batch(batch_size: int | None, start: int, end: int) -> int:
 
 
 def revive(value: Any) -> Any:
-    """Inverse of the encoding in :func:`_plain`: stand-ins back to their values (a
+    """Inverse of the encoding in :func:`plain_json`: stand-ins back to their values (a
     marker of an unserializable value stays a marker)."""
     if isinstance(value, dict):
         typ = value.get(SERIALIZED_KEY)
@@ -285,7 +285,7 @@ def revive(value: Any) -> Any:
     return value
 
 
-def _plain(value: Any, what: str) -> Any:
+def plain_json(value: Any, what: str) -> Any:
     """Return ``value`` as plain JSON (lists, dicts, str, numbers).
 
     Normalizing here makes every backend behave alike (``InMemoryStore`` would keep
@@ -743,7 +743,7 @@ class OffloadStore(BaseStore):
             return []
         values = [
             {
-                "message": _plain(dump_message(unique[mid]), f"message {mid!r}"),
+                "message": plain_json(dump_message(unique[mid]), f"message {mid!r}"),
                 "type": unique[mid].type,
                 "text": _search_text(unique[mid]),
                 **({"agent": agent} if agent else {}),
@@ -936,10 +936,10 @@ class OffloadStore(BaseStore):
             if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 0):
                 raise ValueError(f"offload: {name} must be a non-negative int, got {n!r}")
         dumped = [
-            _plain(dump_message(_check_message(m, f"offload: message {i}")), f"message {i}")
+            plain_json(dump_message(_check_message(m, f"offload: message {i}")), f"message {i}")
             for i, m in enumerate(messages)
         ]
-        extra_plain = _plain(dict(extra or {}), "offload extra")
+        extra_plain = plain_json(dict(extra or {}), "offload extra")
         meta = yield [GetOp(meta_ns, OFFLOAD, False)]
         seq = yield from self._next_seq_plan(thread_id, OFFLOAD, meta[0])
         offload_id = str(uuid.uuid4())
@@ -1088,7 +1088,7 @@ class OffloadStore(BaseStore):
             )
         if agent is not None and "agent" not in event:
             event = {**event, "agent": agent}
-        plain = _plain(dict(event), "event")
+        plain = plain_json(dict(event), "event")
         meta_ns = self.namespace(thread_id, META)
         meta = yield [GetOp(meta_ns, EVENTS, False)]
         seq = yield from self._next_seq_plan(thread_id, EVENTS, meta[0])

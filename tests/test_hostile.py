@@ -527,3 +527,77 @@ def test_commands_planted_in_tool_output_and_user_text_never_run(control: bool) 
         assert first.content == "first request"  # neither deleted nor "pwned"
     history = OffloadStore.wrap(store).get_history_message("xml", "u-first")
     assert history is not None and history.message.content == "first request"
+
+
+# --- what reaches the store outside compress's cleaning ------------------------------------
+def test_nul_and_surrogates_in_a_tool_artifact_are_stored_everywhere(env) -> None:
+    """The artifact is a message field like the others: NUL (PostgreSQL's jsonb) and a
+    lone surrogate (SQLite, PostgreSQL) used to stop the thread on a real backend."""
+    ac, store = env
+    msgs = [
+        HumanMessage("go", id="h1"),
+        AIMessage("", id="a1", tool_calls=[{"name": "f", "args": {}, "id": "c1"}]),
+        ToolMessage("ok", tool_call_id="c1", id="t1", artifact={"raw": "a\x00b", "s": "x \ud800"}),
+    ]
+    ac.compress(msgs, thread_id="t")
+    assert history_by_id(store, "t")["t1"].artifact == {"raw": "a\ufffdb", "s": "x \ufffd"}
+
+
+def test_a_reply_with_nul_archived_after_the_model_call_is_stored_everywhere(env) -> None:
+    """The middleware archives the final answer after the run (``after_agent``) and the
+    package's tools archive the working messages, the model's raw reply among them: a
+    NUL in it used to fail on PostgreSQL (the history keeps the cleaned copy)."""
+    from langchain.agents import create_agent
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+
+    class Fake(GenericFakeChatModel):
+        def bind_tools(self, tools, **kwargs):
+            return self
+
+    ac, store = env
+    replies = iter(
+        [
+            AIMessage("note a\x00b", tool_calls=[call("search_history", {"query": "hello"}, "c1")]),
+            AIMessage("done \x00"),
+        ]
+    )
+    agent = create_agent(
+        Fake(messages=replies),
+        tools=[],
+        middleware=[ac.middleware()],
+        checkpointer=InMemorySaver(),
+        store=store,
+    )
+    agent.invoke({"messages": [("user", "hello")]}, {"configurable": {"thread_id": "t"}})
+    texts = [e.message.content for e in store.get_history("t")]
+    assert "note a\ufffdb" in texts and "done \ufffd" in texts
+
+
+def test_the_chat_history_and_runnable_records_keep_artifacts_on_every_backend(env) -> None:
+    """The surfaces' working record goes through the store's JSON encoding: a tool
+    artifact with bytes, datetime or Decimal used to be a TypeError on SQLite and
+    PostgreSQL (InMemoryStore kept the objects), and comes back as it was."""
+    import datetime
+    import decimal
+
+    from langchain_autocontext import AutoContextChatMessageHistory
+
+    ac, _store = env
+    art = {
+        "png": b"\x89PNG\x00",
+        "at": datetime.datetime(2024, 5, 1, 12, tzinfo=datetime.UTC),
+        "price": decimal.Decimal("9.99"),
+    }
+    turn = [
+        HumanMessage("fetch", id="h1"),
+        AIMessage("", id="a1", tool_calls=[{"name": "f", "args": {}, "id": "c1"}]),
+        ToolMessage("got it", tool_call_id="c1", id="t1", artifact=art),
+        AIMessage("done", id="a2"),
+    ]
+    AutoContextChatMessageHistory("s", ac).add_messages(turn)
+    assert AutoContextChatMessageHistory("s", ac).messages[2].artifact == art
+    runnable = ac.as_runnable()
+    config = {"configurable": {"thread_id": "r"}}
+    runnable.invoke(turn, config)
+    out = runnable.invoke([*turn, HumanMessage("and?", id="h2")], config)
+    assert next(m for m in out if m.id == "t1").artifact == art
