@@ -1416,18 +1416,26 @@ def configured_thread(config: RunnableConfig | None) -> str | None:
     return str(value) if value not in (None, "") else None
 
 
-def thread_id_of(config: RunnableConfig | None, state: Mapping[str, Any] | None = None) -> str:
+def thread_id_of(
+    config: RunnableConfig | None,
+    state: Mapping[str, Any] | None = None,
+    messages: Sequence[Any] | None = None,
+) -> str:
     """The thread a graph run files its history under.
 
     The run's ``thread_id``; without one, the per-run thread recorded in the package's
-    state (``state["autocontext"]["run_thread"]``, see :func:`run_thread`); else
-    ``"default"`` (plain function calls outside a graph).
+    state (``state["autocontext"]["run_thread"]``, see :func:`run_thread`); without that
+    (a parent state with no ``autocontext`` key, e.g. ``MessagesState``), the thread
+    :func:`run_thread` derives from ``messages``; else ``"default"`` (plain function
+    calls outside a graph).
     """
     configured = configured_thread(config)
     if configured is not None:
         return configured
     run = (state or {}).get(RUN_THREAD_KEY)
-    return str(run) if isinstance(run, str) and run else "default"
+    if isinstance(run, str) and run:
+        return run
+    return _conversation_thread(messages) or "default"
 
 
 _warned_run_thread = False

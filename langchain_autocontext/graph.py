@@ -285,7 +285,7 @@ def command_node(
             engine.after_model_call(
                 state.get("messages") or [],
                 state=state_in(state),
-                thread_id=thread_id_of(config, state_in(state)),
+                thread_id=thread_id_of(config, state_in(state), state.get("messages")),
             )
         )
 
@@ -294,7 +294,7 @@ def command_node(
             await engine.aafter_model_call(
                 state.get("messages") or [],
                 state=state_in(state),
-                thread_id=thread_id_of(config, state_in(state)),
+                thread_id=thread_id_of(config, state_in(state), state.get("messages")),
             )
         )
 
@@ -317,7 +317,7 @@ def model_node(
         view = engine.prepare_model_call(
             state.get("messages") or [],
             state=state_in(state),
-            thread_id=thread_id_of(config, state_in(state)),
+            thread_id=thread_id_of(config, state_in(state), state.get("messages")),
         )
         return view.update(model.invoke(view.messages, config))
 
@@ -325,7 +325,7 @@ def model_node(
         view = engine.prepare_model_call(
             state.get("messages") or [],
             state=state_in(state),
-            thread_id=thread_id_of(config, state_in(state)),
+            thread_id=thread_id_of(config, state_in(state), state.get("messages")),
         )
         return view.update(await model.ainvoke(view.messages, config))
 

@@ -270,7 +270,9 @@ class _Call:
         extra = [t for t in (getattr(runtime, "tools", None) or []) if t.name not in names]
         self.schemas: list[Any] = known + extra
         config = runtime.config or {}
-        self.thread_id = thread_id_of(config, raw_ac if isinstance(raw_ac, Mapping) else None)
+        self.thread_id = thread_id_of(
+            config, raw_ac if isinstance(raw_ac, Mapping) else None, self.messages
+        )
         self.store: OffloadStore = engine.resolve_store(runtime.store)
         #: updates to apply before this call's own (a context rewrite that made room)
         self.room: list[Any] = []

@@ -503,3 +503,53 @@ def test_the_engine_refuses_a_package_state_that_is_not_a_mapping(call: str) -> 
     msgs = [SystemMessage("s", id="s"), HumanMessage("hi", id="u")]
     with pytest.raises(TypeError, match=r"'autocontext' dict .* got list"):
         getattr(ac, call)(msgs, state=["corrupt"])
+
+
+def test_a_stateless_run_on_messages_state_keeps_its_own_thread() -> None:
+    """``MessagesState`` has no ``autocontext`` key, so the node's per-run thread is not
+    in the state the command node, the model node and the tools see: they must still
+    file under the conversation's thread, never the shared ``"default"`` (where every
+    stateless conversation's replies met and ``search_history`` showed them to others)."""
+    from langchain_core.messages import AIMessage, ToolMessage
+    from langchain_core.outputs import ChatGeneration, ChatResult
+    from langgraph.graph import MessagesState
+
+    store = InMemoryStore()
+    ac = AutoContext(AutoContextConfig(max_tokens=3_000), store=store)
+
+    class Searcher(ScriptedModel):
+        def _generate(self, messages, stop=None, run_manager=None, **kw):
+            if self.calls == self.steps:  # after the commands: search the history
+                self.calls += 1
+                self.seen.append(list(messages))
+                call = {"name": "search_history", "args": {"query": "passport"}, "id": "s1"}
+                msg = AIMessage("", tool_calls=[{**call, "type": "tool_call"}])
+                return ChatResult(generations=[ChatGeneration(message=msg)])
+            return super()._generate(messages, stop, run_manager, **kw)
+
+    def run(first: str) -> dict[str, Any]:
+        model = Searcher(steps=3)
+        tools = [bash, *ac.all_tools]
+        g = StateGraph(MessagesState)
+        g.add_node("autocontext", ac.node())
+        g.add_node("model", ac.model_node(model))
+        g.add_node("commands", ac.command_node())
+        g.add_node("tools", ToolNode(tools))
+        g.add_edge(START, "autocontext")
+        g.add_edge("autocontext", "model")
+        g.add_edge("model", "commands")
+        g.add_conditional_edges("commands", tools_condition)
+        g.add_edge("tools", "autocontext")
+        graph = g.compile(store=store)  # no checkpointer, no thread_id
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return graph.invoke({"messages": [SystemMessage("Be brief."), HumanMessage(first)]})
+
+    run("My passport number is X1234567.")
+    out = run("Fix the tests.")
+    st = ac.resolve_store(store)
+    assert st.get_history("default") == []
+    found = [
+        m for m in out["messages"] if isinstance(m, ToolMessage) and m.name == "search_history"
+    ]
+    assert found and "X1234567" not in str(found[0].content)
