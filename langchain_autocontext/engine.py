@@ -72,6 +72,7 @@ from langchain_autocontext.view import (
     build_view,
     instructions_text,
     normalize_state,
+    pressure_slack,
     view_reserve,
 )
 
@@ -956,19 +957,28 @@ class ContextEngine:
         tools: Sequence[Any] | None,
         force: bool,
         config: AutoContextConfig | None = None,
+        state: Mapping[str, Any] | None = None,
     ) -> Any:
+        budget = config or self.config
+        reserved = self.config.max_tokens - budget.max_tokens
+        # the view drops its pressure notice rather than exceed max_tokens: what fits
+        # without it is sent, not refused (the notice's room stays reserved for the
+        # trigger and the target)
+        shown = budget.model_copy(update={"max_tokens": self.config.max_tokens})
+        droppable = pressure_slack(shown, self.counter, state) if reserved > 0 else 0
         return run_pipeline(
             messages,
-            config=config or self.config,
+            config=budget,
             counter=self.counter,
             thread_id=thread_id,
             tools=self.count_tools if tools is None else list(tools),
-            tags=(config or self.config).tags_mode,
+            tags=budget.tags_mode,
             strategies=self.strategies,
             force=force,
-            reserved_tokens=self.config.max_tokens - (config or self.config).max_tokens,
+            reserved_tokens=reserved,
             # the engine's own config: the tools come with the compression that writes this
             reload_tool=self.config.self_management_tools,
+            droppable_tokens=droppable,
         )
 
     def _finish(
@@ -1030,7 +1040,9 @@ class ContextEngine:
         msgs, virtual, system, budget, tools = self._as_sent(
             messages, msgs, state, virtual, view, tools
         )
-        result = drive(self._pipeline(msgs, thread_id, tools, force, budget), st, self.summarizer)
+        result = drive(
+            self._pipeline(msgs, thread_id, tools, force, budget, state), st, self.summarizer
+        )
         return self._finish(result, archived, ids_assigned, virtual, system)
 
     def _check_counted_tools(self, messages: Sequence[BaseMessage]) -> None:
@@ -1101,7 +1113,7 @@ class ContextEngine:
             messages, msgs, state, virtual, view, tools
         )
         result = await adrive(
-            self._pipeline(msgs, thread_id, tools, force, budget), st, self.summarizer
+            self._pipeline(msgs, thread_id, tools, force, budget, state), st, self.summarizer
         )
         return self._finish(result, archived, ids_assigned, virtual, system)
 

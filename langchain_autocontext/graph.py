@@ -175,7 +175,7 @@ def build_node(
         shown = engine.view_config(msgs, ac_state)
         msgs, virtual, system = engine._with_view(msgs, ac_state, virtual, shown)
         budget = engine._budget(state.get("messages") or [], ac_state, shown)
-        run = engine._pipeline(msgs, thread, None, False, budget)
+        run = engine._pipeline(msgs, thread, None, False, budget, ac_state)
         return run, virtual, system
 
     def compressed(

@@ -58,6 +58,7 @@ __all__ = [
     "build_view",
     "instructions_text",
     "normalize_state",
+    "pressure_slack",
     "resolve_message_ref",
     "short_id_map",
     "system_section",
@@ -379,12 +380,26 @@ def _instructions_message(text: str) -> HumanMessage:
     return mark(HumanMessage(body, id=INSTRUCTIONS_ID), _INSTRUCTIONS_KIND)  # type: ignore[return-value]
 
 
+def pressure_slack(
+    config: AutoContextConfig, counter: TokenCounter, state: Mapping[str, Any] | None
+) -> int:
+    """The part of :func:`view_reserve` that is the memory-pressure notice's.
+
+    :func:`build_view` drops the notice rather than exceed ``max_tokens``: a context
+    that fits beside the rest of the reserve (command errors, separate instructions)
+    is sent without it, never refused."""
+    full = view_reserve(config, counter, state, separate_instructions=False)
+    rest = view_reserve(config, counter, state, separate_instructions=False, pressure=False)
+    return max(0, full - rest)
+
+
 def view_reserve(
     config: AutoContextConfig,
     counter: TokenCounter,
     state: Mapping[str, Any] | None,
     *,
     separate_instructions: bool,
+    pressure: bool = True,
 ) -> int:
     """Tokens the view may add beyond what the compression pipeline counts.
 
@@ -396,10 +411,10 @@ def view_reserve(
     """
     st = normalize_state(state)
     width = 10 ** (len(str(config.max_tokens)) + 1) - 1
-    parts = [pressure_notice(config, config.max_tokens, config.max_tokens)]  # widest numbers
-    if st.get("command_errors"):
+    parts = [pressure_notice(config, config.max_tokens, config.max_tokens)] if pressure else []
+    if st.get("command_errors"):  # ^ widest numbers
         parts.append(errors_notice(st["command_errors"]))
-    extra = [_notice_message(parts)]
+    extra = [_notice_message(parts)] if parts else []
     if separate_instructions:
         text = instructions_text(config, st)
         if text:

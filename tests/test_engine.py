@@ -498,7 +498,7 @@ def test_the_budget_error_says_what_takes_the_room() -> None:
     message" without counts; it lists each part and the switches that shrink it."""
     ac, _store = make(AutoContextConfig(max_tokens=600, disclosure="always", metadata_tags=True))
     with pytest.raises(ContextBudgetError) as info:
-        ac.compress([SystemMessage("rules " * 200), HumanMessage("hi")], thread_id="room")
+        ac.compress([SystemMessage("rules " * 300), HumanMessage("hi")], thread_id="room")
     text = str(info.value)
     assert "What takes the room" in text
     assert re.search(r"the system message \d+", text) and re.search(r"7 tool schemas \d+", text)

@@ -16,6 +16,7 @@ from langchain_autocontext import AutoContext, AutoContextConfig, ContextBudgetE
 from langchain_autocontext.errors import InvariantViolationError
 from langchain_autocontext.messages import assert_valid_sequence, find_violations, marker, pin
 from langchain_autocontext.search import search_history
+from langchain_autocontext.strategies.pipeline import minimal_context
 
 
 def ai_call(*ids: str) -> AIMessage:
@@ -83,7 +84,8 @@ def test_at_the_budget_boundary_a_call_either_fits_or_is_refused_before_sending(
     word by word across the boundary: every size either raises ``ContextBudgetError``
     from ``compress`` or yields a view that ``prepare_model_call`` builds within
     ``max_tokens`` with the memory-pressure notice it owes (the context is far past
-    ``warning_ratio``). A pipeline that worked to a looser budget would compress sizes
+    ``warning_ratio``), or without it only when what can never be compressed leaves it
+    no room (a call that fits is not refused for a notice the view drops). A pipeline that worked to a looser budget would compress sizes
     whose view has no room left for the notice."""
     ac = AutoContext(AutoContextConfig(max_tokens=2_000, disclosure="always"))
     state = {"working_context": "Customer prefers email; order 4471 ships Friday. " * 12}
@@ -98,8 +100,13 @@ def test_at_the_budget_boundary_a_call_either_fits_or_is_refused_before_sending(
         call = ac.prepare_model_call(done.messages, state=state)
         assert call.tokens <= ac.config.max_tokens, words
         warning = ac.config.thresholds(ac.floor_tokens(done.messages)).warning
-        if call.tokens >= warning:  # a first crossing: the notice is owed
-            assert call.pressure, f"{words}: no room was kept for the memory-pressure notice"
+        if call.tokens >= warning and not call.pressure:  # a first crossing: the notice
+            # is owed, unless what can never be compressed leaves it no room: then the
+            # call, which fits, is sent without it (the view drops it), never refused
+            rest = minimal_context(done.messages)
+            assert [m.id for m in done.messages] == [m.id for m in rest], (
+                f"{words}: no room was kept for the memory-pressure notice"
+            )
         return call.tokens
 
     lo, hi = 1, 4_000  # lo fits, hi does not
@@ -409,3 +416,23 @@ def test_many_parallel_results_in_a_dense_script_do_not_stop_the_run(
     offloaded = OffloadStore(store).list_offloads(cfg["configurable"]["thread_id"])
     bodies = "".join(m.content for r in offloaded for m in r.messages if isinstance(m, ToolMessage))
     assert bodies.count((text * 1_000)[:3_000]) == sum(marker(m) is not None for m in shown)
+
+
+# --- a floor that fits once the droppable pressure notice is left out ---------------------
+@pytest.mark.parametrize("fields", [{}, {"self_management_tools": False, "metadata_tags": False}])
+def test_floor_that_fits_without_the_pressure_notice_is_sent(fields: dict) -> None:
+    """A system prompt plus "hi" that the view sends within max_tokens (it drops the
+    memory-pressure notice rather than exceed the budget) was refused by compress with
+    ContextBudgetError: the pipeline counted the notice's reserve as room the floor
+    could never use (budget audit)."""
+    ac = AutoContext(AutoContextConfig(max_tokens=8_000, **fields))
+    for n in range(7_700, 8_000, 5):
+        msgs = [SystemMessage("Rule " * n), HumanMessage("hi")]
+        view = ac.prepare_model_call(msgs)  # nothing to compress: what would be sent
+        if view.tokens > 8_000 - 40:  # inside the notice's reserve
+            break
+    assert 8_000 - 70 < view.tokens <= 8_000
+    result = ac.compress(msgs)  # raised ContextBudgetError although the floor fits
+    call = ac.prepare_model_call(result.messages)
+    assert call.tokens <= 8_000
+    assert ac.counter.count(call.messages, ac.count_tools) <= 8_000

@@ -235,6 +235,7 @@ def run_pipeline(
     force: bool = False,
     reserved_tokens: int = 0,
     reload_tool: bool = True,
+    droppable_tokens: int = 0,
 ) -> Pipeline:
     """Compress ``messages`` if triggered (or ``force``); see the module docstring.
 
@@ -242,8 +243,13 @@ def run_pipeline(
     the model's view adds on top (so errors quote the budget the user configured).
     ``reload_tool``: the model has ``reload_offloaded`` (from its first compression on),
     so a replacement names its offload as that call; else by its id alone.
+    ``droppable_tokens``: the part of ``reserved_tokens`` the view drops rather than
+    exceed the budget (the memory-pressure notice): the strategies still aim below
+    ``config.max_tokens``, but a context that fits once it is dropped is sent, never
+    refused with :class:`ContextBudgetError`.
     """
     configured = config.max_tokens + reserved_tokens
+    hard = config.max_tokens + max(0, min(droppable_tokens, reserved_tokens))
     reserve_note = (
         f" ({reserved_tokens} of the {configured} are set aside: what the model's view "
         "adds (instructions, working context, notices) and, when the provider counts this "
@@ -283,7 +289,7 @@ def run_pipeline(
     triggered = force or config.due(tokens, len(msgs), floor)
     if not triggered:
         return PipelineResult(msgs, before, tokens, triggered=False)
-    if floor > config.max_tokens:
+    if floor > hard:
         raise ContextBudgetError(
             f"What can never be compressed (system prompt, tool schemas, latest user "
             f"message, pinned messages) alone counts {floor + reserved_tokens} tokens, more "
@@ -388,7 +394,7 @@ def run_pipeline(
             msgs, tokens = done
     if tokens > config.max_tokens:
         msgs, tokens = _trim_summary(msgs, tokens, config, count)
-    if tokens > config.max_tokens:
+    if tokens > hard:
         raise ContextBudgetError(
             f"After every strategy the context still counts {tokens + reserved_tokens} tokens, "
             f"more than max_tokens={configured}{reserve_note}: what cannot be compressed "
