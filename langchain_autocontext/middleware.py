@@ -37,6 +37,7 @@ import hashlib
 import json
 import threading
 import uuid
+import weakref
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, NotRequired, cast
@@ -68,7 +69,7 @@ from langchain_autocontext.engine import (
 from langchain_autocontext.errors import ContextBudgetError, is_context_overflow
 from langchain_autocontext.history import surface_namespace
 from langchain_autocontext.messages import dump_message, load_message, remove_all
-from langchain_autocontext.store import running_agent
+from langchain_autocontext.store import OffloadStore, on_thread_deleted, running_agent
 from langchain_autocontext.tools import attach_tools
 from langchain_autocontext.view import state_in
 
@@ -84,6 +85,18 @@ _REQUEST_KEY = "model_request"
 #: id, which it never archives; the middleware never writes it to state either.
 _SYSTEM_STANDIN_ID = _SYSTEM_PLACEHOLDER_ID
 _MAX_THREADS = 4096
+
+
+#: Every live middleware: a thread deleted from a store is forgotten by each.
+_MIDDLEWARES: weakref.WeakSet[AutoContextMiddleware] = weakref.WeakSet()
+
+
+def _forget_thread(store: OffloadStore, thread_id: str) -> None:
+    for middleware in list(_MIDDLEWARES):
+        middleware._forget(thread_id)
+
+
+on_thread_deleted(_forget_thread)
 
 
 class AutoContextMiddlewareState(AgentState[Any]):
@@ -248,6 +261,7 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         self._last: tuple[Any, tuple[Any, ...], Any, _RequestShape] | None = None
         #: the last response format seen and the tools it adds (built once per format)
         self._format: tuple[Any, list[Any]] = (None, [])
+        _MIDDLEWARES.add(self)  # a deleted thread's request shapes are dropped (delete_thread)
 
     @property
     def name(self) -> str:
@@ -264,6 +278,14 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             while len(self._shapes) > _MAX_THREADS:
                 self._shapes.popitem(last=False)
         return old is None or old.fingerprint != shape.fingerprint
+
+    def _forget(self, thread_id: str) -> None:
+        """Drop the request shapes of ``thread_id`` (its own and its named agents')."""
+        with self._lock:
+            gone = [k for k in self._shapes if k == thread_id or k.startswith(f"{thread_id}\n")]
+            dropped = {id(self._shapes.pop(k)) for k in gone}
+            if self._last is not None and id(self._last[3]) in dropped:
+                self._last = None
 
     def _counted_tools(self, request: ModelRequest[Any], tools: Sequence[Any]) -> list[Any]:
         """``tools`` and the response format's tools (``create_agent`` adds those after

@@ -868,3 +868,35 @@ def test_after_a_fit_the_ids_the_view_shows_name_the_same_messages_in_the_state(
     assert later not in ids and len(ids) == len(set(ids))
     assert out["messages"][-1].content == "done"
     assert not find_violations(out["messages"])
+
+
+def test_a_deleted_thread_forgets_its_request_shape_and_records_it_again_on_reuse() -> None:
+    """``delete_thread`` promises to drop every in-process cache of the thread: the
+    middleware kept the thread's request shape (its system prompt, which a dynamic
+    prompt makes the user's own), handed it to the next run of the id, and never wrote
+    the deleted record again (the cache said it was known)."""
+    store = OffloadStore(InMemoryStore())
+    ac = AutoContext(CFG, store=store)
+    mw = ac.middleware()
+
+    def run(system: str) -> None:
+        graph = create_agent(
+            ReplyModel(reply=steps_then_answer(3)),
+            [sh],
+            system_prompt=system,
+            middleware=[mw],
+            checkpointer=InMemorySaver(),
+            store=store,
+        )
+        graph.invoke({"messages": [HumanMessage("go")]}, THREAD)
+
+    run("Private profile of user 1.")
+    ns = surface_namespace(store, "t")
+    assert store.get(ns, "model_request") is not None
+    store.delete_thread("t")
+    assert store.get(ns, "model_request") is None
+    assert mw._shape("t") is None  # nothing of the deleted thread is kept in memory
+    run("Private profile of user 1.")  # the id reused: its record is written again
+    record = store.get(ns, "model_request")
+    assert record is not None
+    assert record.value["system"]["data"]["content"] == "Private profile of user 1."
