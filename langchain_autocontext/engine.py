@@ -729,10 +729,8 @@ class ContextEngine:
         model, its text would be gone. Returns the offload ids, in ``messages``' order
         (recorded in one ``edited_copy`` event)."""
         found = []
-        for m in map(sanitize_message, messages):  # compared and kept as archived
-            if m.id is None or marker(m) is not None:  # the package's own: offloaded already
-                continue
-            entry = store.get_history_message(thread_id, m.id)
+        for m in _edit_candidates(messages):
+            entry = store.get_history_message(thread_id, str(m.id))
             if entry is not None and self._edited(m, entry):
                 found.append(m)
         ids = [store.offload(thread_id, [m], **self._edit_record(m)).offload_id for m in found]
@@ -745,10 +743,8 @@ class ContextEngine:
     ) -> list[str]:
         """Async twin of :meth:`keep_edited`."""
         found = []
-        for m in map(sanitize_message, messages):  # compared and kept as archived
-            if m.id is None or marker(m) is not None:
-                continue
-            entry = await store.aget_history_message(thread_id, m.id)
+        for m in _edit_candidates(messages):
+            entry = await store.aget_history_message(thread_id, str(m.id))
             if entry is not None and self._edited(m, entry):
                 found.append(m)
         ids = [
@@ -1330,6 +1326,12 @@ class ContextEngine:
 
 #: The offload strategy of a working copy kept before an edit (:meth:`ContextEngine.keep_edited`).
 EDITED_COPY = "edited_copy"
+
+
+def _edit_candidates(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+    """The messages :meth:`ContextEngine.keep_edited` compares with the history: cleaned
+    as archived, with an id, and not the package's own (offloaded already)."""
+    return [m for m in map(sanitize_message, messages) if m.id is not None and marker(m) is None]
 
 
 def _edited_event(messages: Sequence[BaseMessage], offload_ids: Sequence[str]) -> dict[str, Any]:
