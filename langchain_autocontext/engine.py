@@ -21,7 +21,7 @@ import uuid
 import warnings
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -192,6 +192,22 @@ class _ThreadMemo:
             full |= self.spans.get(oid, frozenset())
             todo.extend(self.nested.get(oid, ()))
         return frozenset(full)
+
+    def forget_absorbed(self, present: Iterable[str]) -> None:
+        """Drop what is known of the summaries that ``present`` ones absorbed, at any
+        depth: their ids are in their absorbers' closures now, and kept they would hold
+        each id of a long thread once per level of the recursive summary. (One that
+        comes back, from an older checkpoint, is read from its record again.)"""
+        keep = set(present)
+        todo = [child for oid in keep for child in self.nested.get(oid, ())]
+        while todo:
+            oid = todo.pop()
+            if oid in keep:
+                continue
+            keep.add(oid)  # visited
+            todo.extend(self.nested.pop(oid, ()))
+            self.spans.pop(oid, None)
+            self.closures.pop(oid, None)
 
 
 #: Every live engine: a thread deleted from a store is forgotten by each.
@@ -615,6 +631,15 @@ class ContextEngine:
     def _mark_archived(self, store: OffloadStore, thread_id: str, ids: Sequence[str]) -> None:
         self._archived_ids(store, thread_id).update(ids)
 
+    def _settle_archived(
+        self, store: OffloadStore, thread_id: str, originals: Sequence[BaseMessage]
+    ) -> None:
+        """After archiving the whole working list: remember only its ids. The next
+        input is this list compressed plus what arrives, so ids summarized away would
+        only pile up over a long thread; one that comes back (an older checkpoint)
+        costs a look in the store, which skips what it holds."""
+        self._archived_ids(store, thread_id).intersection_update(m.id for m in originals)
+
     def _unknown_spans(
         self, store: OffloadStore, thread_id: str, messages: Sequence[BaseMessage]
     ) -> list[str]:
@@ -645,7 +670,8 @@ class ContextEngine:
         recognised too, or the next agent summarizes them again."""
         memo = self._memo(store, thread_id)
         present = {oid: memo.closure(oid) for oid in summary_offload_ids(messages)}
-        memo.closures = present
+        memo.closures.update(present)
+        memo.forget_absorbed(present)
         return present
 
     def archive(
@@ -1031,6 +1057,7 @@ class ContextEngine:
             self._check_counted_tools(messages)
         msgs, ids_assigned, virtual, originals = self._prepare_all(messages)
         archived = self.archive(originals, thread_id=thread_id, store=st)
+        self._settle_archived(st, thread_id, originals)
         msgs, repaired = self._repair(msgs, st, thread_id)
         ids_assigned = ids_assigned or repaired
         msgs, virtual, system, budget, tools = self._as_sent(
@@ -1103,6 +1130,7 @@ class ContextEngine:
             self._check_counted_tools(messages)
         msgs, ids_assigned, virtual, originals = self._prepare_all(messages)
         archived = await self.aarchive(originals, thread_id=thread_id, store=st)
+        self._settle_archived(st, thread_id, originals)
         msgs, repaired = self._repair(msgs, st, thread_id)
         ids_assigned = ids_assigned or repaired
         msgs, virtual, system, budget, tools = self._as_sent(

@@ -29,6 +29,7 @@ from langchain_autocontext import (
 from langchain_autocontext.config import AutoContextConfigFields
 from langchain_autocontext.engine import AutoContextArgs, ContextEngine
 from langchain_autocontext.messages import find_violations, marker, pin, text_of
+from langchain_autocontext.strategies.base import SUMMARY_KINDS
 from langchain_autocontext.store import OffloadStore, offload_ref
 from langchain_autocontext.strategies import (
     CurrentRoundCompression,
@@ -720,6 +721,45 @@ def test_a_summary_beside_its_originals_takes_their_place(steps: int, rounds: in
     assert [type(m) for m in again.messages] == [type(m) for m in first.messages]
     assert len(store.list_offloads("t")) == records  # nothing summarized or offloaded again
     assert not find_violations(again.messages)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+async def test_an_absorbed_summary_that_comes_back_still_takes_its_originals_place(
+    mode: str,
+) -> None:
+    """An engine forgets what it knew of a summary once a later one absorbed it (over a
+    long thread it held every id once per level of the recursive summary). A summary
+    that comes back beside its originals (a parent merging an older checkpoint of the
+    agent) is read from its record again: placed where its originals stood, nothing
+    summarized or offloaded twice."""
+    from langgraph.graph.message import add_messages
+
+    ac = AutoContext(AutoContextConfig(max_tokens=2_500), summarizer="offline")
+    store = OffloadStore(InMemoryStore())
+    steps = coding_run(60, 20)
+
+    async def compress(msgs: list[BaseMessage]) -> list[BaseMessage]:
+        if mode == "sync":
+            return ac.compress(msgs, thread_id="t", store=store).messages
+        return (await ac.acompress(msgs, thread_id="t", store=store)).messages
+
+    working: list[BaseMessage] = list(steps[:2])
+    early: tuple[list[BaseMessage], list[BaseMessage]] | None = None
+    first_summary = None
+    for k in range(2, len(steps)):
+        working = await compress([*working, steps[k]])
+        summaries = [m.id for m in working if (marker(m) or {}).get("kind") in SUMMARY_KINDS]
+        if early is None and summaries:
+            early, first_summary = (list(steps[: k + 1]), list(working)), summaries[0]
+        if first_summary is not None and first_summary not in summaries and summaries:
+            break  # a later summary absorbed the first one
+    assert early is not None and first_summary not in [m.id for m in working], "no absorption"
+    records = len(store.list_offloads("t"))
+    parent, agent = early
+    again = await compress(add_messages(parent, agent))
+    assert [m.id for m in again] == [m.id for m in agent]
+    assert len(store.list_offloads("t")) == records  # nothing summarized or offloaded again
+    assert not find_violations(again)
 
 
 def test_a_message_after_a_summary_that_names_its_id_is_a_new_one_and_stays() -> None:
