@@ -29,7 +29,6 @@ from langchain_autocontext import (
 from langchain_autocontext.config import AutoContextConfigFields
 from langchain_autocontext.engine import AutoContextArgs, ContextEngine
 from langchain_autocontext.messages import find_violations, marker, pin, text_of
-from langchain_autocontext.strategies.base import SUMMARY_KINDS
 from langchain_autocontext.store import OffloadStore, offload_ref
 from langchain_autocontext.strategies import (
     CurrentRoundCompression,
@@ -39,6 +38,7 @@ from langchain_autocontext.strategies import (
     RoundSummary,
     ToolRunCompression,
 )
+from langchain_autocontext.strategies.base import SUMMARY_KINDS
 from langchain_autocontext.strategies.offload import NOTE_TOKENS
 
 OFFLOAD_ID = re.compile(r'offload_id="([0-9a-f-]{8,36})"')
