@@ -49,14 +49,18 @@ from langchain_autocontext.errors import (
 )
 from langchain_autocontext.messages import (
     ensure_ids,
-    is_real_user,
     marker,
     repair_tool_pairs,
     sanitize_message,
 )
 from langchain_autocontext.records import HistoryEntry, OffloadRecord
 from langchain_autocontext.store import OffloadStore, on_thread_deleted
-from langchain_autocontext.strategies.base import Strategy, place_summaries, summary_offload_ids
+from langchain_autocontext.strategies.base import (
+    Strategy,
+    conversation_origin,
+    place_summaries,
+    summary_offload_ids,
+)
 from langchain_autocontext.strategies.pipeline import (
     PipelineResult,
     adrive,
@@ -1490,20 +1494,21 @@ _RUN_THREAD_NS = uuid.UUID("9b1f3c2e-5d4a-4e8b-9c7f-2a6d1e0b8f35")
 def _conversation_thread(messages: Sequence[Any] | None) -> str | None:
     """``run-<hex>`` derived from the id of the conversation's first user message,
     when that id is a random uuid4 (as LangGraph's ``add_messages`` and chat UIs give):
-    unguessable, and the same for every agent and request of that conversation. None
+    unguessable, and the same for every agent and request of that conversation, also
+    once that message was offloaded or evicted into the recursive summary, which names
+    it (:func:`~langchain_autocontext.strategies.base.conversation_origin`). None
     when there is no such message (a client-chosen id like ``"1"`` could be shared by
     two users, so it never names a thread)."""
-    for m in messages or ():
-        if not (isinstance(m, BaseMessage) and is_real_user(m)):
-            continue
-        try:
-            parsed = uuid.UUID(str(m.id))
-        except ValueError:
-            return None
-        if parsed.version != 4 or str(parsed) != str(m.id).lower():
-            return None
-        return f"run-{uuid.uuid5(_RUN_THREAD_NS, str(parsed)).hex}"
-    return None
+    origin = conversation_origin([m for m in messages or () if isinstance(m, BaseMessage)])
+    if origin is None:
+        return None
+    try:
+        parsed = uuid.UUID(origin)
+    except ValueError:
+        return None
+    if parsed.version != 4 or str(parsed) != origin.lower():
+        return None
+    return f"run-{uuid.uuid5(_RUN_THREAD_NS, str(parsed)).hex}"
 
 
 def run_thread(

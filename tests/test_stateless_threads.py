@@ -194,6 +194,11 @@ def test_a_stateless_conversation_is_filed_by_its_first_user_message() -> None:
     assert a == again and a.startswith("run-") and made == {"run_thread": a}
     other, _ = engine.run_thread(None, None, [HumanMessage("hi", id=str(uuid.uuid4()))])
     assert other != a
+    # offloaded in place, the first message keeps its id and the thread
+    from langchain_autocontext.messages import mark
+
+    offloaded = mark(HumanMessage("[preview]", id=first), "offloaded", offload_id="o1")
+    assert engine.run_thread(None, None, [offloaded, HumanMessage("more")])[0] == a
     # client-chosen or derived (uuid5) ids could be shared by two users: a fresh thread
     for mid in ("1", str(uuid.uuid5(uuid.NAMESPACE_URL, "hi")), None):
         t1, _ = engine.run_thread(None, None, [HumanMessage("hi", id=mid)])
@@ -202,3 +207,43 @@ def test_a_stateless_conversation_is_filed_by_its_first_user_message() -> None:
     # a thread_id, or a thread already kept in the state, wins
     assert engine.run_thread({"configurable": {"thread_id": "t"}}, None, convo) == ("t", None)
     assert engine.run_thread(None, {"run_thread": "run-x"}, convo) == ("run-x", None)
+
+
+def test_a_stateless_conversation_keeps_one_thread_once_its_first_message_is_compressed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A stateless server (no checkpointer, no ``thread_id``, a ``MessagesState`` that
+    drops the package's key) gets the conversation back from its client each request.
+    Its thread was named after the first user message in the list, so once the node
+    evicted that message into the recursive summary, the conversation went on under
+    another thread and ``search_history`` no longer found its start. The recursive
+    summary now names the message it absorbed, and the thread stays."""
+    import uuid
+
+    from langchain_core.messages import HumanMessage
+    from langgraph.graph import END, START, MessagesState, StateGraph
+
+    from langchain_autocontext.store import OffloadStore, decode_thread_id
+
+    monkeypatch.setattr(engine, "_warned_run_thread", True)
+    store = InMemoryStore()
+    ac = AutoContext(AutoContextConfig(max_tokens=2_000, self_management_tools=False), store=store)
+    model = FunctionModel(respond=lambda msgs, n: AIMessage(f"answer {n} " + "noted " * 60))
+    g = StateGraph(MessagesState)
+    g.add_node("context", ac.node())
+    g.add_node("model", lambda s: {"messages": [model.invoke(s["messages"])]})
+    g.add_edge(START, "context")
+    g.add_edge("context", "model")
+    g.add_edge("model", END)
+    app = g.compile(store=store)  # no checkpointer: the client keeps the conversation
+
+    first = HumanMessage("My locker code is 4471. " + "context " * 80, id=str(uuid.uuid4()))
+    conversation: list[BaseMessage] = [first]
+    for k in range(14):
+        conversation = app.invoke({"messages": conversation})["messages"]
+        conversation.append(HumanMessage(f"question {k} " + "detail " * 80, id=str(uuid.uuid4())))
+    assert first.id not in {m.id for m in conversation}, "the first message was never evicted"
+    threads = {decode_thread_id(ns[1]) for ns in store.list_namespaces(prefix=("autocontext",))}
+    assert len(threads) == 1, threads
+    history = OffloadStore(store).iter_history(next(iter(threads)))
+    assert "locker code is 4471" in str(next(iter(history)).message.content)

@@ -664,13 +664,40 @@ def place_summaries(
     return fixed if fixed is not None else out
 
 
-def replacement_summary(body: str, out: JobOutput, evicted: int) -> HumanMessage:
-    """The MemGPT recursive summary (user role: providers accept it right after system)."""
+def replacement_summary(
+    body: str, out: JobOutput, evicted: int, conversation: str | None = None
+) -> HumanMessage:
+    """The MemGPT recursive summary (user role: providers accept it right after system).
+    ``conversation``: the id of the conversation's first user message, when the summary
+    stands for it (:func:`conversation_origin`)."""
     msg = HumanMessage(
         content=(f"[Summary of {evicted} earlier messages; {out.note}]\n{body}").rstrip(),
         id=new_id(),
     )
-    return mark(msg, KIND_RECURSIVE, offload_id=out.offload_id, evicted=evicted)  # type: ignore[return-value]
+    info: dict[str, Any] = {"conversation": conversation} if conversation else {}
+    return mark(msg, KIND_RECURSIVE, offload_id=out.offload_id, evicted=evicted, **info)  # type: ignore[return-value]
+
+
+def conversation_origin(messages: Sequence[BaseMessage]) -> str | None:
+    """The id of the first user message of the conversation ``messages`` hold: the
+    first user message's, whether verbatim, offloaded or summarized in place (either
+    keeps its id), or the one a recursive summary that evicted it names. ``None``
+    when none is there. A thread derived from it stays the same after compression
+    (the engine's stateless conversations)."""
+    for m in messages:
+        info = marker(m)
+        if info is None:
+            if isinstance(m, HumanMessage):
+                return m.id
+            continue
+        kind = info.get("kind")
+        if kind == KIND_RECURSIVE:
+            origin = info.get("conversation")
+            if isinstance(origin, str) and origin:
+                return origin
+        elif kind in (KIND_OFFLOADED, KIND_SUMMARIZED) and isinstance(m, HumanMessage):
+            return m.id
+    return None
 
 
 def summary_body(message: BaseMessage) -> str:

@@ -11,6 +11,7 @@ from langchain_autocontext.strategies.base import (
     JobOutput,
     PassContext,
     clip_text,
+    conversation_origin,
     is_summary,
     replacement_summary,
     summarizer_input,
@@ -124,11 +125,12 @@ class FifoEviction:
         carried = [summary_body(m) for m in evicted if is_summary(m)]
         originals = ([ctx.messages[sys_end]] if has_summary else []) + evicted
         counter = ctx.counter
+        origin = conversation_origin(originals)
 
         def build(out: JobOutput) -> list[BaseMessage]:
             parts = [p for p in (prev, *carried, out.summary or "") if p.strip()]
             body = clip_text("\n".join(parts), cap, counter, keep="end")
-            return [replacement_summary(body, out, total)]
+            return [replacement_summary(body, out, total, origin)]
 
         request = (
             SummaryRequest(
