@@ -916,9 +916,14 @@ def _rank(
         after = "" if _CJK_RE.match(q[-1]) else r"(?!\w)"
         phrase = re.compile(f"{before}{words}{after}", re.I)
         # one term: the scored pool is already every message's rank by it (a check of
-        # all its holders would cost a scan of a common word's postings per search)
-        several = len(set(query_terms(q, index.bm25.language))) > 1  # parts count
-        candidates = index.bm25.containing_all(q) if several else [k for k, _ in lexical]
+        # all its holders would cost a scan of a common word's postings per search);
+        # none (only function words or symbols: "to be or not to be", "🎉"): nothing
+        # is scored, and every message is read for the phrase
+        terms = len(set(query_terms(q, index.bm25.language)))  # parts count
+        if terms > 1:
+            candidates = index.bm25.containing_all(q)
+        else:
+            candidates = [k for k, _ in lexical] if terms else list(index.texts)
         exact = dict.fromkeys(
             key for key in candidates if wanted(key) and phrase.search(index.texts[key])
         )

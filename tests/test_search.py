@@ -295,6 +295,25 @@ def test_the_phrase_rule_respects_word_boundaries() -> None:
     assert ids[0] == "phrase" and ids.index("red") < ids.index("tired")
 
 
+def test_a_query_of_only_function_words_or_symbols_finds_its_phrase() -> None:
+    """Function words are not indexed and symbols are no words, so "to be or not to be"
+    or "🎉" scored nothing and the search came back empty although a message holds it.
+    Such a query is looked for as a phrase in every message."""
+    store = OffloadStore(InMemoryStore())
+    store.append_history(
+        "t",
+        [
+            HumanMessage("I love this 🎉 party", id="emoji"),
+            AIMessage("To be, or not to be: that is the question", id="quote"),
+            HumanMessage("Maybe it is not to be taken lightly", id="other"),
+        ],
+    )
+    assert [h.id for h in search_history(store, "t", "or not to be")][:1] == ["quote"]
+    assert [h.id for h in search_history(store, "t", '"that is the"')][:1] == ["quote"]
+    assert [h.id for h in search_history(store, "t", "🎉")] == ["emoji"]
+    assert search_history(store, "t", "what was said") == []  # no phrase anywhere
+
+
 @pytest.mark.parametrize("use_async", [False, True])
 async def test_a_deleted_thread_is_forgotten_and_its_id_starts_empty(use_async: bool) -> None:
     """Issue 13 item 5: after deleting a thread's data (as the docs say), the in-process
