@@ -63,7 +63,7 @@ from collections.abc import (
     Sequence,
 )
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 from langchain_core.messages import AIMessage, BaseMessage, RemoveMessage
 from langgraph.config import get_config
@@ -74,6 +74,7 @@ from langgraph.store.base import (
     Op,
     PutOp,
     Result,
+    SearchItem,
     SearchOp,
     TTLConfig,
 )
@@ -105,6 +106,12 @@ _T = TypeVar("_T")
 #: The same plan runs synchronously (``batch``) or asynchronously (``abatch``), which
 #: is how the ``a``-prefixed twins keep identical semantics.
 _Plan = Generator[list[Op], list[Result], _T]
+
+
+def _searched(result: Result) -> list[SearchItem]:
+    """The result of a ``SearchOp`` (a plan receives each op's result as a ``Result``)."""
+    return cast("list[SearchItem]", result)
+
 
 #: Zero-padded copy of ``seq`` used in range filters. Backends compare filter values
 #: differently (InMemoryStore as floats, SqliteStore as numbers or text, PostgresStore
@@ -493,19 +500,21 @@ class OffloadStore(BaseStore):
         """First label of every namespace written by the helpers."""
         return self._prefix
 
-    @property  # type: ignore[override]
-    def supports_ttl(self) -> bool:
+    @property
+    def supports_ttl(self) -> bool:  # type: ignore[override]  # read-only: the backend's
         """Whether the backend supports TTLs (passed through)."""
         return bool(getattr(self._backend, "supports_ttl", False))
 
-    @property  # type: ignore[override]
+    @property
     def ttl_config(self) -> TTLConfig | None:
         """The backend's TTL configuration (passed through)."""
         return getattr(self._backend, "ttl_config", None)
 
     @ttl_config.setter
     def ttl_config(self, value: TTLConfig | None) -> None:
-        self._backend.ttl_config = value
+        # BaseStore declares ttl_config beside its __slots__: the stores with TTLs
+        # (PostgresStore, SqliteStore) keep it per instance, InMemoryStore refuses it
+        self._backend.ttl_config = value  # type: ignore[misc]
 
     @property
     def index_config(self) -> Any:
@@ -566,7 +575,7 @@ class OffloadStore(BaseStore):
         deleted = 0
         while True:
             found = yield [SearchOp(prefix, None, self.max_batch_ops, 0, None, False)]
-            items = found[0]
+            items = _searched(found[0])
             if not items:
                 return deleted
             yield [PutOp(item.namespace, item.key, None) for item in items]
@@ -593,7 +602,7 @@ class OffloadStore(BaseStore):
             while True:
                 ops = plan.send(self.batch(ops))
         except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
+            return stop.value
         finally:
             plan.close()
 
@@ -603,7 +612,7 @@ class OffloadStore(BaseStore):
             while True:
                 ops = plan.send(await self.abatch(ops))
         except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
+            return stop.value
         finally:
             plan.close()
 
@@ -693,7 +702,7 @@ class OffloadStore(BaseStore):
         where = None if whole else _seq_range(start, end)
         while True:
             found = yield [SearchOp(ns, where, limit, 0, None, False)]
-            items = found[0]
+            items = _searched(found[0])
             if len(items) < limit:
                 if whole:
                     items = [it for it in items if start <= int(it.value["seq"]) < end]
@@ -995,7 +1004,8 @@ class OffloadStore(BaseStore):
             short = ref[:OFFLOAD_REF_LENGTH]
             hits = yield [SearchOp(ns, {"ref": short}, 10, 0, None, False)]
             matches = sorted(
-                (i for i in hits[0] if i.key.startswith(ref)), key=lambda i: i.value["seq"]
+                (i for i in _searched(hits[0]) if i.key.startswith(ref)),
+                key=lambda i: i.value["seq"],
             )
             if len(matches) == 1:
                 return self._record(thread_id, matches[0].key, matches[0].value)

@@ -525,7 +525,7 @@ def drive(gen: Pipeline, store: Any, summarizer: Summarizer) -> PipelineResult:
                 reply = None
             op = gen.send(reply)
     except StopIteration as stop:
-        return stop.value  # type: ignore[no-any-return]
+        return stop.value
 
 
 async def adrive(gen: Pipeline, store: Any, summarizer: Summarizer) -> PipelineResult:
@@ -545,4 +545,4 @@ async def adrive(gen: Pipeline, store: Any, summarizer: Summarizer) -> PipelineR
                 reply = None
             op = gen.send(reply)
     except StopIteration as stop:
-        return stop.value  # type: ignore[no-any-return]
+        return stop.value
