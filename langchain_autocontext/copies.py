@@ -16,7 +16,7 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage
 
-__all__ = ["drop_dead_copies", "memo_copy"]
+__all__ = ["drop_dead_copies", "memo_copy", "memo_with_id"]
 
 
 def memo_copy(
@@ -61,6 +61,11 @@ def memo_copy(
         while len(_MEMO) > _MEMO_MAX:
             _MEMO.popitem(last=False)
     return copy
+
+
+def memo_with_id(message: BaseMessage, new_id: str | None) -> BaseMessage:
+    """:func:`memo_copy` of ``message`` with the id ``new_id``."""
+    return memo_copy(message, ("id", new_id), lambda m: m.model_copy(update={"id": new_id}))
 
 
 def _forget(slot: tuple[int, Hashable], ref: weakref.ref[BaseMessage], memo: Any = None) -> None:

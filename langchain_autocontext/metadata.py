@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 
 from langchain_core.messages import BaseMessage, SystemMessage
 
-from langchain_autocontext.copies import memo_copy
+from langchain_autocontext.copies import memo_with_id
 from langchain_autocontext.messages import UUID4_RE
 from langchain_autocontext.tag_counts import (
     TAG_FORMATS,
@@ -276,15 +276,10 @@ def view_id_map(messages: Sequence[BaseMessage], fmt: str) -> dict[str, str]:
 
 def with_ids(messages: Sequence[BaseMessage], id_map: dict[str, str]) -> list[BaseMessage]:
     """``messages`` with each id in ``id_map`` replaced by its value: memoized copies
-    (:func:`~langchain_autocontext.copies.memo_copy`), the same objects elsewhere."""
+    (:func:`~langchain_autocontext.copies.memo_with_id`), the same objects elsewhere."""
     if not id_map:
         return list(messages)
-    return [
-        memo_copy(m, ("id", id_map[m.id]), lambda m: m.model_copy(update={"id": id_map[m.id]}))
-        if m.id in id_map
-        else m
-        for m in messages
-    ]
+    return [memo_with_id(m, id_map[m.id]) if m.id in id_map else m for m in messages]
 
 
 def as_shown(messages: Sequence[BaseMessage], fmt: str | bool) -> list[BaseMessage]:

@@ -35,7 +35,7 @@ from typing import Any
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
 from langchain_autocontext.config import AutoContextConfig
-from langchain_autocontext.copies import memo_copy
+from langchain_autocontext.copies import memo_with_id
 from langchain_autocontext.errors import ContextBudgetError
 from langchain_autocontext.messages import mark, marker, pending_call_index
 from langchain_autocontext.metadata import (
@@ -535,9 +535,7 @@ def build_view(
         # the tags show the short ids; the copies keep the messages' own ids, so a stream
         # (LangGraph's "messages" mode) or a checkpoint that sees the view knows them
         return [
-            t
-            if t.id == m.id
-            else memo_copy(t, ("id", m.id), lambda t, m=m: t.model_copy(update={"id": m.id}))
+            t if t.id == m.id else memo_with_id(t, m.id)
             for t, m in zip(tagged, view_msgs, strict=True)
         ], id_map
 
