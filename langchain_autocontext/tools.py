@@ -46,6 +46,7 @@ from langchain_core.messages import (
     AIMessage,
     BaseMessage,
     SystemMessage,
+    ToolCall,
     ToolMessage,
 )
 from langchain_core.tools import BaseTool, StructuredTool
@@ -289,7 +290,7 @@ class _Call:
     def issuing_id(self) -> str | None:
         return str(self.issuing.id) if self.issuing is not None and self.issuing.id else None
 
-    def earlier_calls(self, names: frozenset[str] | set[str]) -> list[dict[str, Any]]:
+    def earlier_calls(self, names: frozenset[str] | set[str]) -> list[ToolCall]:
         """Calls of the same turn, before this one, to any of ``names``."""
         if self.issuing is None:
             return []
@@ -362,7 +363,8 @@ class _Call:
             # the list was rewritten (compressed first): apply the updates to it here, as
             # add_messages would, since everything after REMOVE_ALL is taken literally (a
             # restored original would otherwise sit beside its preview under one id)
-            merged = add_messages(list(self.messages), list(updates))
+            # langgraph annotates add_messages with an invariant list of message-likes
+            merged = add_messages(list(self.messages), list(updates))  # type: ignore[arg-type]
             return Command(update={"messages": [remove_all(), *merged, tm]})
         return Command(update={"messages": [*self.room, *updates, tm]})
 
@@ -421,13 +423,14 @@ class _Call:
         msgs = self.messages if messages is None else messages
         extra = instructions_text(engine.config, self.ac)
         # a system prompt the agent adds after this package runs (none in the messages)
-        agent_prompt = engine.system_prompt and not (msgs and isinstance(msgs[0], SystemMessage))
+        has_system = bool(msgs) and isinstance(msgs[0], SystemMessage)
+        agent_prompt = engine.system_prompt if not has_system else None
         return (
             engine.counter.count(
                 as_shown(msgs, engine.config.tags_mode), self.schemas, tags=engine.config.tags_mode
             )
             + (engine.counter.count_text(extra) + 8 if extra else 0)
-            + (engine.counter.count_text(engine.system_prompt) + 4 if agent_prompt else 0)
+            + (engine.counter.count_text(agent_prompt) + 4 if agent_prompt else 0)
         )
 
 
@@ -591,6 +594,14 @@ def _render_message(m: BaseMessage, n: int, total: int) -> str:
     return "\n".join(lines)
 
 
+def _originals(record: OffloadRecord | None, entry_msg: BaseMessage | None) -> list[BaseMessage]:
+    """What a reload shows: the offload's original messages, or the one history message."""
+    if record is not None:
+        return list(record.messages)
+    assert entry_msg is not None
+    return [entry_msg]
+
+
 def _render_record(
     record: OffloadRecord | None, entry_msg: BaseMessage | None, seq: int | None
 ) -> str:
@@ -601,9 +612,8 @@ def _render_record(
             f"moved out by {record.strategy}]"
         )
     else:
-        assert entry_msg is not None
-        msgs = [entry_msg]
-        head = f"[history message {entry_msg.id}, position {seq}]"
+        msgs = _originals(record, entry_msg)
+        head = f"[history message {msgs[0].id}, position {seq}]"
     body = "\n".join(_render_message(m, i, len(msgs)) for i, m in enumerate(msgs, 1))
     return f"{head}\n{body}"
 
@@ -754,15 +764,13 @@ def _reload_tool(engine: ContextEngine) -> StructuredTool:
                     new = None
             if new is not None:
                 count = len(record.messages) if record is not None else 1
-                event = {
+                event: dict[str, Any] = {
                     "kind": "context_edit",
                     "strategy": "tool:restore",
                     "op": "restore",
                     "via": "tool",
                     "offload_id": record.offload_id if record is not None else None,
-                    "message_ids": [
-                        str(m.id) for m in (record.messages if record is not None else [entry_msg])
-                    ],
+                    "message_ids": [str(m.id) for m in _originals(record, entry_msg)],
                     "tool_call_id": call.call_id,
                 }
                 claimed = call.claimed()
@@ -968,14 +976,16 @@ def _search_tool(engine: ContextEngine) -> StructuredTool:
         return text
 
     def finish(call: _Call, query: str, hits: list[Any], total: int, filters: Any) -> str:
-        text: str | None = format_hits(query, hits, total, filters)
+        text: str | None
+        text = format_hits(query, hits, total, filters)
         if call.lacks_room(engine.counter.count_text(text)):
             call.compress_first()
             hits, text = mark_in_context(hits, call.messages), None  # "in your context" changed
         return fitted(call, query, hits, total, filters, text)
 
     async def afinish(call: _Call, query: str, hits: list[Any], total: int, filters: Any) -> str:
-        text: str | None = format_hits(query, hits, total, filters)
+        text: str | None
+        text = format_hits(query, hits, total, filters)
         if call.lacks_room(engine.counter.count_text(text)):
             await call.acompress_first()
             hits, text = mark_in_context(hits, call.messages), None  # "in your context" changed
@@ -1190,7 +1200,7 @@ def _same(value: Any) -> Any:
 
 def make_tools(engine: ContextEngine) -> list[BaseTool]:
     """The seven tools bound to ``engine`` (its config, counter and store)."""
-    tools = [
+    tools: list[BaseTool] = [
         _edit_tool(engine, "update_message"),
         _edit_tool(engine, "delete_message"),
         _edit_tool(engine, "pin_message"),
