@@ -138,7 +138,7 @@ def checked_state(state: Any) -> Mapping[str, Any] | None:
 def as_messages(messages: Any) -> list[BaseMessage]:
     """``messages`` as LangChain messages: message-likes (``("user", "hi")``, dicts,
     strings) converted as the rest of LangChain converts them."""
-    msgs = list(messages) if not isinstance(messages, (str, dict, tuple)) else [messages]
+    msgs: list[Any] = list(messages) if not isinstance(messages, (str, dict, tuple)) else [messages]
     if all(isinstance(m, BaseMessage) for m in msgs):
         return msgs
     return list(convert_to_messages(msgs))
@@ -787,7 +787,7 @@ class ContextEngine:
     # --- compress: the plain-function form -------------------------------------------
     def _prepare(self, messages: Sequence[BaseMessage]) -> tuple[list[BaseMessage], bool, bool]:
         """The working messages of ``messages``: see :meth:`_prepare_all`."""
-        return self._prepare_all(messages)[:3]  # type: ignore[return-value]
+        return self._prepare_all(messages)[:3]
 
     def _prepare_all(
         self, messages: Sequence[BaseMessage]
@@ -834,7 +834,7 @@ class ContextEngine:
         if not text:
             return msgs, False, None
         if msgs and isinstance(msgs[0], SystemMessage):
-            return [augment_system(msgs[0], text), *msgs[1:]], False, msgs[0]  # type: ignore[list-item]
+            return [augment_system(msgs[0], text), *msgs[1:]], False, msgs[0]
         return [SystemMessage(text, id=_SYSTEM_PLACEHOLDER_ID), *msgs], True, None
 
     def _budget(
@@ -1393,7 +1393,8 @@ ID_TOOLS = frozenset({"update_message", "delete_message", "pin_message"})
 def _tool_name(tool: Any) -> str | None:
     """A tool's name: a LangChain tool's, or an OpenAI-format dict's."""
     if isinstance(tool, Mapping):
-        inner = tool.get("function") if isinstance(tool.get("function"), Mapping) else tool
+        function = tool.get("function")
+        inner = function if isinstance(function, Mapping) else tool
         name = inner.get("name")
         return str(name) if name else None
     name = getattr(tool, "name", None) or getattr(tool, "__name__", None)

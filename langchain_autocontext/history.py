@@ -177,7 +177,7 @@ class AutoContextChatMessageHistory(BaseChatMessageHistory):
         repeated "hi" would be taken as already archived)."""
         out = []
         for m in _checked(messages):
-            m = message_chunk_to_message(m)  # type: ignore[arg-type]
+            m = message_chunk_to_message(m)
             if not m.id:
                 m = m.model_copy(update={"id": str(uuid.uuid4())})
             out.append(strip_message_tags(m) if isinstance(m, AIMessage) else m)
@@ -242,7 +242,7 @@ def _reissued(
     or by an original the thread's history holds (``held``; a reply object returned
     twice, a cached reply). Kept, such a message would be taken as archived already and
     dropped as summarized once its namesake was compressed away."""
-    taken = {m.id for m in before if m.id}
+    taken: set[str | None] = {m.id for m in before if m.id}
     out = []
     for m, in_history in zip(new, held, strict=True):
         if in_history or m.id in taken:
@@ -308,7 +308,7 @@ def _as_messages(value: Any) -> list[BaseMessage]:
             "AutoContextRunnable takes a prompt value, a message, a list of messages or a "
             f"string; got {type(value).__name__}"
         )
-    return [message_chunk_to_message(m) for m in messages]  # type: ignore[arg-type]
+    return [message_chunk_to_message(m) for m in messages]
 
 
 class AutoContextRunnable(RunnableSerializable[Any, list[BaseMessage]]):
@@ -436,10 +436,12 @@ class AutoContextRunnable(RunnableSerializable[Any, list[BaseMessage]]):
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> list[BaseMessage]:
         """Compress ``input`` for the next model call of the thread."""
-        return self._call_with_config(self._managed, input, config, **kwargs)
+        # langchain-core passes config= to a function that takes it (its annotation omits that)
+        return self._call_with_config(self._managed, input, config, **kwargs)  # type: ignore[arg-type]
 
     async def ainvoke(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> list[BaseMessage]:
         """Async twin of :meth:`invoke`."""
-        return await self._acall_with_config(self._amanaged, input, config, **kwargs)
+        # langchain-core passes config= to a function that takes it (its annotation omits that)
+        return await self._acall_with_config(self._amanaged, input, config, **kwargs)  # type: ignore[arg-type]

@@ -51,7 +51,8 @@ from langchain.agents.middleware.types import (
     PrivateStateAttr,
     hook_config,
 )
-from langchain_core.messages import AIMessage, BaseMessage, SystemMessage
+from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, SystemMessage
+from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 from typing_extensions import Unpack
@@ -116,7 +117,7 @@ def _ac_state(state: AgentState[Any]) -> dict[str, Any] | None:
     return state_in(cast("AutoContextMiddlewareState", state))  # type: ignore[return-value]
 
 
-def _run_config(runtime: Runtime[Any] | None) -> dict[str, Any]:
+def _run_config(runtime: Runtime[Any] | None) -> RunnableConfig:
     """The run's thread as a config (``{"configurable": {"thread_id": …}}`` or empty)."""
     info = getattr(runtime, "execution_info", None)
     value = getattr(info, "thread_id", None)
@@ -125,14 +126,14 @@ def _run_config(runtime: Runtime[Any] | None) -> dict[str, Any]:
     try:
         from langgraph.config import get_config
 
-        return dict(get_config())
+        return get_config().copy()
     except RuntimeError:  # outside a runnable context
         return {}
 
 
 def _thread_id(runtime: Runtime[Any] | None, ac_state: Any = None) -> str:
     """The run's thread: its ``thread_id``, else the per-run thread in the state."""
-    return thread_id_of(_run_config(runtime), ac_state)  # type: ignore[arg-type]
+    return thread_id_of(_run_config(runtime), ac_state)
 
 
 def _format_tools(fmt: Any) -> list[Any]:
@@ -392,9 +393,7 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     def _thread(runtime: Runtime[Any], state: Any) -> tuple[str, dict[str, Any] | None]:
         """The run's thread, and the state to persist when a run without ``thread_id``
         got a thread of its own (:func:`~langchain_autocontext.engine.run_thread`)."""
-        return run_thread(  # type: ignore[arg-type]
-            _run_config(runtime), _ac_state(state), state.get("messages")
-        )
+        return run_thread(_run_config(runtime), _ac_state(state), state.get("messages"))
 
     @staticmethod
     def _compressed(
@@ -449,7 +448,7 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     def _view_request(
         self, request: ModelRequest[Any], call: ModelCall, system: SystemMessage | None
     ) -> ModelRequest[Any]:
-        view = list(call.messages)
+        view = cast("list[AnyMessage]", list(call.messages))  # each is one of AnyMessage's
         tools = self._sent_tools(request, call.engaged)  # as the view shows the package
         if view and isinstance(view[0], SystemMessage):
             first = view[0]
@@ -662,7 +661,7 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         this call fitted its view, the working messages the view was made of followed by
         the reply (``create_agent`` applies the reply first, then this command)."""
         if not state and kept is None:
-            return response  # type: ignore[no-any-return]
+            return response
         if isinstance(response, AIMessage):
             response = ModelResponse(result=[response])
         update: dict[str, Any] = {"autocontext": state} if state else {}
