@@ -268,13 +268,13 @@ class BM25Index:
                 else Counter(tokenize(context, self.language))
             )
             for term in around.keys() - own.keys():
-                tf = weight * around[term]
-                length += tf
+                ctf = weight * around[term]
+                length += ctf
                 posting = postings.get(term)
                 if posting is None:
-                    postings[term] = [doc, tf]
+                    postings[term] = [doc, ctf]
                 else:
-                    posting += (doc, tf)
+                    posting += (doc, ctf)
         self.keys.append(key)
         self.lengths.append(length)
         self.total_length += length
@@ -295,7 +295,7 @@ class BM25Index:
                 continue
             df = len(posting) // 2
             idf = math.log(1.0 + (n - df + 0.5) / (df + 0.5))
-            flat = iter(posting)
+            flat: Iterator[Any] = iter(posting)  # doc (an int), tf, doc, tf, ...
             for doc, tf in zip(flat, flat, strict=True):
                 norm = tf + k1 * (1 - b + b * lengths[doc] / avg)
                 out[doc] = out.get(doc, 0.0) + idf * tf * (k1 + 1) / norm
@@ -663,7 +663,8 @@ def _doc_of_item(value: dict[str, Any]) -> _Doc:
     dumped = value.get("message")
     data = dumped.get("data") if isinstance(dumped, dict) else None
     text = value.get("text")
-    if not isinstance(data, dict) or not isinstance(text, str):  # not as written here
+    if not isinstance(dumped, dict) or not isinstance(data, dict) or not isinstance(text, str):
+        # not as written here
         return _doc_of_message(load_message(revive(dumped)))
     kind = str(dumped.get("type") or value.get("type") or "")
     name = data.get("name")
@@ -1218,12 +1219,12 @@ async def asearch_history(
         keep = filters.matcher(index) if filters else None
     semantic: list[str] = []
     if store.index_config and query:
-        items = await store.asearch(
+        hits = await store.asearch(
             store.namespace(thread_id, "history"),
             query=query,
             limit=_semantic_limit(limit, filters),
         )
-        semantic = [it.key for it in items]
+        semantic = [it.key for it in hits]
     with index.lock:
         ranked = _rank(index, query, limit, semantic, frozenset(exclude), keep)
         return _hits(index, ranked, query, working)
