@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from langchain_autocontext.errors import InvalidConfigError
 
@@ -69,7 +69,7 @@ class ModelWindow:
         )
 
 
-def _count(value: Any) -> bool:
+def _count(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
@@ -182,7 +182,7 @@ class BudgetSpec:
     @staticmethod
     def _triggers(trigger: Any) -> tuple[tuple[str, int | float], ...]:
         if isinstance(trigger, tuple) and trigger and isinstance(trigger[0], str):
-            pairs = (_pair(trigger, "trigger"),)
+            pairs: tuple[tuple[str, int | float], ...] = (_pair(trigger, "trigger"),)
         elif isinstance(trigger, Sequence) and not isinstance(trigger, str) and trigger:
             pairs = tuple(_pair(item, "trigger") for item in trigger)
         else:

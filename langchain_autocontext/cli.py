@@ -147,7 +147,7 @@ def _add_config_options(parser: argparse.ArgumentParser) -> None:
             group.add_argument(*flags, action=argparse.BooleanOptionalAction, **kwargs)
             continue
         if annotation in (int, float):
-            number = _int if annotation is int else _float
+            number: Callable[[str], Any] = _int if annotation is int else _float
             if annotation is not info.annotation and info.default is None:
                 number = _or_none(number)  # "None" in the description: the default
             kwargs.update(type=number, metavar="N" if annotation is int else "X")

@@ -120,11 +120,11 @@ def protected_reasons(
     if messages and isinstance(messages[0], SystemMessage) and messages[0].id:
         reasons[messages[0].id] = "it is the system message"
     lu = latest_user_index(messages)
-    if lu is not None and messages[lu].id:
-        reasons[messages[lu].id] = "it is the latest user message, the request you are working on"
+    if lu is not None and (lu_id := messages[lu].id):
+        reasons[lu_id] = "it is the latest user message, the request you are working on"
     pc = pending_call_index(messages)
-    if pc is not None and messages[pc].id:
-        reasons[messages[pc].id] = "it makes a tool call that has no result yet"
+    if pc is not None and (pc_id := messages[pc].id):
+        reasons[pc_id] = "it makes a tool call that has no result yet"
     if issuing_id:
         reasons[issuing_id] = "it is the message that issued this edit"
     return reasons

@@ -63,16 +63,20 @@ def is_context_overflow(error: BaseException) -> bool:
     length" …); never a rate limit (HTTP 429, "throttling", "please wait"), even one
     that speaks of too many tokens.
     """
+    overflow_types: tuple[type[BaseException], ...] = ()
     try:
         from langchain_core.exceptions import ContextOverflowError
+
+        overflow_types = (ContextOverflowError,)
     except ImportError:  # an older langchain-core
-        ContextOverflowError = ()  # type: ignore[assignment,misc]
-    if ContextOverflowError and isinstance(error, ContextOverflowError):
+        pass
+    if isinstance(error, overflow_types):
         return True
     code = getattr(error, "code", None)
     body = getattr(error, "body", None)
     if isinstance(body, dict):
-        inner = body.get("error") if isinstance(body.get("error"), dict) else body
+        nested = body.get("error")
+        inner = nested if isinstance(nested, dict) else body
         code = code or inner.get("code") or inner.get("type")
     if code == "context_length_exceeded":
         return True

@@ -250,7 +250,7 @@ _UNSHOWN_BLOCKS = (
 def tool_call_ids(message: BaseMessage) -> list[str]:
     """Ids of the tool calls an AI message makes (empty for other messages)."""
     if isinstance(message, AIMessage):
-        return [tc["id"] for tc in message.tool_calls if tc.get("id")]
+        return [cid for tc in message.tool_calls if (cid := tc.get("id"))]
     return []
 
 
@@ -339,7 +339,7 @@ def open_loop_index(messages: Sequence[BaseMessage]) -> int | None:
     i = len(messages) - 1
     while i >= 0 and isinstance(messages[i], ToolMessage):
         i -= 1
-    if i >= 0 and isinstance(messages[i], AIMessage) and messages[i].tool_calls:
+    if i >= 0 and isinstance(m := messages[i], AIMessage) and m.tool_calls:
         return i
     return None
 

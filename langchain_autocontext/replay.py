@@ -848,7 +848,7 @@ class _Run:
         # as the engine archives them: a repeated id given a fresh one, text no store
         # takes (a lone surrogate, a NUL) cleaned; not a loss, so not reported as one
         archived = ensure_ids([sanitize_message(m) for m in originals])
-        recoverable = sum(1 for m in archived if _same(stored.get(m.id), m))
+        recoverable = sum(1 for m in archived if m.id and _same(stored.get(m.id), m))
         reloadable = 0
         for event in (e for c in self.calls for e in c.events):
             for oid in event.get("offload_ids") or ():

@@ -800,7 +800,9 @@ class TokenCounter:
                 f"the token counter {self._fn_label} returned {value!r}: a number of tokens "
                 "is never negative"
             )
-        return int(value)
+        # numbers.Real declares no __int__, but every concrete one (float, Fraction,
+        # Decimal, numpy's scalars) has it, and numpy's float32 has no __trunc__
+        return int(value)  # type: ignore[call-overload]
 
     def _fall_back(self, exc: Exception) -> None:
         """A chat model's counter failed: switch to tiktoken for good (warned once)."""

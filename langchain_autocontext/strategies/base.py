@@ -103,9 +103,9 @@ def _cut(text: str, chars: int, keep: str) -> tuple[str, str]:
     if "\n" in cut[-len(cut) // 4 :]:
         return cut.rsplit("\n", 1)[0], "\n"  # end at a whole line
     if not text[chars : chars + 1].isspace() and not cut[-1:].isspace():
-        space = max(cut.rfind(" "), cut.rfind("\t"))
-        if space > 0:
-            return cut[:space].rstrip(), " "
+        at = max(cut.rfind(" "), cut.rfind("\t"))
+        if at > 0:
+            return cut[:at].rstrip(), " "
     return cut.rstrip(), " "
 
 
