@@ -258,9 +258,13 @@ def hook_update(
     """The pre-model hook's state update: the model's view in ``llm_input_messages``,
     the compressed messages when they changed, and the package's state when it did."""
     call = engine.prepare_model_call(result.messages, state=ac_state)
-    update: dict[str, Any] = {"llm_input_messages": call.messages}
+    update: dict[str, Any] = {}
     if result.changed:
+        # first: ``stream_mode="messages"`` emits each id once, the first it finds in
+        # the update, so a new summary streams as the state keeps it, not as the view's
+        # tagged copy of it
         update["messages"] = [remove_all(), *result.messages]
+    update["llm_input_messages"] = call.messages
     if call.state_update or new_state:
         update["autocontext"] = call.state_update or dict(ac_state or {})
     return update

@@ -118,6 +118,39 @@ async def test_async_messages_stream_has_agent_tokens_not_summarizer_tokens(kind
     check_messages_stream(surface, items)
 
 
+def test_a_summary_streams_as_the_state_keeps_it_not_as_the_view_shows_it() -> None:
+    """With the metadata tags on, the ``pre_model_hook`` streamed each new summary in
+    ``stream_mode="messages"`` as its tagged copy from ``llm_input_messages`` (the view:
+    ``<d1e1 570/1023/>\n[Summary of …``), not as the state keeps it under the same id:
+    LangGraph emits each message id once, the first it finds in the update, and the hook
+    put the view before the compressed messages. A UI that shows the compaction saw the
+    view's tag; the middleware and the node stream the summary clean."""
+    from _builders import SURFACE_CONFIG_KW
+
+    from langchain_autocontext import AutoContextConfig
+
+    config = AutoContextConfig(**{**SURFACE_CONFIG_KW, "metadata_tags": True})
+    surface = build_surface("react", script_model(STEPS), config=config)
+    streamed = []
+    for r in range(ROUNDS):
+        for message, meta in surface.runner.stream(
+            graph_input(surface, r), surface.config, stream_mode="messages"
+        ):
+            kind = (marker(message) or {}).get("kind", "")
+            if meta["langgraph_node"] == "pre_model_hook" and kind.endswith("summary"):
+                streamed.append(message)
+    assert streamed, "no summary was written: the test proves nothing"
+    history = OffloadStore.wrap(surface.store)
+    for message in streamed:
+        assert not re.match(r"<[\w\"-]{4,} \d+/\d+/>", chunk_text(message))
+        stored = history.get_history_message(surface.thread, str(message.id))
+        kept = stored.message if stored is not None else None
+        state = surface.runner.get_state(surface.config).values["messages"]
+        kept = kept or next((m for m in state if m.id == message.id), None)
+        if kept is not None:
+            assert chunk_text(kept) == chunk_text(message)
+
+
 # --- astream_events(version="v2") ---------------------------------------------------------------
 async def collect_events(surface, r: int) -> list[dict[str, Any]]:
     if surface.kind in GRAPHS:
