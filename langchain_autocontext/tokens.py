@@ -10,8 +10,8 @@
 * a ``name`` adds its own tokens plus :data:`TOKENS_PER_NAME` (1);
   ``ToolMessage`` names are not sent by providers and are not counted;
 * list content counts each text block as text, media blocks (image, file,
-  audio, video, document, media) as the fixed estimates of
-  :data:`BLOCK_TOKEN_ESTIMATES`, thinking and reasoning blocks as their readable text
+  audio, video, document, media, a generated image) as the fixed estimates of
+  :data:`BLOCK_TOKEN_ESTIMATES` (media nested in another block too), thinking and reasoning blocks as their readable text
   (signatures, encrypted reasoning and redacted thinking are opaque to the tokenizer
   and not counted), and any other block as its JSON without those opaque fields;
 * each tool call of an ``AIMessage`` costs :data:`TOKENS_PER_TOOL_CALL` plus
@@ -110,6 +110,9 @@ BLOCK_TOKEN_ESTIMATES: dict[str, int] = {
     "video": 85,
     "document": 85,  # Anthropic: PDFs and plain-text documents
     "media": 85,  # Gemini: inline data
+    # OpenAI Responses: an image the built-in tool generated, its base64 in ``result``
+    # (langchain-openai replays it by id)
+    "image_generation_call": 85,
 }
 #: Fields of provider blocks that are opaque to the model's tokenizer (signatures,
 #: encrypted reasoning, redacted thinking): the provider verifies or decrypts them, and
@@ -320,6 +323,29 @@ def _reasoning_text(block: dict[str, Any]) -> str:
     for item in block.get("summary") or []:
         parts.append(item.get("text") if isinstance(item, dict) else item)
     return "\n".join(str(p) for p in parts if p)
+
+
+def _without_media(value: Any) -> tuple[Any, int]:
+    """``value`` (a block counted as its JSON) without the media nested in it, and their
+    estimate: a media block inside it (an image in an Anthropic ``tool_result``) counts
+    :data:`BLOCK_TOKEN_ESTIMATES`, a base64 ``data:`` URL that of an image, never their
+    base64 as text."""
+    if isinstance(value, dict):
+        kind = value.get("type")
+        if isinstance(kind, str) and kind in BLOCK_TOKEN_ESTIMATES:
+            return None, BLOCK_TOKEN_ESTIMATES[kind]
+        out: dict[Any, Any] = {}
+        media = 0
+        for k, v in value.items():
+            out[k], n = _without_media(v)
+            media += n
+        return out, media
+    if isinstance(value, list):
+        items = [_without_media(v) for v in value]
+        return [v for v, _ in items], sum(n for _, n in items)
+    if isinstance(value, str) and value.startswith("data:") and ";base64," in value[:100]:
+        return "", BLOCK_TOKEN_ESTIMATES["image"]
+    return value, 0
 
 
 def _json(value: Any) -> str:
@@ -661,8 +687,13 @@ class TokenCounter:
                     continue
                 elif kind in REASONING_BLOCK_TYPES:
                     total += tok(_reasoning_text(block))
+                elif kind == "non_standard" and isinstance(block.get("value"), dict):
+                    total += self._blocks_tokens([block["value"]], has_calls)  # as unwrapped
                 else:
-                    total += tok(_json({k: v for k, v in block.items() if k not in _OPAQUE_FIELDS}))
+                    rest, media = _without_media(
+                        {k: v for k, v in block.items() if k not in _OPAQUE_FIELDS}
+                    )
+                    total += tok(_json(rest)) + media
             else:
                 total += tok(str(block))
         return total

@@ -277,6 +277,51 @@ def test_opaque_reasoning_and_documents_are_not_counted_as_text(enc: tiktoken.En
     assert counter.count_message(media) == 3 + t(enc, "user") + 85
 
 
+def test_generated_and_nested_images_count_as_media_not_base64(enc: tiktoken.Encoding) -> None:
+    """Base64 is never counted as text, wherever the image sits: an image OpenAI's
+    image-generation tool returned (langchain-openai writes it into the reply as an
+    ``image_generation_call`` block, its base64 in ``result``), an image inside an
+    Anthropic ``tool_result`` block, a ``data:`` URL inside another block, a provider
+    block LangChain wrapped as ``non_standard``. A 1 MB image used to count as ~350,000
+    tokens of text, and the reply that carried it as far over any budget."""
+    counter = TokenCounter()
+    b64 = "iVBORw0KGgo" * 100_000
+    generated = AIMessage(
+        [
+            {
+                "type": "image_generation_call",
+                "id": "ig_1",
+                "status": "completed",
+                "result": b64,
+            },
+            {"type": "text", "text": "Here is the cat."},
+        ]
+    )
+    assert (
+        counter.count_message(generated)
+        == 3
+        + t(enc, "assistant")
+        + t(enc, "Here is the cat.")
+        + BLOCK_TOKEN_ESTIMATES["image_generation_call"]
+    )
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": b64}}
+    nested = HumanMessage([{"type": "tool_result", "tool_use_id": "toolu_1", "content": [image]}])
+    assert counter.count_message(nested) == (
+        3
+        + t(enc, "user")
+        + t(enc, json.dumps({"type": "tool_result", "tool_use_id": "toolu_1", "content": [None]}))
+        + BLOCK_TOKEN_ESTIMATES["image"]
+    )
+    url = {"type": "custom_image", "url": "data:image/png;base64," + b64}
+    assert counter.count_message(HumanMessage([url])) == (
+        3 + t(enc, "user") + t(enc, json.dumps({"type": "custom_image", "url": ""})) + 85
+    )
+    wrapped = HumanMessage(
+        [{"type": "non_standard", "value": {"type": "document", "source": image}}]
+    )
+    assert counter.count_message(wrapped) == 3 + t(enc, "user") + BLOCK_TOKEN_ESTIMATES["document"]
+
+
 def test_tool_calls_and_tool_messages(enc: tiktoken.Encoding) -> None:
     counter = TokenCounter()
     args = {"path": "/src/main.py", "query": "naïve", "limit": 10}
