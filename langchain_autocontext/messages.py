@@ -62,6 +62,7 @@ __all__ = [
     "result_tool_name",
     "round_starts",
     "sanitize_message",
+    "sent_calls",
     "text_of",
     "tool_call_ids",
     "tool_call_names",
@@ -247,23 +248,24 @@ _UNSHOWN_BLOCKS = (
 )
 
 
+def sent_calls(message: BaseMessage) -> list[Any]:
+    """An AI message's ``tool_calls`` and ``invalid_tool_calls``: providers are sent both
+    (langchain-openai, langchain-anthropic), each needing a result (create_agent's: an error)."""
+    return (
+        [*message.tool_calls, *message.invalid_tool_calls] if isinstance(message, AIMessage) else []
+    )
+
+
 def tool_call_ids(message: BaseMessage) -> list[str]:
-    """Ids of the tool calls an AI message makes (empty for other messages)."""
-    if isinstance(message, AIMessage):
-        return [cid for tc in message.tool_calls if (cid := tc.get("id"))]
-    return []
+    """Ids of the tool calls an AI message makes (:func:`sent_calls`)."""
+    return [cid for tc in sent_calls(message) if (cid := tc.get("id"))]
 
 
 def tool_call_names(messages: Sequence[BaseMessage]) -> dict[str, str]:
     """The tool each call id of ``messages``' assistant turns calls."""
-    names: dict[str, str] = {}
-    for m in messages:
-        if isinstance(m, AIMessage):
-            for tc in m.tool_calls:
-                call_id = tc.get("id")
-                if call_id:
-                    names[call_id] = tc.get("name", "?")
-    return names
+    return {
+        tc["id"]: tc.get("name") or "?" for m in messages for tc in sent_calls(m) if tc.get("id")
+    }
 
 
 def result_tool_name(message: ToolMessage, names: Mapping[str, str]) -> str:
@@ -339,7 +341,7 @@ def open_loop_index(messages: Sequence[BaseMessage]) -> int | None:
     i = len(messages) - 1
     while i >= 0 and isinstance(messages[i], ToolMessage):
         i -= 1
-    if i >= 0 and isinstance(m := messages[i], AIMessage) and m.tool_calls:
+    if i >= 0 and sent_calls(messages[i]):
         return i
     return None
 
@@ -549,7 +551,7 @@ def repair_tool_pairs(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
         if isinstance(m, ToolMessage):
             continue  # placed right after the AI message that called it, or dropped
         out.append(m)
-        calls = m.tool_calls if isinstance(m, AIMessage) else []
+        calls = sent_calls(m)
         answered: set[str] = set()
         for call in calls:
             cid = call.get("id")

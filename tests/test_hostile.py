@@ -224,6 +224,43 @@ def test_misplaced_and_repeated_results_are_reordered_not_lost() -> None:
     assert history_by_id(store, "t")["t1b"].content == "second answer to c1"
 
 
+def test_the_result_of_an_invalid_tool_call_stays_with_its_call() -> None:
+    """A call whose arguments did not parse (``invalid_tool_calls``) is sent to the
+    provider as a call all the same (langchain-openai, langchain-anthropic), and
+    ``create_agent`` answers it with an error result; OpenAI and Anthropic reject the
+    call without it. The repair took that result for an orphan and dropped it, and an
+    offload of the calling message cleared its invalid calls."""
+    ac, store = memory_env()
+    bad = {"name": "bash", "args": '{"cmd": "ls', "id": "bad1", "error": "json"}
+    msgs = [
+        SystemMessage("sys", id="s"),
+        HumanMessage("go", id="u1"),
+        AIMessage(
+            "Listing. " + BIG,  # large: offloaded, its calls kept
+            tool_calls=[{"name": "bash", "args": {"cmd": "pwd"}, "id": "ok1", "type": "tool_call"}],
+            invalid_tool_calls=[{**bad, "type": "invalid_tool_call"}],
+            id="a1",
+        ),
+        ToolMessage("/home", tool_call_id="ok1", id="t1"),
+        ToolMessage(
+            "Error: the arguments are not JSON", tool_call_id="bad1", status="error", id="t2"
+        ),
+        AIMessage(
+            "", invalid_tool_calls=[{**bad, "id": "bad2", "type": "invalid_tool_call"}], id="a2"
+        ),
+        ToolMessage(
+            "Error: the arguments are not JSON", tool_call_id="bad2", status="error", id="t3"
+        ),
+        HumanMessage("and now?", id="u2"),
+    ]
+    res = ac.compress(msgs, thread_id="t")
+    check_sent(ac, store, "t", res.messages)
+    assert res.events, "the large message was not compressed"
+    assert [m.id for m in res.messages] == ["s", "u1", "a1", "t1", "t2", "a2", "t3", "u2"]
+    assert [c["id"] for c in res.messages[2].invalid_tool_calls] == ["bad1"]
+    assert marker(res.messages[2]) is not None
+
+
 def test_repair_is_a_no_op_on_valid_sequences() -> None:
     msgs = [SystemMessage("s", id="s"), HumanMessage("u", id="u"), _call("c", mid="a")]
     msgs.append(ToolMessage("r", tool_call_id="c", id="t"))

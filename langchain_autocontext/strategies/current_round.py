@@ -78,7 +78,11 @@ class CurrentRoundLargeMessages:
                     {**tc, "args": shrink_args(tc["args"], keep, out.note)}
                     for tc in original.tool_calls
                 ]
-                update["invalid_tool_calls"] = []
+                # a call whose arguments did not parse is sent too, and answered: it stays
+                update["invalid_tool_calls"] = [
+                    {**bad, "args": shrink_args(bad.get("args"), keep, out.note)}
+                    for bad in original.invalid_tool_calls
+                ]
             replaced = original.model_copy(update=update)
             return [mark(replaced, KIND_SUMMARIZED, offload_id=out.offload_id)]
 

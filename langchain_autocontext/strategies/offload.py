@@ -13,6 +13,7 @@ from langchain_autocontext.messages import (
     marker,
     message_chars,
     open_loop_index,
+    sent_calls,
     text_of,
 )
 from langchain_autocontext.strategies.base import (
@@ -134,10 +135,9 @@ class LargeMessageOffload:
         chars = message_chars(original)
         tokens = ctx.counter.count_message(original)
         freed = tokens - ctx.counter.count_text(preview) - NOTE_TOKENS
-        if isinstance(original, AIMessage) and original.tool_calls:
-            freed -= ctx.counter.count_text(
-                json.dumps([tc["args"] for tc in original.tool_calls])[:size]
-            )
+        calls = sent_calls(original)
+        if calls:
+            freed -= ctx.counter.count_text(json.dumps([tc["args"] for tc in calls])[:size])
         # the turn the model continues keeps its thinking blocks first (Anthropic rejects
         # that turn without them); older turns may drop them
         lead = leading_blocks(original.content) if i == open_loop_index(ctx.messages) else []
@@ -149,12 +149,16 @@ class LargeMessageOffload:
             text = f"{preview}…\n{note}" if preview else note
             content: Any = [*lead, {"type": "text", "text": text}] if lead else text
             update: dict[str, Any] = {"content": content}
-            if isinstance(original, AIMessage) and original.tool_calls:
+            if calls:
                 update["tool_calls"] = [
                     {**tc, "args": shrink_args(tc["args"], max(size, 32), out.note)}
                     for tc in original.tool_calls
                 ]
-                update["invalid_tool_calls"] = []
+                # a call whose arguments did not parse is sent too, and answered: it stays
+                update["invalid_tool_calls"] = [
+                    {**bad, "args": shrink_args(bad.get("args"), max(size, 32), out.note)}
+                    for bad in original.invalid_tool_calls
+                ]
             replaced = original.model_copy(update=update)
             return [mark(replaced, KIND_OFFLOADED, offload_id=out.offload_id, chars=chars)]
 
