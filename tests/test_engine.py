@@ -608,6 +608,44 @@ def test_the_turn_the_model_continues_keeps_its_thinking_first() -> None:
     assert store.reload("loop", ref).offload_id == marker(final)["offload_id"]
 
 
+def test_the_turn_the_model_continues_keeps_every_thinking_block() -> None:
+    """With interleaved thinking, one Anthropic response can hold several thinking
+    blocks (one more after a server tool's result). The last resort kept only those
+    before the first other block: Anthropic rejects the latest assistant message when a
+    thinking block of it is missing ("cannot be modified")."""
+    first = {"type": "thinking", "thinking": "Search first.", "signature": "Eq" * 40}
+    second = {"type": "redacted_thinking", "data": "Rd" * 40}
+    third = {"type": "thinking", "thinking": "Now write it.", "signature": "Fr" * 40}
+    found = [{"type": "web_search_result", "url": "https://e.x", "title": log_text(500, 3)}]
+    ai = AIMessage(
+        [
+            first,
+            {"type": "server_tool_use", "id": "srv_1", "name": "web_search", "input": {"q": "x"}},
+            {"type": "web_search_tool_result", "tool_use_id": "srv_1", "content": found},
+            second,
+            third,
+            {"type": "text", "text": "Writing the file."},
+            {"type": "tool_use", "id": "toolu_w", "name": "write_file", "input": {"path": "a"}},
+        ],
+        tool_calls=[{"name": "write_file", "args": {"path": "a"}, "id": "toolu_w"}],
+        id="w",
+    )
+    msgs = [
+        SystemMessage("You are a coding agent.", id="sys"),
+        HumanMessage("Fix a.py.", id="u"),
+        ai,
+        ToolMessage("wrote it", tool_call_id="toolu_w", id="t"),
+    ]
+    ac, store = make(AutoContextConfig(max_tokens=3_000))
+    result = ac.compress(msgs, thread_id="loop")
+    final = next(m for m in result.messages if m.id == "w")
+    assert marker(final)["kind"] == "offloaded"
+    assert final.content[:3] == [first, second, third]
+    assert [b["type"] for b in final.content[3:]] == ["text"]
+    assert not find_violations(result.messages)
+    assert store.reload("loop", marker(final)["offload_id"]).messages[0].content == ai.content
+
+
 @pytest.mark.parametrize("value", [-1, "12", None, float("nan")])
 def test_a_counter_answering_a_non_count_is_an_error_naming_it(value: Any) -> None:
     """A counter callable returning -1 was clamped to 0: every message counted nothing

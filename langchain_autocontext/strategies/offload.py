@@ -8,7 +8,7 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolMessage
 
 from langchain_autocontext.messages import (
-    leading_blocks,
+    LEADING_BLOCK_TYPES,
     mark,
     marker,
     message_chars,
@@ -138,9 +138,16 @@ class LargeMessageOffload:
         calls = sent_calls(original)
         if calls:
             freed -= ctx.counter.count_text(json.dumps([tc["args"] for tc in calls])[:size])
-        # the turn the model continues keeps its thinking blocks first (Anthropic rejects
-        # that turn without them); older turns may drop them
-        lead = leading_blocks(original.content) if i == open_loop_index(ctx.messages) else []
+        # the turn the model continues keeps its thinking blocks, every one in order and
+        # first (Anthropic rejects that turn when it does not start with them or one of
+        # them is missing: interleaved thinking puts more after a server tool's result);
+        # older turns may drop them
+        blocks = original.content
+        lead = (
+            [b for b in blocks if isinstance(b, dict) and b.get("type") in LEADING_BLOCK_TYPES]
+            if i == open_loop_index(ctx.messages) and not isinstance(blocks, str)
+            else []
+        )
         if lead:
             freed -= ctx.counter.count_text(json.dumps(lead))
 
