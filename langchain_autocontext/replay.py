@@ -193,6 +193,16 @@ def _block_text(content: Any) -> str:
     return "" if content is None else str(content)
 
 
+def _result_content(content: Any) -> Any:
+    """A ``tool_result``'s content as a tool message holds it: its text, or its blocks
+    when it has more than text (a screenshot's image stays an image, counted as one)."""
+    if isinstance(content, list) and any(
+        isinstance(b, dict) and b.get("type") not in (None, "text") for b in content
+    ):
+        return content
+    return _block_text(content)
+
+
 def _from_anthropic(raw: Any) -> list[Any]:
     """An Anthropic Messages API message as the chat messages it stands for: an
     assistant turn's ``tool_use`` blocks become its tool calls, a user turn's
@@ -222,7 +232,8 @@ def _from_anthropic(raw: Any) -> list[Any]:
             {
                 "role": "tool",
                 "tool_call_id": b.get("tool_use_id"),
-                "content": _block_text(b.get("content")),
+                "content": _result_content(b.get("content")),
+                **({"status": "error"} if b.get("is_error") else {}),
             }
             for b in blocks
             if kind(b) == "tool_result"
