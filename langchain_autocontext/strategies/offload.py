@@ -156,7 +156,7 @@ class LargeMessageOffload:
             text = f"{preview}…\n{note}" if preview else note
             content: Any = [*lead, {"type": "text", "text": text}] if lead else text
             update: dict[str, Any] = {"content": content}
-            if calls:
+            if calls and isinstance(original, AIMessage):
                 update["tool_calls"] = [
                     {**tc, "args": shrink_args(tc["args"], max(size, 32), out.note)}
                     for tc in original.tool_calls
