@@ -36,7 +36,6 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-import uuid
 import weakref
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
@@ -53,6 +52,7 @@ from langchain.agents.middleware.types import (
 )
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, SystemMessage
 from langchain_core.runnables import RunnableConfig
+from langgraph.graph.message import add_messages
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 from typing_extensions import Unpack
@@ -69,7 +69,7 @@ from langchain_autocontext.engine import (
 )
 from langchain_autocontext.errors import ContextBudgetError, is_context_overflow
 from langchain_autocontext.history import surface_namespace
-from langchain_autocontext.messages import dump_message, load_message, remove_all
+from langchain_autocontext.messages import dump_message, ensure_ids, load_message, remove_all
 from langchain_autocontext.store import OffloadStore, on_thread_deleted, running_agent
 from langchain_autocontext.tools import attach_tools
 from langchain_autocontext.view import state_in
@@ -259,6 +259,10 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         # thread id (and agent name, see _keys) -> the request shape last seen or loaded
         # for it (bounded)
         self._shapes: OrderedDict[str, _RequestShape] = OrderedDict()
+        # cache key -> a view fitted in the model call, for after_model (see _hold)
+        self._fitted: OrderedDict[str, tuple[list[BaseMessage], frozenset[Any], frozenset[Any]]] = (
+            OrderedDict()
+        )
         self._last: tuple[Any, tuple[Any, ...], Any, _RequestShape] | None = None
         #: the last response format seen and the tools it adds (built once per format)
         self._format: tuple[Any, list[Any]] = (None, [])
@@ -285,6 +289,8 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         with self._lock:
             gone = [k for k in self._shapes if k == thread_id or k.startswith(f"{thread_id}\n")]
             dropped = {id(self._shapes.pop(k)) for k in gone}
+            for k in [k for k in self._fitted if k == thread_id or k.startswith(f"{thread_id}\n")]:
+                del self._fitted[k]
             if self._last is not None and id(self._last[3]) in dropped:
                 self._last = None
 
@@ -478,7 +484,7 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         except ContextBudgetError:
             # before_model ran without this request's system prompt/tools (the first call
             # of a process, or another middleware changed them): fit this call's view;
-            # the fitted messages reach the state with the reply (see _respond).
+            # the fitted messages reach the state in after_model (see _hold).
             return None, msgs, system
         scales = token_scale(ac_state) * window_scale(ac_state)
         if scales > 1.0 and call.tokens > self.autocontext.config.max_tokens / scales:
@@ -520,7 +526,8 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
                 if not is_context_overflow(again):
                     raise
                 raise self._overflow_error(again, call) from again
-        return self._finish(response, call, ac_state, thread_id, persist, kept)
+        self._hold(thread_id, kept, msgs, request)
+        return self._finish(response, call, ac_state, thread_id, persist)
 
     async def awrap_model_call(
         self,
@@ -551,7 +558,8 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
                 if not is_context_overflow(again):
                     raise
                 raise self._overflow_error(again, call) from again
-        return await self._afinish(response, call, ac_state, thread_id, persist, kept)
+        self._hold(thread_id, kept, msgs, request)
+        return await self._afinish(response, call, ac_state, thread_id, persist)
 
     # --- fitting, overflow and calibration ---------------------------------------------------
     def _store(self) -> Any:
@@ -562,8 +570,9 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     ) -> tuple[ModelCall, list[BaseMessage] | None]:
         """This call's view, compressed to the budget (``force``: below the trigger),
         and the working messages it was made of when compressing changed them (the
-        state takes them with the reply: the ids the view's tags show must name in the
-        state what they name in the view, for the tools and commands of this turn).
+        state takes them in ``after_model``, see :meth:`_hold`: the ids the view's tags
+        show must name in the state what they name in the view, for the tools and
+        commands of this turn).
         Compressing shows the package, so its tools are counted with the request's."""
         tools = self._counted_tools(request, list(request.tools))
         fitted = self.autocontext.compress(
@@ -632,12 +641,11 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         ac_state: Any,
         thread_id: str,
         persist: Any,
-        kept: list[BaseMessage] | None = None,
     ) -> ModelResponse | AIMessage | ExtendedModelResponse:
         state, event = self._calibrated(response, call, ac_state, persist)
         if event is not None:
             self._store().record_event(thread_id, event)
-        return self._respond(response, state, kept)
+        return self._respond(response, state)
 
     async def _afinish(
         self,
@@ -646,31 +654,88 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         ac_state: Any,
         thread_id: str,
         persist: Any,
-        kept: list[BaseMessage] | None = None,
     ) -> ModelResponse | AIMessage | ExtendedModelResponse:
         state, event = self._calibrated(response, call, ac_state, persist)
         if event is not None:
             await self._store().arecord_event(thread_id, event)
-        return self._respond(response, state, kept)
+        return self._respond(response, state)
 
     @staticmethod
     def _respond(
-        response: Any, state: dict[str, Any] | None, kept: list[BaseMessage] | None = None
+        response: Any, state: dict[str, Any] | None
     ) -> ModelResponse | AIMessage | ExtendedModelResponse:
-        """The response, with a command that persists the package's ``state`` and, when
-        this call fitted its view, the working messages the view was made of followed by
-        the reply (``create_agent`` applies the reply first, then this command)."""
-        if not state and kept is None:
+        """The response, with a command that persists the package's ``state``."""
+        if not state:
             return response
         if isinstance(response, AIMessage):
             response = ModelResponse(result=[response])
-        update: dict[str, Any] = {"autocontext": state} if state else {}
-        if kept is not None:
-            for m in response.result:
-                if m.id is None:  # one id in both writes, or the reply would appear twice
-                    m.id = f"lc_{uuid.uuid4()}"
-            update["messages"] = [remove_all(), *kept, *response.result]
+        update: dict[str, Any] = {"autocontext": state}
         return ExtendedModelResponse(model_response=response, command=Command(update=update))
+
+    # --- a view fitted in the call reaches the state in after_model -------------------------
+    def _hold(
+        self,
+        thread_id: str,
+        kept: list[BaseMessage] | None,
+        msgs: list[BaseMessage],
+        request: ModelRequest[Any],
+    ) -> None:
+        """Keep the working messages of a view fitted in this call (``kept``) for
+        :meth:`after_model` to write to the state, with the ids the request sent (``msgs``)
+        and those the state held; a call that fitted nothing drops what an earlier one
+        left.
+
+        Not in this call's command: ``create_agent`` applies the reply the *outermost*
+        ``wrap_model_call`` returns, then the commands, so a command carrying the fitted
+        messages must repeat the reply, and would put back the reply as this middleware
+        received it, undoing what an outer middleware changed in it."""
+        cache_key, _ = self._keys(thread_id)
+        with self._lock:
+            self._fitted.pop(cache_key, None)
+            if kept is None:
+                return
+            sent = frozenset(m.id for m in ensure_ids(msgs) if m.id != _SYSTEM_STANDIN_ID)
+            held = frozenset(m.id for m in (request.state or {}).get("messages") or ())
+            self._fitted[cache_key] = (kept, sent, held)
+            while len(self._fitted) > _MAX_THREADS:
+                self._fitted.popitem(last=False)
+
+    def _refit(
+        self, messages: Sequence[BaseMessage], thread_id: str
+    ) -> tuple[list[BaseMessage], bool]:
+        """The state's messages with a view fitted in the last model call applied (the
+        fitted working messages, then what the model node added: the reply as the outer
+        middlewares left it), and whether they differ from the state's.
+
+        A message the request carried but the state never held (another middleware's
+        request-only addition, a retrieved document) is not written to the state; when
+        another middleware hid state messages from the request, the fit is not applied
+        (those messages would be lost) and the next ``before_model`` compresses."""
+        cache_key, _ = self._keys(thread_id)
+        with self._lock:
+            fitted = self._fitted.pop(cache_key, None)
+        if fitted is None:
+            return list(messages), False
+        kept, sent, held = fitted
+        if not held <= sent:
+            return list(messages), False
+        now = {m.id for m in messages}
+        working = [m for m in kept if m.id in now or m.id not in sent]
+        ids = {m.id for m in working}
+        added = [m for m in messages if m.id not in held and m.id not in sent and m.id not in ids]
+        return [*working, *added], True
+
+    @staticmethod
+    def _rewritten(
+        update: dict[str, Any], messages: list[BaseMessage], refit: bool
+    ) -> dict[str, Any]:
+        """``update`` (relative to ``messages``) writing ``messages`` whole when ``refit``."""
+        if not refit:
+            return update
+        ops = update.get("messages")
+        # add_messages is annotated with an invariant list of message-likes
+        final = add_messages(messages, ops) if ops else messages  # type: ignore[arg-type]
+        return {**update, "messages": [remove_all(), *final]}
 
     # --- after_model: the model's reply ------------------------------------------------------
     @staticmethod
@@ -684,27 +749,32 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
 
     @hook_config(can_jump_to=["model"])
     def after_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
-        """Strip tags the model copied into its reply; apply its XML commands when enabled."""
+        """Strip tags the model copied into its reply; apply its XML commands when enabled.
+        A view fitted in the model call reaches the state first (see :meth:`_hold`)."""
+        thread_id = _thread_id(runtime, _ac_state(state))
+        messages, refit = self._refit(state["messages"], thread_id)
         update = self.autocontext.after_model_call(
-            state["messages"],
+            messages,
             state=_ac_state(state),
-            thread_id=_thread_id(runtime, _ac_state(state)),
+            thread_id=thread_id,
             archive_reply=False,  # after the other after_model hooks: see after_agent
         )
-        return self._after(update)
+        return self._after(self._rewritten(update, messages, refit))
 
     @hook_config(can_jump_to=["model"])
     async def aafter_model(
         self, state: AgentState[Any], runtime: Runtime[Any]
     ) -> dict[str, Any] | None:
         """Async twin of :meth:`after_model`."""
+        thread_id = _thread_id(runtime, _ac_state(state))
+        messages, refit = self._refit(state["messages"], thread_id)
         update = await self.autocontext.aafter_model_call(
-            state["messages"],
+            messages,
             state=_ac_state(state),
-            thread_id=_thread_id(runtime, _ac_state(state)),
+            thread_id=thread_id,
             archive_reply=False,  # after the other after_model hooks: see after_agent
         )
-        return self._after(update)
+        return self._after(self._rewritten(update, messages, refit))
 
     # --- after_agent: the run's last messages reach the history -------------------------------
     def after_agent(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:

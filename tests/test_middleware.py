@@ -828,7 +828,7 @@ def test_after_a_fit_the_ids_the_view_shows_name_the_same_messages_in_the_state(
     too long) was not written to the state: an early answer W, summarized out of the
     view, still stood in the state, where the short id the view showed for a later
     answer X named W. The model's delete_message of X deleted W (self-management
-    audit). The state now takes the fitted messages with the reply."""
+    audit). The state now takes the fitted messages (in after_model, before the tools)."""
     import asyncio
     import re
 
@@ -900,3 +900,96 @@ def test_a_deleted_thread_forgets_its_request_shape_and_records_it_again_on_reus
     record = store.get(ns, "model_request")
     assert record is not None
     assert record.value["system"]["data"]["content"] == "Private profile of user 1."
+
+
+# --- a view fitted in the call, with other middlewares around ours -----------------------------------
+def _fit_setup() -> tuple[AutoContext, list[BaseMessage], str]:
+    """A first call that must be fitted in wrap_model_call (before_model could not count
+    the large system prompt), as in the test of the fallback above."""
+    cfg = CFG.model_copy(update={"token_ratio": 0.75, "target_ratio": 0.7})
+    system = "You follow these rules.\n" + log_text(110, 7)
+    history: list[BaseMessage] = [HumanMessage("start", id="u0")]
+    for k in range(GROUPS):
+        history.append(
+            call("sh", {"command": f"make {k}", "lines": 5}, k).model_copy(update={"id": f"a{k}"})
+        )
+        history.append(ToolMessage(log_text(11, k), tool_call_id=f"c{k}", id=f"t{k}"))
+    return AutoContext(cfg), history, system
+
+
+def _chars(messages: list[BaseMessage]) -> int:
+    return sum(len(text_of(m)) for m in messages)
+
+
+@pytest.mark.parametrize("run_async", [False, True])
+async def test_an_outer_middlewares_change_to_the_reply_survives_a_fitted_view(
+    run_async: bool,
+) -> None:
+    """A middleware listed before ours (the documented order) that rewrites the reply:
+    when our wrap_model_call fitted the view, its command wrote the fitted messages and
+    the reply as *it* received it, after the reply the outer middleware returned, so the
+    state lost the outer middleware's change."""
+    from langchain.agents.middleware import AgentMiddleware, ModelResponse
+
+    def checked(response: ModelResponse) -> ModelResponse:
+        result = [
+            m.model_copy(update={"content": f"{m.content} [checked]"})
+            if isinstance(m, AIMessage)
+            else m
+            for m in response.result
+        ]
+        return ModelResponse(result=result, structured_response=response.structured_response)
+
+    class Stamp(AgentMiddleware):
+        def wrap_model_call(self, request, handler):
+            return checked(handler(request))
+
+        async def awrap_model_call(self, request, handler):
+            return checked(await handler(request))
+
+    stamp = Stamp()
+
+    ac, history, system = _fit_setup()
+    model = ReplyModel(reply=lambda m, n: AIMessage("finished"))
+    graph = agent(model, ac, system=system, extra=[stamp])
+    run = {"messages": history}
+    out = await graph.ainvoke(run, THREAD) if run_async else graph.invoke(run, THREAD)
+    assert _chars(out["messages"][:-1]) < _chars(history)  # the fitted view reached the state
+    assert out["messages"][-1].content == "finished [checked]"
+    assert [m for m in out["messages"] if m.content == "finished"] == []
+    assert not find_violations(out["messages"])
+    assert_fits(model, ac)
+
+
+@pytest.mark.parametrize("run_async", [False, True])
+async def test_a_request_only_message_of_an_outer_middleware_stays_out_of_the_state(
+    run_async: bool,
+) -> None:
+    """A middleware before ours adds a message to the request only (retrieved documents):
+    a view fitted in the call was written to the state whole, that message included, so
+    it stayed in the conversation for good (and was sent again beside the next copy)."""
+    from langchain.agents.middleware import AgentMiddleware
+
+    def with_docs(request):
+        docs = HumanMessage("Retrieved: the build uses make.")
+        return request.override(messages=[*request.messages, docs])
+
+    class Retrieve(AgentMiddleware):
+        def wrap_model_call(self, request, handler):
+            return handler(with_docs(request))
+
+        async def awrap_model_call(self, request, handler):
+            return await handler(with_docs(request))
+
+    retrieve = Retrieve()
+
+    ac, history, system = _fit_setup()
+    model = ReplyModel(reply=lambda m, n: AIMessage("finished"))
+    graph = agent(model, ac, system=system, extra=[retrieve])
+    run = {"messages": history}
+    out = await graph.ainvoke(run, THREAD) if run_async else graph.invoke(run, THREAD)
+    assert any("Retrieved:" in text_of(m) for m in model.seen[0])
+    assert _chars(out["messages"][:-1]) < _chars(history)  # the fitted view reached the state
+    assert not any("Retrieved:" in text_of(m) for m in out["messages"])
+    assert out["messages"][-1].content == "finished"
+    assert not find_violations(out["messages"])
