@@ -500,9 +500,10 @@ class ContextEngine:
             warnings.warn(
                 "langchain-autocontext: this AutoContext takes its budget from the model of "
                 "each call, and models with different context windows alternate (two agents "
-                "sharing it?): each call may be compressed to the other model's budget. Give "
-                "each agent its own AutoContext (they can share the store), or pass "
-                "max_tokens=….",
+                "sharing it, or a ModelFallbackMiddleware/dynamic model switching models?): "
+                "each call may be compressed to the other model's budget. Give each agent its "
+                "own AutoContext (they can share the store); for one agent with several "
+                "models, pass max_tokens=… (the smallest window).",
                 UserWarning,
                 stacklevel=2,
             )

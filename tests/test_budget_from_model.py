@@ -392,6 +392,34 @@ def test_models_of_two_windows_alternating_on_one_instance_are_warned_about() ->
     assert ac.config.max_tokens > 64_000  # the budget still follows the call's model
 
 
+def test_a_fallback_model_of_another_window_fits_its_window_and_the_warning_says_so() -> None:
+    """ModelFallbackMiddleware before ours (the documented order), the primary down: each
+    call goes to the primary's window, then to the fallback's. What the fallback gets
+    fits its own budget; the warning about alternating windows used to guess "two agents
+    sharing it?" only, for one agent using LangChain's own fallback."""
+    from langchain.agents.middleware import ModelFallbackMiddleware
+
+    class Down(WindowModel):
+        def _generate(self, messages, stop=None, run_manager=None, **kwargs):
+            raise RuntimeError("503 service unavailable")
+
+    primary = Down(messages=iter(()), profile={"max_input_tokens": 64_000})
+    fallback = windowed(steps=12, lines=30, max_input_tokens=6_000)
+    ac = AutoContext()
+    graph = agent(primary, ac.middleware(), ModelFallbackMiddleware(fallback))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = graph.invoke({"messages": [HumanMessage("go")]}, THREAD)
+    assert out["messages"][-1].content == "done after 12 calls"
+    ac.use_model(fallback)  # the fallback's budget (the last call's already)
+    assert all(
+        ac.counter.count(sent, fallback.bound) <= ac.config.max_tokens for sent in fallback.seen
+    )
+    shared = [str(w.message) for w in caught if "alternate" in str(w.message)]
+    assert len(shared) == 1 and "ModelFallbackMiddleware" in shared[0]
+    assert "max_tokens=… (the smallest window)" in shared[0]
+
+
 def test_the_reply_room_is_at_least_what_the_model_asks_for() -> None:
     """ChatAnthropic asks for 64,000 reply tokens by default on a 200,000 window that
     input and reply share: the budget used to leave 50,000 (a quarter), so a request of
