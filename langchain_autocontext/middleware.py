@@ -205,8 +205,10 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     """Keeps a ``create_agent`` agent inside its context budget; see the module docstring.
 
     Build it with :meth:`AutoContext.middleware` (or ``AutoContextMiddleware(ac)``) and
-    put it in ``create_agent(..., middleware=[...])``, *last* in the list, so its
-    ``wrap_model_call`` sees the request after your other middleware changed it.
+    put it in ``create_agent(..., middleware=[...])`` after the middleware that changes
+    the model request, so its ``wrap_model_call`` sees the request they made, and
+    before one whose ``before_model`` removes messages (``SummarizationMiddleware``),
+    so it archives them first (docs/surfaces.md lists the usual ones).
 
     Args:
         autocontext: the :class:`~langchain_autocontext.AutoContext` doing the work.
