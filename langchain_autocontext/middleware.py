@@ -417,6 +417,7 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     def before_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
         """Archive new originals and compress; replace ``messages`` when they changed."""
         thread_id, made = self._thread(runtime, state)
+        self._drop_fit(thread_id)
         msgs, tools = self._inputs(state["messages"], self._shape(thread_id))
         result = self.autocontext.compress(
             msgs, thread_id=thread_id, tools=tools, state=made or _ac_state(state)
@@ -428,6 +429,7 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     ) -> dict[str, Any] | None:
         """Async twin of :meth:`before_model`."""
         thread_id, made = self._thread(runtime, state)
+        self._drop_fit(thread_id)
         msgs, tools = self._inputs(state["messages"], await self._ashape(thread_id))
         result = await self.autocontext.acompress(
             msgs, thread_id=thread_id, tools=tools, state=made or _ac_state(state)
@@ -691,16 +693,24 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         ``wrap_model_call`` returns, then the commands, so a command carrying the fitted
         messages must repeat the reply, and would put back the reply as this middleware
         received it, undoing what an outer middleware changed in it."""
-        cache_key, _ = self._keys(thread_id)
+        cache_key = self._drop_fit(thread_id)
+        if kept is None:
+            return
+        sent = frozenset(m.id for m in ensure_ids(msgs) if m.id != _SYSTEM_STANDIN_ID)
+        held = frozenset(m.id for m in (request.state or {}).get("messages") or ())
         with self._lock:
-            self._fitted.pop(cache_key, None)
-            if kept is None:
-                return
-            sent = frozenset(m.id for m in ensure_ids(msgs) if m.id != _SYSTEM_STANDIN_ID)
-            held = frozenset(m.id for m in (request.state or {}).get("messages") or ())
             self._fitted[cache_key] = (kept, sent, held)
             while len(self._fitted) > _MAX_THREADS:
                 self._fitted.popitem(last=False)
+
+    def _drop_fit(self, thread_id: str) -> str:
+        """Forget a fitted view held for ``thread_id`` (a step's ``before_model`` and each
+        model call start afresh: what ``after_model`` applies is its own step's). Returns
+        the cache key."""
+        cache_key, _ = self._keys(thread_id)
+        with self._lock:
+            self._fitted.pop(cache_key, None)
+        return cache_key
 
     def _refit(
         self, messages: Sequence[BaseMessage], thread_id: str

@@ -993,3 +993,23 @@ async def test_a_request_only_message_of_an_outer_middleware_stays_out_of_the_st
     assert not any("Retrieved:" in text_of(m) for m in out["messages"])
     assert out["messages"][-1].content == "finished"
     assert not find_violations(out["messages"])
+
+
+def test_a_fitted_view_is_not_applied_when_an_outer_middleware_hid_state_messages() -> None:
+    """A middleware before ours sends the model part of the state only: writing the view
+    fitted from that part to the state would drop the rest from the conversation; the
+    state keeps every message and the next before_model compresses it."""
+    from langchain.agents.middleware import AgentMiddleware
+
+    class Hide(AgentMiddleware):
+        def wrap_model_call(self, request, handler):
+            return handler(request.override(messages=request.messages[1:]))
+
+    ac, history, system = _fit_setup()
+    model = ReplyModel(reply=lambda m, n: AIMessage("finished"))
+    graph = agent(model, ac, system=system, extra=[Hide()])
+    out = graph.invoke({"messages": history}, THREAD)
+    assert "start" not in [text_of(m) for m in model.seen[0]]
+    assert [m.id for m in out["messages"][:-1]] == [m.id for m in history]
+    assert out["messages"][-1].content == "finished"
+    assert_fits(model, ac)
