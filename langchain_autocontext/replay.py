@@ -853,21 +853,43 @@ class _Run:
         self.working = list(result.messages)
         return record
 
+    def offload_ids(self) -> list[str]:
+        """Every offload id the run's events name (each is checked to reload)."""
+        return [oid for c in self.calls for e in c.events for oid in (e.get("offload_ids") or ())]
+
     def report(self, store: OffloadStore, thread: str) -> ReplayReport:
-        originals = [m for m in self.trajectory.messages[: self.cursor] if m.id]
+        """Read the store back (the thread's history, each offload) and build the report."""
         stored = {e.id: e.message for e in store.iter_history(thread)}
+        reloadable = 0
+        for oid in self.offload_ids():
+            try:
+                store.reload(thread, oid)
+            except OffloadNotFoundError:
+                continue
+            reloadable += 1
+        return self.build_report(stored, reloadable)
+
+    async def areport(self, store: OffloadStore, thread: str) -> ReplayReport:
+        """Async twin of :meth:`report`: an async-only store (``AsyncSqliteStore``)
+        refuses sync calls from the event loop."""
+        stored = {e.id: e.message async for e in store.aiter_history(thread)}
+        reloadable = 0
+        for oid in self.offload_ids():
+            try:
+                await store.areload(thread, oid)
+            except OffloadNotFoundError:
+                continue
+            reloadable += 1
+        return self.build_report(stored, reloadable)
+
+    def build_report(self, stored: dict[str, BaseMessage], reloadable: int) -> ReplayReport:
+        """The report, from the history read back (``stored``, by id) and how many of
+        the offloads the events name reload."""
+        originals = [m for m in self.trajectory.messages[: self.cursor] if m.id]
         # as the engine archives them: a repeated id given a fresh one, text no store
         # takes (a lone surrogate, a NUL) cleaned; not a loss, so not reported as one
         archived = ensure_ids([sanitize_message(m) for m in originals])
         recoverable = sum(1 for m in archived if m.id and _same(stored.get(m.id), m))
-        reloadable = 0
-        for event in (e for c in self.calls for e in c.events):
-            for oid in event.get("offload_ids") or ():
-                try:
-                    store.reload(thread, oid)
-                except OffloadNotFoundError:
-                    continue
-                reloadable += 1
         cfg = self.ac.config
         # where compression starts and stops for the context as the run left it (the
         # ratios apply above what can never be compressed: AutoContextConfig.thresholds)
@@ -960,7 +982,7 @@ async def areplay(
         record = run.record(call_index, point, result, call, time.perf_counter() - started)
         if on_call is not None:
             on_call(record)
-    return run.report(st, thread)
+    return await run.areport(st, thread)
 
 
 def iter_reports(

@@ -344,6 +344,23 @@ async def test_async_replay_matches_sync(monkeypatch: pytest.MonkeyPatch) -> Non
     assert sync.events and asyn.ok and asyn.recoverable == sync.recoverable == sync.originals
 
 
+async def test_async_replay_reads_an_async_only_store_back_with_its_async_api(
+    tmp_path: Path,
+) -> None:
+    """``areplay`` with ``AsyncSqliteStore`` (sync calls refused on the event loop): the
+    final report read the history and the offloads back with the sync API and raised
+    InvalidStateError after the whole replay had run."""
+    from langgraph.store.sqlite.aio import AsyncSqliteStore
+
+    t = parse_trajectory(openai_run(25, size=300), "async-only")
+    async with AsyncSqliteStore.from_conn_string(str(tmp_path / "s.db")) as backend:
+        await backend.setup()
+        report = await areplay(t, fresh_ac(4_000), store=backend)
+    assert report.events and report.offloads and report.ok
+    assert report.recoverable == report.originals > 0
+    assert report.offloads_reloadable == report.offloads
+
+
 def test_impossible_budget_raises_before_sending() -> None:
     raw = [
         {"role": "system", "content": "rule " * 400},
