@@ -1036,6 +1036,47 @@ def test_a_call_past_the_timeout_is_a_failed_attempt_then_the_fallback_answers(
     assert result.error is not None and "did not answer within 0.1 s" in result.error
 
 
+class AsyncRaisingChatModel(BaseChatModel):
+    """Raises ``make()``'s error from its own ``_agenerate`` too (a native async model)."""
+
+    make: Any
+
+    @property
+    def _llm_type(self) -> str:
+        return "async-raising"
+
+    def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None, **kw: Any) -> Any:
+        raise self.make()
+
+    async def _agenerate(
+        self, messages: Any, stop: Any = None, run_manager: Any = None, **kw: Any
+    ) -> Any:
+        raise self.make()
+
+
+@pytest.mark.parametrize("timeout", [None, 30.0])
+@pytest.mark.parametrize("native", [False, True])
+def test_a_timeout_the_model_raises_itself_is_reported_as_it_is_sync_and_async(
+    timeout: float | None, native: bool
+) -> None:
+    """A provider's own read timeout (a ``TimeoutError``) failed the async attempt as
+    "did not answer within None s" (no timeout was configured, the provider's message
+    lost); the sync path reports the provider's error. Both report it now."""
+
+    def make() -> Exception:
+        return TimeoutError("provider read timed out after 600 s")
+
+    errors = []
+    for use_async in (False, True):
+        model = AsyncRaisingChatModel(make=make) if native else RaisingChatModel(make=make)
+        s = LLMSummarizer(model, retries=1, backoff=0, timeout=timeout)
+        result = asyncio.run(s.asummarize(request())) if use_async else s.summarize(request())
+        assert result.fallback is True and result.calls == 2
+        errors.append(result.error)
+    assert errors[0] == errors[1]
+    assert "provider read timed out after 600 s" in (errors[1] or "")
+
+
 def test_a_call_within_the_timeout_answers_as_usual() -> None:
     result = LLMSummarizer(SlowEchoChatModel(delay=0.01), timeout=5).summarize(request())
     assert result.fallback is False and result.calls == 1

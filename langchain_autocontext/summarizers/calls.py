@@ -21,7 +21,7 @@ import email.utils
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from langchain_core import exceptions as lc_exceptions
@@ -32,6 +32,7 @@ from langchain_autocontext.errors import says_context_overflow
 
 __all__ = [
     "athread",
+    "awithin",
     "cannot_succeed",
     "native_async",
     "rate_limited",
@@ -120,6 +121,23 @@ def within(timeout: float | None, call: Callable[[], Any]) -> Any:
     if "error" in box:
         raise box["error"]
     return box["value"]
+
+
+async def awithin(timeout: float | None, pending: Awaitable[Any]) -> Any:
+    """Async twin of :func:`within`: ``await pending``, or :class:`TimeoutError` after
+    ``timeout`` seconds (``None``: wait).
+
+    Only the deadline's own expiry becomes :func:`timed_out`'s error: a ``TimeoutError``
+    the call raises itself (a provider's read timeout) is passed on unchanged, as the
+    sync path does, so its message and what it says about a retry are kept."""
+    scope = asyncio.timeout(timeout)
+    try:
+        async with scope:
+            return await pending
+    except TimeoutError as exc:
+        if scope.expired():
+            raise timed_out(timeout) from exc
+        raise
 
 
 # --- what a failed call says about the next attempt ----------------------------------

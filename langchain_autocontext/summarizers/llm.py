@@ -48,11 +48,11 @@ from langchain_autocontext.summarizers.calls import (
     _model_name,
     _reasons,
     athread,
+    awithin,
     cannot_succeed,
     native_async,
     rate_limited,
     retry_after,
-    timed_out,
     within,
 )
 from langchain_autocontext.summarizers.extractive import ExtractiveSummarizer
@@ -641,15 +641,11 @@ class LLMSummarizer(Summarizer):
             if usage.calls > 1 and usage.wait > 0:
                 await asyncio.sleep(usage.wait)
             try:
-                try:
-                    if native_async(model):
-                        pending = model.ainvoke(messages, config=config)
-                    else:  # its own thread, as on the sync path (see calls.athread)
-                        pending = athread(functools.partial(model.invoke, messages, config=config))
-                    response = await asyncio.wait_for(pending, self.timeout)
-                except TimeoutError as exc:
-                    raise timed_out(self.timeout) from exc
-                return settle(response)
+                if native_async(model):
+                    pending = model.ainvoke(messages, config=config)
+                else:  # its own thread, as on the sync path (see calls.athread)
+                    pending = athread(functools.partial(model.invoke, messages, config=config))
+                return settle(await awithin(self.timeout, pending))
             except Exception as exc:
                 if (wait := self._retry_wait(exc, usage.calls)) is None:
                     raise  # retrying cannot help: the fallback answers now
