@@ -1426,6 +1426,44 @@ async def test_asummarize_many_runs_concurrently_in_order() -> None:
     assert model.max_active == 3
 
 
+class FirstSpanFails(Summarizer):
+    """Fails on the span ``SPAN-0``, summarizes the others; counts what it was asked."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    def summarize(self, request: SummaryRequest) -> SummaryResult:
+        text = str(request.messages[0].content)
+        self.asked.append(text)
+        if text.endswith("SPAN-0"):
+            raise RuntimeError("the summarizer model rejected the request")
+        return SummaryResult(text, 1, 0, 0, False, None, "first-fails")
+
+    async def asummarize(self, request: SummaryRequest) -> SummaryResult:
+        await asyncio.sleep(0)
+        return self.summarize(request)
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_a_failed_span_stops_the_others_sync_and_async(use_async: bool) -> None:
+    """``asummarize_many`` raised the first failure but left the other spans' tasks
+    running: they went on calling the model after the caller had its error (three more
+    calls here), where ``summarize_many`` made none. Neither starts another span now."""
+    s = FirstSpanFails()
+    spans = [span(k) for k in range(4)]
+
+    async def arun() -> None:
+        try:
+            await s.asummarize_many(spans)
+        finally:
+            for _ in range(20):  # let any task left behind run
+                await asyncio.sleep(0)
+
+    with pytest.raises(RuntimeError, match="rejected the request"):
+        asyncio.run(arun()) if use_async else s.summarize_many(spans)
+    assert s.asked == ["Task SPAN-0"]
+
+
 # --- model resolution -------------------------------------------------------------------------------
 @pytest.mark.skipif(
     importlib.util.find_spec("langchain_openai") is not None, reason="langchain-openai installed"

@@ -177,18 +177,30 @@ class Summarizer(ABC):
         return await run_in_executor(None, self.summarize, request)
 
     def summarize_many(self, requests: Sequence[SummaryRequest]) -> list[SummaryResult]:
-        """Summarize independent spans on a bounded thread pool; results in request order."""
+        """Summarize independent spans on a bounded thread pool; results in request order.
+
+        The first failure, in request order, is raised once the spans being summarized
+        have finished; those not started yet are not started (as :meth:`asummarize_many`
+        does)."""
         reqs = list(requests)
         workers = min(max(1, self.concurrency), len(reqs))
         if workers <= 1:
             return [self.summarize(r) for r in reqs]
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="autocontext-sum") as pool:
+        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="autocontext-sum")
+        try:
             # Each task runs in a copy of the caller's context (callbacks, config).
             futures = [pool.submit(contextvars.copy_context().run, self.summarize, r) for r in reqs]
             return [f.result() for f in futures]
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
 
     async def asummarize_many(self, requests: Sequence[SummaryRequest]) -> list[SummaryResult]:
-        """Summarize independent spans with ``asyncio.gather`` under a semaphore."""
+        """Summarize independent spans concurrently, at most :attr:`concurrency` at a
+        time; results in request order.
+
+        The first failure, in request order, is raised and the other spans' tasks are
+        cancelled first: none keeps calling a model after the call failed (as
+        :meth:`summarize_many`, which starts no further span)."""
         reqs = list(requests)
         semaphore = asyncio.Semaphore(max(1, self.concurrency))
 
@@ -196,7 +208,13 @@ class Summarizer(ABC):
             async with semaphore:
                 return await self.asummarize(request)
 
-        return list(await asyncio.gather(*(one(r) for r in reqs)))
+        tasks = [asyncio.ensure_future(one(r)) for r in reqs]
+        try:
+            return [await task for task in tasks]
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
 
 # --- text helpers ----------------------------------------------------------------------------
