@@ -292,15 +292,38 @@ def revive(value: Any) -> Any:
     return value
 
 
+#: The integers every backend's JSON holds: SQLite's (orjson) stops at 64 bits.
+_INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
+
+
+def _json_standin(text: str) -> dict[str, Any]:
+    """The stand-in of a JSON number not every backend holds: its text, which
+    :func:`revive` reads back with Python's ``json`` (as LangGraph's serializer does)."""
+    return {SERIALIZED_KEY: "json", "data": base64.b64encode(text.encode("ascii")).decode("ascii")}
+
+
+def _portable_int(text: str) -> Any:
+    """A JSON integer as :func:`plain_json` keeps it: beyond 64 bits, a stand-in."""
+    n = int(text)
+    return n if _INT_MIN <= n <= _INT_MAX else _json_standin(text)
+
+
 def plain_json(value: Any, what: str) -> Any:
     """Return ``value`` as plain JSON (lists, dicts, str, numbers).
 
     Normalizing here makes every backend behave alike (``InMemoryStore`` would keep
     tuples and arbitrary objects that SQLite and Postgres cannot hold). Values JSON
-    cannot hold are encoded (:func:`_encode`) and come back with :func:`revive`.
+    cannot hold are encoded (:func:`_encode`) and come back with :func:`revive`: so
+    are the numbers a backend would refuse or change, ``NaN`` and ``±Infinity``
+    (SQLite stored ``null``, Postgres refused them) and integers beyond 64 bits
+    (SQLite refused them).
     """
     try:
-        return json.loads(json.dumps(value, ensure_ascii=False, default=_encode))
+        return json.loads(
+            json.dumps(value, ensure_ascii=False, default=_encode),
+            parse_int=_portable_int,
+            parse_constant=_json_standin,  # NaN, Infinity, -Infinity
+        )
     except (TypeError, ValueError) as exc:  # e.g. a circular structure
         raise TypeError(f"{what} cannot be stored as JSON ({exc})") from exc
 
@@ -1118,7 +1141,7 @@ class OffloadStore(BaseStore):
     @staticmethod
     def _event(item: Item) -> EventRecord:
         value = item.value
-        data = {k: v for k, v in value.items() if k not in _RESERVED_EVENT_KEYS}
+        data = {k: revive(v) for k, v in value.items() if k not in _RESERVED_EVENT_KEYS}
         return EventRecord(
             key=item.key,
             seq=int(value["seq"]),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import itertools
+import math
 import sqlite3
 import threading
 import time
@@ -273,6 +274,38 @@ async def test_non_json_content_is_kept_as_a_marker_not_an_error(api: StoreAPI) 
     assert await api.history_count("t") == 2
     (entry,) = [e for e in await api.get_history("t") if e.id == "tool-x"]
     assert entry.message.artifact["type"] == "object" and "object" in entry.message.artifact["repr"]
+
+
+async def test_numbers_json_cannot_hold_come_back_as_they_were_on_every_backend(
+    api: StoreAPI,
+) -> None:
+    """``NaN``/``±Infinity`` (a tool's pandas rows, a provider's ``-inf`` logprob) and
+    integers beyond 64 bits: ``InMemoryStore`` kept them, ``SqliteStore`` stored
+    ``null`` for the first and refused the second (a TypeError out of ``compress``),
+    Postgres refused ``NaN``. Every backend now gives them back as they were."""
+    data = {"price": math.nan, "hi": math.inf, "lo": -math.inf, "big": 2**70, "neg": -(2**70)}
+    data["edge"] = 2**63 - 1
+    odd = ToolMessage(
+        "rows", tool_call_id="c1", id="t1", artifact=data, response_metadata={"lp": [-math.inf]}
+    )
+
+    def same(got: dict[str, Any]) -> None:
+        assert math.isnan(got["price"])
+        assert {k: v for k, v in got.items() if k != "price"} == {
+            k: v for k, v in data.items() if k != "price"
+        }
+
+    await api.append_history("t", [odd])
+    (entry,) = await api.get_history("t")
+    same(entry.message.artifact)
+    assert entry.message.response_metadata == {"lp": [-math.inf]}
+    record = await api.offload("t", [odd], strategy="s", preview="p", tokens=1, extra=data)
+    back = await api.reload("t", record.offload_id)
+    same(back.messages[0].artifact)
+    same(back.extra)
+    await api.record_event("t", {"strategy": "custom", "value": 2**70, "score": math.inf})
+    (event,) = await api.list_events("t")
+    assert event.data["value"] == 2**70 and event.data["score"] == math.inf
 
 
 async def test_empty_append_is_a_no_op(api: StoreAPI) -> None:
