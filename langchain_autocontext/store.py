@@ -379,6 +379,19 @@ def _next_seq_of(meta: Result) -> int | None:
     return None
 
 
+def _check_range(start: Any, end: Any) -> None:
+    """A history range's bounds: non-negative ints (``end`` may be ``None``). Checked
+    here, before any read, so every backend answers a bad one alike (a float ``end``
+    was a slicing TypeError in memory and "datatype mismatch" from SQLite)."""
+    for name, value in (("start", start), ("end", end)):
+        if value is None and name == "end":
+            continue
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"history range bounds must be ints, got {name}={value!r}")
+    if start < 0 or (end is not None and end < 0):
+        raise ValueError(f"history range must be non-negative, got start={start}, end={end}")
+
+
 def _seq_key(seq: int) -> str:
     return f"{seq:0{_SEQ_WIDTH}d}"
 
@@ -811,16 +824,14 @@ class OffloadStore(BaseStore):
     def _history_plan(
         self, thread_id: str, start: int, end: int | None
     ) -> _Plan[list[HistoryEntry]]:
-        if start < 0 or (end is not None and end < 0):
-            raise ValueError(f"history range must be non-negative, got start={start}, end={end}")
+        _check_range(start, end)
         if end is None:
             end = yield from self._end_plan(thread_id, HISTORY)
         items = yield from self._range_plan(self.namespace(thread_id, HISTORY), start, end)
         return [self._entry(item) for item in items]
 
     def _history_items_plan(self, thread_id: str, start: int, end: int) -> _Plan[list[Item]]:
-        if start < 0 or end < 0:
-            raise ValueError(f"history range must be non-negative, got start={start}, end={end}")
+        _check_range(start, end)
         ns = self.namespace(thread_id, HISTORY)
         return (yield from self._range_plan(ns, start, end, whole=start == 0))
 

@@ -373,6 +373,24 @@ async def test_range_reads(api: StoreAPI) -> None:
         await api.iter_history("t", batch_size=0)
 
 
+@pytest.mark.parametrize(("start", "end"), [(0, 1.5), (1.0, None), ("0", 2), (0, True)])
+async def test_a_range_bound_that_is_not_an_int_is_refused_alike_everywhere(
+    api: StoreAPI, start: Any, end: Any
+) -> None:
+    """A float ``end`` was a slicing TypeError from memory and an IntegrityError
+    ("datatype mismatch") from SQLite: every backend, sync and async, now says what is
+    wrong, before any read."""
+    await api.append_history("t", convo(3))
+    with pytest.raises(TypeError, match="history range bounds must be ints"):
+        await api.get_history("t", start=start, end=end)
+    if end is not None:
+        read = api.store.aget_history_items if api.is_async else api.store.get_history_items
+        with pytest.raises(TypeError, match="history range bounds must be ints"):
+            result = read("t", start=start, end=end)
+            if api.is_async:
+                await result
+
+
 async def test_get_by_id(api: StoreAPI) -> None:
     await api.append_history("t", convo(3))
     entry = await api.get_history_message("t", "m2")
