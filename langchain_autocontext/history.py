@@ -200,7 +200,7 @@ class AutoContextChatMessageHistory(BaseChatMessageHistory):
                 ).messages
             except ContextBudgetError as exc:
                 kept = _kept_anyway(working, exc)
-            store.put(self._ns(store), _HISTORY_KEY, self._record(kept), index=False)
+            store.put(self._ns(store), _HISTORY_KEY, self._record(kept), index=False, ttl=None)
 
     async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
         """Async twin of :meth:`add_messages`."""
@@ -221,17 +221,19 @@ class AutoContextChatMessageHistory(BaseChatMessageHistory):
                 ).messages
             except ContextBudgetError as exc:
                 kept = _kept_anyway(working, exc)
-            await store.aput(self._ns(store), _HISTORY_KEY, self._record(kept), index=False)
+            await store.aput(
+                self._ns(store), _HISTORY_KEY, self._record(kept), index=False, ttl=None
+            )
 
     def clear(self) -> None:
         """Empty the working messages (the original history stays in the store)."""
         store = self.store
-        store.put(self._ns(store), _HISTORY_KEY, self._record([]), index=False)
+        store.put(self._ns(store), _HISTORY_KEY, self._record([]), index=False, ttl=None)
 
     async def aclear(self) -> None:
         """Async twin of :meth:`clear`."""
         store = self.store
-        await store.aput(self._ns(store), _HISTORY_KEY, self._record([]), index=False)
+        await store.aput(self._ns(store), _HISTORY_KEY, self._record([]), index=False, ttl=None)
 
 
 def _reissued(
@@ -413,7 +415,7 @@ class AutoContextRunnable(RunnableSerializable[Any, list[BaseMessage]]):
             work = [*kept, *_reissued(kept, new, held)]
             result = ac.compress(work, thread_id=thread_id, store=store, view=False)
             record = {**state, "messages": _dumped(result.messages)}
-            store.put(self._ns(store, thread_id), _RUNNABLE_KEY, record, index=False)
+            store.put(self._ns(store, thread_id), _RUNNABLE_KEY, record, index=False, ttl=None)
         return result.messages
 
     async def _amanaged(self, value: Any, config: RunnableConfig) -> list[BaseMessage]:
@@ -429,7 +431,9 @@ class AutoContextRunnable(RunnableSerializable[Any, list[BaseMessage]]):
             work = [*kept, *_reissued(kept, new, held)]
             result = await ac.acompress(work, thread_id=thread_id, store=store, view=False)
             record = {**state, "messages": _dumped(result.messages)}
-            await store.aput(self._ns(store, thread_id), _RUNNABLE_KEY, record, index=False)
+            await store.aput(
+                self._ns(store, thread_id), _RUNNABLE_KEY, record, index=False, ttl=None
+            )
         return result.messages
 
     def invoke(

@@ -347,7 +347,9 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         cache_key, key = self._keys(thread_id)
         if self._remember(cache_key, shape):
             store = self.autocontext.resolve_store()
-            store.put(surface_namespace(store, thread_id), key, shape.to_json(), index=False)
+            store.put(
+                surface_namespace(store, thread_id), key, shape.to_json(), index=False, ttl=None
+            )
 
     async def _alearn(self, request: ModelRequest[Any], thread_id: str) -> None:
         shape = self._shape_of(request)
@@ -355,7 +357,7 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         if self._remember(cache_key, shape):
             store = self.autocontext.resolve_store()
             ns = surface_namespace(store, thread_id)
-            await store.aput(ns, key, shape.to_json(), index=False)
+            await store.aput(ns, key, shape.to_json(), index=False, ttl=None)
 
     def _known(self, cache_key: str) -> _RequestShape | None:
         with self._lock:

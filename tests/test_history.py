@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,7 @@ from langchain_core.messages import (
 )
 from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
 from langgraph.store.memory import InMemoryStore
+from langgraph.store.sqlite import SqliteStore
 
 from langchain_autocontext import (
     AutoContext,
@@ -44,6 +47,50 @@ def turn(k: int, lines: int = 30) -> list[BaseMessage]:
         msgs.append(m.model_copy(update={"id": None}))
     msgs.append(AIMessage(f"answer {k}"))
     return msgs
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_the_surfaces_records_never_expire_on_a_store_with_a_default_ttl(
+    tmp_path: Path, use_async: bool
+) -> None:
+    """A store configured with a default TTL (``SqliteStore(ttl=…)``, ``PostgresStore``)
+    expired the chat history's working messages, the Runnable's record and the
+    middleware's request shape (written without ``ttl=None``): an idle session came back
+    with no conversation, where ``InMemoryStore`` (no TTL) kept it. Every item the
+    package writes is kept, as the docs promise."""
+    from langchain.agents import create_agent
+    from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
+
+    conn = sqlite3.connect(tmp_path / "ttl.db", check_same_thread=False, isolation_level=None)
+    backend = SqliteStore(conn, ttl={"default_ttl": 5})
+    backend.setup()
+    ac = make_ac(backend)
+    hist = AutoContextChatMessageHistory("s1", ac)
+    runnable = ac.as_runnable()
+    agent = create_agent(
+        FakeMessagesListChatModel(responses=[AIMessage("done")]),
+        [],
+        middleware=[ac.middleware()],
+        store=backend,
+    )
+    config = {"configurable": {"thread_id": "t1"}}
+
+    async def arun() -> None:
+        await hist.aadd_messages(turn(0))
+        await runnable.ainvoke(turn(1), config)
+        await agent.ainvoke({"messages": [HumanMessage("hi")]}, config)
+
+    if use_async:
+        asyncio.run(arun())
+    else:
+        hist.add_messages(turn(0))
+        runnable.invoke(turn(1), config)
+        agent.invoke({"messages": [HumanMessage("hi")]}, config)
+    rows = conn.execute("SELECT prefix, key, ttl_minutes FROM store").fetchall()
+    surface = {key for prefix, key, _ in rows if prefix.endswith(".surface")}
+    assert {"chat_history", "runnable", "model_request"} <= surface
+    assert [(p, k) for p, k, ttl in rows if ttl is not None] == []
+    conn.close()
 
 
 # --- the chat-message history --------------------------------------------------------------------
