@@ -298,6 +298,12 @@ class _LRU:
             self.misses += len(out) - hits
         return out
 
+    def count_hits(self, hits: int) -> None:
+        """Count ``hits`` answered before the cache (by an identity memo of its values)."""
+        if hits:
+            with self._lock:
+                self.hits += hits
+
     def put(self, key: Hashable, value: Any) -> None:
         with self._lock:
             self._data[key] = value
@@ -445,7 +451,10 @@ class TokenCounter:
         self._text_cache = _LRU(cache_size)
         self._tools_cache = _LRU(1024)
         self._tool_schemas: dict[int, tuple[Any, str]] = {}
-        self._objs: dict[int, tuple[weakref.ref[BaseMessage], Any, Any, Any, Hashable]] = {}
+        # id(message) -> (weakref, content, tool_calls, name, key, entry or None): the
+        # key of a message object seen before, and its count once known (a context's
+        # messages are counted several times per model call; each skips the LRU)
+        self._objs: dict[int, tuple[weakref.ref[BaseMessage], Any, Any, Any, Hashable, Any]] = {}
         # re-entrant: a weakref callback (``forget``) can run on this thread while the
         # lock is held, whenever an allocation under it starts a garbage collection
         self._objs_lock = threading.RLock()
@@ -583,7 +592,14 @@ class TokenCounter:
 
     # --- messages -----------------------------------------------------------------------------
     def _key(self, message: BaseMessage) -> Hashable:
-        """Cache key: what a message's count depends on, (role, content hash and length,
+        """:meth:`_memo`'s key."""
+        return self._memo(message)[0]
+
+    def _memo(self, message: BaseMessage) -> tuple[Hashable, _Entry | None]:
+        """Cache key, and the entry the identity memo holds for this object (``None``
+        until :meth:`_entries` has it).
+
+        The key: what a message's count depends on, (role, content hash and length,
         name, tool-call hash). Not its id: the model's view renames messages to the short
         ids their tags show (:func:`~langchain_autocontext.metadata.as_shown`), and with
         the id in the key every renamed copy was tokenized again (the first compressing
@@ -599,7 +615,7 @@ class TokenCounter:
             and entry[3] is fields["name"]
             and entry[0]() is message
         ):
-            return entry[4]
+            return entry[4], entry[5]
         invalid = fields.get("invalid_tool_calls")
         calls = hash(repr(tool_calls)) ^ hash(repr(invalid)) if tool_calls or invalid else 0
         key = (
@@ -611,7 +627,7 @@ class TokenCounter:
         )
         if type(content) is str and not invalid:
             self._remember(message, content, tool_calls, key)
-        return key
+        return key, None
 
     def _remember(self, message: BaseMessage, content: Any, calls: Any, key: Hashable) -> None:
         ident = id(message)
@@ -629,10 +645,18 @@ class TokenCounter:
         except TypeError:  # pragma: no cover - BaseMessage supports weak references
             return
         with lock:
-            objs[ident] = (ref, content, calls, message.name, key)
+            objs[ident] = (ref, content, calls, message.name, key, None)
             if len(objs) > self._cache.maxsize:  # drop the oldest half of the identity memo
                 for stale in list(objs)[: len(objs) // 2]:
                     objs.pop(stale, None)  # a callback may have dropped it meanwhile
+
+    def _remember_entry(self, message: BaseMessage, key: Hashable, value: _Entry) -> None:
+        """Keep ``value`` in the identity memo of ``message`` if it holds ``key`` (the
+        very key object :meth:`_memo` gave: the entry is that key's)."""
+        with self._objs_lock:
+            entry = self._objs.get(id(message))
+            if entry is not None and entry[4] is key and entry[0]() is message:
+                self._objs[id(message)] = (*entry[:5], value)
 
     def _measure(self, message: BaseMessage) -> _Entry:
         """Count one message from scratch: (total, tokens of str content or -1)."""
@@ -700,20 +724,30 @@ class TokenCounter:
 
     def _entries(self, messages: Sequence[BaseMessage]) -> tuple[list[Hashable], list[_Entry]]:
         """Keys and cached-or-measured entries of ``messages`` (one encode per new message)."""
-        key_of = self._key
-        keys = [key_of(m) for m in messages]
-        values = self._cache.get_many(keys)
-        missing = [i for i, v in enumerate(values) if v is None]
-        if missing:
+        memo = self._memo
+        keys: list[Hashable] = []
+        values: list[Any] = []
+        unknown: list[int] = []
+        for i, m in enumerate(messages):
+            key, value = memo(m)
+            keys.append(key)
+            values.append(value)
+            if value is None:
+                unknown.append(i)
+        self._cache.count_hits(len(values) - len(unknown))
+        if unknown:
+            found = self._cache.get_many([keys[i] for i in unknown])
             fresh: dict[Hashable, _Entry] = {}
-            for i in missing:
+            for i, value in zip(unknown, found, strict=True):
                 key = keys[i]
-                value = fresh.get(key)
+                if value is None:
+                    value = fresh.get(key)
                 if value is None:
                     value = self._measure(messages[i])
                     fresh[key] = value
                     self._cache.put(key, value)
                 values[i] = value
+                self._remember_entry(messages[i], key, value)
         return keys, values
 
     def count_message(self, message: BaseMessage) -> int:

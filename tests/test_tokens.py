@@ -483,6 +483,26 @@ def test_in_place_reassignment_is_detected(enc: tiktoken.Encoding) -> None:
     assert counter.count_message(ai) > n1
 
 
+def test_in_place_reassignment_is_detected_in_a_counted_list(enc: tiktoken.Encoding) -> None:
+    """A list counted before (its counts kept by message object) and then edited in place
+    counts what a fresh counter counts: the kept count is not reused for new content."""
+    counter = TokenCounter()
+    msg = HumanMessage("one two", id="x")
+    ai = AIMessage("", id="a", tool_calls=[{"name": "f", "args": {"k": 1}, "id": "c"}])
+    named = HumanMessage("hello", id="n", name="bob")
+    msgs = [msg, ai, named]
+    for _ in range(2):  # the second count answers from what the first kept
+        assert counter.count(msgs) == TokenCounter().count(msgs)
+    msg.content = "one two three four five"
+    ai.tool_calls = [
+        {"name": "f", "args": {"k": "a much longer value"}, "id": "c", "type": "tool_call"}
+    ]
+    named.name = "a_much_longer_name"
+    assert counter.count(msgs) == TokenCounter().count(msgs)
+    assert counter.message_counts(msgs) == TokenCounter().message_counts(msgs)
+    assert counter.cache_info()["hits"] >= 3
+
+
 def test_messages_without_id_cached_by_content() -> None:
     counter = TokenCounter()
     spy = spied(counter)
