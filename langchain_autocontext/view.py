@@ -539,7 +539,7 @@ def build_view(
             for t, m in zip(tagged, view_msgs, strict=True)
         ], id_map
 
-    base, _ = render(msgs, short=True)
+    base, base_ids = render(msgs, short=True)
     tokens = count(base)
     warned = bool(st.get("pressure_warned"))
     show_pressure = False
@@ -559,8 +559,11 @@ def build_view(
         if parts:  # last, but never between a pending tool call and its results
             pending = pending_call_index(final)
             final.insert(len(final) if pending is None else pending, _notice_message(parts))
-        view, id_map = render(final, short=attempt < 2)
-        total = count(view)
+        if attempt == 0 and not parts:  # the view is the base just rendered and counted
+            view, id_map, total = base, base_ids, tokens
+        else:
+            view, id_map = render(final, short=attempt < 2)
+            total = count(view)
         if total <= config.max_tokens:
             break
         if attempt == 0 and show_pressure:  # never let a notice break the budget
