@@ -608,14 +608,18 @@ def place_summaries(
     reusing that id (a model that returns one reply object every turn) and stays.
     Returns ``messages`` itself when nothing changes.
     """
-    index = {m.id: i for i, m in enumerate(messages) if m.id}
+    index: dict[str, int] | None = None  # built once a summary with a span needs it
     covers: dict[int, set[int]] = {}
     for i, m in enumerate(messages):
         info = marker(m)
         if not info or info.get("kind") not in SPAN_KINDS:
             continue
         ids = spans.get(str(info.get("offload_id")))
-        present = {index[x] for x in ids or () if index.get(x, i) < i}
+        if not ids:
+            continue
+        if index is None:
+            index = {msg.id: k for k, msg in enumerate(messages) if msg.id}
+        present = {index[x] for x in ids if index.get(x, i) < i}
         if present:
             covers[i] = present
     out = messages
