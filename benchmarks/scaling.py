@@ -1,7 +1,7 @@
 """How the package scales with history length: per-call overhead and checkpoint growth.
 
     python benchmarks/scaling.py                          # everything (a few minutes)
-    python benchmarks/scaling.py --sizes 100,1000 --turns 10,100 --quick
+    python benchmarks/scaling.py --sizes 100,1000 --turns 10,100 --calls 50   # a quick look
 
 1. **Per-call overhead** with 100, 150, 1,000 and 10,000 messages of synthetic
    history (a coding agent's sizes: short assistant turns with a tool call, tool
