@@ -370,19 +370,30 @@ class AutoContextRunnable(RunnableSerializable[Any, list[BaseMessage]]):
         chain = hashlib.sha256()
         prints: list[bytes] = []
         prefix_digest: str | None = None
-        # A leading system message may change from call to call (a template with the
-        # date or retrieved context in it): it is not part of the prefix the Runnable
-        # recognises, or every call would compress the whole conversation again; the
-        # new one takes the old one's place.
+        prefix_end = 0  # the index in ``messages`` after the prefix of seen_n entries
+        # The system messages may change from call to call (a template with the date or
+        # retrieved context in it, a reminder after the history): they are not part of
+        # the prefix the Runnable recognises, or every call would compress the whole
+        # conversation again. A leading one stands as one entry ("system"), later ones
+        # as none (a reminder after the history stood where the next message now is);
+        # the engine merges them into one, first, and the new ones take the old one's
+        # place.
         lead = bool(messages) and isinstance(messages[0], SystemMessage)
+        entries = 0
         for k, m in enumerate(messages):
             fp = _fingerprint(m)
             prints.append(fp)
-            chain.update(b"system" if k == 0 and lead else fp)
-            if k + 1 == seen_n:
-                prefix_digest = chain.hexdigest()
-        state = {"inputs": len(messages), "digest": chain.hexdigest()}
-        start = seen_n if (seen_n and prefix_digest == seen_digest) else 0
+            if k == 0 and lead:
+                chain.update(b"system")
+            elif isinstance(m, SystemMessage):
+                continue
+            else:
+                chain.update(fp)
+            entries += 1
+            if entries == seen_n:
+                prefix_digest, prefix_end = chain.hexdigest(), k + 1
+        state = {"inputs": entries, "digest": chain.hexdigest()}
+        extends = bool(seen_n) and prefix_digest == seen_digest
 
         def with_id(k: int, m: BaseMessage) -> BaseMessage:
             if m.id:
@@ -390,14 +401,19 @@ class AutoContextRunnable(RunnableSerializable[Any, list[BaseMessage]]):
             name = f"{thread_id}:{k}:{prints[k].hex()}"
             return m.model_copy(update={"id": str(uuid.uuid5(_ID_NAMESPACE, name))})
 
-        tail = [with_id(k, m) for k, m in enumerate(messages[start:], start)]
-        if not start:
-            return tail, state
+        if not extends:
+            return [with_id(k, m) for k, m in enumerate(messages)], state
+        systems = [with_id(k, m) for k, m in enumerate(messages) if isinstance(m, SystemMessage)]
+        tail = [
+            with_id(k, m)
+            for k, m in enumerate(messages[prefix_end:], prefix_end)
+            if not isinstance(m, SystemMessage)
+        ]
         stored = _stored_messages(record)
-        if lead and stored and isinstance(stored[0], SystemMessage):
-            stored = [with_id(0, messages[0]), *stored[1:]]
+        if stored and isinstance(stored[0], SystemMessage):
+            stored = stored[1:]  # this input's system messages take its place
         state["fresh"] = len(tail)  # new by construction: they extend the last input
-        return [*stored, *tail], state
+        return [*systems, *stored, *tail], state
 
     def _ns(self, store: OffloadStore, thread_id: str) -> tuple[str, str, str]:
         return surface_namespace(store, thread_id)

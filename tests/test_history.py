@@ -504,6 +504,43 @@ def test_a_system_prompt_that_changes_per_call_does_not_restart_the_runnable(sys
     assert len(OffloadStore.wrap(store).list_events("d")) <= 5
 
 
+@pytest.mark.parametrize("reminder", ["Turn {n}: answer in English.", "Answer in English."])
+def test_a_system_message_after_the_history_does_not_restart_the_runnable(reminder: str) -> None:
+    """A template with a system message after the history (a reminder, the date): the
+    Runnable took each call's input for an edited past (the reminder stood where the
+    next message now is) and compressed the whole conversation again every call, each
+    time offloading and summarizing it anew (107 offloads in 120 turns, against 17).
+    System messages are merged into one, first, wherever the template puts them: the
+    new ones take the old ones' place, as a changed leading system message does."""
+    import itertools
+
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+
+    store = InMemoryStore()
+    ac = AutoContext(max_tokens=1_500, store=store, self_management_tools=False)
+    replies = itertools.cycle([f"Answer {_words(60)}"])
+    model = GenericFakeChatModel(messages=(AIMessage(r) for r in replies))
+    prompt = ChatPromptTemplate(
+        [("system", "Be terse."), MessagesPlaceholder("messages"), ("system", reminder)]
+    )
+    chain = prompt | ac.as_runnable()
+    conversation: list[BaseMessage] = []
+    for turn in range(14):
+        conversation.append(HumanMessage(f"Task {turn} {_words(60)}"))
+        sent = chain.invoke(
+            {"messages": conversation, "n": turn}, {"configurable": {"thread_id": "r"}}
+        )
+        assert [type(m) for m in sent].count(SystemMessage) == 1
+        assert sent[0].content == "Be terse.\n\n" + reminder.format(n=turn)
+        assert sent[-1].content == conversation[-1].content
+        assert not find_violations(sent) and ac.counter.count(sent) <= 1_500
+        conversation.append(model.invoke(sent))
+    offloads = OffloadStore.wrap(store)
+    assert len(offloads.list_events("r")) <= 5
+    originals = {e.message.content for e in offloads.iter_history("r")}
+    assert all(m.content in originals for m in conversation)  # every turn archived
+
+
 # --- a reply whose id an earlier one used ----------------------------------------------------
 def _same_reply_model():
     """A model that returns one reply object every turn (a cycled fake, a cached reply):
