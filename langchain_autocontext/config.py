@@ -438,16 +438,17 @@ class AutoContextConfig(BaseModel):
         defaults), and at least 2."""
         return max(2, int(self.msg_threshold * self.target_ratio / self.token_ratio))
 
-    def due(self, tokens: int, messages: int, floor: int = 0) -> bool:
+    def due(self, tokens: int, messages: int, floor: int = 0, headroom: int = 0) -> bool:
         """Whether a context of ``tokens`` tokens in ``messages`` messages, whose
         incompressible part counts ``floor`` tokens, is compressed: past the trigger of
-        :meth:`thresholds` or past ``msg_threshold`` messages.
+        :meth:`thresholds` (with ``headroom``) or past ``msg_threshold`` messages.
 
         The one rule behind the pipeline, the graph node's measure and the moment the
         package first shows itself to the model."""
-        return tokens > self.thresholds(floor).trigger or messages > self.msg_threshold
+        trigger = self.thresholds(floor, headroom).trigger
+        return tokens > trigger or messages > self.msg_threshold
 
-    def thresholds(self, floor: int = 0) -> Thresholds:
+    def thresholds(self, floor: int = 0, headroom: int = 0) -> Thresholds:
         """The token thresholds for a context whose incompressible part (system prompt,
         tool schemas, latest user message, pins) counts ``floor`` tokens.
 
@@ -459,12 +460,23 @@ class AutoContextConfig(BaseModel):
         keeping their configured distances (how often compaction runs, how early the
         model is warned), and never pass ``max_tokens``. With ``floor=0`` these are
         :attr:`trigger_tokens`, :attr:`target_tokens` and :attr:`warning_tokens`.
+
+        ``headroom``: tokens kept free for what is added to the context after it is
+        compressed and before it is sent (a chat history's next input): the trigger
+        never passes ``max_tokens - headroom``, unless the floor does (then it is the
+        floor: everything that can be compressed is). Held down there, the trigger keeps
+        the target at ``target_ratio / token_ratio`` of the room between the floor and
+        it, so that compaction does not run every turn.
         """
         floor = max(0, min(int(floor), self.max_tokens))
         target = floor + int(self.target_ratio * (self.max_tokens - floor))
         shift = max(0, target - self.target_tokens)
         trigger = min(self.max_tokens, self.trigger_tokens + shift)
         warning = min(self.max_tokens, self.warning_tokens + shift)
+        ceiling = max(floor, self.max_tokens - max(0, int(headroom)))
+        if trigger > ceiling:
+            trigger = ceiling
+            target = floor + int(self.target_ratio / self.token_ratio * (ceiling - floor))
         return Thresholds(trigger, min(target, trigger), warning)
 
     @property

@@ -985,6 +985,7 @@ class ContextEngine:
         force: bool,
         config: AutoContextConfig | None = None,
         state: Mapping[str, Any] | None = None,
+        headroom: int = 0,
     ) -> Any:
         budget = config or self.config
         reserved = self.config.max_tokens - budget.max_tokens
@@ -1006,6 +1007,7 @@ class ContextEngine:
             # the engine's own config: the tools come with the compression that writes this
             reload_tool=self.config.self_management_tools,
             droppable_tokens=droppable,
+            headroom=headroom,
         )
 
     def _finish(
@@ -1041,6 +1043,7 @@ class ContextEngine:
         force: bool = False,
         state: Mapping[str, Any] | None = None,
         view: bool = True,
+        headroom: int = 0,
     ) -> CompressionResult:
         """Archive new originals, then compress ``messages`` if over a threshold.
 
@@ -1052,6 +1055,9 @@ class ContextEngine:
         ``view=False``: the messages are sent as they are, without the view (no tags,
         no generated section, none of the package's tools), as a chain does with the
         chat history or the Runnable; only the tools given to this instance count.
+        ``headroom``: tokens the result leaves free for what the caller adds before the
+        model call (the chat history: the next turn's input); the trigger and the target
+        never pass ``max_tokens - headroom`` (see :meth:`AutoContextConfig.thresholds`).
         Raises :class:`ContextBudgetError` when the system prompt and the latest
         user message alone exceed ``max_tokens``.
         """
@@ -1069,7 +1075,9 @@ class ContextEngine:
             messages, msgs, state, virtual, view, tools
         )
         result = drive(
-            self._pipeline(msgs, thread_id, tools, force, budget, state), st, self.summarizer
+            self._pipeline(msgs, thread_id, tools, force, budget, state, headroom),
+            st,
+            self.summarizer,
         )
         return self._finish(result, archived, ids_assigned, virtual, system)
 
@@ -1126,6 +1134,7 @@ class ContextEngine:
         force: bool = False,
         state: Mapping[str, Any] | None = None,
         view: bool = True,
+        headroom: int = 0,
     ) -> CompressionResult:
         """Async twin of :meth:`compress`."""
         st = self.resolve_store(store)
@@ -1142,7 +1151,9 @@ class ContextEngine:
             messages, msgs, state, virtual, view, tools
         )
         result = await adrive(
-            self._pipeline(msgs, thread_id, tools, force, budget, state), st, self.summarizer
+            self._pipeline(msgs, thread_id, tools, force, budget, state, headroom),
+            st,
+            self.summarizer,
         )
         return self._finish(result, archived, ids_assigned, virtual, system)
 

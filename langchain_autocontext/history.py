@@ -186,6 +186,14 @@ class AutoContextChatMessageHistory(BaseChatMessageHistory):
     def _record(self, messages: Sequence[BaseMessage]) -> dict[str, Any]:
         return {"messages": _dumped(messages)}
 
+    def _headroom(self) -> int:
+        """The next turn's room: the working messages are compressed between turns and
+        the chain adds the next input to them, so they stay under the configured
+        trigger, however large the system prompt (for the agent surfaces a large floor
+        moves the trigger up to ``max_tokens``, the new input being in the count)."""
+        config = self.autocontext.config
+        return config.max_tokens - config.trigger_tokens
+
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
         """Archive ``messages`` and compress the working messages when over a threshold."""
         new = self._incoming(messages)
@@ -196,7 +204,11 @@ class AutoContextChatMessageHistory(BaseChatMessageHistory):
             working = [*current, *_reissued(current, new, held)]
             try:
                 kept = self.autocontext.compress(
-                    working, thread_id=self.session_id, store=store, view=False
+                    working,
+                    thread_id=self.session_id,
+                    store=store,
+                    view=False,
+                    headroom=self._headroom(),
                 ).messages
             except ContextBudgetError as exc:
                 kept = _kept_anyway(working, exc)
@@ -216,7 +228,11 @@ class AutoContextChatMessageHistory(BaseChatMessageHistory):
             try:
                 kept = (
                     await self.autocontext.acompress(
-                        working, thread_id=self.session_id, store=store, view=False
+                        working,
+                        thread_id=self.session_id,
+                        store=store,
+                        view=False,
+                        headroom=self._headroom(),
                     )
                 ).messages
             except ContextBudgetError as exc:

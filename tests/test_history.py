@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 from _builders import log_text, sh, tool_group
@@ -19,6 +20,7 @@ from langchain_core.messages import (
     SystemMessage,
 )
 from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
+from langchain_core.runnables import RunnableLambda
 from langgraph.store.memory import InMemoryStore
 from langgraph.store.sqlite import SqliteStore
 
@@ -434,6 +436,46 @@ def test_a_chain_turn_that_fits_is_never_dropped_from_the_working_history() -> N
     assert "review this document" in text or "Summary of" in text  # kept or summarized
     assert len(working) >= 4
     assert ac.counter.count(working) <= 2_000
+
+
+@pytest.mark.filterwarnings("ignore:RunnableWithMessageHistory is deprecated")
+def test_the_history_leaves_the_next_input_its_room_beside_a_large_system_prompt() -> None:
+    """With a large system prompt (the template's, given as ``system_prompt=``), the
+    trigger moved up by the floor to ``max_tokens`` itself: the history kept itself
+    just under the whole budget between turns, and every turn's prompt (the history
+    plus the new question) went past it (31 of 200 prompts over 1,500 tokens). The
+    history keeps itself under the configured trigger, the rest being the next input's."""
+    import itertools
+
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langchain_core.runnables.history import RunnableWithMessageHistory
+
+    system = "You are terse. " + _words(300)
+    store = InMemoryStore()
+    ac = AutoContext(max_tokens=1_500, store=store, system_prompt=system)
+    sent: list[list[BaseMessage]] = []
+
+    def model_call(messages: Any) -> Any:
+        sent.append(messages.to_messages())
+        return messages
+
+    replies = itertools.cycle([f"Sure. {_words(40)}"])
+    model = GenericFakeChatModel(messages=(AIMessage(r) for r in replies))
+    prompt = ChatPromptTemplate(
+        [("system", system), MessagesPlaceholder("history"), ("human", "{q}")]
+    )
+    chain = RunnableWithMessageHistory(
+        prompt | RunnableLambda(model_call) | model,
+        AutoContextChatMessageHistory.factory(ac, store=store),
+        input_messages_key="q",
+        history_messages_key="history",
+    )
+    assert ac.counter.count([SystemMessage(system)]) > 1_500 * 0.4
+    for k in range(30):
+        chain.invoke({"q": f"Question {k}: {_words(30)}"}, {"configurable": {"session_id": "s"}})
+    assert max(ac.counter.count(m) for m in sent) <= 1_500
+    history = AutoContextChatMessageHistory("s", ac, store=store)
+    assert len(history.original_messages) == 60  # nothing lost
 
 
 def test_cleared_then_repeated_messages_are_archived_again() -> None:

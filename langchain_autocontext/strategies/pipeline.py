@@ -236,6 +236,7 @@ def run_pipeline(
     reserved_tokens: int = 0,
     reload_tool: bool = True,
     droppable_tokens: int = 0,
+    headroom: int = 0,
 ) -> Pipeline:
     """Compress ``messages`` if triggered (or ``force``); see the module docstring.
 
@@ -247,6 +248,8 @@ def run_pipeline(
     exceed the budget (the memory-pressure notice): the strategies still aim below
     ``config.max_tokens``, but a context that fits once it is dropped is sent, never
     refused with :class:`ContextBudgetError`.
+    ``headroom``: tokens the messages leave free for what the caller adds before the
+    model call (see :meth:`AutoContextConfig.thresholds`).
     """
     configured = config.max_tokens + reserved_tokens
     hard = config.max_tokens + max(0, min(droppable_tokens, reserved_tokens))
@@ -286,7 +289,7 @@ def run_pipeline(
     tokens = count(msgs)
     before = tokens
     floor = floor_tokens(msgs, counter, tools, tags)
-    triggered = force or config.due(tokens, len(msgs), floor)
+    triggered = force or config.due(tokens, len(msgs), floor, headroom)
     if not triggered:
         return PipelineResult(msgs, before, tokens, triggered=False)
     if floor > hard:
@@ -300,7 +303,8 @@ def run_pipeline(
             required_tokens=floor + reserved_tokens,
             max_tokens=configured,
         )
-    target_tokens, target_messages = config.thresholds(floor).target, config.target_messages
+    target_tokens = config.thresholds(floor, headroom).target
+    target_messages = config.target_messages
     events: list[dict[str, Any]] = []
 
     def fits() -> bool:
