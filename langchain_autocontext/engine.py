@@ -986,7 +986,10 @@ class ContextEngine:
         config: AutoContextConfig | None = None,
         state: Mapping[str, Any] | None = None,
         headroom: int = 0,
+        reload_tool: bool | None = None,
     ) -> Any:
+        """``reload_tool``: the model has ``reload_offloaded`` (default: it has it with
+        the package's tools, which come with the compression that writes this)."""
         budget = config or self.config
         reserved = self.config.max_tokens - budget.max_tokens
         # the view drops its pressure notice rather than exceed max_tokens: what fits
@@ -1004,8 +1007,7 @@ class ContextEngine:
             strategies=self.strategies,
             force=force,
             reserved_tokens=reserved,
-            # the engine's own config: the tools come with the compression that writes this
-            reload_tool=self.config.self_management_tools,
+            reload_tool=self.config.self_management_tools if reload_tool is None else reload_tool,
             droppable_tokens=droppable,
             headroom=headroom,
         )
@@ -1075,7 +1077,9 @@ class ContextEngine:
             messages, msgs, state, virtual, view, tools
         )
         result = drive(
-            self._pipeline(msgs, thread_id, tools, force, budget, state, headroom),
+            self._pipeline(
+                msgs, thread_id, tools, force, budget, state, headroom, _offers_reload(view, tools)
+            ),
             st,
             self.summarizer,
         )
@@ -1151,7 +1155,9 @@ class ContextEngine:
             messages, msgs, state, virtual, view, tools
         )
         result = await adrive(
-            self._pipeline(msgs, thread_id, tools, force, budget, state, headroom),
+            self._pipeline(
+                msgs, thread_id, tools, force, budget, state, headroom, _offers_reload(view, tools)
+            ),
             st,
             self.summarizer,
         )
@@ -1385,6 +1391,15 @@ def _edited_event(messages: Sequence[BaseMessage], offload_ids: Sequence[str]) -
         "message_ids": [m.id for m in messages],
         "offload_ids": list(offload_ids),
     }
+
+
+def _offers_reload(view: bool, tools: Sequence[Any] | None) -> bool | None:
+    """Whether a call without the view (a chain: none of the package's tools unless
+    given as ``tools``) has ``reload_offloaded``; ``None`` with the view (the engine's
+    config says)."""
+    if view:
+        return None
+    return any(_tool_name(t) == "reload_offloaded" for t in tools or ())
 
 
 def _reply(messages: Sequence[BaseMessage]) -> bool:

@@ -478,6 +478,35 @@ def test_the_history_leaves_the_next_input_its_room_beside_a_large_system_prompt
     assert len(history.original_messages) == 60  # nothing lost
 
 
+@pytest.mark.parametrize("surface", ["history", "runnable"])
+def test_a_chain_model_is_told_of_reload_offloaded_only_when_it_has_it(surface: str) -> None:
+    """The chain surfaces send none of the package's tools, yet a summary told the model
+    to call ``reload_offloaded(offload_id=…)``, a tool it did not have (a model may
+    call it anyway, or apologise for not being able to). Without the tool a
+    replacement names its offload by id alone; with it given as ``tools=`` (bound to
+    the model), as the call."""
+    texts = {}
+    for with_tools in (False, True):
+        store = InMemoryStore()
+        ac = AutoContext(max_tokens=1_500, store=store)
+        if with_tools:
+            ac = AutoContext(max_tokens=1_500, store=store, tools=ac.tools)
+        convo: list[BaseMessage] = []
+        for k in range(30):
+            convo += [HumanMessage(f"Question {k}: {_words(40)}"), AIMessage(_words(40))]
+        if surface == "history":
+            history = AutoContextChatMessageHistory("s", ac, store=store)
+            for k in range(0, len(convo), 2):
+                history.add_messages(convo[k : k + 2])
+            working = history.messages
+        else:
+            working = ac.as_runnable().invoke(convo, {"configurable": {"thread_id": "s"}})
+        assert OffloadStore.wrap(store).list_offloads("s")  # it did compress
+        texts[with_tools] = "\n".join(text_of(m) for m in working)
+    assert "reload_offloaded" not in texts[False]
+    assert "reload_offloaded(offload_id=" in texts[True]
+
+
 def test_cleared_then_repeated_messages_are_archived_again() -> None:
     """Ids derived from the content repeated after clear(): the second "hi" was taken
     as already archived and never reached the history."""
