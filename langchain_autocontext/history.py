@@ -312,6 +312,10 @@ def _fingerprint(message: BaseMessage) -> bytes:
     return h.digest()
 
 
+def _system(message: BaseMessage) -> bool:
+    return isinstance(message, SystemMessage)
+
+
 def _as_messages(value: Any) -> list[BaseMessage]:
     if isinstance(value, PromptValue):
         messages = value.to_messages()
@@ -394,14 +398,14 @@ class AutoContextRunnable(RunnableSerializable[Any, list[BaseMessage]]):
         # as none (a reminder after the history stood where the next message now is);
         # the engine merges them into one, first, and the new ones take the old one's
         # place.
-        lead = bool(messages) and isinstance(messages[0], SystemMessage)
+        lead = bool(messages) and _system(messages[0])
         entries = 0
         for k, m in enumerate(messages):
             fp = _fingerprint(m)
             prints.append(fp)
             if k == 0 and lead:
                 chain.update(b"system")
-            elif isinstance(m, SystemMessage):
+            elif _system(m):
                 continue
             else:
                 chain.update(fp)
@@ -411,22 +415,26 @@ class AutoContextRunnable(RunnableSerializable[Any, list[BaseMessage]]):
         state = {"inputs": entries, "digest": chain.hexdigest()}
         extends = bool(seen_n) and prefix_digest == seen_digest
 
+        # a later system message is named by its place among the system messages, not in
+        # the input, where it moves on every call (a reminder after the history, the same
+        # every call, is archived once)
+        places = {k: j for j, k in enumerate(k for k, m in enumerate(messages) if _system(m))}
+
         def with_id(k: int, m: BaseMessage) -> BaseMessage:
             if m.id:
                 return m
-            name = f"{thread_id}:{k}:{prints[k].hex()}"
+            place = f"system{places[k]}" if k and k in places else str(k)
+            name = f"{thread_id}:{place}:{prints[k].hex()}"
             return m.model_copy(update={"id": str(uuid.uuid5(_ID_NAMESPACE, name))})
 
         if not extends:
             return [with_id(k, m) for k, m in enumerate(messages)], state
-        systems = [with_id(k, m) for k, m in enumerate(messages) if isinstance(m, SystemMessage)]
+        systems = [with_id(k, m) for k, m in enumerate(messages) if _system(m)]
         tail = [
-            with_id(k, m)
-            for k, m in enumerate(messages[prefix_end:], prefix_end)
-            if not isinstance(m, SystemMessage)
+            with_id(k, m) for k, m in enumerate(messages[prefix_end:], prefix_end) if not _system(m)
         ]
         stored = _stored_messages(record)
-        if stored and isinstance(stored[0], SystemMessage):
+        if stored and _system(stored[0]):
             stored = stored[1:]  # this input's system messages take its place
         state["fresh"] = len(tail)  # new by construction: they extend the last input
         return [*systems, *stored, *tail], state
