@@ -1066,8 +1066,8 @@ class ContextEngine:
         st = self.resolve_store(store)
         messages = as_messages(messages)
         state = checked_state(state)
-        if view and tools is None:
-            self._check_counted_tools(messages)
+        if tools is None:
+            self._check_counted_tools(messages, view)
         msgs, ids_assigned, virtual, originals = self._prepare_all(messages)
         archived = self.archive(originals, thread_id=thread_id, store=st)
         self._settle_archived(st, thread_id, originals)
@@ -1085,18 +1085,22 @@ class ContextEngine:
         )
         return self._finish(result, archived, ids_assigned, virtual, system)
 
-    def _check_counted_tools(self, messages: Sequence[BaseMessage]) -> None:
+    def _check_counted_tools(self, messages: Sequence[BaseMessage], view: bool = True) -> None:
         """Warn once when the agent's latest turn calls a tool whose schema this engine
         does not count: each schema is sent with every request, and uncounted they can
         take a request past ``max_tokens`` (a ``create_react_agent`` hook cannot see
-        the tools its model is bound with; ``AutoContext(tools=…)`` tells it)."""
+        the tools its model is bound with; ``AutoContext(tools=…)`` tells it). Without
+        the view (a chain) only those given as ``tools`` are counted."""
         if self._uncounted_warned or self.tools_from_requests:
             return
         last = next((m for m in reversed(messages[-8:]) if isinstance(m, AIMessage)), None)
         calls = getattr(last, "tool_calls", None)
         if not calls:
             return
-        known = {_tool_name(t) for t in self.count_tools} | {t.name for t in self.all_tools}
+        if view:
+            known = {_tool_name(t) for t in self.count_tools} | {t.name for t in self.all_tools}
+        else:  # a chain: only the tools given to this instance are counted
+            known = {_tool_name(t) for t in self.agent_tools}
         missing = sorted({str(c.get("name")) for c in calls} - known)
         if not missing:
             return
@@ -1144,8 +1148,8 @@ class ContextEngine:
         st = self.resolve_store(store)
         messages = as_messages(messages)
         state = checked_state(state)
-        if view and tools is None:
-            self._check_counted_tools(messages)
+        if tools is None:
+            self._check_counted_tools(messages, view)
         msgs, ids_assigned, virtual, originals = self._prepare_all(messages)
         archived = await self.aarchive(originals, thread_id=thread_id, store=st)
         self._settle_archived(st, thread_id, originals)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -505,6 +506,24 @@ def test_a_chain_model_is_told_of_reload_offloaded_only_when_it_has_it(surface: 
         texts[with_tools] = "\n".join(text_of(m) for m in working)
     assert "reload_offloaded" not in texts[False]
     assert "reload_offloaded(offload_id=" in texts[True]
+
+
+@pytest.mark.parametrize("surface", ["history", "runnable"])
+def test_a_chain_whose_model_calls_an_uncounted_tool_is_warned(surface: str) -> None:
+    """A chain's model bound with tools not given as ``tools=``: their schemas go with
+    every request, uncounted, and the prompts went past ``max_tokens`` without a word
+    (the agent surfaces warn). The chain surfaces warn too, once; not when counted."""
+    convo = [HumanMessage("list the files"), *tool_group("sh", {"command": "ls"}, ["a b"])]
+    for tools in ([], [sh]):
+        ac = make_ac(tools=tools)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            if surface == "history":
+                AutoContextChatMessageHistory("s", ac).add_messages(convo[:2])
+            else:
+                ac.as_runnable().invoke(convo[:2], {"configurable": {"thread_id": "s"}})
+        said = [str(w.message) for w in caught if "does not count" in str(w.message)]
+        assert len(said) == (0 if tools else 1) and (not said or "sh" in said[0])
 
 
 def test_cleared_then_repeated_messages_are_archived_again() -> None:
