@@ -245,18 +245,53 @@ def _from_anthropic(raw: Any) -> list[Any]:
     return [raw]
 
 
+def _from_function_call(raw: Any, pending: str | None, call_id: str) -> tuple[Any, str | None]:
+    """OpenAI's legacy function calling as the tool call and tool message it stands for:
+    an assistant message's ``function_call`` becomes a tool call with id ``call_id``, and
+    the ``function`` message right after it that call's result. Returns the message and
+    the id a ``function`` message that follows answers (``pending``: the one before's)."""
+    if not isinstance(raw, dict):
+        return raw, None
+    call = raw.get("function_call")
+    if raw.get("role") in ("assistant", "ai") and isinstance(call, dict):
+        if raw.get("tool_calls"):  # both given: the tool calls are what LangChain reads
+            return raw, None
+        rest = {k: v for k, v in raw.items() if k != "function_call"}
+        return {**rest, "tool_calls": [{"id": call_id, "type": "function", "function": call}]}, (
+            call_id
+        )
+    if raw.get("role") == "function" and pending is not None:
+        return {**raw, "role": "tool", "tool_call_id": pending}, None
+    return raw, None
+
+
+def _expand(raw_messages: Sequence[Any], traj_id: str) -> list[tuple[int, Any]]:
+    """The chat messages the file's messages stand for, each with its place in the file:
+    Anthropic turns split into tool calls and results, legacy ``function_call`` turns
+    read as tool calls."""
+    out: list[tuple[int, Any]] = []
+    pending: str | None = None
+    for n, raw in enumerate(raw_messages):
+        for m in _from_anthropic(raw):
+            m, pending = _from_function_call(m, pending, f"{traj_id}-call-{n}")
+            out.append((n, m))
+    return out
+
+
 def parse_trajectory(raw_messages: Sequence[Any], traj_id: str) -> Trajectory:
     """Convert raw messages; each gets the id ``{traj_id}-{index}`` unless it has one.
 
     A message of role ``exit`` (mini-swe-agent's final submission) ends the run. A
     ``RemoveMessage`` (a LangGraph state update, not a message) is skipped, with a note.
-    Anthropic Messages API turns are read too (``tool_use`` / ``tool_result`` blocks).
+    Anthropic Messages API turns are read too (``tool_use`` / ``tool_result`` blocks),
+    and OpenAI's legacy ``function_call`` / ``function`` messages as tool calls and
+    results. Errors name a message by its place in ``raw_messages``.
     """
     out: list[BaseMessage] = []
     removed = 0
-    expanded = [m for raw in raw_messages for m in _from_anthropic(raw)]
-    for i, raw in enumerate(expanded):
-        msg = _convert_one(raw, f"{traj_id} message {i}")
+    expanded = _expand(raw_messages, traj_id)
+    for i, (n, raw) in enumerate(expanded):
+        msg = _convert_one(raw, f"{traj_id} message {n}")  # n: its place in the file
         if msg is None:
             break
         if isinstance(msg, RemoveMessage):
@@ -305,7 +340,7 @@ def _raw_id(obj: Any, name: str, index: int) -> str:
     return f"{name}-{index}"
 
 
-def _from_obj(obj: Any, traj_id: str, name: str, index: int) -> Trajectory:
+def _from_obj(obj: Any, traj_id: str, where: str) -> Trajectory:
     if isinstance(obj, dict) and isinstance(obj.get("messages"), list):
         messages = obj["messages"]
         system = obj.get("system")  # an Anthropic request body's system prompt
@@ -321,7 +356,7 @@ def _from_obj(obj: Any, traj_id: str, name: str, index: int) -> Trajectory:
     if isinstance(obj, list) and obj and all(_is_message(m) for m in obj):
         return parse_trajectory(obj, traj_id)
     raise ReplayFormatError(
-        f"{name}: entry {index} is neither a list of messages nor an object with 'messages' "
+        f"{where} is neither a list of messages nor an object with 'messages' "
         "(expected OpenAI chat messages, or LangChain messages as messages_to_dict or "
         "model_dump write them, as JSON or JSONL)"
     )
@@ -382,6 +417,7 @@ def load_trajectories(path: str | Path, *, limit: int | None = None) -> list[Tra
     if not text.strip():
         raise ReplayFormatError(f"{p}: the file is empty")
     objs: list[Any]
+    lines: list[int] = []  # JSONL: the line of each object (errors name it)
     try:
         whole = json.loads(text)
         if isinstance(whole, list) and whole and all(_is_message(m) for m in whole):
@@ -394,14 +430,15 @@ def load_trajectories(path: str | Path, *, limit: int | None = None) -> list[Tra
         objs = []
         # JSONL lines end at "\n" only: str.splitlines() would also split at U+2028,
         # U+2029, U+0085 … which JSON strings may hold unescaped ("\r" is whitespace)
-        lines = text.rstrip("\r\n").split("\n")
-        for n, line in enumerate(lines, 1):
+        rows = text.rstrip("\r\n").split("\n")
+        for n, line in enumerate(rows, 1):
             if not line.strip():
                 continue
             try:
                 objs.append(json.loads(line))
+                lines.append(n)
             except json.JSONDecodeError as exc:
-                if n == 1 and len(lines) > 1 and text.lstrip()[:1] in "[{":
+                if n == 1 and len(rows) > 1 and text.lstrip()[:1] in "[{":
                     # A pretty-printed JSON document that does not parse.
                     raise ReplayFormatError(
                         f"{p}: not valid JSON (line {whole_exc.lineno}: {whole_exc.msg})"
@@ -419,7 +456,8 @@ def load_trajectories(path: str | Path, *, limit: int | None = None) -> list[Tra
         base = _raw_id(obj, name, i)
         seen[base] += 1
         traj_id = base if seen[base] == 1 else f"{base}#{seen[base]}"
-        trajectories.append(_from_obj(obj, traj_id, p.name, i))
+        where = f"{p.name}: line {lines[i]}" if len(lines) == len(objs) else f"{p.name}: entry {i}"
+        trajectories.append(_from_obj(obj, traj_id, where))
     if not trajectories:
         raise ReplayFormatError(f"{p}: no trajectories found")
     return trajectories

@@ -701,3 +701,53 @@ def test_a_report_reads_at_a_glance() -> None:
     for shown in (report, merged):
         text = repr(shown)
         assert len(text) < 300 and "ok=True" in text and f"calls={len(shown.calls)}" in text
+
+
+def test_legacy_function_call_runs_are_read_as_tool_calls(tmp_path: Path) -> None:
+    """OpenAI's legacy ``function_call`` / ``role: function`` messages were read without
+    error as an AI message with no tool calls and a FunctionMessage no strategy takes for
+    a tool result, so the replay compressed them otherwise than the same run written
+    with ``tool_calls`` (replay audit)."""
+    from langchain_autocontext.messages import find_violations
+
+    modern = openai_run(8, size=900)
+    legacy: list[dict[str, Any]] = []
+    for m in modern:
+        if m.get("tool_calls"):
+            legacy.append(
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "function_call": m["tool_calls"][0]["function"],
+                }
+            )
+        elif m["role"] == "tool":
+            legacy.append({"role": "function", "name": "bash", "content": m["content"]})
+        else:
+            legacy.append(m)
+    (tmp_path / "legacy.json").write_text(json.dumps(legacy))
+    (tmp_path / "modern.json").write_text(json.dumps(modern))
+    [old] = load_trajectories(tmp_path / "legacy.json")
+    [new] = load_trajectories(tmp_path / "modern.json")
+    assert [m.type for m in old.messages] == [m.type for m in new.messages]
+    ai, result = old.messages[2], old.messages[3]
+    assert isinstance(ai, AIMessage) and ai.tool_calls[0]["args"] == {"cmd": "ls 0"}
+    assert isinstance(result, ToolMessage) and result.tool_call_id == ai.tool_calls[0]["id"]
+    assert result.name == "bash" and not find_violations(old.messages)
+    a, b = replay(old, fresh_ac(3_000)), replay(new, fresh_ac(3_000))
+    assert a.strategy_counts == b.strategy_counts and a.ok and b.ok
+
+
+def test_format_errors_name_the_line_and_the_message_as_in_the_file(tmp_path: Path) -> None:
+    """A JSONL line that is no trajectory was named as a 0-based entry that skipped blank
+    lines ("entry 2" for line 4), and a bad message after an Anthropic turn by its place
+    after the turn's tool results were split out (replay audit)."""
+    run = json.dumps({"messages": openai_run(1)})
+    path = tmp_path / "runs.jsonl"
+    path.write_text(f"{run}\n\n{run}\n{json.dumps({'id': 'meta', 'count': 2})}\n")
+    with pytest.raises(ReplayFormatError, match=r"runs\.jsonl: line 4 is neither"):
+        load_trajectories(path)
+    results = [{"type": "tool_result", "tool_use_id": f"t{k}", "content": "ok"} for k in range(3)]
+    bad = [{"role": "user", "content": results}, {"role": "bogus", "content": "x"}]
+    with pytest.raises(ReplayFormatError, match=r"^b message 1: unknown message role"):
+        parse_trajectory(bad, "b")
