@@ -191,8 +191,9 @@ def build_parser() -> argparse.ArgumentParser:
         "been sent: context tokens per call, compression events by strategy, summarizer calls "
         "and tokens, the prompt-cache-friendly prefix share, and whether every original "
         "message is recoverable. Runs offline.",
-        epilog="Formats: OpenAI chat messages (role/content/tool_calls/tool_call_id) or "
-        "LangChain message dumps (messages_to_dict), as a JSON list of messages, a JSON "
+        epilog="Formats: OpenAI chat messages (role/content/tool_calls/tool_call_id), OpenAI "
+        "Responses API items, Anthropic Messages API turns or LangChain message dumps "
+        "(messages_to_dict), as a JSON list of messages, a JSON "
         'object {"messages": [...]}, a JSON list of such objects, or JSONL with one '
         "trajectory (or one message) per line; a message of role 'exit' (mini-swe-agent) ends "
         "a run. Exit status: 0 all good, 1 the replay found a problem (a call over budget, an "

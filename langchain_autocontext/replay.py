@@ -265,13 +265,85 @@ def _from_function_call(raw: Any, pending: str | None, call_id: str) -> tuple[An
     return raw, None
 
 
+#: OpenAI Responses API items the replay reads, by ``type`` (a ``reasoning`` item is
+#: left out with a note: what the model is sent of it is not in the file).
+_RESPONSES_ITEMS = frozenset({"message", "function_call", "function_call_output", "reasoning"})
+_RESPONSES_TEXT = frozenset({"input_text", "output_text", "text"})
+
+
+def _responses_kind(obj: Any) -> str | None:
+    """The ``type`` of an OpenAI Responses API item (``function_call``, ``message`` …),
+    else ``None`` (a chat message or a LangChain dump)."""
+    if not isinstance(obj, dict) or "data" in obj:
+        return None
+    kind = obj.get("type")
+    if not isinstance(kind, str):
+        return None
+    if kind in _RESPONSES_ITEMS or kind.endswith(("_call", "_call_output")):
+        return kind
+    return None
+
+
+def _responses_content(content: Any) -> Any:
+    """A Responses message's content as chat content: its ``input_text`` /
+    ``output_text`` / ``refusal`` parts as text blocks."""
+    if not isinstance(content, list):
+        return content
+    out: list[Any] = []
+    for b in content:
+        kind = b.get("type") if isinstance(b, dict) else None
+        if kind in _RESPONSES_TEXT:
+            out.append({"type": "text", "text": str(b.get("text", ""))})
+        elif kind == "refusal":
+            out.append({"type": "text", "text": str(b.get("refusal", ""))})
+        else:
+            out.append(b)
+    return out
+
+
+def _from_responses(raw: Any, out: list[tuple[int, Any]], n: int, where: str) -> bool:
+    """Add the chat message an OpenAI Responses API item stands for to ``out``: a
+    ``message`` item as that message, a ``function_call`` as a tool call of the
+    assistant message before it (one model response) or of a new one, a
+    ``function_call_output`` as a tool message, a ``reasoning`` item as nothing.
+    Returns False when ``raw`` is not a Responses item."""
+    kind = _responses_kind(raw)
+    if kind is None:
+        return False
+    if kind == "message":
+        msg = {k: v for k, v in raw.items() if k in ("role", "id", "name")}
+        out.append((n, {**msg, "content": _responses_content(raw.get("content"))}))
+    elif kind == "function_call":
+        call = {
+            "id": raw.get("call_id") or raw.get("id"),
+            "type": "function",
+            "function": {"name": raw.get("name"), "arguments": raw.get("arguments")},
+        }
+        last = out[-1][1] if out else None
+        if isinstance(last, dict) and last.get("role") == "assistant":
+            out[-1] = (out[-1][0], {**last, "tool_calls": [*(last.get("tool_calls") or ()), call]})
+        else:
+            out.append((n, {"role": "assistant", "content": "", "tool_calls": [call]}))
+    elif kind == "function_call_output":
+        result = {"role": "tool", "tool_call_id": raw.get("call_id")}
+        out.append((n, {**result, "content": _block_text(raw.get("output"))}))
+    elif kind != "reasoning":
+        raise ReplayFormatError(
+            f"{where}: a Responses API item of type {kind!r} is not replayed (message, "
+            "function_call, function_call_output and reasoning items are)"
+        )
+    return True
+
+
 def _expand(raw_messages: Sequence[Any], traj_id: str) -> list[tuple[int, Any]]:
     """The chat messages the file's messages stand for, each with its place in the file:
     Anthropic turns split into tool calls and results, legacy ``function_call`` turns
-    read as tool calls."""
+    read as tool calls, OpenAI Responses API items as chat messages."""
     out: list[tuple[int, Any]] = []
     pending: str | None = None
     for n, raw in enumerate(raw_messages):
+        if _from_responses(raw, out, n, f"{traj_id} message {n}"):
+            continue
         for m in _from_anthropic(raw):
             m, pending = _from_function_call(m, pending, f"{traj_id}-call-{n}")
             out.append((n, m))
@@ -307,6 +379,12 @@ def parse_trajectory(raw_messages: Sequence[Any], traj_id: str) -> Trajectory:
         trajectory.notes.append(
             "no assistant message: the model was never called, nothing to replay (0 calls)"
         )
+    reasoning = sum(1 for raw in raw_messages if _responses_kind(raw) == "reasoning")
+    if reasoning:
+        trajectory.notes.append(
+            f"left out {reasoning} Responses API reasoning item{'' if reasoning == 1 else 's'}"
+            " (what the model is sent of them is not in the file)"
+        )
     if removed:
         trajectory.notes.append(
             f"skipped {removed} RemoveMessage entr{'y' if removed == 1 else 'ies'} (a "
@@ -330,7 +408,10 @@ def _is_model_dump(obj: Any) -> bool:
 
 def _is_message(obj: Any) -> bool:
     return isinstance(obj, dict) and (
-        "role" in obj or ("type" in obj and "data" in obj) or _is_model_dump(obj)
+        "role" in obj
+        or ("type" in obj and "data" in obj)
+        or _is_model_dump(obj)
+        or _responses_kind(obj) is not None
     )
 
 
@@ -340,7 +421,22 @@ def _raw_id(obj: Any, name: str, index: int) -> str:
     return f"{name}-{index}"
 
 
+def _responses_body(obj: dict[str, Any]) -> dict[str, Any]:
+    """An OpenAI Responses API request body (``input``, ``instructions``; with the
+    response's ``output`` when the record holds both) as ``{"messages", "system"}``."""
+    items = obj.get("input")
+    if isinstance(items, str):
+        items = [{"role": "user", "content": items}]
+    if not isinstance(items, list):
+        return obj
+    output = obj.get("output")
+    messages = [*items, *(output if isinstance(output, list) else ())]
+    return {**obj, "messages": messages, "system": obj.get("instructions")}
+
+
 def _from_obj(obj: Any, traj_id: str, where: str) -> Trajectory:
+    if isinstance(obj, dict) and not isinstance(obj.get("messages"), list):
+        obj = _responses_body(obj)
     if isinstance(obj, dict) and isinstance(obj.get("messages"), list):
         messages = obj["messages"]
         system = obj.get("system")  # an Anthropic request body's system prompt
@@ -356,8 +452,9 @@ def _from_obj(obj: Any, traj_id: str, where: str) -> Trajectory:
     if isinstance(obj, list) and obj and all(_is_message(m) for m in obj):
         return parse_trajectory(obj, traj_id)
     raise ReplayFormatError(
-        f"{where} is neither a list of messages nor an object with 'messages' "
-        "(expected OpenAI chat messages, or LangChain messages as messages_to_dict or "
+        f"{where} is neither a list of messages nor an object with 'messages' (or a "
+        "Responses API 'input') (expected OpenAI chat messages or Responses API items, "
+        "Anthropic Messages API turns, or LangChain messages as messages_to_dict or "
         "model_dump write them, as JSON or JSONL)"
     )
 
@@ -398,9 +495,10 @@ def load_trajectories(path: str | Path, *, limit: int | None = None) -> list[Tra
     Accepted shapes: a JSON list of messages; a JSON object ``{"messages": […]}``;
     a JSON list of such objects (or of message lists); JSONL with one such object
     (or message list) per line; JSONL with one message per line (one trajectory).
-    Messages are OpenAI chat dicts, Anthropic Messages API turns (``tool_use`` /
-    ``tool_result`` blocks; a request body's ``system``) or LangChain
-    ``messages_to_dict`` dumps.
+    Messages are OpenAI chat dicts, OpenAI Responses API items (``message``,
+    ``function_call``, ``function_call_output``; a request body's ``input`` and
+    ``instructions``), Anthropic Messages API turns (``tool_use`` / ``tool_result``
+    blocks; a request body's ``system``) or LangChain ``messages_to_dict`` dumps.
     Trajectory ids come from an ``"id"`` key, else ``{file stem}-{index}``; a
     repeated id gets a ``#2``, ``#3`` … suffix so every trajectory has its own.
     The file is UTF-8 (a BOM is allowed), plain or gzip-compressed (recognised by

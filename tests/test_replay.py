@@ -751,3 +751,54 @@ def test_format_errors_name_the_line_and_the_message_as_in_the_file(tmp_path: Pa
     bad = [{"role": "user", "content": results}, {"role": "bogus", "content": "x"}]
     with pytest.raises(ReplayFormatError, match=r"^b message 1: unknown message role"):
         parse_trajectory(bad, "b")
+
+
+def test_openai_responses_api_items_are_read_as_chat_turns(tmp_path: Path) -> None:
+    """A Responses API transcript (``function_call`` / ``function_call_output`` items,
+    ``reasoning`` items, a request body's ``input`` and ``instructions``) was refused
+    as "entry 0 is neither a list of messages nor an object with 'messages'", entry 0
+    being a message (replay audit)."""
+    from langchain_autocontext.messages import find_violations
+
+    items: list[dict[str, Any]] = [{"role": "user", "content": "Fix the bug."}]
+    for k in range(3):
+        items += [
+            {"type": "reasoning", "id": f"rs_{k}", "summary": []},
+            {
+                "type": "message",
+                "id": f"msg_{k}",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": f"step {k}", "annotations": []}],
+            },
+            {"type": "function_call", "call_id": f"c{k}", "name": "bash", "arguments": '{"n": 1}'},
+            {"type": "function_call", "call_id": f"d{k}", "name": "bash", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": f"c{k}", "output": "x " * 50},
+            {"type": "function_call_output", "call_id": f"d{k}", "output": "ok"},
+        ]
+    answer = {
+        "type": "message",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": "Done."}],
+    }
+    body = {
+        "id": "resp_1",
+        "instructions": "You are a coding agent.",
+        "input": items,
+        "output": [answer],
+    }
+    (tmp_path / "body.json").write_text(json.dumps(body))
+    (tmp_path / "items.json").write_text(json.dumps([*items, answer]))
+    [t] = load_trajectories(tmp_path / "body.json")
+    assert t.id == "resp_1" and t.messages[0].content == "You are a coding agent."
+    assert [m.type for m in t.messages[1:6]] == ["human", "ai", "tool", "tool", "ai"]
+    ai = t.messages[2]
+    assert isinstance(ai, AIMessage) and [c["id"] for c in ai.tool_calls] == ["c0", "d0"]
+    assert ai.content == [{"type": "text", "text": "step 0"}] and not ai.additional_kwargs
+    assert count_calls(t) == 4 and not find_violations(t.messages)
+    assert any("3 Responses API reasoning items" in n for n in t.notes)
+    [plain] = load_trajectories(tmp_path / "items.json")
+    assert [m.type for m in plain.messages] == [m.type for m in t.messages[1:]]
+    assert replay(t, fresh_ac()).ok
+    other = [*items, {"type": "web_search_call", "id": "ws_1", "status": "completed"}]
+    with pytest.raises(ReplayFormatError, match="Responses API item of type 'web_search_call'"):
+        parse_trajectory(other, "w")
