@@ -123,6 +123,8 @@ def _convert_one(raw: Any, where: str) -> BaseMessage | None:
         raise ReplayFormatError(
             f"{where}: a message must be a JSON object, got {type(raw).__name__}"
         )
+    if _is_lc_dump(raw):  # LangChain's own serialization (dumpd/dumps, LangSmith)
+        raw = _lc_fields(raw)
     if "type" in raw and "data" in raw:  # LangChain messages_to_dict format
         try:
             return load_message(raw)
@@ -393,6 +395,41 @@ def parse_trajectory(raw_messages: Sequence[Any], traj_id: str) -> Trajectory:
     return trajectory
 
 
+def _is_lc_dump(obj: Any) -> bool:
+    """A message as LangChain serializes it (``langchain_core.load.dumpd``, LangSmith):
+    ``{"lc": 1, "type": "constructor", "id": [..., "HumanMessage"], "kwargs": {...}}``."""
+    if not isinstance(obj, dict) or obj.get("lc") != 1 or obj.get("type") != "constructor":
+        return False
+    path = obj.get("id")
+    return (
+        isinstance(obj.get("kwargs"), dict)
+        and isinstance(path, list)
+        and bool(path)
+        and str(path[-1]).endswith(("Message", "MessageChunk"))
+    )
+
+
+_LC_TYPES = {
+    "HumanMessage": "human",
+    "AIMessage": "ai",
+    "SystemMessage": "system",
+    "ToolMessage": "tool",
+    "ChatMessage": "chat",
+    "FunctionMessage": "function",
+    "RemoveMessage": "remove",
+}
+
+
+def _lc_fields(obj: dict[str, Any]) -> dict[str, Any]:
+    """A serialized message (:func:`_is_lc_dump`) as its fields, typed (what
+    ``model_dump()`` writes): the class name gives the type when the fields do not."""
+    kwargs = dict(obj["kwargs"])
+    cls = str(obj["id"][-1])
+    kind = kwargs.get("type") or (cls if cls.endswith("Chunk") else _LC_TYPES.get(cls, cls))
+    kwargs.setdefault("content", "")
+    return {"type": kind, "data": {**kwargs, "type": kind}}
+
+
 #: The ``type`` of LangChain's message classes, as ``model_dump()`` writes it.
 _DUMP_TYPES = frozenset({"human", "ai", "system", "tool", "chat", "function"})
 
@@ -411,6 +448,7 @@ def _is_message(obj: Any) -> bool:
         "role" in obj
         or ("type" in obj and "data" in obj)
         or _is_model_dump(obj)
+        or _is_lc_dump(obj)
         or _responses_kind(obj) is not None
     )
 
@@ -434,9 +472,31 @@ def _responses_body(obj: dict[str, Any]) -> dict[str, Any]:
     return {**obj, "messages": messages, "system": obj.get("instructions")}
 
 
+def _langsmith_run(obj: dict[str, Any]) -> dict[str, Any] | None:
+    """A LangSmith run export as ``{"messages"}``: a chain or graph run's final
+    ``outputs.messages`` (its whole history), else a chat model run's
+    ``inputs.messages`` and the message it generated. ``None`` for anything else."""
+    inputs, outputs = obj.get("inputs"), obj.get("outputs")
+    if not isinstance(inputs, dict) or not isinstance(outputs, dict):
+        return None
+    if isinstance(outputs.get("messages"), list):
+        return {**obj, "messages": outputs["messages"]}
+    messages = inputs.get("messages")
+    if isinstance(messages, list) and messages and isinstance(messages[0], list):
+        messages = messages[0]  # a chat model run's inputs: a batch of one conversation
+    if not isinstance(messages, list):
+        return None
+    generations = outputs.get("generations")
+    while isinstance(generations, list) and generations and isinstance(generations[0], list):
+        generations = generations[0]
+    first = generations[0] if isinstance(generations, list) and generations else None
+    reply = first.get("message") if isinstance(first, dict) else None
+    return {**obj, "messages": [*messages, *([reply] if reply is not None else [])]}
+
+
 def _from_obj(obj: Any, traj_id: str, where: str) -> Trajectory:
     if isinstance(obj, dict) and not isinstance(obj.get("messages"), list):
-        obj = _responses_body(obj)
+        obj = _langsmith_run(obj) or _responses_body(obj)
     if isinstance(obj, dict) and isinstance(obj.get("messages"), list):
         messages = obj["messages"]
         system = obj.get("system")  # an Anthropic request body's system prompt
@@ -454,8 +514,8 @@ def _from_obj(obj: Any, traj_id: str, where: str) -> Trajectory:
     raise ReplayFormatError(
         f"{where} is neither a list of messages nor an object with 'messages' (or a "
         "Responses API 'input') (expected OpenAI chat messages or Responses API items, "
-        "Anthropic Messages API turns, or LangChain messages as messages_to_dict or "
-        "model_dump write them, as JSON or JSONL)"
+        "Anthropic Messages API turns, or LangChain messages as messages_to_dict, "
+        "model_dump or dumpd write them, or a LangSmith run, as JSON or JSONL)"
     )
 
 
@@ -498,7 +558,8 @@ def load_trajectories(path: str | Path, *, limit: int | None = None) -> list[Tra
     Messages are OpenAI chat dicts, OpenAI Responses API items (``message``,
     ``function_call``, ``function_call_output``; a request body's ``input`` and
     ``instructions``), Anthropic Messages API turns (``tool_use`` / ``tool_result``
-    blocks; a request body's ``system``) or LangChain ``messages_to_dict`` dumps.
+    blocks; a request body's ``system``), LangChain dumps (``messages_to_dict``,
+    ``model_dump()``, ``dumpd``) or LangSmith run exports.
     Trajectory ids come from an ``"id"`` key, else ``{file stem}-{index}``; a
     repeated id gets a ``#2``, ``#3`` … suffix so every trajectory has its own.
     The file is UTF-8 (a BOM is allowed), plain or gzip-compressed (recognised by

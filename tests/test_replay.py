@@ -802,3 +802,42 @@ def test_openai_responses_api_items_are_read_as_chat_turns(tmp_path: Path) -> No
     other = [*items, {"type": "web_search_call", "id": "ws_1", "status": "completed"}]
     with pytest.raises(ReplayFormatError, match="Responses API item of type 'web_search_call'"):
         parse_trajectory(other, "w")
+
+
+def test_langchain_serialized_messages_and_langsmith_runs(tmp_path: Path) -> None:
+    """LangChain's own serialization (``dumpd``/``dumps``: ``{"lc": 1, "type":
+    "constructor", …}``, what LangSmith exports) and LangSmith run exports were refused as
+    "neither a list of messages nor an object with 'messages'" (replay audit)."""
+    from langchain_core.load import dumpd
+
+    msgs = [
+        SystemMessage("You are a coding agent."),
+        HumanMessage("Fix it."),
+        AIMessage("", tool_calls=[{"name": "bash", "args": {"n": 1}, "id": "c1"}]),
+        ToolMessage("x " * 40, tool_call_id="c1"),
+        AIMessage("Fixed."),
+    ]
+    lc = [dumpd(m) for m in msgs]
+    llm_run = {
+        "id": "run-llm",
+        "run_type": "llm",
+        "inputs": {"messages": [lc[:-1]]},
+        "outputs": {"generations": [[{"text": "Fixed.", "message": lc[-1]}]]},
+    }
+    graph_run = {
+        "id": "run-graph",
+        "run_type": "chain",
+        "inputs": {"messages": lc[1:2]},
+        "outputs": {"messages": lc},
+    }
+    (tmp_path / "lc.json").write_text(json.dumps(lc))
+    (tmp_path / "runs.jsonl").write_text(f"{json.dumps(llm_run)}\n{json.dumps(graph_run)}\n")
+    [t] = load_trajectories(tmp_path / "lc.json")
+    a, b = load_trajectories(tmp_path / "runs.jsonl")
+    assert (a.id, b.id) == ("run-llm", "run-graph")
+    for traj in (t, a, b):
+        assert [type(m) for m in traj.messages] == [type(m) for m in msgs]
+        assert [m.content for m in traj.messages] == [m.content for m in msgs]
+        assert traj.messages[2].tool_calls[0]["args"] == {"n": 1}
+        assert traj.messages[3].tool_call_id == "c1"
+        assert replay(traj, fresh_ac()).ok
