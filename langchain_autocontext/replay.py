@@ -549,6 +549,19 @@ def _read_text(p: Path) -> tuple[str, str]:
         raise ReplayFormatError(f"{p}: not a UTF-8 text file (expected JSON or JSONL)") from None
 
 
+def _jsonl_rows(text: str) -> Iterator[tuple[int, str]]:
+    """(line number, line) of ``text``, split at ``"\n"`` only (JSON strings may hold
+    U+2028, U+2029, U+0085 … unescaped), one at a time: no second copy of a large file."""
+    start, n = 0, 0
+    while start <= len(text):
+        end = text.find("\n", start)
+        if end < 0:
+            end = len(text)
+        n += 1
+        yield n, text[start:end]
+        start = end + 1
+
+
 def load_trajectories(path: str | Path, *, limit: int | None = None) -> list[Trajectory]:
     """Read a JSON or JSONL file of one or many trajectories.
 
@@ -589,15 +602,16 @@ def load_trajectories(path: str | Path, *, limit: int | None = None) -> list[Tra
         objs = []
         # JSONL lines end at "\n" only: str.splitlines() would also split at U+2028,
         # U+2029, U+0085 … which JSON strings may hold unescaped ("\r" is whitespace)
-        rows = text.rstrip("\r\n").split("\n")
-        for n, line in enumerate(rows, 1):
+        for n, line in _jsonl_rows(text):
+            if limit is not None and len(objs) >= limit and not _is_message(objs[0]):
+                break  # one trajectory a line: the lines past the limit are not read
             if not line.strip():
                 continue
             try:
                 objs.append(json.loads(line))
                 lines.append(n)
             except json.JSONDecodeError as exc:
-                if n == 1 and len(rows) > 1 and text.lstrip()[:1] in "[{":
+                if n == 1 and "\n" in text.strip() and text.lstrip()[:1] in "[{":
                     # A pretty-printed JSON document that does not parse.
                     raise ReplayFormatError(
                         f"{p}: not valid JSON (line {whole_exc.lineno}: {whole_exc.msg})"

@@ -841,3 +841,20 @@ def test_langchain_serialized_messages_and_langsmith_runs(tmp_path: Path) -> Non
         assert traj.messages[2].tool_calls[0]["args"] == {"n": 1}
         assert traj.messages[3].tool_call_id == "c1"
         assert replay(traj, fresh_ac()).ok
+
+
+def test_limit_stops_reading_a_jsonl_of_trajectories(tmp_path: Path) -> None:
+    """``--limit N`` parsed every line of the file before keeping N trajectories: on a
+    large log, ``--limit 1`` took the memory and time of the whole file (replay audit).
+    Lines past the limit are not read now (a broken one there is no error); a file of one
+    message a line is still read whole (it is one trajectory)."""
+    run = json.dumps({"messages": openai_run(1)})
+    path = tmp_path / "runs.jsonl"
+    path.write_text(f"{run}\n\n{run}\n{{broken\n")
+    assert len(load_trajectories(path, limit=2)) == 2
+    with pytest.raises(ReplayFormatError, match="line 4 is not JSON"):
+        load_trajectories(path, limit=3)
+    per_message = tmp_path / "messages.jsonl"
+    per_message.write_text("".join(json.dumps(m) + "\n" for m in openai_run(2)))
+    [t] = load_trajectories(per_message, limit=1)
+    assert len(t.messages) == len(openai_run(2))
