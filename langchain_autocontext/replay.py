@@ -505,9 +505,14 @@ def _from_obj(obj: Any, traj_id: str, where: str) -> Trajectory:
         ):
             messages = [{"role": "system", "content": _block_text(system)}, *messages]
         trajectory = parse_trajectory(messages, traj_id)
-        tools = obj.get("tools")
-        if isinstance(tools, list):
-            trajectory.tools = [t for t in tools if isinstance(t, dict)]
+        tools = [
+            t
+            for key in ("tools", "functions")  # "functions": legacy function calling's
+            if isinstance(obj.get(key), list)
+            for t in obj[key]
+            if isinstance(t, dict)
+        ]
+        trajectory.tools = tools
         return trajectory
     if isinstance(obj, list) and obj and all(_is_message(m) for m in obj):
         return parse_trajectory(obj, traj_id)

@@ -736,6 +736,13 @@ def test_legacy_function_call_runs_are_read_as_tool_calls(tmp_path: Path) -> Non
     assert result.name == "bash" and not find_violations(old.messages)
     a, b = replay(old, fresh_ac(3_000)), replay(new, fresh_ac(3_000))
     assert a.strategy_counts == b.strategy_counts and a.ok and b.ok
+    # a legacy request body's "functions" are the schemas the model was sent
+    schema = {"name": "bash", "description": "Run a command.", "parameters": {"type": "object"}}
+    (tmp_path / "body.json").write_text(json.dumps({"messages": legacy, "functions": [schema]}))
+    [body] = load_trajectories(tmp_path / "body.json")
+    assert body.tools == [schema]
+    with_schema = replay(body, fresh_ac(3_000))
+    assert with_schema.calls[0].tokens > a.calls[0].tokens
 
 
 def test_format_errors_name_the_line_and_the_message_as_in_the_file(tmp_path: Path) -> None:
