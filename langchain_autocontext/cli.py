@@ -285,6 +285,32 @@ def _output_path(value: str, what: str) -> Path:
     return path
 
 
+#: How every ``--json`` report begins (:func:`_write_json`): a file that does not is not
+#: overwritten.
+_REPORT_HEAD = '{\n  "tool": "autocontext replay"'
+
+
+def _report_path(value: str) -> Path:
+    """The ``--json`` path, refused when it names an existing file that is not an earlier
+    report (the trajectory file, say): ``--json runs.json`` read as "my file is JSON" would
+    otherwise replay the bundled sample and write its report over the user's log."""
+    path = _output_path(value, "--json")
+    if not path.exists():
+        return path
+    try:
+        with path.open("rb") as f:
+            head = f.read(len(_REPORT_HEAD.encode()))
+    except OSError as exc:
+        raise CliError(f"--json {value}: cannot read ({exc.strerror or exc})") from None
+    if head != _REPORT_HEAD.encode():
+        raise CliError(
+            f"--json {value}: the file exists and is not an autocontext replay report; "
+            "refusing to overwrite it (the trajectory file is the positional FILE; --json "
+            "names where the report goes)"
+        )
+    return path
+
+
 def _setup(args: argparse.Namespace) -> _Setup:
     from langchain_autocontext.summarizers import LLMSummarizer, resolve_summarizer
     from langchain_autocontext.tokens import resolve_counter
@@ -317,7 +343,7 @@ def _setup(args: argparse.Namespace) -> _Setup:
                 file=sys.stderr,
             )
             plot = None
-    json_path = _output_path(args.json, "--json") if args.json else None
+    json_path = _report_path(args.json) if args.json else None
     try:
         summarizer = resolve_summarizer(
             args.summarizer,
@@ -663,7 +689,7 @@ def _write_json(
         "total": merge_reports(reports).summary(),
         "trajectories": [r.to_dict() for r in reports],
     }
-    path.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    path.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")  # _REPORT_HEAD
 
 
 def _replay_command(args: argparse.Namespace) -> int:

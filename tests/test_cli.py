@@ -549,3 +549,24 @@ def test_total_shows_the_range_of_limits() -> None:
     ]
     rows = dict((m, v) for m, v, _ in cli._rows(merge_reports(reports)))
     assert rows["  compress above / down to"] == "12,000-12,500 / 6,000"
+
+
+def test_json_never_overwrites_a_file_that_is_not_a_report(
+    capsys: pytest.CaptureFixture[str], small: Path, tmp_path: Path
+) -> None:
+    """``autocontext replay --json runs.json`` (``--json`` read as "my file is JSON")
+    replayed the bundled sample and wrote its report over the user's log; so did
+    ``--json`` naming the trajectory file itself (replay audit). An earlier report is
+    still overwritten, so the same command runs twice."""
+    log = tmp_path / "runs.json"
+    log.write_text(small.read_text())
+    before = log.read_bytes()
+    code, _, err = run_cli(capsys, "--json", str(log), "--no-plot", "--no-progress")
+    assert code == 2 and "not an autocontext replay report" in one_line_error(err)
+    code, _, err = run_cli(capsys, str(log), "--json", str(log), "--no-plot", "--no-progress")
+    assert code == 2 and "refusing to overwrite" in one_line_error(err)
+    assert log.read_bytes() == before
+    report = tmp_path / "report.json"
+    for _ in range(2):
+        code, _, _ = run_cli(capsys, str(log), "--json", str(report), "--no-plot", "--no-progress")
+        assert code == 0 and json.loads(report.read_text())["source"] == str(log)
