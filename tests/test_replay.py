@@ -865,3 +865,51 @@ def test_limit_stops_reading_a_jsonl_of_trajectories(tmp_path: Path) -> None:
     per_message.write_text("".join(json.dumps(m) + "\n" for m in openai_run(2)))
     [t] = load_trajectories(per_message, limit=1)
     assert len(t.messages) == len(openai_run(2))
+
+
+def test_anthropic_tool_results_keep_their_images_and_errors() -> None:
+    """An Anthropic ``tool_result`` holding an image (a computer-use screenshot) was read
+    as its text alone: the image the model was sent vanished from the replay and from
+    its counts; ``is_error`` was dropped too (replay audit)."""
+    image = {
+        "type": "image",
+        "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0K"},
+    }
+    turns = [
+        {"role": "user", "content": "Take a screenshot."},
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "t1", "name": "shot", "input": {}}],
+        },
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "t1",
+                    "content": [{"type": "text", "text": "here"}, image],
+                }
+            ],
+        },
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "t2", "name": "shot", "input": {}}],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "t2", "is_error": True, "content": "boom"}
+            ],
+        },
+        {"role": "assistant", "content": "Seen."},
+    ]
+    t = parse_trajectory(turns, "cu")
+    shot, failed = t.messages[2], t.messages[4]
+    assert isinstance(shot, ToolMessage) and shot.content[1] == image
+    assert isinstance(failed, ToolMessage) and failed.status == "error" and failed.content == "boom"
+    text_only = parse_trajectory(
+        [*turns[:2], {**turns[2], "content": [{**turns[2]["content"][0], "content": "here"}]}], "t"
+    )
+    ac = fresh_ac()
+    assert ac.counter.count([shot]) > ac.counter.count([text_only.messages[2]])
+    assert replay(t, fresh_ac()).ok
