@@ -328,7 +328,9 @@ def _from_responses(raw: Any, out: list[tuple[int, Any]], n: int, where: str) ->
             out.append((n, {"role": "assistant", "content": "", "tool_calls": [call]}))
     elif kind == "function_call_output":
         result = {"role": "tool", "tool_call_id": raw.get("call_id")}
-        out.append((n, {**result, "content": _block_text(raw.get("output"))}))
+        out.append(
+            (n, {**result, "content": _result_content(_responses_content(raw.get("output")))})
+        )
     elif kind != "reasoning":
         raise ReplayFormatError(
             f"{where}: a Responses API item of type {kind!r} is not replayed (message, "

@@ -780,7 +780,11 @@ def test_openai_responses_api_items_are_read_as_chat_turns(tmp_path: Path) -> No
             {"type": "function_call", "call_id": f"c{k}", "name": "bash", "arguments": '{"n": 1}'},
             {"type": "function_call", "call_id": f"d{k}", "name": "bash", "arguments": "{}"},
             {"type": "function_call_output", "call_id": f"c{k}", "output": "x " * 50},
-            {"type": "function_call_output", "call_id": f"d{k}", "output": "ok"},
+            {
+                "type": "function_call_output",
+                "call_id": f"d{k}",
+                "output": [{"type": "input_text", "text": "ok"}],
+            },
         ]
     answer = {
         "type": "message",
@@ -806,6 +810,11 @@ def test_openai_responses_api_items_are_read_as_chat_turns(tmp_path: Path) -> No
     [plain] = load_trajectories(tmp_path / "items.json")
     assert [m.type for m in plain.messages] == [m.type for m in t.messages[1:]]
     assert replay(t, fresh_ac()).ok
+    assert t.messages[4].content == "ok"  # input_text parts read as text
+    image = {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0K"}
+    shot = {"type": "function_call_output", "call_id": "c0", "output": [image]}
+    [_, _, result] = parse_trajectory([items[0], items[3], shot], "i").messages
+    assert result.content == [image]  # kept: the model was sent it
     other = [*items, {"type": "web_search_call", "id": "ws_1", "status": "completed"}]
     with pytest.raises(ReplayFormatError, match="Responses API item of type 'web_search_call'"):
         parse_trajectory(other, "w")
