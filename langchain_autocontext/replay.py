@@ -1,13 +1,15 @@
 """Replay recorded agent trajectories through the manager, call by call.
 
 Used by the ``autocontext replay`` CLI, the notebooks and the benchmarks: load
-OpenAI chat JSON / JSONL or LangChain message dumps, stream each trajectory
+agent logs as JSON / JSONL (OpenAI chat or Responses API, Anthropic Messages API,
+LangChain message dumps, LangSmith runs), stream each trajectory
 through :meth:`AutoContext.compress` as the agent would have called its model,
 and report what the model would have been sent (:class:`ReplayReport`), as
 numbers, a JSON document or a plot (:func:`plot_reports`).
 
 Over 600 lines because it holds the four parts of a replay that the CLI, the notebooks
-and the benchmarks all import: loading every accepted format, the call-by-call run, the
+and the benchmarks all import: loading every accepted format (about 400 lines: each
+provider's shapes read as chat messages), the call-by-call run, the
 report with its measures (about 175 lines) and the plot.
 """
 
@@ -557,7 +559,7 @@ def _read_text(p: Path) -> tuple[str, str]:
 
 
 def _jsonl_rows(text: str) -> Iterator[tuple[int, str]]:
-    """(line number, line) of ``text``, split at ``"\n"`` only (JSON strings may hold
+    r"""(line number, line) of ``text``, split at ``"\n"`` only (JSON strings may hold
     U+2028, U+2029, U+0085 … unescaped), one at a time: no second copy of a large file."""
     start, n = 0, 0
     while start <= len(text):
