@@ -291,8 +291,8 @@ _REPORT_HEAD = '{\n  "tool": "autocontext replay"'
 
 
 def _report_path(value: str) -> Path:
-    """The ``--json`` path, refused when it names an existing file that is not an earlier
-    report (the trajectory file, say): ``--json runs.json`` read as "my file is JSON" would
+    """The ``--json`` path, refused when it names an existing file that is neither empty
+    nor an earlier report (the trajectory file, say): ``--json runs.json`` read as "my file is JSON" would
     otherwise replay the bundled sample and write its report over the user's log."""
     path = _output_path(value, "--json")
     if not path.exists():
@@ -302,7 +302,7 @@ def _report_path(value: str) -> Path:
             head = f.read(len(_REPORT_HEAD.encode()))
     except OSError as exc:
         raise CliError(f"--json {value}: cannot read ({exc.strerror or exc})") from None
-    if head != _REPORT_HEAD.encode():
+    if head and head != _REPORT_HEAD.encode():  # an empty file (mktemp) holds nothing
         raise CliError(
             f"--json {value}: the file exists and is not an autocontext replay report; "
             "refusing to overwrite it (the trajectory file is the positional FILE; --json "

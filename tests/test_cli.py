@@ -567,6 +567,7 @@ def test_json_never_overwrites_a_file_that_is_not_a_report(
     assert code == 2 and "refusing to overwrite" in one_line_error(err)
     assert log.read_bytes() == before
     report = tmp_path / "report.json"
+    report.touch()  # an empty file (mktemp) is written to
     for _ in range(2):
         code, _, _ = run_cli(capsys, str(log), "--json", str(report), "--no-plot", "--no-progress")
         assert code == 0 and json.loads(report.read_text())["source"] == str(log)
