@@ -295,7 +295,7 @@ def _report_path(value: str) -> Path:
     nor an earlier report (the trajectory file, say): ``--json runs.json`` read as "my file is JSON" would
     otherwise replay the bundled sample and write its report over the user's log."""
     path = _output_path(value, "--json")
-    if not path.exists():
+    if not path.is_file():  # a new file, or no regular file (/dev/stdout, a pipe)
         return path
     try:
         with path.open("rb") as f:

@@ -568,6 +568,29 @@ def test_json_never_overwrites_a_file_that_is_not_a_report(
     assert log.read_bytes() == before
     report = tmp_path / "report.json"
     report.touch()  # an empty file (mktemp) is written to
+    if Path("/dev/null").exists():  # a device is no file to keep: written to
+        code, _, err = run_cli(
+            capsys, str(log), "--json", "/dev/null", "--no-plot", "--no-progress"
+        )
+        assert code == 0, err
     for _ in range(2):
         code, _, _ = run_cli(capsys, str(log), "--json", str(report), "--no-plot", "--no-progress")
         assert code == 0 and json.loads(report.read_text())["source"] == str(log)
+
+
+@pytest.mark.skipif(not Path("/dev/stdout").exists(), reason="no /dev/stdout")
+def test_json_to_standard_output_through_a_pipe(small: Path, tmp_path: Path) -> None:
+    """``--json /dev/stdout | jq``: the check that an existing --json file is a report
+    must not read a pipe or a device (reading its own stdout pipe hung the replay)."""
+    env = {**os.environ, "PYTHONPATH": str(Path(cli.__file__).parents[1])}
+    argv = ["replay", str(small), "--json", "/dev/stdout", "--no-plot", "--no-progress"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "langchain_autocontext.cli", *argv],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert '"tool": "autocontext replay"' in proc.stdout
