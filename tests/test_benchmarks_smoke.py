@@ -858,3 +858,13 @@ def test_the_runner_sends_what_a_create_agent_graph_sends(
         assert [_as_sent(m) for m in got] == messages, f"call {k}"
         assert sorted(t.name for t in got_tools) == names, f"call {k}"
         assert counter.count(got, got_tools) == total, f"call {k}"
+
+
+def test_engine_memory_reports_what_engine_py_holds(capsys) -> None:
+    """The engine's per-thread memo of a long thread (benchmarks/engine_memory.py): a
+    row per turn count, and a memo that is not the thread's whole data."""
+    module = _load("engine_memory")
+    size, history = module.engine_bytes(40)
+    assert history == 81 and 0 < size
+    assert module.main(["--turns", "10"]) == 0
+    assert "| 10 | 21 |" in capsys.readouterr().out
