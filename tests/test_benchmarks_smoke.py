@@ -865,6 +865,6 @@ def test_engine_memory_reports_what_engine_py_holds(capsys) -> None:
     row per turn count, and a memo that is not the thread's whole data."""
     module = _load("engine_memory")
     size, history = module.engine_bytes(40)
-    assert history == 81 and 0 < size
+    assert history == 81 and size > 0
     assert module.main(["--turns", "10"]) == 0
     assert "| 10 | 21 |" in capsys.readouterr().out
