@@ -245,9 +245,11 @@ def merge_system_messages(messages: list[BaseMessage]) -> list[BaseMessage]:
     if all(isinstance(m.content, str) for m in systems):
         content: Any = "\n\n".join(str(m.content) for m in systems if m.content)
     else:
+        # an empty one adds nothing (Anthropic rejects an empty text block)
         content = [
             block
             for m in systems
+            if m.content
             for block in (
                 [{"type": "text", "text": m.content}] if isinstance(m.content, str) else m.content
             )

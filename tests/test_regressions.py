@@ -342,6 +342,20 @@ def test_a_system_message_in_the_middle_is_archived_as_it_was(mode: str) -> None
     assert history["s2"] == "From now on answer in French."
 
 
+def test_an_empty_system_message_adds_no_empty_block_to_a_merged_list_prompt() -> None:
+    """A system prompt in content blocks (Anthropic's cache_control) merged with an empty
+    system message (a template whose optional instructions were left empty) gained an
+    empty text block, which Anthropic rejects (provider-blocks audit)."""
+    prompt = [{"type": "text", "text": "You are terse.", "cache_control": {"type": "ephemeral"}}]
+    msgs = [
+        SystemMessage(prompt, id="s1"),
+        SystemMessage("", id="s2"),
+        HumanMessage("hi", id="u1"),
+    ]
+    out = AutoContext(AutoContextConfig(max_tokens=8_000)).compress(msgs)
+    assert out.messages[0].content == prompt
+
+
 # --- the last resort's previews, in scripts that take more tokens than characters ---------------
 @pytest.mark.parametrize(
     ("text", "calls", "budget"),
