@@ -69,8 +69,20 @@ from langchain_autocontext.engine import (
 )
 from langchain_autocontext.errors import ContextBudgetError, is_context_overflow
 from langchain_autocontext.history import surface_namespace
-from langchain_autocontext.messages import dump_message, ensure_ids, load_message, remove_all
-from langchain_autocontext.store import OffloadStore, on_thread_deleted, running_agent
+from langchain_autocontext.messages import (
+    dump_message,
+    ensure_ids,
+    load_message,
+    remove_all,
+    sanitize_message,
+)
+from langchain_autocontext.store import (
+    OffloadStore,
+    on_thread_deleted,
+    plain_json,
+    revive,
+    running_agent,
+)
 from langchain_autocontext.tools import attach_tools
 from langchain_autocontext.view import state_in
 
@@ -186,17 +198,29 @@ class _RequestShape:
     @classmethod
     def of(cls, request: ModelRequest[Any], counted: Sequence[Any]) -> _RequestShape:
         """The shape of ``request`` with ``counted``, the tools its budget counts."""
-        return cls(request.system_message, [_tool_schema(t) for t in counted])
+        system = request.system_message
+        # cleaned as the package cleans what it archives: a lone surrogate, a NUL
+        clean = sanitize_message(system) if system is not None else None
+        return cls(
+            clean if isinstance(clean, SystemMessage) else system,
+            [_tool_schema(t) for t in counted],
+        )
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "system": dump_message(self.system) if self.system is not None else None,
-            "tools": self.tools,
-            "fingerprint": self.fingerprint,
-        }
+        """The shape as the store holds it: JSON every backend takes (a value JSON
+        cannot hold encoded, as the package's other records are)."""
+        return plain_json(
+            {
+                "system": dump_message(self.system) if self.system is not None else None,
+                "tools": self.tools,
+                "fingerprint": self.fingerprint,
+            },
+            "the request's system prompt and tool schemas",
+        )
 
     @classmethod
     def from_json(cls, value: dict[str, Any]) -> _RequestShape:
+        value = revive(value)
         system = load_message(value["system"]) if value.get("system") else None
         return cls(system if isinstance(system, SystemMessage) else None, list(value["tools"]))
 

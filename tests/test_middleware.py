@@ -1013,3 +1013,32 @@ def test_a_fitted_view_is_not_applied_when_an_outer_middleware_hid_state_message
     assert [m.id for m in out["messages"][:-1]] == [m.id for m in history]
     assert out["messages"][-1].content == "finished"
     assert_fits(model, ac)
+
+
+def test_the_request_shape_is_stored_as_json_every_backend_takes(tmp_path) -> None:
+    """The middleware's record of the request (system prompt, tool schemas) went to the
+    store as it came: a lone surrogate in the system prompt stopped the run on SQLite
+    ("surrogates not allowed"), and a datetime in its metadata came back a string. It
+    is cleaned and encoded as the package's other records are (parity audit)."""
+    import datetime as dt
+
+    from conftest import open_sqlite
+
+    store = open_sqlite(tmp_path / "s.db")
+    when = dt.datetime(2026, 1, 2, 3, 4, 5)
+    system = SystemMessage("You are terse.\ud800 Be brief.", additional_kwargs={"at": when})
+
+    def agent(ac: AutoContext) -> Any:
+        model = ReplyModel(reply=steps_then_answer(1))
+        return create_agent(
+            model, [sh], system_prompt=system, middleware=[ac.middleware()], store=store
+        )
+
+    out = agent(AutoContext(CFG, store=store)).invoke({"messages": [HumanMessage("go")]}, THREAD)
+    assert out["messages"][-1].content
+    again = AutoContext(CFG, store=store).middleware()  # a new process reads the record
+    shape = again._shape("t")
+    assert shape is not None and shape.system is not None
+    assert shape.system.additional_kwargs["at"] == when
+    assert "\ud800" not in str(shape.system.content)
+    store.conn.close()
