@@ -641,39 +641,6 @@ def test_anthropic_messages_transcripts_are_read_with_their_tool_calls(tmp_path:
     assert not find_violations(t.messages)
 
 
-def test_an_anthropic_tool_result_keeps_its_image_and_its_error(tmp_path: Path) -> None:
-    """A ``tool_result`` holding a screenshot was read as the text of its text blocks
-    (the image became an empty line, never counted) and ``is_error`` was dropped."""
-    image = {
-        "type": "image",
-        "source": {"type": "base64", "media_type": "image/png", "data": "iVBOR"},
-    }
-    body = [
-        {"role": "user", "content": "Look at the screen."},
-        {
-            "role": "assistant",
-            "content": [{"type": "tool_use", "id": "toolu_1", "name": "shot", "input": {}}],
-        },
-        {
-            "role": "user",
-            "content": [
-                {
-                    "type": "tool_result",
-                    "tool_use_id": "toolu_1",
-                    "content": [{"type": "text", "text": "the screen"}, image],
-                    "is_error": True,
-                }
-            ],
-        },
-    ]
-    path = tmp_path / "shot.json"
-    path.write_text(json.dumps(body))
-    [t] = load_trajectories(path)
-    result = t.messages[-1]
-    assert isinstance(result, ToolMessage) and result.status == "error"
-    assert result.content == [{"type": "text", "text": "the screen"}, image]
-
-
 def test_cleaned_and_renamed_originals_are_not_reported_lost() -> None:
     """The engine gives a repeated id a fresh one and cleans text no store takes (a
     lone surrogate, a NUL); the report matched originals by their recorded id and exact
