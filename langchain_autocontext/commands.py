@@ -109,7 +109,7 @@ class Edit:
     """The event to record in the store when ``ok``."""
     reason: str | None = None
     """Why it was refused: ``missing``, ``view-only``, ``ambiguous``, ``protected``,
-    ``pair``, ``empty``, ``invalid``."""
+    ``pair``, ``empty``, ``invalid``, ``summary``, ``limit``, ``pending``."""
 
 
 def protected_reasons(
@@ -390,6 +390,16 @@ def pin_op(
             f"Message {mid} is the running summary of older messages: it is rewritten each "
             "time more of them are moved into it, so it cannot be pinned. Save what you need "
             "from it in your working context, or pin the messages that follow it.",
+        )
+    if pinned and idx == pending_call_index(messages):
+        # its results are not in yet: the pin would keep them whatever their size, past
+        # the limit (a pin of the message issuing it beside a large tool call stopped
+        # every later call of the thread with ContextBudgetError)
+        return _refuse(
+            messages,
+            "pending",
+            f"Message {mid} makes a tool call that has no result yet; a pin keeps the "
+            "results too, and their size is not known yet. Pin it once its results are in.",
         )
     if pinned:
         over = _past_pin_limit(messages, idx, pin(target), counter, limit)

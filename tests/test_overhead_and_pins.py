@@ -431,3 +431,38 @@ def test_a_pin_on_the_system_message_changes_nothing_and_counts_nothing() -> Non
     # a developer pin on the system message is not counted against the limit either
     dev = [pin(msgs[0]), msgs[1]]
     assert ac.compress(dev, thread_id="dev").tokens_after <= 4_000
+
+
+@pytest.mark.parametrize("via", ["tool", "xml"])
+def test_a_pin_of_a_message_whose_tool_calls_are_still_running_is_refused(via: str) -> None:
+    """A pin keeps the results of the message's tool calls; pinned while they were still
+    running (the pin beside a large call, on the message that issued both), the pin was
+    accepted at the call's size, the large result then landed inside the pinned group,
+    and every later model call of the thread raised ContextBudgetError."""
+    store = InMemoryStore()
+    ac = AutoContext(
+        AutoContextConfig(max_tokens=4_000, disclosure="always", xml_commands=True), store=store
+    )
+    receipts: list[str] = []
+
+    def respond(view: list, n: int) -> AIMessage:
+        if n == 0:
+            big = call("fetch", {"name": "dump", "size": 150})
+            if via == "xml":
+                return AIMessage('Keeping it. <pin id="me"/>', id="me", tool_calls=[big])
+            pin_call = call("pin_message", {"message_id": "me"})
+            return AIMessage("", id="me", tool_calls=[pin_call, big])
+        if n == 1:
+            receipts.append(strip_tags(str(view[-1].content)))
+            receipts.extend(strip_tags(str(m.content)) for m in view[-3:])
+        return AIMessage("done")
+
+    model = FunctionModel(respond=respond)
+    agent = self_managed_agent(ac, model, store, tools=[fetch])
+    config = {"configurable": {"thread_id": f"pending-pin-{via}"}, "recursion_limit": 20}
+    out = agent.invoke({"messages": [SystemMessage("s"), HumanMessage("read")]}, config)
+    assert out["messages"][-1].content == "done"
+    assert not any(is_pinned(m) for m in out["messages"])
+    assert any("no result yet" in r for r in receipts)
+    for view in model.seen:
+        assert ac.counter.count(view, ac.count_tools) <= 4_000
