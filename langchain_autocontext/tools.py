@@ -1100,7 +1100,11 @@ def _wc_edit(engine: ContextEngine, call: _Call, op: str, a: Any, b: Any = None)
                 "surrounding text so that it matches exactly one place."
             )
         new = current.replace(a, b, 1)
-    if len(new) > limit:
+    # An edit that does not grow an over-limit working context (one written before the
+    # limits were lowered: a smaller max_tokens or working_context_max_chars after a
+    # restart) is applied: refusing it left the model no way to make the room it was
+    # told to make.
+    if len(new) > limit and len(new) > len(current):
         return call.error(
             f"Not applied: your working context would hold {len(new):,} characters, over its "
             f"limit of {limit:,} (it holds {len(current):,} now). Make room first with "
@@ -1110,7 +1114,7 @@ def _wc_edit(engine: ContextEngine, call: _Call, op: str, a: Any, b: Any = None)
     # tokens (the character limit alone let a Japanese note fill a 6,000-token budget).
     token_limit = engine.config.working_context_token_limit
     tokens = engine.counter.count_text(new)
-    if tokens > token_limit:
+    if tokens > token_limit and tokens > engine.counter.count_text(current):
         return call.error(
             f"Not applied: your working context would take {tokens:,} tokens, over its limit "
             f"of {token_limit:,} (an eighth of your {engine.config.max_tokens:,}-token "
@@ -1127,8 +1131,10 @@ def _wc_edit(engine: ContextEngine, call: _Call, op: str, a: Any, b: Any = None)
             stacklevel=2,
         )
     state = {**call.ac, "working_context": new}
+    over = len(new) > limit or tokens > token_limit
     tm = ToolMessage(
-        f"Working context updated: {len(new):,}/{limit:,} characters.",
+        f"Working context updated: {len(new):,}/{limit:,} characters."
+        + (" It is still over its limit: shorten or remove more entries." if over else ""),
         tool_call_id=call.call_id,
         name=call.name,
     )

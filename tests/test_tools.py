@@ -906,6 +906,43 @@ def test_the_working_context_is_limited_in_tokens_too() -> None:
         assert ac.counter.count(view, ac.count_tools) <= 6_000
 
 
+def test_an_over_limit_working_context_can_be_shrunk_step_by_step() -> None:
+    """A working context written under larger limits (a restart with a smaller
+    max_tokens or working_context_max_chars) is over the new ones: every replace that
+    removed an entry was refused ("Make room first with working_context_replace"), so
+    the model could never make the room it was told to make. An edit that does not
+    grow it applies (and says it is still over); one that grows it is refused."""
+    store = InMemoryStore()
+    ac = AutoContext(
+        CFG.model_copy(update={"working_context_max_chars": 600}),
+        store=store,
+    )
+    entries = [f"entry {i}: " + "word " * 30 for i in range(6)]
+    notes = "\n".join(e.strip() for e in entries)  # 953 characters, ~210 tokens
+    assert len(notes) > 600
+
+    def respond(view, n):
+        script = [
+            call("working_context_replace", {"old": entries[0].strip(), "new": ""}),
+            call("working_context_replace", {"old": "entry 1", "new": "entry 1 and more"}),
+            call("working_context_append", {"text": "one more"}),
+        ]
+        if n < len(script):
+            return AIMessage("", tool_calls=[script[n]])
+        return AIMessage("done")
+
+    model = FunctionModel(respond=respond)
+    graph = self_managed_agent(ac, model, store)
+    state = {**start(), "autocontext": {"working_context": notes}}
+    out = graph.invoke(state, cfg("wc-over"))
+    shrunk, grown, appended = tool_results(out["messages"])
+    assert shrunk.status == "success" and "still over its limit" in shrunk.content
+    assert grown.status == "error" and appended.status == "error"
+    assert "over its limit of 600" in grown.content
+    kept = notes.replace(entries[0].strip(), "", 1)
+    assert saved(graph, cfg("wc-over"))["working_context"] == kept
+
+
 @tool_decorator
 def read_log(name: str) -> str:
     """Read a build log."""
