@@ -275,6 +275,21 @@ def test_current_round_keeps_a_pending_tool_call() -> None:
     assert not find_violations(res.messages)
 
 
+def test_a_recursive_summary_at_a_tiny_budget_says_nothing_fit_once() -> None:
+    """At 2,000 tokens the recursive summary's cap is about 48 tokens: each summary the
+    offline summarizer wrote was its "nothing fit" line, and the recursive summary,
+    extending itself, filled its cap with that line again and again (audits of the
+    chains and of the react hooks)."""
+    ac = AutoContext(AutoContextConfig(max_tokens=2_000, self_management_tools=False))
+    msgs: list[BaseMessage] = [SystemMessage("You are a helpful assistant.")]
+    for k in range(30):
+        msgs.append(HumanMessage(f"Question {k}: tell me about topic {k} " + "with details " * 20))
+        msgs = ac.compress(msgs).messages
+        msgs.append(AIMessage(f"Answer {k}: " + "words about it " * 25))
+    summaries = [text_of(m) for m in msgs if (marker(m) or {}).get("kind") == "summary"]
+    assert summaries and all(s.count("do not fit") <= 1 for s in summaries), summaries
+
+
 def test_fifo_eviction_builds_a_recursive_summary() -> None:
     msgs = chat_rounds(8)
     cfg = AutoContextConfig(max_tokens=6_000, token_ratio=0.5, target_ratio=0.3)

@@ -18,6 +18,7 @@ from langchain_autocontext.strategies.base import (
     summary_body,
 )
 from langchain_autocontext.summarizers import SummaryRequest
+from langchain_autocontext.summarizers.extractive import CUT_EVERYTHING
 
 __all__ = ["FifoEviction"]
 
@@ -129,7 +130,7 @@ class FifoEviction:
 
         def build(out: JobOutput) -> list[BaseMessage]:
             parts = [p for p in (prev, *carried, out.summary or "") if p.strip()]
-            body = clip_text("\n".join(parts), cap, counter, keep="end")
+            body = clip_text(_one_cut_line("\n".join(parts)), cap, counter, keep="end")
             return [replacement_summary(body, out, total, origin)]
 
         request = (
@@ -163,3 +164,15 @@ class FifoEviction:
             if a2 >= summary_end:
                 jobs.append(Job(a2, b2, self.name, lambda out: [], offload=False))
         return jobs
+
+
+def _one_cut_line(text: str) -> str:
+    """``text`` with only the last of the offline summarizer's "nothing fit" lines: at a
+    tiny budget each summary it extends is one, and the recursive summary filled its cap
+    with the same line again and again (its header says how many messages it covers)."""
+    lines = text.split("\n")
+    cuts = [i for i, line in enumerate(lines) if line.startswith(CUT_EVERYTHING)]
+    if len(cuts) <= 1:
+        return text
+    dropped = set(cuts[:-1])
+    return "\n".join(line for i, line in enumerate(lines) if i not in dropped)

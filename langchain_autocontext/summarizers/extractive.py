@@ -209,6 +209,8 @@ class _Plan:
 
 #: How the line of the references of the messages left out begins.
 _REFS_LEAD = "- references in the messages left out: "
+#: How the line opens that stands for a summary none of whose lines fit its budget.
+CUT_EVERYTHING = "[cut: everything; "
 
 #: Titles of this summarizer's own recursive summaries (stripped when folding).
 _RECURSIVE_TITLE_RE = re.compile(
@@ -323,7 +325,7 @@ class ExtractiveSummarizer(Summarizer):
                 chosen = [c for c in chosen if c.msg != dropped.msg]
         n = len(plan.messages)
         tiny = (
-            f"[cut: everything; {n} messages ({plan.total_chars:,} characters) do not fit "
+            f"{CUT_EVERYTHING}{n} messages ({plan.total_chars:,} characters) do not fit "
             f"a {hard}-token summary]"
         )
         return _clip_to_tokens(tiny, hard, count)
