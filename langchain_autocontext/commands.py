@@ -56,6 +56,7 @@ from langchain_core.messages import (
 )
 
 from langchain_autocontext.config import AutoContextConfig
+from langchain_autocontext.errors import shown_value
 from langchain_autocontext.messages import (
     atomic_groups,
     find_violations,
@@ -165,7 +166,7 @@ def _resolve(
     return None, _refuse(
         messages,
         "missing",
-        f"No message with id {ref!r} in your context. Use an id exactly as the tag "
+        f"No message with id {shown_value(ref)} in your context. Use an id exactly as the tag "
         "at the start of each message shows it (the short id or the full id). A message "
         "that left your context (summarized or offloaded) cannot be edited (with the "
         "search_history and reload_offloaded tools you can read it back).",

@@ -52,6 +52,16 @@ def says_rate_limit(error: BaseException) -> bool:
     return getattr(error, "status_code", None) == 429 or any(p in text for p in _RATE_LIMIT_PHRASES)
 
 
+def shown_value(value: object, limit: int = 80) -> str:
+    """``repr(value)`` for an error message, shortened past ``limit`` characters to its
+    start and its length: a model's runaway argument (a whole message pasted as an id)
+    must not come back whole in the error that answers it."""
+    text = str(value)
+    if len(text) <= limit:
+        return repr(value)
+    return f"{text[: limit * 3 // 4]!r}… ({len(text):,} characters)"
+
+
 def is_context_overflow(error: BaseException) -> bool:
     """Whether a model call failed because the request was too long for the model.
 
@@ -133,9 +143,7 @@ class OffloadNotFoundError(AutoContextError, KeyError):
 
     def __init__(self, offload_id: str, hint: str = "") -> None:
         self.offload_id = offload_id
-        shown = repr(offload_id)
-        if len(offload_id) > 80:  # a model's runaway argument: the error stays short
-            shown = f"{offload_id[:60]!r}… ({len(offload_id):,} characters)"
+        shown = shown_value(offload_id)  # a model's runaway argument: the error stays short
         text = (
             f"No offloaded content with id {shown} in this thread. "
             "Use an offload id exactly as it appears in the context (for example "

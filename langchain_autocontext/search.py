@@ -55,6 +55,7 @@ from typing import Any, NamedTuple
 from langchain_core.messages import BaseMessage, ToolMessage
 from langgraph.store.base import Item
 
+from langchain_autocontext.errors import shown_value
 from langchain_autocontext.messages import content_text, load_message, marker, text_of
 from langchain_autocontext.store import (
     OffloadStore,
@@ -467,8 +468,8 @@ def _bound(name: str, value: Any) -> tuple[str, float, float] | None:
         moment = _aware(dt.datetime.fromisoformat(text.replace("z", "Z")))
     except ValueError:
         raise ValueError(
-            f"{name}={value!r} is not an ISO 8601 date or time; write it like 2023-05-08 or "
-            "2023-05-08T14:30 (UTC unless an offset is given)."
+            f"{name}={shown_value(value)} is not an ISO 8601 date or time; write it like "
+            "2023-05-08 or 2023-05-08T14:30 (UTC unless an offset is given)."
         ) from None
     unit = 1 if match["s"] else 60 if match["m"] else 3_600
     return text, moment.timestamp(), moment.timestamp() + unit
@@ -527,8 +528,8 @@ class SearchFilter:
             if name not in known:
                 people = [n for n, _ in names.most_common() if n][:12]
                 raise ValueError(
-                    f"No message of this conversation is by {self.speaker!r}: give a role "
-                    "(user, assistant, tool, system)"
+                    f"No message of this conversation is by {shown_value(self.speaker)}: give "
+                    "a role (user, assistant, tool, system)"
                     + (f" or one of the names {', '.join(people)}." if people else ".")
                 )
         lo = self.after[1] if self.after else -math.inf

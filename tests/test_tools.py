@@ -694,6 +694,40 @@ def test_a_huge_search_query_is_an_error_and_the_run_goes_on() -> None:
         assert ac.counter.count(view, ac.count_tools) <= 6_000
 
 
+def test_a_runaway_argument_is_not_echoed_whole_in_the_error(build) -> None:
+    """A whole text pasted as a message id, a speaker or a date came back whole in the
+    error result (5,300 characters for a 5,000-character id, about 650 tokens each time);
+    it is named by its start and length, as reload_offloaded already did."""
+    store = InMemoryStore()
+    ac = AutoContext(CFG, store=store)
+    runaway = "pasted-log-line;" * 320  # 5,120 characters
+    calls = [
+        call("update_message", {"message_id": runaway, "content": "x"}, "r-update"),
+        call("delete_message", {"message_id": runaway}, "r-delete"),
+        call("pin_message", {"message_id": runaway}, "r-pin"),
+        call("search_history", {"query": "x", "speaker": runaway}, "r-speaker"),
+        call("search_history", {"query": "x", "after": runaway}, "r-after"),
+    ]
+
+    def respond(view, n):
+        if n < len(calls):
+            return AIMessage("", tool_calls=[calls[n]])
+        return AIMessage("done")
+
+    model = FunctionModel(respond=respond)
+    build(ac, model, store).invoke(start(), cfg("runaway"))
+    answers = {
+        m.tool_call_id: strip_tags(str(m.content))
+        for view in model.seen
+        for m in view
+        if isinstance(m, ToolMessage)
+    }
+    assert set(answers) == {c["id"] for c in calls}
+    for call_id, text in answers.items():
+        assert "5,120 characters" in text, (call_id, text[:200])
+        assert len(text) < 600, (call_id, len(text))
+
+
 # --- the working context -----------------------------------------------------------------------
 def test_working_context_edits_persist_and_are_shown(build) -> None:
     store = InMemoryStore()
