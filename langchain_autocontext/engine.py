@@ -52,6 +52,7 @@ from langchain_autocontext.messages import (
     marker,
     repair_tool_pairs,
     sanitize_message,
+    text_of,
 )
 from langchain_autocontext.records import HistoryEntry, OffloadRecord
 from langchain_autocontext.store import OffloadStore, on_thread_deleted
@@ -159,6 +160,52 @@ def config_with(config: AutoContextConfig | None, fields: Mapping[str, Any]) -> 
     if not fields:
         return config or AutoContextConfig()
     return (config or AutoContextConfig()).derive(**fields)
+
+
+def _checked_tools(tools: Any) -> list[Any]:
+    """``tools=`` as a list; a single tool (or a string) is refused by name here, not
+    with LangChain's "Unsupported function" at the first count."""
+    if tools is None:
+        return []
+    if isinstance(tools, BaseTool | str | Mapping) or callable(tools):
+        name = getattr(tools, "name", None) or getattr(tools, "__name__", None) or tools
+        raise TypeError(
+            f"tools must be a list of the agent's tools, got a single {type(tools).__name__} "
+            f"({name!r:.80}): pass tools=[{name if isinstance(name, str) else '…'}]"
+        )
+    return list(tools)
+
+
+def _prompt_text(system_prompt: Any) -> str | None:
+    """``system_prompt=`` as text: a string, or a ``SystemMessage`` (what
+    ``create_agent(system_prompt=…)`` and ``create_react_agent(prompt=…)`` also take)."""
+    if system_prompt is None or isinstance(system_prompt, str):
+        return system_prompt
+    if isinstance(system_prompt, SystemMessage):
+        return text_of(system_prompt)
+    raise TypeError(
+        "system_prompt must be the text of the system prompt your agent adds (a string or "
+        f"a SystemMessage), got {type(system_prompt).__name__}: {system_prompt!r:.80}"
+    )
+
+
+def _checked_strategies(strategies: Any) -> list[Strategy] | None:
+    """``strategies=`` as a list, each a :class:`Strategy` (a ``name`` and a ``plan``
+    method): a strategy's name or class is refused here, not at the first compaction."""
+    if strategies is None:
+        return None
+    if isinstance(strategies, str) or not isinstance(strategies, Iterable):
+        strategies = [strategies]
+    out = list(strategies)
+    for strategy in out:
+        if isinstance(strategy, type) or not callable(getattr(strategy, "plan", None)):
+            raise TypeError(
+                f"strategies must be Strategy objects (a name and a plan(ctx) method), got "
+                f"{type(strategy).__name__}: {strategy!r:.80}. Build them, e.g. "
+                "default_strategies() from langchain_autocontext.strategies.pipeline, or "
+                "FifoEviction() from langchain_autocontext.strategies."
+            )
+    return out
 
 
 @dataclass
@@ -345,9 +392,9 @@ class ContextEngine:
         self.store: OffloadStore | None = (
             OffloadStore.wrap(store, prefix=self.config.store_prefix) if store is not None else None
         )
-        self.agent_tools: list[Any] = list(tools or [])
-        self.system_prompt = system_prompt
-        self.strategies = list(strategies) if strategies is not None else None
+        self.agent_tools: list[Any] = _checked_tools(tools)
+        self.system_prompt = _prompt_text(system_prompt)
+        self.strategies = _checked_strategies(strategies)
         self._lock = threading.Lock()
         self._wrapped: dict[int, OffloadStore] = {}
         self._own_store: OffloadStore | None = None
@@ -367,7 +414,9 @@ class ContextEngine:
         # itself (the system prompt, the section, the tool schemas): say so now, not at
         # every call (max_tokens=256 held none of the package's 306 tokens of tools, which
         # it sends with the metadata tags).
-        shown = "\n\n".join(p for p in (system_prompt, instructions_text(self.config, None)) if p)
+        shown = "\n\n".join(
+            p for p in (self.system_prompt, instructions_text(self.config, None)) if p
+        )
         floor = self.counter.count(
             [SystemMessage(shown)] if shown else [], self.count_tools, tags=self.config.tags_mode
         )

@@ -491,6 +491,41 @@ def test_derived_configs_are_validated_as_a_whole() -> None:
         base.derive(max_token=8_000)
 
 
+def test_engine_arguments_of_the_wrong_kind_are_refused_at_construction() -> None:
+    """``strategies=["fifo"]`` was accepted and failed at the first compaction with
+    "'str' object has no attribute 'plan'"; ``tools=my_tool`` (one tool, not a list)
+    with LangChain's "Unsupported function ('name', 'my_tool')"; and
+    ``system_prompt=SystemMessage(…)``, which create_agent and create_react_agent take,
+    with "sequence item 0: expected str instance"."""
+    from langchain_core.tools import tool
+
+    @tool
+    def lookup(key: str) -> str:
+        """Look a key up."""
+        return key
+
+    with pytest.raises(TypeError, match=r"strategies must be Strategy objects.*'fifo'"):
+        AutoContext(max_tokens=8_000, strategies=["fifo"])
+    with pytest.raises(TypeError, match=r"strategies must be Strategy objects.*FifoEviction"):
+        AutoContext(max_tokens=8_000, strategies=[FifoEviction])  # the class, not one
+    with pytest.raises(TypeError, match=r"tools must be a list.*tools=\[lookup\]"):
+        AutoContext(max_tokens=8_000, tools=lookup)
+    with pytest.raises(TypeError, match="system_prompt must be"):
+        AutoContext(max_tokens=8_000, system_prompt=42)  # type: ignore[arg-type]
+    # the forms that work
+    assert AutoContext(max_tokens=8_000, strategies=[FifoEviction()]).strategies
+    assert AutoContext(max_tokens=8_000, tools=[lookup]).agent_tools == [lookup]
+    prompt = "You are a careful agent. " * 20
+    as_text = AutoContext(max_tokens=8_000, system_prompt=prompt)
+    as_message = AutoContext(max_tokens=8_000, system_prompt=SystemMessage(prompt))
+    assert as_message.system_prompt == prompt
+    msgs = [HumanMessage("hi", id="u1")]
+    assert (
+        as_message.compress(msgs, thread_id="p").tokens_after
+        == as_text.compress(msgs, thread_id="p").tokens_after
+    )
+
+
 def test_the_keyword_argument_types_mirror_the_config_and_the_engine() -> None:
     """``AutoContext(**fields)``, ``AutoContextMiddleware(**kwargs)`` and ``derive(**changes)``
     are typed with these TypedDicts (``Unpack``): a field added to the config or an argument
