@@ -17,6 +17,7 @@ from langchain_core.messages import messages_to_dict
 
 from langchain_autocontext import AutoContextConfig, OffloadStore, cli
 from langchain_autocontext.replay import SAMPLE_ID, load_trajectories, sample_path
+from langchain_autocontext.summarizers import llm as llm_module
 from tests._builders import DATA, coding_run
 from tests.test_replay import LossyStore, assert_png, openai_run
 
@@ -339,6 +340,8 @@ def test_model_summarizer(
         return FakeListChatModel(responses=["The agent ran bash in app.py; tests pass."])
 
     monkeypatch.setattr(chat_models, "init_chat_model", fake_init)
+    # "fake" is no provider init_chat_model knows: its check is init_chat_model's own
+    monkeypatch.setattr(llm_module, "_missing_provider_package", lambda spec: None)
     out_json = tmp_path / "r.json"
     code, _, err = run_cli(
         capsys, "--summarizer", "fake:model", "--json", str(out_json), "--no-plot"

@@ -44,6 +44,7 @@ from langchain_autocontext.summarizers import (
     render_transcript,
     resolve_summarizer,
 )
+from langchain_autocontext.summarizers import llm as llm_module
 
 
 # --- helpers ------------------------------------------------------------------------------
@@ -1487,13 +1488,36 @@ def test_missing_provider_package_error_is_clear() -> None:
         AutoContext(max_tokens=8_000, summarizer="mistralai:mistral-small-latest")
 
 
-def test_an_unknown_provider_falls_back_with_the_reason() -> None:
-    s = LLMSummarizer("nosuchprovider:some-model")
-    with pytest.warns(UserWarning, match="'nosuchprovider:some-model' could not be loaded"):
+def test_an_unknown_provider_is_refused_when_built_with_a_suggestion() -> None:
+    """``summarizer="google:gemini-2.0-flash"`` (the provider is ``google_genai``) was
+    accepted, and init_chat_model refused it only at the first summary: the offline
+    summarizer then wrote every summary of the run, with one warning, mid-run."""
+    with pytest.raises(ValueError, match=r"provider 'google'.*Did you mean 'google_genai'"):
+        AutoContext(max_tokens=8_000, summarizer="google:gemini-2.0-flash")
+    with pytest.raises(ValueError, match="Did you mean 'openai'"):
+        LLMSummarizer("opneai:gpt-4o-mini")
+    with pytest.raises(ValueError, match=r"provider 'nosuchprovider'.*Known providers: .*openai"):
+        resolve_summarizer("nosuchprovider:some-model")
+
+
+def test_a_model_that_cannot_be_loaded_falls_back_with_the_reason(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import langchain.chat_models as chat_models
+
+    def unknown(spec: str) -> Any:
+        raise ValueError(f"Unable to infer model provider for model={spec!r}.")
+
+    monkeypatch.setattr(chat_models, "init_chat_model", unknown)
+    # whether langchain-anthropic is installed here or not: the model fails when loaded
+    monkeypatch.setattr(llm_module, "_missing_provider_package", lambda spec: None)
+    s = LLMSummarizer("anthropic:some-model")
+    assert s.name == "llm:anthropic:some-model"
+    with pytest.warns(UserWarning, match="'anthropic:some-model' could not be loaded"):
         result = s.summarize(request())
     assert result.fallback and "cannot load the model" in (result.error or "")
-    with pytest.raises(ValueError, match="cannot load the model 'nosuchprovider:some-model'"):
-        LLMSummarizer("nosuchprovider:some-model", fallback=None).summarize(request())
+    with pytest.raises(ValueError, match="cannot load the model 'anthropic:some-model'"):
+        LLMSummarizer("anthropic:some-model", fallback=None).summarize(request())
 
 
 def test_a_typo_of_offline_is_caught_with_a_suggestion() -> None:
@@ -1520,7 +1544,8 @@ def test_a_model_that_cannot_be_built_falls_back_and_warns_once(
         raise RuntimeError("Missing credentials: set OPENAI_API_KEY")
 
     monkeypatch.setattr(chat_models, "init_chat_model", no_key)
-    s = LLMSummarizer("acme:model-1")  # a provider whose package check cannot object
+    monkeypatch.setattr(llm_module, "_missing_provider_package", lambda spec: None)
+    s = LLMSummarizer("anthropic:model-1")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for _ in range(3):
@@ -1542,9 +1567,6 @@ def test_resolve_summarizer() -> None:
     llm = resolve_summarizer(model, retries=5, concurrency=2)
     assert isinstance(llm, LLMSummarizer) and llm.model is model
     assert (llm.retries, llm.concurrency) == (5, 2)
-    by_name = resolve_summarizer("nosuchprovider:some-model")  # resolved at the first call
-    assert isinstance(by_name, LLMSummarizer) and by_name.name == "llm:nosuchprovider:some-model"
-    assert isinstance(by_name, Summarizer)
     with pytest.raises(ValueError, match="names no chat model"):  # no provider: checked now
         resolve_summarizer("gpt4o")
     with pytest.raises(TypeError, match="summarizer must be None or 'offline'"):

@@ -154,9 +154,10 @@ def _missing_provider_package(spec: str) -> str | None:
 
     Raises:
         ValueError: ``spec`` names no provider and none can be told from the model name
-            (``"offlin"``, a typo of ``"offline"``), as ``init_chat_model`` would say at
-            the first summary, many tool calls later. A provider named explicitly
-            (``"name:model"``) is left to ``init_chat_model`` at the first summary.
+            (``"offlin"``, a typo of ``"offline"``), or names one ``init_chat_model``
+            does not know (``"google:gemini-2.0-flash"``, ``"opneai:gpt-4o"``), as
+            ``init_chat_model`` would say at the first summary, many tool calls later
+            (and the offline summarizer would write every summary meanwhile).
     """
     try:
         from langchain.chat_models.base import _BUILTIN_PROVIDERS, _parse_model
@@ -167,7 +168,17 @@ def _missing_provider_package(spec: str) -> str | None:
         module = str(_BUILTIN_PROVIDERS[provider][0])
     except (ValueError, KeyError) as exc:
         if ":" in spec:
-            return None
+            named = spec.split(":", 1)[0].strip()
+            known = sorted(_BUILTIN_PROVIDERS)
+            near = difflib.get_close_matches(named.lower().replace("-", "_"), known, n=1)
+            near = near or [p for p in known if p.startswith(named.lower() + "_")][:1]
+            guess = f" Did you mean {near[0]!r}?" if near else ""
+            raise ValueError(
+                f"The summarizer {spec!r} names the provider {named!r}, which LangChain's "
+                f"init_chat_model does not know.{guess} Known providers: {', '.join(known)}. "
+                "Or pass a chat model instance, or summarizer='offline' for the offline "
+                "extractive summarizer."
+            ) from exc
         near = difflib.get_close_matches(spec.strip().lower(), sorted(_OFFLINE_NAMES), n=1)
         guess = f" Did you mean summarizer={near[0]!r}?" if near else ""
         raise ValueError(
