@@ -149,7 +149,8 @@ def config_with(config: AutoContextConfig | None, fields: Mapping[str, Any]) -> 
     """``config`` (default: the defaults) with ``fields`` set, validated as a whole.
 
     An unknown name is a ``TypeError`` that lists the known ones, as for any keyword
-    argument; a bad value is the config's own ``ValidationError``.
+    argument; a bad value is the config's own
+    :class:`~langchain_autocontext.errors.InvalidConfigError`.
     """
     unknown = sorted(set(fields) - set(AutoContextConfig.model_fields))
     if unknown:

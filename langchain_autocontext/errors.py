@@ -1,7 +1,9 @@
 """The error types of langchain-autocontext.
 
-Every error derives from :class:`AutoContextError`, and each message tells the
-user (or the model, when a tool reports it) what to do next.
+The package's own errors derive from :class:`AutoContextError` (a bad argument of
+the ordinary kind is Python's ``TypeError`` or ``ValueError``; a bad configuration
+value is :class:`InvalidConfigError`, a ``ValueError`` too), and each message tells
+the user (or the model, when a tool reports it) what to do next.
 """
 
 from __future__ import annotations
