@@ -399,6 +399,7 @@ class ContextEngine:
         self._lock = threading.Lock()
         self._wrapped: dict[int, OffloadStore] = {}
         self._own_store: OffloadStore | None = None
+        self._store_clash_warned = False  # the graph's store is not AutoContext's: once
         #: (id of the store's backend, thread) -> (a weak reference to that backend, what
         #: this engine knows of the thread there): the reference tells a new store that
         #: got a freed one's address from the old one, whose memo would otherwise skip
@@ -454,17 +455,27 @@ class ContextEngine:
             f"store={store})"
         )
 
-    def resolve_store(self, store: BaseStore | None = None) -> OffloadStore:
+    def resolve_store(
+        self, store: BaseStore | None = None, *, graph_store: BaseStore | None = None
+    ) -> OffloadStore:
         """The OffloadStore to use: explicit, this object's, the graph's, or our own.
 
         For code that only has a backend: the store this engine writes to for it (its
         ``store_prefix`` included). Where you create the store, create it as
-        ``OffloadStore(backend)`` and pass it around instead."""
+        ``OffloadStore(backend)`` and pass it around instead. ``graph_store`` is the
+        running graph's store as a caller was handed it (a tool's ``runtime.store``):
+        it ranks where the graph's does, after this object's, so that a tool reads the
+        store the surfaces archived to."""
         if store is not None:
             return self._wrap(store)
         if self.store is not None:
+            if not self._store_clash_warned:
+                found = graph_store if graph_store is not None else _graph_store()
+                if found is not None:
+                    self._warn_store_clash(found)
             return self.store
-        graph_store = _graph_store()
+        if graph_store is None:
+            graph_store = _graph_store()
         if graph_store is not None:
             return self._wrap(graph_store)
         if self._own_store is None:
@@ -478,6 +489,25 @@ class ContextEngine:
                     )
                     self._own_store = OffloadStore(InMemoryStore(), prefix=self.config.store_prefix)
         return self._own_store
+
+    def _warn_store_clash(self, graph_store: BaseStore) -> None:
+        """Say once that the graph's store is not where this engine keeps its data (a
+        server such as LangGraph Platform injects its durable store into every graph:
+        an ``AutoContext(store=InMemoryStore())`` kept from a notebook loses everything
+        at the next restart)."""
+        backend = graph_store.backend if isinstance(graph_store, OffloadStore) else graph_store
+        assert self.store is not None
+        if backend is self.store.backend:
+            return
+        self._store_clash_warned = True
+        warnings.warn(
+            f"langchain-autocontext: the graph runs with a store "
+            f"({type(backend).__name__}) but this AutoContext was given another "
+            f"({type(self.store.backend).__name__}); originals, offloads and events go to "
+            "AutoContext's store and the tools read them there, the graph's store holds "
+            "none of them. Drop AutoContext(store=…) to use the graph's store.",
+            stacklevel=4,
+        )
 
     def _wrap(self, store: BaseStore) -> OffloadStore:
         if isinstance(store, OffloadStore) and store.prefix == self.config.store_prefix:

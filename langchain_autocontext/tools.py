@@ -274,7 +274,9 @@ class _Call:
         self.thread_id = thread_id_of(
             config, raw_ac if isinstance(raw_ac, Mapping) else None, self.messages
         )
-        self.store: OffloadStore = engine.resolve_store(runtime.store)
+        # the graph's store only when AutoContext has none: the surfaces archive to
+        # AutoContext's own store first, and the tools must read where they wrote
+        self.store: OffloadStore = engine.resolve_store(graph_store=runtime.store)
         #: updates to apply before this call's own (a context rewrite that made room)
         self.room: list[Any] = []
         self.issuing: AIMessage | None = next(

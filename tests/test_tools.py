@@ -611,6 +611,41 @@ def test_search_history_finds_messages_that_left_the_context(build) -> None:
     assert f"position {holder.seq}" in first
 
 
+def test_the_tools_read_autocontexts_store_when_the_graph_has_another(build) -> None:
+    """AutoContext(store=A) in a graph compiled with store=B: the surfaces archive to A,
+    so reload_offloaded and search_history must read A (they read B: "not found")."""
+    own, graphs = InMemoryStore(), InMemoryStore()
+    ac = AutoContext(SEARCH, store=own)
+    answers: dict[str, ToolMessage] = {}
+
+    def respond(view, n):
+        if n < 4:
+            return AIMessage("", tool_calls=[call("fetch", {"name": f"doc{n}", "size": 120})])
+        if n == 4:
+            oid = offload_ids(view)[0]
+            return AIMessage(
+                "",
+                tool_calls=[
+                    call("reload_offloaded", {"offload_id": oid}, "r1"),
+                    call("search_history", {"query": "value-doc1-919", "limit": 3}, "s1"),
+                ],
+            )
+        if n == 5:
+            answers.update({m.tool_call_id: m for m in tool_results(view)})
+        return AIMessage("done")
+
+    graph = build(ac, FunctionModel(respond=respond), graphs, tools=[fetch])
+    # a server (LangGraph Platform) injects its store: the user is told it is not used
+    with pytest.warns(UserWarning, match="this AutoContext was given another"):
+        out = graph.invoke(start(), cfg("t"))
+    check_state(out)
+    assert answers["r1"].status == "success", answers["r1"].content
+    assert answers["s1"].status == "success" and "value-doc1-919" in answers["s1"].content
+    # everything the package keeps is in AutoContext's store, nothing in the graph's
+    assert OffloadStore.wrap(own).get_history("t")
+    assert not graphs.list_namespaces()
+
+
 @pytest.mark.parametrize("run", ["invoke", "ainvoke"])
 def test_a_search_result_never_outgrows_the_room_under_the_trigger(build, run: str) -> None:
     """A search asked for 50 hits at a small budget used to answer with more tokens than
