@@ -270,7 +270,7 @@ def _forget_thread(store: OffloadStore, thread_id: str) -> None:
     drop_dead_copies()
     for engine in list(_ENGINES):
         with engine._lock:
-            engine._archived.pop((id(store.backend), thread_id), None)
+            engine._archived.pop((id(store.backend), store.prefix, thread_id), None)
 
 
 on_thread_deleted(_forget_thread)
@@ -400,13 +400,14 @@ class ContextEngine:
         self._wrapped: dict[int, OffloadStore] = {}
         self._own_store: OffloadStore | None = None
         self._store_clash_warned = False  # the graph's store is not AutoContext's: once
-        #: (id of the store's backend, thread) -> (a weak reference to that backend, what
-        #: this engine knows of the thread there): the reference tells a new store that
+        #: (id of the store's backend, its prefix, thread) -> (a weak reference to that
+        #: backend, what this engine knows of the thread there): the reference tells a new
+        #: store that
         #: got a freed one's address from the old one, whose memo would otherwise skip
         #: its archiving
-        self._archived: OrderedDict[tuple[int, str], tuple[weakref.ref[BaseStore], _ThreadMemo]] = (
-            OrderedDict()
-        )
+        self._archived: OrderedDict[
+            tuple[int, str, str], tuple[weakref.ref[BaseStore], _ThreadMemo]
+        ] = OrderedDict()
         self._tools: list[BaseTool] | None = None
         #: The surface tells the engine which tools each request sends (the middleware);
         #: else a tool the agent calls but this engine does not count is warned about once.
@@ -510,7 +511,17 @@ class ContextEngine:
         )
 
     def _wrap(self, store: BaseStore) -> OffloadStore:
-        if isinstance(store, OffloadStore) and store.prefix == self.config.store_prefix:
+        if isinstance(store, OffloadStore) and store.prefix != self.config.store_prefix:
+            # An OffloadStore names its namespace (the graph's, or one given per call),
+            # as in the constructor: re-prefixing it filed two apps that share a
+            # database, each with its own prefixed store, under one namespace.
+            if "store_prefix" in self._base_config.model_fields_set:
+                raise InvalidConfigError(
+                    f"store is OffloadStore(prefix={store.prefix!r}) but config.store_prefix "
+                    f"is {self.config.store_prefix!r}: set one of them, or make them equal"
+                )
+            return store
+        if isinstance(store, OffloadStore):
             return store
         key = id(store)
         wrapped = self._wrapped.get(key)
@@ -690,7 +701,7 @@ class ContextEngine:
         change). A backend that cannot be weakly referenced gets an empty, unkept memo
         each time."""
         backend = store.backend
-        key = (id(backend), thread_id)
+        key = (id(backend), store.prefix, thread_id)
         entry = self._archived.get(key)
         if entry is not None and entry[0]() is backend:
             return entry[1]

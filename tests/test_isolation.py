@@ -204,6 +204,35 @@ def test_an_offload_store_names_the_engines_namespace() -> None:
         )
 
 
+def test_an_offload_store_given_per_call_or_by_the_graph_keeps_its_prefix() -> None:
+    """Two apps on one database, each compiling its graph with (or passing) its own
+    ``OffloadStore(backend, prefix=…)`` and a default config: each app's data stays
+    under its prefix (it was re-filed under "autocontext", where the other app's
+    search_history and reload found it under the same thread id)."""
+    backend = InMemoryStore()
+    billing, support = (
+        OffloadStore(backend, prefix="billing"),
+        OffloadStore(backend, prefix="support"),
+    )
+    app1, app2 = AutoContext(CFG), AutoContext(CFG)
+    res = app1.compress(secret_run("user-7"), thread_id="user-7", store=billing, force=True)
+    assert billing.history_count("user-7") == len(secret_run("user-7"))
+    assert OffloadStore(backend).history_count("user-7") == 0
+    assert app2.resolve_store(support).history_count("user-7") == 0
+    # a graph compiled with the other app's store: its tools cannot reach app1's data
+    results = _probe(app2, support, "user-7", offload_ids_of(res.messages)[:1])
+    assert results[0].status == "error"
+    assert all(f"user-7 {SECRET}" not in text_of(tm) for tm in results)
+    # one engine, one thread, two prefixes on one backend: each gets the whole history
+    for store in (billing, support):
+        app1.compress(secret_run("user-8"), thread_id="user-8", store=store)
+        assert store.history_count("user-8") == len(secret_run("user-8"))
+    # a store_prefix the config names explicitly contradicts it, as in the constructor
+    sales = AutoContext(CFG.model_copy(update={"store_prefix": "sales"}))
+    with pytest.raises(ValueError, match="store_prefix"):
+        sales.compress(secret_run("t"), thread_id="t", store=billing)
+
+
 # --- many threads at once -------------------------------------------------------------------
 @pytest.mark.parametrize(("kind", "threads", "turns"), [("memory", 6, 12), ("sqlite", 4, 10)])
 async def test_concurrent_threads_keep_their_own_history(
