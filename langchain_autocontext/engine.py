@@ -402,9 +402,8 @@ class ContextEngine:
         self._store_clash_warned = False  # the graph's store is not AutoContext's: once
         #: (id of the store's backend, its prefix, thread) -> (a weak reference to that
         #: backend, what this engine knows of the thread there): the reference tells a new
-        #: store that
-        #: got a freed one's address from the old one, whose memo would otherwise skip
-        #: its archiving
+        #: store that got a freed one's address from the old one, whose memo would
+        #: otherwise skip its archiving
         self._archived: OrderedDict[
             tuple[int, str, str], tuple[weakref.ref[BaseStore], _ThreadMemo]
         ] = OrderedDict()
