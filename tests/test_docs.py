@@ -91,3 +91,20 @@ def test_readme_links_into_the_docs_resolve() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     for target in re.findall(r"\]\((docs/[^)#]+)\)", readme):
         assert (ROOT / target).exists(), target
+
+
+def test_every_extra_is_listed_and_every_extra_named_exists() -> None:
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    extras = set(project["optional-dependencies"])
+    index = (DOCS / "index.md").read_text(encoding="utf-8")
+    listed = index[index.index("Extras:") :].split("\n\n")[0]
+    missing = [e for e in sorted(extras) if f"`{e}`" not in listed]
+    assert not missing, f"docs/index.md's list of extras leaves out {missing}"
+    pages = [*PAGES, *sorted(DOCS.glob("notebooks/*.ipynb"))]
+    for page in pages:
+        text = page.read_text(encoding="utf-8")
+        for named in re.findall(r"(?:langchain-autocontext|\.)\[([\w,\s-]+)\]", text):
+            unknown = {e.strip() for e in named.split(",")} - extras
+            assert not unknown, f"{page.name} names the extras {sorted(unknown)}"
