@@ -16,6 +16,7 @@ and never run. Imports through ``importlib`` are not seen.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -251,3 +252,57 @@ def test_module_has_a_docstring_and_a_reason_when_long(name: str) -> None:
     if REASON in doc:
         reason = doc.split(REASON, 1)[1]
         assert len(reason.split()) >= 8, f"{name}: the reason is too short to be one"
+
+
+# --- dependencies -----------------------------------------------------------------------------
+def module_level_imports(source: str) -> set[str]:
+    """Top-level names of the modules ``source`` imports when it is imported: at module
+    level (not inside a function, not under ``if TYPE_CHECKING:``), relative imports
+    left out."""
+    found: set[str] = set()
+
+    def visit(body: list[ast.stmt]) -> None:
+        for node in body:
+            if isinstance(node, ast.Import):
+                found.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                found.add(node.module.split(".")[0])
+            elif isinstance(node, ast.If) and not _is_type_checking(node):
+                visit(node.body)
+                visit(node.orelse)
+            elif isinstance(node, ast.Try):
+                visit(node.body)
+
+    visit(ast.parse(source).body)
+    return found
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def test_every_module_level_import_is_a_declared_dependency() -> None:
+    """What importing the package needs is in ``[project] dependencies`` itself, not
+    only pulled in by another dependency (a lazy import of an extra's package may stay
+    undeclared there: it says which extra to install when it is missing)."""
+    import sys
+    import tomllib
+    from importlib.metadata import packages_distributions
+
+    pyproject = tomllib.loads((ROOT.parent / "pyproject.toml").read_text(encoding="utf-8"))
+    declared = {
+        _canonical(re.split(r"[<>=!~;\[ ]", req, maxsplit=1)[0])
+        for req in pyproject["project"]["dependencies"]
+    }
+    distributions = packages_distributions()
+    # pydantic pins its own pydantic-core exactly: a pydantic floor is a pydantic-core floor
+    declared |= {"pydantic-core"} if "pydantic" in declared else set()
+    undeclared: dict[str, str] = {}
+    for name, path in package_modules().items():
+        for top in module_level_imports(path.read_text(encoding="utf-8")):
+            if top in sys.stdlib_module_names or top in ("__future__", PACKAGE):
+                continue
+            dists = {_canonical(d) for d in distributions.get(top, [top])}
+            if not dists & declared:
+                undeclared[f"{name or PACKAGE}: {top}"] = ", ".join(sorted(dists))
+    assert not undeclared, f"imported at module level but not declared: {undeclared}"
