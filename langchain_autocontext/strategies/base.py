@@ -539,6 +539,21 @@ def shrink_args(value: Any, keep: int, note: str | None = None) -> Any:
     return value
 
 
+def shrunk_calls(message: AIMessage, keep: int, note: str | None = None) -> dict[str, Any]:
+    """The ``model_copy`` update that keeps ``message``'s calls with their long arguments
+    cut (:func:`shrink_args`): the valid ones (each result answers one), and those whose
+    arguments did not parse, which providers are sent too and ``create_agent`` answers."""
+    return {
+        "tool_calls": [
+            {**tc, "args": shrink_args(tc["args"], keep, note)} for tc in message.tool_calls
+        ],
+        "invalid_tool_calls": [
+            {**bad, "args": shrink_args(bad.get("args"), keep, note)}
+            for bad in message.invalid_tool_calls
+        ],
+    }
+
+
 def offload_note(offload_id: str, tools: bool = True) -> str:
     """How a replacement names its offload: by the shortened id
     (:func:`~langchain_autocontext.store.offload_ref`, which a reload resolves), as the

@@ -14,7 +14,7 @@ from langchain_autocontext.strategies.base import (
     JobOutput,
     PassContext,
     replacement_message,
-    shrink_args,
+    shrunk_calls,
 )
 
 __all__ = ["CurrentRoundCompression", "CurrentRoundLargeMessages"]
@@ -73,16 +73,8 @@ class CurrentRoundLargeMessages:
             content = f"[Summarized from {tokens} tokens; {out.note}]\n" + (out.summary or "")
             update: dict[str, Any] = {"content": content.rstrip()}
             if isinstance(original, AIMessage) and original.tool_calls:
-                # the call stays (its result answers it), its long arguments as previews
-                update["tool_calls"] = [
-                    {**tc, "args": shrink_args(tc["args"], keep, out.note)}
-                    for tc in original.tool_calls
-                ]
-                # a call whose arguments did not parse is sent too, and answered: it stays
-                update["invalid_tool_calls"] = [
-                    {**bad, "args": shrink_args(bad.get("args"), keep, out.note)}
-                    for bad in original.invalid_tool_calls
-                ]
+                # the calls stay (their results answer them), long arguments as previews
+                update.update(shrunk_calls(original, keep, out.note))
             replaced = original.model_copy(update=update)
             return [mark(replaced, KIND_SUMMARIZED, offload_id=out.offload_id)]
 

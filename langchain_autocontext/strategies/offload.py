@@ -22,7 +22,7 @@ from langchain_autocontext.strategies.base import (
     JobOutput,
     PassContext,
     clip_text,
-    shrink_args,
+    shrunk_calls,
 )
 from langchain_autocontext.tokens import CHARS_PER_TOKEN
 
@@ -157,15 +157,7 @@ class LargeMessageOffload:
             content: Any = [*lead, {"type": "text", "text": text}] if lead else text
             update: dict[str, Any] = {"content": content}
             if calls and isinstance(original, AIMessage):
-                update["tool_calls"] = [
-                    {**tc, "args": shrink_args(tc["args"], max(size, 32), out.note)}
-                    for tc in original.tool_calls
-                ]
-                # a call whose arguments did not parse is sent too, and answered: it stays
-                update["invalid_tool_calls"] = [
-                    {**bad, "args": shrink_args(bad.get("args"), max(size, 32), out.note)}
-                    for bad in original.invalid_tool_calls
-                ]
+                update.update(shrunk_calls(original, max(size, 32), out.note))
             replaced = original.model_copy(update=update)
             return [mark(replaced, KIND_OFFLOADED, offload_id=out.offload_id, chars=chars)]
 
