@@ -1087,8 +1087,10 @@ class ContextEngine:
         # the view drops its pressure notice rather than exceed max_tokens: what fits
         # without it is sent, not refused (the notice's room stays reserved for the
         # trigger and the target)
-        shown = budget.model_copy(update={"max_tokens": self.config.max_tokens})
-        droppable = pressure_slack(shown, self.counter, state) if reserved > 0 else 0
+        droppable = 0
+        if reserved > 0:
+            shown = budget.model_copy(update={"max_tokens": self.config.max_tokens})
+            droppable = pressure_slack(shown, self.counter, state)
         return run_pipeline(
             messages,
             config=budget,
