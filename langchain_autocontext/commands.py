@@ -68,6 +68,7 @@ from langchain_autocontext.messages import (
     pending_call_index,
     pin,
     pinned_group_indices,
+    pinned_now,
     pinned_tokens,
     text_of,
     tool_call_ids,
@@ -295,7 +296,7 @@ def update_op(
                 f"and its new content ({size:,} tokens{_with_group(messages, idx)}) would take "
                 f"the pins past their limit of {pin_limit:,} tokens ({others:,} in use by "
                 "other pins). Write a shorter content, or unpin it first (pin_message with "
-                "pinned=false)." + _pinned_now(messages, counter),
+                "pinned=false)." + pinned_now(messages, counter),
             )
     new = list(messages)
     new[idx] = updated
@@ -333,17 +334,6 @@ def _past_pin_limit(
 def _group_of(messages: Sequence[BaseMessage], idx: int) -> range:
     """The indices of the tool-call group ``messages[idx]`` belongs to."""
     return next(range(a, b) for a, b in atomic_groups(messages) if a <= idx < b)
-
-
-def _pinned_now(messages: Sequence[BaseMessage], counter: Any) -> str:
-    """`` Pinned now: <id> (<tokens>), …`` so the model knows what it could unpin (its
-    tags do not show pins, and the developer's pins are not its own)."""
-    pinned = [m for m in messages if is_pinned(m)]
-    if not pinned:
-        return ""
-    shown = ", ".join(f"{m.id} ({counter.count_message(m):,} tokens)" for m in pinned[:10])
-    more = f" and {len(pinned) - 10} more" if len(pinned) > 10 else ""
-    return f" Pinned now: {shown}{more}."
 
 
 def _with_group(messages: Sequence[BaseMessage], idx: int) -> str:
@@ -412,7 +402,7 @@ def pin_op(
                 f"Message {mid} ({size:,} tokens{_with_group(messages, idx)}) was not pinned: "
                 f"pins may take {limit:,} tokens and {used:,} are in use. Unpin a message "
                 "first (pinned=false), or save the part that matters in your working context."
-                + _pinned_now(messages, counter),
+                + pinned_now(messages, counter),
             )
     new = list(messages)
     new[idx] = pin(target, pinned)

@@ -159,6 +159,61 @@ def test_developer_pins_past_the_limit_are_a_clear_error() -> None:
         ac.compress(msgs, thread_id="t")
 
 
+def test_a_developer_pin_on_the_latest_user_message_takes_nothing_from_the_pin_limit() -> None:
+    """The latest user message is never compressed, pin or not: a long pinned task
+    statement must not exhaust the pin limit while it is the latest; once a later user
+    message follows it, it counts."""
+    ac = AutoContext(AutoContextConfig(max_tokens=2_000), store=InMemoryStore())
+    task = pin(HumanMessage("Migrate the billing tables; never drop a column. " * 30, id="t"))
+    msgs = [SystemMessage("You are a careful agent.", id="s"), task]
+    out = ac.compress(msgs, thread_id="t")  # 335 tokens pinned, limit 250: not counted
+    assert next(m for m in out.messages if m.id == "t").content == task.content
+    later = [*msgs, AIMessage("on it", id="a"), HumanMessage("go on", id="u")]
+    with pytest.raises(ContextBudgetError, match="pin limit of 250"):
+        ac.compress(later, thread_id="t")
+
+
+def test_pins_past_a_limit_lowered_across_a_restart_are_named_and_unpinning_recovers() -> None:
+    """The model pinned a result under max_tokens=3,000; the thread resumes under 1,200,
+    whose pin limit the pin passes. The error names the pin and how to unpin it in a
+    checkpointed thread; doing so recovers the thread with nothing lost."""
+    store = InMemoryStore()
+
+    def respond(view: list, n: int) -> AIMessage:
+        if n == 0:
+            return AIMessage("", tool_calls=[call("fetch", {"name": "contract", "size": 12})])
+        if n == 1:
+            result = next(m for m in reversed(view) if isinstance(m, ToolMessage))
+            shown = COMPACT_TAG.match(result.content).group(1)
+            return AIMessage("", tool_calls=[call("pin_message", {"message_id": shown})])
+        return AIMessage("done")
+
+    def agent(max_tokens: int, model: Any) -> Any:
+        cfg = AutoContextConfig(max_tokens=max_tokens, disclosure="always", metadata_tags=True)
+        return self_managed_agent(AutoContext(cfg, store=store), model, store, tools=[fetch])
+
+    first = agent(3_000, FunctionModel(respond=respond))
+    config = {"configurable": {"thread_id": "lowered"}}
+    first.invoke({"messages": [SystemMessage("Be exact."), HumanMessage("Read it.")]}, config)
+    again = agent(1_200, FunctionModel(respond=lambda view, n: AIMessage("ok")))
+    again.checkpointer = first.checkpointer
+    pinned = [m for m in again.get_state(config).values["messages"] if is_pinned(m)]
+    assert len(pinned) == 1
+    with pytest.raises(ContextBudgetError, match="pin limit of 150") as caught:
+        again.invoke({"messages": [HumanMessage("next")]}, config)
+    assert str(pinned[0].id) in str(caught.value) and "update_state" in str(caught.value)
+    # what the error says to do
+    again.update_state(config, {"messages": [pin(m, False) for m in pinned]})
+    out = again.invoke({"messages": [HumanMessage("and now")]}, config)
+    assert out["messages"][-1].content == "ok"
+    kept = {m.id: m for m in out["messages"]}
+    assert kept[pinned[0].id].content == pinned[0].content and not is_pinned(kept[pinned[0].id])
+    assert [m.content for m in out["messages"] if isinstance(m, HumanMessage)][-2:] == [
+        "next",
+        "and now",
+    ]
+
+
 def test_the_model_pins_a_result_and_it_survives_compression_and_a_restart() -> None:
     store = InMemoryStore()
     cfg = AutoContextConfig(

@@ -24,6 +24,7 @@ from langchain_autocontext.messages import (
     open_loop_index,
     pending_call_index,
     pinned_group_indices,
+    pinned_now,
     pinned_tokens,
     text_of,
 )
@@ -205,19 +206,26 @@ def _room_report(
 
 
 def _check_pins(msgs: Sequence[BaseMessage], limit: int, counter: TokenCounter) -> None:
-    """Pins set by the developer (``messages.pin``) past the pin limit: a clear error
-    (the model's pins are refused before they pass it)."""
+    """Pins past the pin limit: a clear error that names them and says how to free room.
+
+    The model's pins are refused before they pass it, so this is a developer's pin
+    (``messages.pin``), or pins set under a larger limit (``max_tokens`` or
+    ``pin_max_tokens`` lowered since, the thread resumed from its checkpoint)."""
     if not any(is_pinned(m) for m in msgs):
         return
     used = pinned_tokens(msgs, counter)
     if used > limit:
-        n = sum(map(is_pinned, msgs))
         raise ContextBudgetError(
-            f"{n} pinned message(s) take {used} tokens with their tool-call groups (a pin "
-            f"keeps the call and results it is paired with), more than the pin limit of "
-            f"{limit} (pin_max_tokens, default max_tokens // 8): pinned messages are "
-            "never compressed. Unpin some (langchain_autocontext.messages.pin(m, False)) or "
-            "raise pin_max_tokens. Nothing was sent.",
+            f"Pinned messages take {used} tokens with their tool-call groups (a pin keeps "
+            f"the call and results it is paired with), more than the pin limit of {limit} "
+            "(pin_max_tokens, default max_tokens // 8; pins set under a larger max_tokens "
+            "or pin_max_tokens keep their size when it is lowered): pinned messages are "
+            f"never compressed.{pinned_now(msgs, counter)} Unpin some: replace each by "
+            "langchain_autocontext.pin(message, False) in the messages you pass, or, for a "
+            'checkpointed graph thread, graph.update_state(config, {"messages": '
+            "[pin(message, False)]}) with the message from graph.get_state(config) (same "
+            "id: it replaces the pinned one); or raise pin_max_tokens. Nothing was sent and "
+            "nothing changed: every message is kept as it was.",
             required_tokens=used,
             max_tokens=limit,
         )
