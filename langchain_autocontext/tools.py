@@ -1068,36 +1068,34 @@ def _search_tool(engine: ContextEngine) -> StructuredTool:
 _warned_no_state_key = False
 
 
-def _wc_edit(engine: ContextEngine, call: _Call, op: str, a: Any, b: Any = None) -> Command:
-    global _warned_no_state_key
+def _wc_plan(
+    engine: ContextEngine, current: str, op: str, a: Any, b: Any = None
+) -> tuple[str, str]:
+    """``(new working context, "")`` for a working-context edit of ``current``, or
+    ``("", why it is refused)``: what :func:`_wc_edit` applies, and how it judges the
+    earlier calls of a turn."""
     limit = engine.config.working_context_max_chars
-    if call.earlier_calls(WORKING_CONTEXT_TOOLS):
-        return call.error(
-            "Only one working-context edit per turn is applied, and an earlier call of this "
-            "turn already edits it; this one was not applied. Repeat it on your next turn."
-        )
-    current = str(call.ac.get("working_context") or "")
     if op == "append":
         if not isinstance(a, str) or not a.strip():
-            return call.error("Nothing to append: text is empty.")
+            return "", "Nothing to append: text is empty."
         new = f"{current}\n{a.strip()}" if current else a.strip()
     else:
         if not isinstance(a, str) or not a:
-            return call.error(
+            return "", (
                 "old is empty: copy the exact text to replace from your working context "
                 "(to add text, use working_context_append)."
             )
         if not isinstance(b, str):
-            return call.error("new must be a string (empty to remove the old text).")
+            return "", "new must be a string (empty to remove the old text)."
         # every place it starts, overlapping ones too: it must name exactly one
         found = sum(current.startswith(a, i) for i in range(len(current) - len(a) + 1))
         if found == 0:
-            return call.error(
+            return "", (
                 "old was not found in your working context; it must match exactly, including "
                 "spaces and line breaks. Copy it from the working-context block."
             )
         if found > 1:
-            return call.error(
+            return "", (
                 f"old occurs {found} times in your working context; include more of the "
                 "surrounding text so that it matches exactly one place."
             )
@@ -1107,7 +1105,7 @@ def _wc_edit(engine: ContextEngine, call: _Call, op: str, a: Any, b: Any = None)
     # restart) is applied: refusing it left the model no way to make the room it was
     # told to make.
     if len(new) > limit and len(new) > len(current):
-        return call.error(
+        return "", (
             f"Not applied: your working context would hold {len(new):,} characters, over its "
             f"limit of {limit:,} (it holds {len(current):,} now). Make room first with "
             "working_context_replace (shorten or remove entries), then try again with less text."
@@ -1117,12 +1115,43 @@ def _wc_edit(engine: ContextEngine, call: _Call, op: str, a: Any, b: Any = None)
     token_limit = engine.config.working_context_token_limit
     tokens = engine.counter.count_text(new)
     if tokens > token_limit and tokens > engine.counter.count_text(current):
-        return call.error(
+        return "", (
             f"Not applied: your working context would take {tokens:,} tokens, over its limit "
             f"of {token_limit:,} (an eighth of your {engine.config.max_tokens:,}-token "
             "context). Keep it to the essentials: shorten or remove entries with "
             "working_context_replace, then add less text."
         )
+    return new, ""
+
+
+def _wc_args(name: str, args: Mapping[str, Any]) -> tuple[str, Any, Any]:
+    """``(op, a, b)`` of a working-context tool call's arguments, as :func:`_wc_plan`
+    takes them."""
+    if name == "working_context_append":
+        return "append", args.get("text"), None
+    return "replace", args.get("old"), args.get("new")
+
+
+def _wc_edit(engine: ContextEngine, call: _Call, op: str, a: Any, b: Any = None) -> Command:
+    global _warned_no_state_key
+    limit = engine.config.working_context_max_chars
+    current = str(call.ac.get("working_context") or "")
+    # LangGraph applies the state updates of parallel calls in no fixed order, each over
+    # the same working context: one edit per turn is applied, the first one that is
+    # applied (an earlier call that was refused leaves this one to be judged on its own)
+    if any(
+        _wc_plan(engine, current, *_wc_args(str(tc.get("name")), tc.get("args") or {}))[0]
+        for tc in call.earlier_calls(WORKING_CONTEXT_TOOLS)
+    ):
+        return call.error(
+            "Only one working-context edit per turn is applied, and an earlier call of this "
+            "turn already edits it; this one was not applied. Repeat it on your next turn."
+        )
+    new, refused = _wc_plan(engine, current, op, a, b)
+    if refused:
+        return call.error(refused)
+    token_limit = engine.config.working_context_token_limit
+    tokens = engine.counter.count_text(new)
     if not call.has_ac_key and not _warned_no_state_key:
         _warned_no_state_key = True
         warnings.warn(

@@ -851,6 +851,34 @@ def test_parallel_working_context_edits_do_not_crash() -> None:
     assert saved(graph, cfg("pw"))["working_context"] == "one"
 
 
+def test_a_refused_working_context_edit_does_not_block_the_next_of_its_turn() -> None:
+    """One working-context edit per turn is applied: the first that is applied. A
+    refused first call (its old text not found) leaves the second to be judged on its
+    own, not refused as if the first had edited the block."""
+    store = InMemoryStore()
+    ac = AutoContext(CFG, store=store)
+
+    def respond(view, n):
+        if n == 0:
+            return AIMessage(
+                "",
+                tool_calls=[
+                    call("working_context_replace", {"old": "missing", "new": "x"}, "w1"),
+                    call("working_context_append", {"text": "two"}, "w2"),
+                    call("working_context_append", {"text": "three"}, "w3"),
+                ],
+            )
+        return AIMessage("done")
+
+    graph = self_managed_agent(ac, FunctionModel(respond=respond), store)
+    out = graph.invoke(start(), cfg("wf"))
+    answers = {m.tool_call_id: m for m in tool_results(out["messages"])}
+    assert answers["w1"].status == "error" and "not found" in answers["w1"].content
+    assert answers["w2"].status == "success", answers["w2"].content
+    assert answers["w3"].status == "error" and "one working-context edit" in answers["w3"].content
+    assert saved(graph, cfg("wf"))["working_context"] == "two"
+
+
 # --- schemas, switches, async, SQLite -------------------------------------------------------------
 def test_tool_schemas_are_strict_and_counted() -> None:
     ac = AutoContext(CFG)
