@@ -1134,6 +1134,26 @@ def _wc_args(name: str, args: Mapping[str, Any]) -> tuple[str, Any, Any]:
 
 def _wc_edit(engine: ContextEngine, call: _Call, op: str, a: Any, b: Any = None) -> Command:
     global _warned_no_state_key
+    if not call.has_ac_key:
+        # The package's node, hook and middleware write the key (its working context)
+        # before the model's first call: a state without it is a schema without it, and
+        # LangGraph would drop the edit without a word.
+        if not _warned_no_state_key:
+            _warned_no_state_key = True
+            warnings.warn(
+                "langchain-autocontext: the graph state has no 'autocontext' key, so the "
+                "model's working-context edits cannot be kept; they are refused, and the "
+                "model is told so. Use AutoContextAgentState as create_react_agent's "
+                "state_schema, AutoContextState for a StateGraph, or add "
+                "`autocontext: Annotated[dict, merge_autocontext]` to your state (and call "
+                "the model through the package's node, pre_model_hook or middleware).",
+                stacklevel=2,
+            )
+        return call.error(
+            "Not applied: this agent's state has no place for your working context (its "
+            "developer must add the package's 'autocontext' state key), so nothing you "
+            "write there would be kept. Keep what matters in your replies instead."
+        )
     limit = engine.config.working_context_max_chars
     current = str(call.ac.get("working_context") or "")
     # LangGraph applies the state updates of parallel calls in no fixed order, each over
@@ -1152,15 +1172,6 @@ def _wc_edit(engine: ContextEngine, call: _Call, op: str, a: Any, b: Any = None)
         return call.error(refused)
     token_limit = engine.config.working_context_token_limit
     tokens = engine.counter.count_text(new)
-    if not call.has_ac_key and not _warned_no_state_key:
-        _warned_no_state_key = True
-        warnings.warn(
-            "langchain-autocontext: the graph state has no 'autocontext' value yet; if your "
-            "state schema lacks the key, working-context edits are dropped. Use "
-            "AutoContextState (StateGraph) or AutoContextAgentState (create_react_agent), "
-            "or add `autocontext: dict` to your state.",
-            stacklevel=2,
-        )
     state = {**call.ac, "working_context": new}
     over = len(new) > limit or tokens > token_limit
     tm = ToolMessage(

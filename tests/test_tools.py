@@ -879,6 +879,47 @@ def test_a_refused_working_context_edit_does_not_block_the_next_of_its_turn() ->
     assert saved(graph, cfg("wf"))["working_context"] == "two"
 
 
+def test_working_context_edits_in_a_state_without_the_key_say_they_were_not_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """create_react_agent's plain AgentState has no 'autocontext' key: LangGraph drops
+    the edit's state update, so the tool must not answer "updated" (it did, and the
+    model's second edit showed the first was gone); the developer's warning names the
+    state schema to use."""
+    import warnings
+
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    import langchain_autocontext.tools as tools_module
+
+    monkeypatch.setattr(tools_module, "_warned_no_state_key", False)  # once per process
+    store = InMemoryStore()
+    ac = AutoContext(CFG, store=store)
+
+    def respond(view, n):
+        if n == 0:
+            return AIMessage("", tool_calls=[call("working_context_append", {"text": "goal"})])
+        return AIMessage("done")
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from langgraph.prebuilt import create_react_agent
+
+        graph = create_react_agent(
+            FunctionModel(respond=respond),
+            ac.tools,
+            pre_model_hook=ac.pre_model_hook,
+            post_model_hook=ac.post_model_hook,
+            checkpointer=InMemorySaver(),
+            store=store,
+        )
+    with pytest.warns(UserWarning, match="AutoContextAgentState"):
+        out = graph.invoke(start(), cfg("plain"))
+    [answer] = tool_results(out["messages"])
+    assert answer.status == "error" and "updated" not in answer.content
+    assert "'autocontext' state key" in answer.content
+
+
 # --- schemas, switches, async, SQLite -------------------------------------------------------------
 def test_tool_schemas_are_strict_and_counted() -> None:
     ac = AutoContext(CFG)
