@@ -123,7 +123,10 @@ class ContextBudgetError(AutoContextError):
 
 
 class UnknownMessageError(AutoContextError, KeyError):
-    """No working message (or history entry) has the given id."""
+    """No working message (or history entry) has the given id.
+
+    Not raised by the package: the model's edits by an unknown id are answered to it as
+    error results (see the API reference's note on these errors)."""
 
     def __init__(self, message_id: str, hint: str = "") -> None:
         self.message_id = message_id
@@ -137,7 +140,10 @@ class UnknownMessageError(AutoContextError, KeyError):
 
 
 class ProtectedMessageError(AutoContextError):
-    """The message may not be edited or deleted (system message, pending call, …)."""
+    """The message may not be edited or deleted (system message, pending call, …).
+
+    Not raised by the package: the model's edits of such a message are answered to it as
+    error results (see the API reference's note on these errors)."""
 
 
 class OffloadNotFoundError(AutoContextError, KeyError):
@@ -175,7 +181,10 @@ class AmbiguousOffloadRefError(OffloadNotFoundError):
 
 
 class CommandError(AutoContextError):
-    """A context-editing command (tool call or XML command) could not be applied."""
+    """A context-editing command (tool call or XML command) could not be applied.
+
+    Not raised by the package: a command it cannot apply is answered to the model as an
+    error result (see the API reference's note on these errors)."""
 
 
 class InvariantViolationError(AutoContextError):

@@ -87,6 +87,28 @@ def test_api_reference_covers_the_public_api() -> None:
     assert documented == set(langchain_autocontext.__all__)
 
 
+def test_every_exported_error_is_raised_or_documented_as_not_raised() -> None:
+    """An exported error class nothing raises misleads whoever writes ``except`` for it:
+    the API reference must say what it is for."""
+    from langchain_autocontext.errors import AutoContextError
+
+    source = "\n".join(
+        p.read_text(encoding="utf-8")
+        for p in (ROOT / "langchain_autocontext").rglob("*.py")
+        if p.name != "errors.py"
+    )
+    api = (DOCS / "api.md").read_text(encoding="utf-8")
+    notes = re.sub(r"^::: .*$", "", api, flags=re.M)
+    for name in langchain_autocontext.__all__:
+        cls = getattr(langchain_autocontext, name)
+        if not (isinstance(cls, type) and issubclass(cls, AutoContextError)):
+            continue
+        raised = re.search(rf"\b{name}\(", source) or any(
+            re.search(rf"\b{sub.__name__}\(", source) for sub in cls.__subclasses__()
+        )
+        assert raised or f"`{name}`" in notes, f"{name}: raised nowhere, explained nowhere"
+
+
 def test_readme_links_into_the_docs_resolve() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     for target in re.findall(r"\]\((docs/[^)#]+)\)", readme):
