@@ -68,13 +68,13 @@ from langchain_autocontext.messages import (
     pending_call_index,
     pin,
     pinned_group_indices,
-    pinned_now,
     pinned_tokens,
     text_of,
     tool_call_ids,
 )
 from langchain_autocontext.metadata import strip_message_tags, strip_tags
 from langchain_autocontext.strategies.base import KIND_RECURSIVE
+from langchain_autocontext.strategies.pipeline import pinned_now
 from langchain_autocontext.tokens import resolve_counter
 from langchain_autocontext.view import normalize_state, resolve_message_ref
 

@@ -56,7 +56,6 @@ __all__ = [
     "pending_call_index",
     "pin",
     "pinned_group_indices",
-    "pinned_now",
     "pinned_tokens",
     "remove_all",
     "repair_tool_pairs",
@@ -366,28 +365,8 @@ def pinned_group_indices(messages: Sequence[BaseMessage], start: int = 0) -> lis
 
 def pinned_tokens(messages: Sequence[BaseMessage], counter: Any) -> int:
     """Tokens of what the pins of ``messages`` protect (:func:`pinned_group_indices`),
-    each message counted by ``counter.count_message``: what the pin limit bounds.
-
-    The latest user message is not counted: it is never compressed, pin or not, so a
-    pin on it (a long task statement) takes nothing the pin limit guards. It counts
-    once a later user message follows it."""
-    lu = latest_user_index(messages)
-    return sum(
-        counter.count_message(messages[i]) for i in pinned_group_indices(messages) if i != lu
-    )
-
-
-def pinned_now(messages: Sequence[BaseMessage], counter: Any) -> str:
-    """`` Pinned now: <id> (<tokens>), …``: the pins of ``messages`` that count against
-    the pin limit (:func:`pinned_tokens`), so whoever must free room knows what to
-    unpin (the model's tags do not show pins; the developer did not set the model's)."""
-    lu = latest_user_index(messages)
-    pinned = [m for i, m in enumerate(messages) if is_pinned(m) and i != lu]
-    if not pinned:
-        return ""
-    shown = ", ".join(f"{m.id} ({counter.count_message(m):,} tokens)" for m in pinned[:10])
-    more = f" and {len(pinned) - 10} more" if len(pinned) > 10 else ""
-    return f" Pinned now: {shown}{more}."
+    each message counted by ``counter.count_message``: what the pin limit bounds."""
+    return sum(counter.count_message(messages[i]) for i in pinned_group_indices(messages))
 
 
 def group_start(messages: Sequence[BaseMessage], index: int) -> int:

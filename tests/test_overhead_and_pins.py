@@ -173,6 +173,20 @@ def test_a_developer_pin_on_the_latest_user_message_takes_nothing_from_the_pin_l
         ac.compress(later, thread_id="t")
 
 
+def test_the_model_s_pin_of_the_latest_user_message_counts_at_once() -> None:
+    """The model's pins are judged with the latest user message counted: a pin of it
+    left out would pass the limit as soon as the next user message arrives, and stop
+    every later call of the thread."""
+    store = InMemoryStore()
+    ac = AutoContext(AutoContextConfig(max_tokens=2_000), store=store)
+    task = HumanMessage("Migrate the billing tables; never drop a column. " * 30, id="t")
+    msgs, receipt = _tool(
+        ac, store, [SystemMessage("s", id="s"), task], "pin_message", {"message_id": "t"}
+    )
+    assert receipt.status == "error" and "was not pinned" in receipt.content
+    assert not is_pinned(next(m for m in msgs if m.id == "t"))
+
+
 def test_pins_past_a_limit_lowered_across_a_restart_are_named_and_unpinning_recovers() -> None:
     """The model pinned a result under max_tokens=3,000; the thread resumes under 1,200,
     whose pin limit the pin passes. The error names the pin and how to unpin it in a

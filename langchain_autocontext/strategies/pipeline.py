@@ -24,7 +24,6 @@ from langchain_autocontext.messages import (
     open_loop_index,
     pending_call_index,
     pinned_group_indices,
-    pinned_now,
     pinned_tokens,
     text_of,
 )
@@ -53,8 +52,10 @@ __all__ = [
     "PipelineResult",
     "adrive",
     "default_strategies",
+    "developer_pin_tokens",
     "drive",
     "floor_tokens",
+    "pinned_now",
     "run_pipeline",
 ]
 
@@ -191,10 +192,11 @@ def _room_report(
             "saves room, and its calls: the next model call answers them; fewer tool calls "
             "per turn shrink it)"
         )
-    if any(is_pinned(m) for m in msgs):
-        n = sum(map(is_pinned, msgs))
+    pinned = developer_pin_tokens(msgs, counter)  # the latest user's: above
+    if pinned:
+        n = sum(is_pinned(m) for i, m in enumerate(msgs) if i != lu)
         parts.append(
-            f"{n} pinned message(s) {pinned_tokens(msgs, counter)} with their tool-call groups "
+            f"{n} pinned message(s) {pinned} with their tool-call groups "
             "(unpin some, or lower pin_max_tokens)"
         )
     if reserved:
@@ -205,22 +207,52 @@ def _room_report(
     return "; ".join(parts)
 
 
+def developer_pin_tokens(messages: Sequence[BaseMessage], counter: Any) -> int:
+    """:func:`~.messages.pinned_tokens` without the latest user message: it is never
+    compressed, pin or not, so a developer's pin on it (a long task statement) takes
+    nothing the pin limit guards until a later user message follows it. The model's
+    pins are judged with it counted, so that they still fit the limit then."""
+    used = pinned_tokens(messages, counter)
+    lu = latest_user_index(messages)
+    if lu is not None and is_pinned(messages[lu]):  # a user message is its own group
+        used -= counter.count_message(messages[lu])
+    return used
+
+
+def pinned_now(
+    messages: Sequence[BaseMessage], counter: Any, *, latest_user_free: bool = False
+) -> str:
+    """`` Pinned now: <id> (<tokens>), …``: the pins of ``messages`` that count against
+    the pin limit (``latest_user_free``: as :func:`developer_pin_tokens` counts them), so
+    whoever must free room knows what to unpin (the model's tags do not show pins; the
+    developer did not set the model's)."""
+    lu = latest_user_index(messages) if latest_user_free else None
+    pinned = [m for i, m in enumerate(messages) if is_pinned(m) and i != lu]
+    if not pinned:
+        return ""
+    shown = ", ".join(f"{m.id} ({counter.count_message(m):,} tokens)" for m in pinned[:10])
+    more = f" and {len(pinned) - 10} more" if len(pinned) > 10 else ""
+    return f" Pinned now: {shown}{more}."
+
+
 def _check_pins(msgs: Sequence[BaseMessage], limit: int, counter: TokenCounter) -> None:
     """Pins past the pin limit: a clear error that names them and says how to free room.
 
-    The model's pins are refused before they pass it, so this is a developer's pin
-    (``messages.pin``), or pins set under a larger limit (``max_tokens`` or
+    The model's pins are refused before they pass it (counting the latest user message,
+    which this check leaves out until a later one follows it), so this is a developer's
+    pin (``messages.pin``), or pins set under a larger limit (``max_tokens`` or
     ``pin_max_tokens`` lowered since, the thread resumed from its checkpoint)."""
     if not any(is_pinned(m) for m in msgs):
         return
-    used = pinned_tokens(msgs, counter)
+    used = developer_pin_tokens(msgs, counter)
     if used > limit:
+        listed = pinned_now(msgs, counter, latest_user_free=True)
         raise ContextBudgetError(
             f"Pinned messages take {used} tokens with their tool-call groups (a pin keeps "
             f"the call and results it is paired with), more than the pin limit of {limit} "
             "(pin_max_tokens, default max_tokens // 8; pins set under a larger max_tokens "
             "or pin_max_tokens keep their size when it is lowered): pinned messages are "
-            f"never compressed.{pinned_now(msgs, counter)} Unpin some: replace each by "
+            f"never compressed.{listed} Unpin some: replace each by "
             "langchain_autocontext.pin(message, False) in the messages you pass, or, for a "
             'checkpointed graph thread, graph.update_state(config, {"messages": '
             "[pin(message, False)]}) with the message from graph.get_state(config) (same "
