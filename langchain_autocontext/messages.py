@@ -219,7 +219,10 @@ TOOL_CALL_BLOCK_TYPES = frozenset({"tool_use", "tool_call", "function_call"})
 
 
 def text_of(message: BaseMessage) -> str:
-    """The message's content flattened to text; non-text blocks become placeholders."""
+    """The message's content flattened to text: text blocks as they are, code a provider
+    ran, its output, server-side tool calls and results and refusals as their text (led
+    by their type), other non-text blocks as ``[type]`` placeholders; tool calls and
+    reasoning are left out."""
     return content_text(message.content)
 
 
@@ -235,9 +238,51 @@ def content_text(content: Any) -> str:
         elif isinstance(block, dict):
             if block.get("type") == "text" or "text" in block:
                 parts.append(str(block.get("text", "")))
+            elif (shown := _block_text(block)) is not None:
+                parts.append(shown)
             elif block.get("type") not in _UNSHOWN_BLOCKS:
                 parts.append(f"[{block.get('type', 'block')}]")
     return "\n".join(parts)
+
+
+def _block_text(block: Mapping[str, Any]) -> str | None:
+    """The readable text of a block that says something without being a ``text`` block
+    (``None`` for the others): code a provider ran and its output (Gemini's
+    ``executable_code`` and ``code_execution_result``), a server-side tool's call and
+    result (LangChain's standard ``server_tool_call``, ``server_tool_call_chunk`` and
+    ``server_tool_result``) and a ``refusal``. Each is led by its type, so a preview
+    or a summary still tells them from the model's own words."""
+    kind = block.get("type")
+    if kind == "executable_code":
+        language = str(block.get("language") or "").lower()
+        lead = f"[executable_code {language}]" if language else "[executable_code]"
+        return f"{lead}\n{_as_text(block.get('executable_code'))}"
+    if kind == "code_execution_result":
+        outcome = block.get("outcome")
+        failed = outcome not in (None, 1, "OUTCOME_OK", "outcome_ok")
+        lead = f"[code_execution_result {outcome}]" if failed else "[code_execution_result]"
+        return f"{lead}\n{_as_text(block.get('code_execution_result'))}"
+    if kind in ("server_tool_call", "server_tool_call_chunk"):
+        args = block.get("args")
+        shown = (
+            args
+            if isinstance(args, str)
+            else json.dumps(args or {}, ensure_ascii=False, default=str)
+        )
+        return f"[{kind} {block.get('name') or '?'}] {shown}"
+    if kind == "server_tool_result":
+        status = block.get("status") or "success"
+        return f"[server_tool_result {status}]\n{_as_text(block.get('output'))}"
+    if kind == "refusal":
+        return f"[refusal] {_as_text(block.get('refusal'))}"
+    return None
+
+
+def _as_text(value: Any) -> str:
+    """A block field as text: a string as it is, anything else as its JSON."""
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
 
 
 #: Blocks :func:`content_text` leaves out: tool calls (the message's ``tool_calls`` say

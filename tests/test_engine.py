@@ -914,3 +914,28 @@ def test_compression_runs_exactly_when_the_config_says_it_is_due(
     assert result.triggered == shown
     if len(msgs) > msg_threshold:
         assert result.triggered
+
+
+def test_a_large_code_execution_output_is_offloaded_with_its_code_in_the_preview() -> None:
+    """Gemini's code execution blocks counted as their ``[type]`` placeholder: a 30k-
+    character ``code_execution_result`` was never "large", never offloaded, and a
+    preview of it would have shown ``[executable_code]``. Its code and output count and
+    show like text."""
+    out = log_text(300)
+    msgs = [SystemMessage("s", id=uid()), HumanMessage("task", id=uid())]
+    for k in range(3):
+        code = {"type": "executable_code", "executable_code": f"print(open('run_{k}.log').read())"}
+        result = {"type": "code_execution_result", "code_execution_result": out, "outcome": 1}
+        msgs += [AIMessage([code, result], id=uid()), HumanMessage(f"next {k}", id=uid())]
+    cfg = AutoContextConfig(max_tokens=100_000, last_keep=1, target_ratio=0.01, token_ratio=0.5)
+    ac, store = make(cfg, [LargeMessageOffload(keep_last=True)])
+    res = ac.compress(msgs, thread_id="gemini", force=True)
+    offloaded = [m for m in res.messages if (marker(m) or {}).get("kind") == "offloaded"]
+    assert len(offloaded) >= 2
+    for m in offloaded:
+        assert "print(open('run_" in text_of(m) and out[:40] in text_of(m)
+        ref = OFFLOAD_ID.search(text_of(m)).group(1)
+        assert store.reload("gemini", ref).messages[0].content == next(
+            o.content for o in msgs if o.id == m.id
+        )
+    assert not find_violations(res.messages)

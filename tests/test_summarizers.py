@@ -1943,3 +1943,49 @@ def test_an_instance_shared_by_two_autocontexts_keeps_each_ones_settings() -> No
     with pytest.warns(UserWarning, match="its own"):
         c = AutoContext(summarizer=own, summarizer_retries=3)
     assert c.summarizer is own and own.retries == 1
+
+
+def test_code_execution_server_tool_and_refusal_blocks_show_their_text() -> None:
+    """Gemini's ``executable_code``/``code_execution_result``, LangChain's standard
+    ``server_tool_call``/``server_tool_result`` and ``refusal`` blocks showed as a bare
+    ``[type]`` in summaries and summary prompts: the code, its output, the server
+    tool's name and arguments and the refusal text are shown (led by the block type)."""
+    message = AIMessage(
+        [
+            {
+                "type": "executable_code",
+                "executable_code": "print(sum(range(10)))",
+                "language": "PYTHON",
+            },
+            {"type": "code_execution_result", "code_execution_result": "45\n", "outcome": 1},
+            {
+                "type": "server_tool_call",
+                "id": "srv_1",
+                "name": "web_search",
+                "args": {"query": "flight BA103 status"},
+            },
+            {
+                "type": "server_tool_result",
+                "tool_call_id": "srv_1",
+                "status": "success",
+                "output": "BA103 departs 14:05 from gate B7",
+            },
+            {"type": "refusal", "refusal": "I cannot share the passenger's PNR."},
+        ],
+        id="m1",
+    )
+    said = [
+        "print(sum(range(10)))",
+        "45",
+        "web_search",
+        '"flight BA103 status"',
+        "departs 14:05 from gate B7",
+        "I cannot share the passenger's PNR.",
+    ]
+    summary = ExtractiveSummarizer().summarize(request([message], "round", 400)).text
+    transcript = render_transcript([message])
+    prompt = str(LLMSummarizer(RecordingChatModel()).build_prompt(request([message]))[1].content)
+    for text in (summary, transcript, prompt):
+        assert all(part in text for part in said), text
+        assert "[executable_code python]" in text and "[refusal]" in text
+    assert "[cut: nothing;" in summary  # all of it reproduced, none of it placeholders
