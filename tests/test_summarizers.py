@@ -1989,3 +1989,48 @@ def test_code_execution_server_tool_and_refusal_blocks_show_their_text() -> None
         assert all(part in text for part in said), text
         assert "[executable_code python]" in text and "[refusal]" in text
     assert "[cut: nothing;" in summary  # all of it reproduced, none of it placeholders
+
+
+class BatchOnly(ExtractiveSummarizer):
+    """Overrides ``summarize_many`` alone (one batch call for all the spans)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.batches: list[int] = []
+
+    def summarize_many(self, requests: Sequence[SummaryRequest]) -> list[SummaryResult]:
+        self.batches.append(len(requests))
+        return [
+            SummaryResult(f"BATCHED {r.strategy}", 1, 0, 0, False, None, "batch") for r in requests
+        ]
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_an_override_of_summarize_many_alone_is_honoured_on_the_async_path(mode: str) -> None:
+    """``asummarize_many`` called ``asummarize`` per span: a summarizer that overrides
+    only ``summarize_many`` (a batch API) was bypassed by ``acompress`` and every async
+    surface, which summarized with the parent's method instead. The async default runs
+    the sync override in a worker thread, as ``asummarize`` runs ``summarize``."""
+    from _builders import coding_run
+    from langgraph.store.memory import InMemoryStore
+
+    from langchain_autocontext import OffloadStore
+
+    summarizer = BatchOnly()
+    ac = AutoContext(
+        AutoContextConfig(max_tokens=6_000),
+        store=OffloadStore(InMemoryStore()),
+        summarizer=summarizer,
+    )
+    msgs = coding_run(40, output_lines=12)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the uncounted tool schemas
+        if mode == "sync":
+            done = ac.compress(msgs, thread_id="batch")
+        else:
+            done = asyncio.run(ac.acompress(msgs, thread_id="batch"))
+    assert summarizer.batches and all(n >= 1 for n in summarizer.batches)
+    assert any("BATCHED" in str(m.content) for m in done.messages)
+    spans = [span(k) for k in range(3)]
+    direct = asyncio.run(summarizer.asummarize_many(spans))
+    assert [r.text for r in direct] == ["BATCHED round"] * 3 and summarizer.batches[-1] == 3

@@ -144,7 +144,8 @@ class Summarizer(ABC):
     Subclasses implement :meth:`summarize` (and may override :meth:`asummarize`,
     which by default runs :meth:`summarize` in a worker thread). The ``*_many``
     methods summarize independent spans concurrently, at most :attr:`concurrency`
-    at a time, and return results in request order.
+    at a time, and return results in request order; an override of
+    :meth:`summarize_many` alone is run in a worker thread by :meth:`asummarize_many`.
     """
 
     #: A short name for results and events (``"extractive"``, ``"llm:<model>"``).
@@ -200,8 +201,14 @@ class Summarizer(ABC):
 
         The first failure, in request order, is raised and the other spans' tasks are
         cancelled first: none keeps calling a model after the call failed (as
-        :meth:`summarize_many`, which starts no further span)."""
+        :meth:`summarize_many`, which starts no further span).
+
+        A subclass that overrides :meth:`summarize_many` (a batch API, say) and not
+        this method has its override run in a worker thread, as :meth:`asummarize`
+        runs :meth:`summarize`: the async path summarizes as the sync path does."""
         reqs = list(requests)
+        if _overridden_below(type(self), "summarize_many", "asummarize_many"):
+            return await run_in_executor(None, self.summarize_many, reqs)
         semaphore = asyncio.Semaphore(max(1, self.concurrency))
 
         async def one(request: SummaryRequest) -> SummaryResult:
@@ -215,6 +222,16 @@ class Summarizer(ABC):
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _overridden_below(cls: type, sync: str, async_: str) -> bool:
+    """Whether ``cls`` defines method ``sync`` in a class below the one defining
+    ``async_``: a newer override of the sync method than of its async twin, which the
+    async default must then honour."""
+    mro = cls.__mro__
+    sync_owner = next(k for k in mro if sync in vars(k))
+    async_owner = next(k for k in mro if async_ in vars(k))
+    return mro.index(sync_owner) < mro.index(async_owner)
 
 
 # --- text helpers ----------------------------------------------------------------------------
