@@ -2034,3 +2034,39 @@ def test_an_override_of_summarize_many_alone_is_honoured_on_the_async_path(mode:
     spans = [span(k) for k in range(3)]
     direct = asyncio.run(summarizer.asummarize_many(spans))
     assert [r.text for r in direct] == ["BATCHED round"] * 3 and summarizer.batches[-1] == 3
+
+
+@pytest.mark.parametrize("strategy", ["current_round", "tool_run", "recursive"])
+def test_a_tiny_budget_summary_of_a_real_trajectory_names_its_references(strategy: str) -> None:
+    """At max_tokens of 1,500-2,000 a summary gets about 48 tokens, and the offline
+    summary there was only "[cut: everything; …]". The room the cut line leaves now
+    holds the span's most telling references (paths the agent worked on), within the
+    cap; closing tags of a tool's output (``</output>``) are not taken for paths."""
+    from _builders import trajectories
+
+    from langchain_autocontext.replay import parse_trajectory
+
+    counter = TokenCounter()
+    s = ExtractiveSummarizer(token_counter=counter)
+    named = 0
+    for raw in trajectories("mini-swe-agent-dev.jsonl", limit=4):
+        span = parse_trajectory(raw["messages"], raw["id"]).messages[10:40]
+        source = "\n".join(
+            [str(m.content) for m in span]
+            + [
+                json.dumps(tc["args"])
+                for m in span
+                if isinstance(m, AIMessage)
+                for tc in m.tool_calls
+            ]
+        )
+        for cap in (48, 56, 64):
+            text = s.summarize_text(request(span, strategy, cap))
+            assert counter.count_text(text) <= cap
+            assert "[cut: everything;" in text.splitlines()[-1]
+            lines = [ln for ln in text.splitlines() if ln.startswith("- references: ")]
+            refs = lines[0].removeprefix("- references: ").split(", ") if lines else []
+            assert all(ref in source for ref in refs), refs  # the span's own
+            assert not {"/output", "/returncode"} & set(refs)
+            named += bool(refs) and any("/" in ref for ref in refs)
+    assert named == 12  # every span, at every cap, names a path of its own

@@ -116,8 +116,8 @@ def _error_indices(lines: list[str]) -> list[int]:
 
 _URL_RE = re.compile(r"https?://[^\s<>\"'`)\]}]+")
 _REF_RES = (
-    # absolute or ./ ../ ~/ paths
-    re.compile(r"(?<![\w/.:])(?:~|\.{1,2})?/(?:[\w.@+\-]+/)*[\w.@+\-]+"),
+    # absolute or ./ ../ ~/ paths (not the name of a closing tag: </output>)
+    re.compile(r"(?<![\w/.:<])(?:~|\.{1,2})?/(?:[\w.@+\-]+/)*[\w.@+\-]+"),
     # relative paths with an extension: src/app/main.py
     re.compile(r"(?<![\w/.])(?:[\w.\-]+/)+[\w\-]+\.[A-Za-z0-9]{1,8}\b"),
     # Windows paths
@@ -177,6 +177,28 @@ def _references(text: str, limit: int, skip: str) -> list[str]:
     return [_clip(r, 160)[0] for r in kept]
 
 
+def _ref_text(message: BaseMessage) -> str:
+    """The text :func:`_references` reads of a message: its text and the strings of
+    its tool calls' arguments (the paths and ids the agent acted on)."""
+    parts = [text_of(message)]
+
+    def strings(value: Any) -> None:
+        if isinstance(value, str):
+            parts.append(value)
+        elif isinstance(value, dict):
+            for v in value.values():
+                strings(v)
+        elif isinstance(value, list | tuple):
+            for v in value:
+                strings(v)
+        elif value is not None:
+            parts.append(str(value))
+
+    for tc in tool_calls_of(message):
+        strings(tc.get("args"))
+    return "\n".join(parts)
+
+
 # --- the extractive summarizer ---------------------------------------------------------------
 @dataclass
 class _Item:
@@ -209,6 +231,8 @@ class _Plan:
 
 #: How the line of the references of the messages left out begins.
 _REFS_LEAD = "- references in the messages left out: "
+#: How the line of references opens in a summary none of whose lines fit its budget.
+_TINY_REFS_LEAD = "- references: "
 #: How the line opens that stands for a summary none of whose lines fit its budget.
 CUT_EVERYTHING = "[cut: everything; "
 
@@ -229,7 +253,9 @@ class ExtractiveSummarizer(Summarizer):
     For ``recursive`` it starts from the previous summary, dropping its oldest
     lines only when the budget requires it. The last line always says what was
     cut. When the budget is short, details go first (extra lines, references,
-    errors), then whole messages from the middle of the span; a line marks each gap.
+    errors), then whole messages from the middle of the span; a line marks each gap,
+    and a line lists the references of the messages left out. When not even the title
+    fits, the summary is that line of references and the cut line.
 
     The output stays within ``max_tokens`` by :attr:`token_counter`, and aims for
     ``target_tokens`` for everything beyond message headers and the previous
@@ -324,21 +350,42 @@ class ExtractiveSummarizer(Summarizer):
             if dropped.header:
                 chosen = [c for c in chosen if c.msg != dropped.msg]
         n = len(plan.messages)
-        tiny = (
+        tiny = _clip_to_tokens(
             f"{CUT_EVERYTHING}{n} messages ({plan.total_chars:,} characters) do not fit "
-            f"a {hard}-token summary]"
+            f"a {hard}-token summary]",
+            hard,
+            count,
         )
-        return _clip_to_tokens(tiny, hard, count)
+        # Not even a header fits: the room the cut line leaves holds the span's most
+        # telling references (a path, an id, a booking code: what the next step reuses).
+        refs = self._unshown_refs(plan, [])
+        lo, hi = 0, len(refs) if count(tiny) < hard else 0
+        while lo < hi:  # the most references that fit (the line only grows)
+            mid = (lo + hi + 1) // 2
+            if count(f"{_TINY_REFS_LEAD}{', '.join(refs[:mid])}\n{tiny}") <= hard:
+                lo = mid
+            else:
+                hi = mid - 1
+        return f"{_TINY_REFS_LEAD}{', '.join(refs[:lo])}\n{tiny}" if lo else tiny
 
     def _unshown_refs(self, plan: _Plan, chosen: list[_Item], shown: str = "") -> list[str]:
-        """References (:func:`_references`) of the messages ``chosen`` does not keep a
-        header of, oldest first, without those ``shown`` already has."""
+        """References (:func:`_references`) of the texts and tool-call arguments of the
+        messages ``chosen`` does not keep a header of, without those ``shown`` already
+        has, the most telling first: those the user or the agent named (not only a
+        tool's output: a pip warning's URL in every install log), then those more
+        messages name, then those named most recently (what the next step most likely
+        reuses). A reference inside a longer one (a directory in a path) is left out."""
         headed = {it.msg for it in chosen if it.header}
-        refs: dict[str, None] = {}
+        mentions: dict[str, list[int]] = {}
+        named: set[str] = set()
         for i, m in enumerate(plan.messages):
             if i not in headed:
-                refs.update(dict.fromkeys(_references(text_of(m), self.max_refs, shown)))
-        return list(refs)
+                for ref in _references(_ref_text(m), self.max_refs, shown):
+                    mentions.setdefault(ref, []).append(i)
+                    if not isinstance(m, ToolMessage):
+                        named.add(ref)
+        refs = [r for r in mentions if not any(r != o and r in o for o in mentions)]
+        return sorted(refs, key=lambda r: (r not in named, -len(mentions[r]), -mentions[r][-1]))
 
     def _with_refs(self, plan: _Plan, chosen: list[_Item], text: str, hard: int) -> str:
         """``text`` with the references of the messages it leaves out, before its cut
