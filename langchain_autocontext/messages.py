@@ -2,6 +2,11 @@
 
 Everything here is pure (no I/O) and shared by the engine, the strategies, the
 store, the tools and the replay.
+
+Over 600 lines because the design's layering names this the one module of pure message
+helpers that every layer imports (content blocks as text, ids, markers, rounds, tool
+pairs, invariants, sanitizing); each helper is short, and a split would add a module to
+that layering for no concept of its own.
 """
 
 from __future__ import annotations
