@@ -384,7 +384,8 @@ class ExtractiveSummarizer(Summarizer):
                     mentions.setdefault(ref, []).append(i)
                     if not isinstance(m, ToolMessage):
                         named.add(ref)
-        refs = [r for r in mentions if not any(r != o and r in o for o in mentions)]
+        joined = "\0".join(mentions)  # a reference inside another occurs in it twice
+        refs = [r for r in mentions if joined.count(r) == 1]
         return sorted(refs, key=lambda r: (r not in named, -len(mentions[r]), -mentions[r][-1]))
 
     def _with_refs(self, plan: _Plan, chosen: list[_Item], text: str, hard: int) -> str:
