@@ -34,6 +34,7 @@ retry) belongs to the one surface that sees the model request.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import threading
 import weakref
@@ -99,6 +100,30 @@ _REQUEST_KEY = "model_request"
 _SYSTEM_STANDIN_ID = _SYSTEM_PLACEHOLDER_ID
 _MAX_THREADS = 4096
 
+#: A cache key of the middleware: the store (see :func:`_store_key`), the thread id and
+#: the running agent's name (``None`` when it has none).
+_CacheKey = tuple[Any, str, str, str | None]
+
+#: A token per live store backend, never reused (an ``id()`` is, once its object is gone).
+_BACKENDS: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+_BACKEND_TOKENS = itertools.count()
+_BACKENDS_LOCK = threading.Lock()
+
+
+def _store_key(store: OffloadStore) -> tuple[Any, str]:
+    """Which store a cached thread belongs to: its backend and its prefix. One middleware
+    may serve graphs compiled with different stores (tenants) under the same thread
+    ids; what it learned of one must not count in another's budget."""
+    backend = store.backend
+    try:
+        with _BACKENDS_LOCK:
+            token = _BACKENDS.get(backend)
+            if token is None:
+                token = _BACKENDS[backend] = next(_BACKEND_TOKENS)
+    except TypeError:  # a backend that cannot be weakly referenced: by identity
+        return ("id", id(backend)), store.prefix
+    return token, store.prefix
+
 
 #: Every live middleware: a thread deleted from a store is forgotten by each.
 _MIDDLEWARES: weakref.WeakSet[AutoContextMiddleware] = weakref.WeakSet()
@@ -106,7 +131,7 @@ _MIDDLEWARES: weakref.WeakSet[AutoContextMiddleware] = weakref.WeakSet()
 
 def _forget_thread(store: OffloadStore, thread_id: str) -> None:
     for middleware in list(_MIDDLEWARES):
-        middleware._forget(thread_id)
+        middleware._forget(store, thread_id)
 
 
 on_thread_deleted(_forget_thread)
@@ -282,13 +307,13 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         # sends those offered (see _offered)
         self.tools = autocontext.all_tools
         self._lock = threading.Lock()
-        # thread id (and agent name, see _keys) -> the request shape last seen or loaded
-        # for it (bounded)
-        self._shapes: OrderedDict[str, _RequestShape] = OrderedDict()
+        # store, thread id and agent name (see _keys) -> the request shape last seen or
+        # loaded for it (bounded)
+        self._shapes: OrderedDict[_CacheKey, _RequestShape] = OrderedDict()
         # cache key -> a view fitted in the model call, for after_model (see _hold)
-        self._fitted: OrderedDict[str, tuple[list[BaseMessage], frozenset[Any], frozenset[Any]]] = (
-            OrderedDict()
-        )
+        self._fitted: OrderedDict[
+            _CacheKey, tuple[list[BaseMessage], frozenset[Any], frozenset[Any]]
+        ] = OrderedDict()
         self._last: tuple[Any, tuple[Any, ...], Any, _RequestShape] | None = None
         #: the last response format seen and the tools it adds (built once per format)
         self._format: tuple[Any, list[Any]] = (None, [])
@@ -300,22 +325,24 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         return "AutoContextMiddleware"
 
     # --- what the budget counts besides the messages ---------------------------------------
-    def _remember(self, thread_id: str, shape: _RequestShape) -> bool:
+    def _remember(self, cache_key: _CacheKey, shape: _RequestShape) -> bool:
         """Cache ``shape`` for the thread; True when it differs from what was known."""
         with self._lock:
-            old = self._shapes.get(thread_id)
-            self._shapes[thread_id] = shape
-            self._shapes.move_to_end(thread_id)
+            old = self._shapes.get(cache_key)
+            self._shapes[cache_key] = shape
+            self._shapes.move_to_end(cache_key)
             while len(self._shapes) > _MAX_THREADS:
                 self._shapes.popitem(last=False)
         return old is None or old.fingerprint != shape.fingerprint
 
-    def _forget(self, thread_id: str) -> None:
-        """Drop the request shapes of ``thread_id`` (its own and its named agents')."""
+    def _forget(self, store: OffloadStore, thread_id: str) -> None:
+        """Drop the request shapes of ``thread_id`` in ``store`` (its own and its named
+        agents')."""
+        where = (*_store_key(store), thread_id)
         with self._lock:
-            gone = [k for k in self._shapes if k == thread_id or k.startswith(f"{thread_id}\n")]
+            gone = [k for k in self._shapes if k[:3] == where]
             dropped = {id(self._shapes.pop(k)) for k in gone}
-            for k in [k for k in self._fitted if k == thread_id or k.startswith(f"{thread_id}\n")]:
+            for k in [k for k in self._fitted if k[:3] == where]:
                 del self._fitted[k]
             if self._last is not None and id(self._last[3]) in dropped:
                 self._last = None
@@ -355,39 +382,39 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         return shape
 
     @staticmethod
-    def _keys(thread_id: str) -> tuple[str, str]:
+    def _keys(store: OffloadStore, thread_id: str) -> tuple[_CacheKey, str]:
         """The cache key and the store key of what the running agent's requests look
-        like in ``thread_id``: the agent's own when it has a name
+        like in ``thread_id`` of ``store``: the agent's own when it has a name
         (:func:`~langchain_autocontext.store.running_agent`), since a subagent sharing
         its caller's thread and this middleware has another system prompt and tools;
-        the thread's when it has none."""
+        the thread's when it has none. The cache key names the store too: graphs
+        compiled with different stores may share this middleware and a thread id."""
         agent = running_agent()
-        if agent is None:
-            return thread_id, _REQUEST_KEY
-        return f"{thread_id}\n{agent}", f"{_REQUEST_KEY}:{agent}"
+        key = _REQUEST_KEY if agent is None else f"{_REQUEST_KEY}:{agent}"
+        return (*_store_key(store), thread_id, agent), key
 
     def _learn(self, request: ModelRequest[Any], thread_id: str) -> None:
         shape = self._shape_of(request)
-        cache_key, key = self._keys(thread_id)
+        store = self._store()
+        cache_key, key = self._keys(store, thread_id)
         if self._remember(cache_key, shape):
-            store = self.autocontext.resolve_store()
             store.put(
                 surface_namespace(store, thread_id), key, shape.to_json(), index=False, ttl=None
             )
 
     async def _alearn(self, request: ModelRequest[Any], thread_id: str) -> None:
         shape = self._shape_of(request)
-        cache_key, key = self._keys(thread_id)
+        store = self._store()
+        cache_key, key = self._keys(store, thread_id)
         if self._remember(cache_key, shape):
-            store = self.autocontext.resolve_store()
             ns = surface_namespace(store, thread_id)
             await store.aput(ns, key, shape.to_json(), index=False, ttl=None)
 
-    def _known(self, cache_key: str) -> _RequestShape | None:
+    def _known(self, cache_key: _CacheKey) -> _RequestShape | None:
         with self._lock:
             return self._shapes.get(cache_key)
 
-    def _loaded(self, cache_key: str, item: Any) -> _RequestShape | None:
+    def _loaded(self, cache_key: _CacheKey, item: Any) -> _RequestShape | None:
         if item is None:
             return None
         shape = _RequestShape.from_json(item.value)
@@ -396,18 +423,18 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         return shape
 
     def _shape(self, thread_id: str) -> _RequestShape | None:
-        cache_key, key = self._keys(thread_id)
+        store = self._store()
+        cache_key, key = self._keys(store, thread_id)
         shape = self._known(cache_key)
         if shape is None:
-            store = self.autocontext.resolve_store()
             shape = self._loaded(cache_key, store.get(surface_namespace(store, thread_id), key))
         return shape
 
     async def _ashape(self, thread_id: str) -> _RequestShape | None:
-        cache_key, key = self._keys(thread_id)
+        store = self._store()
+        cache_key, key = self._keys(store, thread_id)
         shape = self._known(cache_key)
         if shape is None:
-            store = self.autocontext.resolve_store()
             item = await store.aget(surface_namespace(store, thread_id), key)
             shape = self._loaded(cache_key, item)
         return shape
@@ -729,11 +756,11 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             while len(self._fitted) > _MAX_THREADS:
                 self._fitted.popitem(last=False)
 
-    def _drop_fit(self, thread_id: str) -> str:
+    def _drop_fit(self, thread_id: str) -> _CacheKey:
         """Forget a fitted view held for ``thread_id`` (a step's ``before_model`` and each
         model call start afresh: what ``after_model`` applies is its own step's). Returns
         the cache key."""
-        cache_key, _ = self._keys(thread_id)
+        cache_key, _ = self._keys(self._store(), thread_id)
         with self._lock:
             self._fitted.pop(cache_key, None)
         return cache_key
@@ -749,7 +776,7 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         request-only addition, a retrieved document) is not written to the state; when
         another middleware hid state messages from the request, the fit is not applied
         (those messages would be lost) and the next ``before_model`` compresses."""
-        cache_key, _ = self._keys(thread_id)
+        cache_key, _ = self._keys(self._store(), thread_id)
         with self._lock:
             fitted = self._fitted.pop(cache_key, None)
         if fitted is None:

@@ -902,6 +902,47 @@ def test_a_deleted_thread_forgets_its_request_shape_and_records_it_again_on_reus
     assert record.value["system"]["data"]["content"] == "Private profile of user 1."
 
 
+@pytest.mark.parametrize("run_async", [False, True])
+async def test_one_middleware_on_two_stores_keeps_each_tenants_request_apart(
+    run_async: bool,
+) -> None:
+    """One middleware shared by two agents compiled with different stores (two tenants),
+    the same thread id in both: what it learned of tenant A's requests (a large system
+    prompt) was cached by thread id alone, so tenant B's budget counted A's prompt and
+    B's conversation, well within its own budget, was compressed."""
+    mw = AutoContext(CFG).middleware()
+
+    def history() -> list[BaseMessage]:
+        out: list[BaseMessage] = [HumanMessage("start", id="u0")]
+        for k in range(10):
+            out.append(call("sh", {"command": f"make {k}"}, k).model_copy(update={"id": f"a{k}"}))
+            out.append(ToolMessage(log_text(11, k), tool_call_id=f"c{k}", id=f"t{k}"))
+        return [*out, HumanMessage("go on", id="u1")]
+
+    async def run(middleware: Any, store: Any, system: str, msgs: list[BaseMessage]) -> Any:
+        model = ReplyModel(reply=lambda m, n: AIMessage("ok"))
+        graph = create_agent(
+            model,
+            [sh],
+            system_prompt=system,
+            middleware=[middleware],
+            checkpointer=InMemorySaver(),
+            store=store,
+        )
+        run = {"messages": msgs}
+        await graph.ainvoke(run, THREAD) if run_async else graph.invoke(run, THREAD)
+        return model
+
+    large = "You follow these rules.\n" + log_text(110, 7)
+    store_a, store_b = InMemoryStore(), InMemoryStore()
+    await run(mw, store_a, large, [HumanMessage("hi", id="x")])
+    tenant_b = await run(mw, store_b, "Be brief.", history())
+    alone = await run(AutoContext(CFG).middleware(), InMemoryStore(), "Be brief.", history())
+    assert mw.autocontext.resolve_store(store_b).list_events("t") == []
+    assert [text_of(m) for m in tenant_b.seen[0]] == [text_of(m) for m in alone.seen[0]]
+    assert "You follow these rules." not in text_of(tenant_b.seen[0][0])
+
+
 # --- a view fitted in the call, with other middlewares around ours -----------------------------------
 def _fit_setup() -> tuple[AutoContext, list[BaseMessage], str]:
     """A first call that must be fitted in wrap_model_call (before_model could not count
