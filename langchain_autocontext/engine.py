@@ -21,7 +21,7 @@ import uuid
 import warnings
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -883,7 +883,7 @@ class ContextEngine:
         return self._prepare_all(messages)[:3]
 
     def _prepare_all(
-        self, messages: Sequence[BaseMessage]
+        self, messages: Sequence[BaseMessage], request_only: Collection[str] = ()
     ) -> tuple[list[BaseMessage], bool, bool, list[BaseMessage]]:
         """``(working messages, ids_assigned, virtual_system, originals to archive)``.
 
@@ -893,9 +893,11 @@ class ContextEngine:
         Several system messages become one, first; the originals to archive are the
         messages before that merge, so each system message is archived as it was
         (merged first, a system message in the middle of a run was never archived).
+        Messages named in ``request_only`` (see :meth:`compress`) are not originals.
         """
         fixed = ensure_ids([sanitize_message(m) for m in messages])
-        originals = [m for m in fixed if m.id != _SYSTEM_PLACEHOLDER_ID]  # a stand-in
+        skip = {_SYSTEM_PLACEHOLDER_ID, *request_only}  # a stand-in, request-only additions
+        originals = [m for m in fixed if m.id not in skip]
         ids_assigned = any(a is not b for a, b in zip(fixed, messages, strict=True))
         merged = merge_system_messages(fixed)
         if merged is not fixed:
@@ -1140,6 +1142,7 @@ class ContextEngine:
         state: Mapping[str, Any] | None = None,
         view: bool = True,
         headroom: int = 0,
+        request_only: Collection[str] = (),
     ) -> CompressionResult:
         """Archive new originals, then compress ``messages`` if over a threshold.
 
@@ -1154,6 +1157,10 @@ class ContextEngine:
         ``headroom``: tokens the result leaves free for what the caller adds before the
         model call (the chat history: the next turn's input); the trigger and the target
         never pass ``max_tokens - headroom`` (see :meth:`AutoContextConfig.thresholds`).
+        ``request_only``: ids of messages sent with this call only, not part of the
+        conversation (another middleware's retrieved documents): counted and compressed
+        like the others, never archived in the history; one that a strategy summarizes
+        or offloads is kept in that offload's record (``reload_offloaded``).
         Raises :class:`ContextBudgetError` when the system prompt and the latest
         user message alone exceed ``max_tokens``.
         """
@@ -1162,7 +1169,7 @@ class ContextEngine:
         state = checked_state(state)
         if tools is None:
             self._check_counted_tools(messages, view)
-        msgs, ids_assigned, virtual, originals = self._prepare_all(messages)
+        msgs, ids_assigned, virtual, originals = self._prepare_all(messages, request_only)
         archived = self.archive(originals, thread_id=thread_id, store=st)
         self._settle_archived(st, thread_id, originals)
         msgs, repaired = self._repair(msgs, st, thread_id)
@@ -1237,6 +1244,7 @@ class ContextEngine:
         state: Mapping[str, Any] | None = None,
         view: bool = True,
         headroom: int = 0,
+        request_only: Collection[str] = (),
     ) -> CompressionResult:
         """Async twin of :meth:`compress`."""
         st = self.resolve_store(store)
@@ -1244,7 +1252,7 @@ class ContextEngine:
         state = checked_state(state)
         if tools is None:
             self._check_counted_tools(messages, view)
-        msgs, ids_assigned, virtual, originals = self._prepare_all(messages)
+        msgs, ids_assigned, virtual, originals = self._prepare_all(messages, request_only)
         archived = await self.aarchive(originals, thread_id=thread_id, store=st)
         self._settle_archived(st, thread_id, originals)
         msgs, repaired = self._repair(msgs, st, thread_id)

@@ -84,6 +84,7 @@ from langchain_autocontext.store import (
     revive,
     running_agent,
 )
+from langchain_autocontext.strategies.base import summary_offload_ids
 from langchain_autocontext.tools import attach_tools
 from langchain_autocontext.view import state_in
 
@@ -630,28 +631,43 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         state takes them in ``after_model``, see :meth:`_hold`: the ids the view's tags
         show must name in the state what they name in the view, for the tools and
         commands of this turn).
-        Compressing shows the package, so its tools are counted with the request's."""
+        Compressing shows the package, so its tools are counted with the request's.
+        Messages the request carries but the state does not hold (another middleware's
+        request-only additions, see :func:`_request_only`) are not archived as turns of
+        the conversation."""
         tools = self._counted_tools(request, list(request.tools))
+        msgs, extra = _request_only(request, msgs)
         fitted = self.autocontext.compress(
-            msgs, thread_id=thread_id, tools=tools, force=True, state=ac_state
+            msgs, thread_id=thread_id, tools=tools, force=True, state=ac_state, request_only=extra
         )
         call = self.autocontext.prepare_model_call(
             fitted.messages, state=ac_state, tools=tools, thread_id=thread_id
         )
-        return call, _working(fitted)
+        kept = _working(fitted)
+        if kept is None or not extra:
+            return call, kept
+        store = self._store()
+        spans = {oid: store.reload(thread_id, oid) for oid in _new_spans(kept, msgs)}
+        return call, _conversation(kept, extra, spans)
 
     async def _afit(
         self, request: ModelRequest[Any], msgs: list[BaseMessage], thread_id: str, ac_state: Any
     ) -> tuple[ModelCall, list[BaseMessage] | None]:
         """Async twin of :meth:`_fit`."""
         tools = self._counted_tools(request, list(request.tools))
+        msgs, extra = _request_only(request, msgs)
         fitted = await self.autocontext.acompress(
-            msgs, thread_id=thread_id, tools=tools, force=True, state=ac_state
+            msgs, thread_id=thread_id, tools=tools, force=True, state=ac_state, request_only=extra
         )
         call = self.autocontext.prepare_model_call(
             fitted.messages, state=ac_state, tools=tools, thread_id=thread_id
         )
-        return call, _working(fitted)
+        kept = _working(fitted)
+        if kept is None or not extra:
+            return call, kept
+        store = self._store()
+        spans = {oid: await store.areload(thread_id, oid) for oid in _new_spans(kept, msgs)}
+        return call, _conversation(kept, extra, spans)
 
     @staticmethod
     def _overflow_event(error: BaseException, call: ModelCall, ac_state: Any) -> dict[str, Any]:
@@ -866,6 +882,40 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             store=ac.resolve_store(),
         )
         return None
+
+
+def _request_only(
+    request: ModelRequest[Any], msgs: list[BaseMessage]
+) -> tuple[list[BaseMessage], frozenset[str]]:
+    """``msgs`` (the request's messages) with their ids, and the ids of those the state
+    does not hold: another middleware added them to this request only (a retrieved
+    document, each call anew). They are sent and counted, not archived: the history
+    keeps the conversation, and one that compression folds into a summary or an offload
+    is kept in that offload's record."""
+    msgs = ensure_ids(msgs)
+    held = {m.id for m in (request.state or {}).get("messages") or ()}
+    extra = frozenset(str(m.id) for m in msgs if m.id not in held and m.id != _SYSTEM_STANDIN_ID)
+    return msgs, extra
+
+
+def _new_spans(kept: Sequence[BaseMessage], sent: Sequence[BaseMessage]) -> list[str]:
+    """The offload ids of the summaries that compressing ``sent`` made (in ``kept``)."""
+    ids = {m.id for m in sent}
+    return summary_offload_ids([m for m in kept if m.id not in ids])
+
+
+def _conversation(
+    kept: list[BaseMessage], extra: frozenset[str], spans: dict[str, Any]
+) -> list[BaseMessage]:
+    """``kept`` without the new summaries (``spans``: offload id -> its record) that stand
+    for request-only messages (``extra``) alone: what they summarize was never part of the
+    conversation, and the state would gain one such summary per fitted call. Their
+    records stay in the store, as every offload does."""
+    covered = {oid: {i for i in record.message_ids if i} for oid, record in spans.items()}
+    alone = {oid for oid, ids in covered.items() if ids and ids <= extra}
+    if not alone:
+        return kept
+    return [m for m in kept if not alone.intersection(summary_offload_ids([m]))]
 
 
 def _working(result: CompressionResult) -> list[BaseMessage] | None:

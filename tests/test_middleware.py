@@ -39,6 +39,7 @@ from langchain_autocontext import (
 )
 from langchain_autocontext.history import surface_namespace
 from langchain_autocontext.messages import find_violations, text_of
+from langchain_autocontext.strategies.base import summary_offload_ids
 from langchain_autocontext.view import NOTICE_ID
 
 Reply = Callable[[list[BaseMessage], int], AIMessage]
@@ -1033,6 +1034,60 @@ async def test_a_request_only_message_of_an_outer_middleware_stays_out_of_the_st
     assert _chars(out["messages"][:-1]) < _chars(history)  # the fitted view reached the state
     assert not any("Retrieved:" in text_of(m) for m in out["messages"])
     assert out["messages"][-1].content == "finished"
+    assert not find_violations(out["messages"])
+
+
+@pytest.mark.parametrize("run_async", [False, True])
+@pytest.mark.parametrize("where", ["last", "first"])
+async def test_request_only_messages_stay_out_of_the_history_when_a_view_is_fitted(
+    run_async: bool, where: str
+) -> None:
+    """A middleware before ours adds a large document to every request (not to the
+    state), so that each call's view is fitted in the model call: compressing the
+    request archived the document as a user turn of the conversation, once per call
+    under a new id, and a summary of the document alone reached the state (it was not
+    part of the conversation). Neither happens; what the model was shown of it stays
+    readable in the offload of the summary it was folded into."""
+    from langchain.agents.middleware import AgentMiddleware
+
+    def with_docs(request):
+        docs = HumanMessage("Retrieved: the build uses make.\n" + log_text(60, 3))
+        msgs = request.messages
+        new = [*msgs, docs] if where == "last" else [docs, *msgs]
+        return request.override(messages=new)
+
+    class Retrieve(AgentMiddleware):
+        def wrap_model_call(self, request, handler):
+            return handler(with_docs(request))
+
+        async def awrap_model_call(self, request, handler):
+            return await handler(with_docs(request))
+
+    ac, history, system = _fit_setup()
+    store = InMemoryStore()
+    model = ReplyModel(reply=steps_then_answer(6))
+    graph = agent(model, ac, store, system=system, extra=[Retrieve()])
+    run = {"messages": history}
+    out = await graph.ainvoke(run, THREAD) if run_async else graph.invoke(run, THREAD)
+    assert out["messages"][-1].content == "done after 6 calls"
+    offloads = ac.resolve_store(store)
+    events = offloads.list_events("t")
+    assert len({e.seq for e in events}) > 1  # the views were fitted in the calls
+    archived = [e.message for e in offloads.get_history("t")]
+    assert not [m for m in archived if "Retrieved:" in text_of(m)]
+    assert [m.id for m in archived if m.id in {h.id for h in history}] == [m.id for m in history]
+    assert not [m for m in out["messages"] if text_of(m).startswith("Retrieved:")]
+    for m in out["messages"]:  # no summary stands for the document alone
+        for oid in summary_offload_ids([m]):
+            record = offloads.reload("t", oid)
+            assert [r for r in record.messages if "Retrieved:" not in text_of(r)]
+    shown = {oid for sent in model.seen for oid in summary_offload_ids(sent)}
+    folded = [
+        oid
+        for oid in shown
+        if any("Retrieved:" in text_of(r) for r in offloads.reload("t", oid).messages)
+    ]
+    assert folded or where == "last"  # first: folded into a summary the model was shown
     assert not find_violations(out["messages"])
 
 
