@@ -53,6 +53,10 @@ __all__ = [
 SURFACE_KIND = "surface"
 _HISTORY_KEY = "chat_history"
 _RUNNABLE_KEY = "runnable"
+#: How many inputs the Runnable remembers per thread (see :meth:`AutoContextRunnable._plan`):
+#: chains of different prompt templates sharing a thread (a ``RunnableParallel``) each
+#: extend their own, up to this many; the least recently used goes first.
+_RUNNABLE_RECORDS = 4
 _ID_NAMESPACE = uuid.UUID("6c1d3a52-8f0e-4f7b-9a43-3f1b8e2d7c10")
 
 
@@ -347,7 +351,9 @@ class AutoContextRunnable(RunnableSerializable[Any, list[BaseMessage]]):
     made of it, and when the new input extends that input it compresses only the
     extension onto its previous result — so work (and summarizer calls) is not
     repeated, and messages without an id get the same id every call (their
-    originals are archived once).
+    originals are archived once). It remembers a few such inputs per thread, so that
+    chains of different prompt templates sharing a thread (the branches of a
+    ``RunnableParallel``) do not restart each other's compression.
     """
 
     autocontext: Any
@@ -378,19 +384,23 @@ class AutoContextRunnable(RunnableSerializable[Any, list[BaseMessage]]):
         return run_thread(config, None)[0]
 
     def _plan(
-        self, messages: list[BaseMessage], thread_id: str, record: dict[str, Any] | None
-    ) -> tuple[list[BaseMessage], dict[str, Any]]:
-        """The messages to compress (previous result + new tail) and the input's digest.
+        self, messages: list[BaseMessage], thread_id: str, records: Sequence[dict[str, Any]]
+    ) -> tuple[list[BaseMessage], dict[str, Any], int | None]:
+        """The messages to compress (previous result + new tail), the input's digest, and
+        which of the thread's ``records`` (the inputs it last saw, and what it made of
+        each) the input extends (``None``: none, it is compressed whole).
 
         The digest is a hash chain over the input messages, so "the new input extends
-        the last one" is checked from one stored string, whatever the length.
+        that one" is checked from one stored string, whatever the length. The thread
+        keeps several records: two chains of different prompt templates on one thread
+        (the branches of a ``RunnableParallel``) each extend their own, where one record
+        made each call restart the other's compression. The longest one extended wins.
         """
-        seen_n = int(record.get("inputs", 0)) if record else 0
-        seen_digest = record.get("digest") if record else None
+        wanted = {int(r.get("inputs", 0)) for r in records} - {0}
+        at: dict[int, tuple[str, int]] = {}  # entries -> (digest, index after them)
         chain = hashlib.sha256()
         prints: list[bytes] = []
-        prefix_digest: str | None = None
-        prefix_end = 0  # the index in ``messages`` after the prefix of seen_n entries
+        head = ""  # the first message that is not a system message: an input's start
         # The system messages may change from call to call (a template with the date or
         # retrieved context in it, a reminder after the history): they are not part of
         # the prefix the Runnable recognises, or every call would compress the whole
@@ -409,11 +419,17 @@ class AutoContextRunnable(RunnableSerializable[Any, list[BaseMessage]]):
                 continue
             else:
                 chain.update(fp)
+                head = head or fp.hex()
             entries += 1
-            if entries == seen_n:
-                prefix_digest, prefix_end = chain.hexdigest(), k + 1
-        state = {"inputs": entries, "digest": chain.hexdigest()}
-        extends = bool(seen_n) and prefix_digest == seen_digest
+            if entries in wanted:
+                at[entries] = (chain.hexdigest(), k + 1)
+        state = {"inputs": entries, "digest": chain.hexdigest(), "head": head}
+        extended = [
+            (int(r["inputs"]), j)
+            for j, r in enumerate(records)
+            if at.get(int(r.get("inputs", 0)), ("", 0))[0] == r.get("digest")
+        ]
+        match = max(extended)[1] if extended else None
 
         # a later system message is named by its place among the system messages, not in
         # the input, where it moves on every call (a reminder after the history, the same
@@ -427,8 +443,10 @@ class AutoContextRunnable(RunnableSerializable[Any, list[BaseMessage]]):
             name = f"{thread_id}:{place}:{prints[k].hex()}"
             return m.model_copy(update={"id": str(uuid.uuid5(_ID_NAMESPACE, name))})
 
-        if not extends:
-            return [with_id(k, m) for k, m in enumerate(messages)], state
+        if match is None:
+            return [with_id(k, m) for k, m in enumerate(messages)], state, None
+        record = records[match]
+        prefix_end = at[int(record["inputs"])][1]
         systems = [with_id(k, m) for k, m in enumerate(messages) if _system(m)]
         tail = [
             with_id(k, m) for k, m in enumerate(messages[prefix_end:], prefix_end) if not _system(m)
@@ -437,10 +455,34 @@ class AutoContextRunnable(RunnableSerializable[Any, list[BaseMessage]]):
         if stored and _system(stored[0]):
             stored = stored[1:]  # this input's system messages take its place
         state["fresh"] = len(tail)  # new by construction: they extend the last input
-        return [*systems, *stored, *tail], state
+        return [*systems, *stored, *tail], state, match
 
     def _ns(self, store: OffloadStore, thread_id: str) -> tuple[str, str, str]:
         return surface_namespace(store, thread_id)
+
+    @staticmethod
+    def _records(item: Any) -> list[dict[str, Any]]:
+        """The thread's records, least recently used first (an item holding one record,
+        as earlier versions stored it, is a list of one)."""
+        value = item.value if item is not None else None
+        if not value:
+            return []
+        if "records" not in value:
+            return [value]
+        return [r for r in value["records"] if isinstance(r, dict)]
+
+    @staticmethod
+    def _kept(
+        records: list[dict[str, Any]], match: int | None, record: dict[str, Any]
+    ) -> dict[str, Any]:
+        """The item to store: ``record`` last, in place of the one it extended, else of
+        one with the same start (the same conversation, its past edited), at most
+        :data:`_RUNNABLE_RECORDS` in all."""
+        if match is None:
+            same = [j for j, r in enumerate(records) if r.get("head") == record["head"]]
+            match = same[-1] if same else None
+        others = [r for j, r in enumerate(records) if j != match]
+        return {"records": [*others, record][-_RUNNABLE_RECORDS:]}
 
     def _managed(self, value: Any, config: RunnableConfig) -> list[BaseMessage]:
         ac = self.autocontext
@@ -448,14 +490,15 @@ class AutoContextRunnable(RunnableSerializable[Any, list[BaseMessage]]):
         messages = _checked(_as_messages(value))
         store = ac.resolve_store()
         with store.working_lock(thread_id):
-            item = store.get(self._ns(store, thread_id), _RUNNABLE_KEY)
-            work, state = self._plan(messages, thread_id, item.value if item else None)
+            records = self._records(store.get(self._ns(store, thread_id), _RUNNABLE_KEY))
+            work, state, match = self._plan(messages, thread_id, records)
             kept, new = _split_new(work, state)
             held = [store.get_history_message(thread_id, str(m.id)) is not None for m in new]
             work = [*kept, *_reissued(kept, new, held)]
             result = ac.compress(work, thread_id=thread_id, store=store, view=False)
             record = {**state, "messages": _dumped(result.messages)}
-            store.put(self._ns(store, thread_id), _RUNNABLE_KEY, record, index=False, ttl=None)
+            value = self._kept(records, match, record)
+            store.put(self._ns(store, thread_id), _RUNNABLE_KEY, value, index=False, ttl=None)
         return result.messages
 
     async def _amanaged(self, value: Any, config: RunnableConfig) -> list[BaseMessage]:
@@ -464,15 +507,16 @@ class AutoContextRunnable(RunnableSerializable[Any, list[BaseMessage]]):
         messages = _checked(_as_messages(value))
         store = ac.resolve_store()
         async with store.aworking_lock(thread_id):
-            item = await store.aget(self._ns(store, thread_id), _RUNNABLE_KEY)
-            work, state = self._plan(messages, thread_id, item.value if item else None)
+            records = self._records(await store.aget(self._ns(store, thread_id), _RUNNABLE_KEY))
+            work, state, match = self._plan(messages, thread_id, records)
             kept, new = _split_new(work, state)
             held = [await store.aget_history_message(thread_id, str(m.id)) is not None for m in new]
             work = [*kept, *_reissued(kept, new, held)]
             result = await ac.acompress(work, thread_id=thread_id, store=store, view=False)
             record = {**state, "messages": _dumped(result.messages)}
+            value = self._kept(records, match, record)
             await store.aput(
-                self._ns(store, thread_id), _RUNNABLE_KEY, record, index=False, ttl=None
+                self._ns(store, thread_id), _RUNNABLE_KEY, value, index=False, ttl=None
             )
         return result.messages
 

@@ -594,6 +594,55 @@ def test_a_system_prompt_that_changes_per_call_does_not_restart_the_runnable(sys
     assert len(OffloadStore.wrap(store).list_events("d")) <= 5
 
 
+@pytest.mark.parametrize("use_async", [False, True])
+async def test_two_templates_in_a_runnable_parallel_on_one_thread_do_not_restart_each_other(
+    use_async: bool,
+) -> None:
+    """Two branches of a ``RunnableParallel``, each its own prompt template (its own
+    few-shot example), on one thread: the Runnable kept one record per thread, so each
+    branch's input failed to extend the other's and every call compressed the whole
+    conversation again (20 compressions in 14 turns, against 8 on two threads)."""
+    from langchain_core.runnables import RunnableParallel
+
+    def templates() -> list[ChatPromptTemplate]:
+        return [
+            ChatPromptTemplate(
+                [("system", system), ("human", example), ("ai", answer), MessagesPlaceholder("m")]
+            )
+            for system, example, answer in [
+                ("Answer.", "Example: 2+2?", "4"),
+                ("Critique.", "Example: is 2+2=5?", "No."),
+            ]
+        ]
+
+    async def compressions(parallel: bool) -> int:
+        store = InMemoryStore()
+        ac = AutoContext(max_tokens=1_500, store=store, self_management_tools=False)
+        answer, critique = (t | ac.as_runnable() for t in templates())
+        both = RunnableParallel(answer=answer, critique=critique)
+        threads = ["d"] if parallel else ["a", "b"]
+        conversation: list[BaseMessage] = []
+        for turn in range(14):
+            conversation.append(HumanMessage(f"Task {turn} {_words(60)}", id=f"h{turn}"))
+            run = {"m": conversation}
+            if parallel:
+                cfg: Any = {"configurable": {"thread_id": "d"}}
+                out = await both.ainvoke(run, cfg) if use_async else both.invoke(run, cfg)
+                sent = list(out.values())
+            else:
+                sent = [
+                    chain.invoke(run, {"configurable": {"thread_id": thread}})
+                    for chain, thread in zip((answer, critique), threads, strict=True)
+                ]
+            for msgs in sent:
+                assert not find_violations(msgs) and ac.counter.count(msgs) <= 1_500
+                assert msgs[-1].content == conversation[-1].content
+            conversation.append(AIMessage(f"Answer {_words(60)}", id=f"a{turn}"))
+        return sum(len(OffloadStore.wrap(store).list_events(t)) for t in threads)
+
+    assert await compressions(parallel=True) <= await compressions(parallel=False)
+
+
 @pytest.mark.parametrize("reminder", ["Turn {n}: answer in English.", "Answer in English."])
 def test_a_system_message_after_the_history_does_not_restart_the_runnable(reminder: str) -> None:
     """A template with a system message after the history (a reminder, the date): the
