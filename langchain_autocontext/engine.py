@@ -120,6 +120,24 @@ class CompressionResult:
         )
 
 
+@dataclass
+class _Call:
+    """One :meth:`ContextEngine.compress` call, prepared once (:meth:`ContextEngine._intake`):
+    what its archive, repair, view and pipeline share."""
+
+    given: list[BaseMessage]  #: the input as messages
+    msgs: list[BaseMessage]  #: the working messages (:meth:`ContextEngine._prepare_all`)
+    ids_assigned: bool
+    virtual: bool  #: ``msgs[0]`` is a system message the engine added
+    originals: list[BaseMessage]  #: what the archive step writes
+    store: OffloadStore
+    thread_id: str
+    state: Mapping[str, Any] | None
+    tools: Sequence[Any] | None
+    view: bool
+    system: SystemMessage | None = None  #: the system message to put back after the view
+
+
 def checked_state(state: Any) -> Mapping[str, Any] | None:
     """``state`` as the engine's calls take it (the graph state's ``autocontext``
     dict, or ``None``).
@@ -737,6 +755,23 @@ class ContextEngine:
         costs a look in the store, which skips what it holds."""
         self._archived_ids(store, thread_id).intersection_update(m.id for m in originals)
 
+    def _archive_input(
+        self, originals: Sequence[BaseMessage], *, thread_id: str, store: OffloadStore
+    ) -> int:
+        """Archive a call's whole input (the originals of :meth:`_prepare_all`), then
+        remember only its ids (:meth:`_settle_archived`). Returns how many were new."""
+        archived = self.archive(originals, thread_id=thread_id, store=store)
+        self._settle_archived(store, thread_id, originals)
+        return archived
+
+    async def _aarchive_input(
+        self, originals: Sequence[BaseMessage], *, thread_id: str, store: OffloadStore
+    ) -> int:
+        """Async twin of :meth:`_archive_input`."""
+        archived = await self.aarchive(originals, thread_id=thread_id, store=store)
+        self._settle_archived(store, thread_id, originals)
+        return archived
+
     def _unknown_spans(
         self, store: OffloadStore, thread_id: str, messages: Sequence[BaseMessage]
     ) -> list[str]:
@@ -1164,29 +1199,49 @@ class ContextEngine:
         Raises :class:`ContextBudgetError` when the system prompt and the latest
         user message alone exceed ``max_tokens``.
         """
-        st = self.resolve_store(store)
-        messages = as_messages(messages)
+        st = self.resolve_store(store)  # first: its warning names the caller's line
+        call = self._intake(messages, thread_id, st, tools, state, view, request_only)
+        archived = self._archive_input(call.originals, thread_id=thread_id, store=call.store)
+        result = drive(self._compression(call, force, headroom), call.store, self.summarizer)
+        return self._finish(result, archived, call.ids_assigned, call.virtual, call.system)
+
+    def _intake(
+        self,
+        messages: Sequence[MessageLikeRepresentation],
+        thread_id: str,
+        store: OffloadStore,
+        tools: Sequence[Any] | None,
+        state: Mapping[str, Any] | None,
+        view: bool,
+        request_only: Collection[str] = (),
+    ) -> _Call:
+        """What :meth:`compress` and :meth:`acompress` do before the archive."""
+        given = as_messages(messages)
         state = checked_state(state)
         if tools is None:
-            self._check_counted_tools(messages, view)
-        msgs, ids_assigned, virtual, originals = self._prepare_all(messages, request_only)
-        archived = self.archive(originals, thread_id=thread_id, store=st)
-        self._settle_archived(st, thread_id, originals)
-        msgs, repaired = self._repair(msgs, st, thread_id)
-        ids_assigned = ids_assigned or repaired
-        msgs, virtual, system, budget, tools = self._as_sent(
-            messages, msgs, state, virtual, view, tools
+            self._check_counted_tools(given, view, stacklevel=4)
+        # _prepare_all's (msgs, ids_assigned, virtual, originals), in _Call's order
+        return _Call(
+            given, *self._prepare_all(given, request_only), store, thread_id, state, tools, view
         )
-        result = drive(
-            self._pipeline(
-                msgs, thread_id, tools, force, budget, state, headroom, _offers_reload(view, tools)
-            ),
-            st,
-            self.summarizer,
-        )
-        return self._finish(result, archived, ids_assigned, virtual, system)
 
-    def _check_counted_tools(self, messages: Sequence[BaseMessage], view: bool = True) -> None:
+    def _compression(self, call: _Call, force: bool, headroom: int) -> Any:
+        """What :meth:`compress` and :meth:`acompress` do after the archive: repair,
+        the view's messages and budget, then the pipeline to drive (sets
+        ``call.virtual`` and ``call.system`` for :meth:`_finish`)."""
+        msgs, repaired = self._repair(call.msgs, call.store, call.thread_id)
+        call.ids_assigned = call.ids_assigned or repaired
+        msgs, call.virtual, call.system, budget, tools = self._as_sent(
+            call.given, msgs, call.state, call.virtual, call.view, call.tools
+        )
+        reload_tool = _offers_reload(call.view, tools)
+        return self._pipeline(
+            msgs, call.thread_id, tools, force, budget, call.state, headroom, reload_tool
+        )
+
+    def _check_counted_tools(
+        self, messages: Sequence[BaseMessage], view: bool = True, stacklevel: int = 3
+    ) -> None:
         """Warn once when the agent's latest turn calls a tool whose schema this engine
         does not count: each schema is sent with every request, and uncounted they can
         take a request past ``max_tokens`` (a ``create_react_agent`` hook cannot see
@@ -1212,7 +1267,7 @@ class ContextEngine:
             "tools the model is bound with, and uncounted they can take it past "
             f"max_tokens={self.config.max_tokens}. Pass them as AutoContext(tools=[…]) "
             "(the create_agent middleware counts each request's own).",
-            stacklevel=3,
+            stacklevel=stacklevel,
         )
 
     def _as_sent(
@@ -1247,27 +1302,11 @@ class ContextEngine:
         request_only: Collection[str] = (),
     ) -> CompressionResult:
         """Async twin of :meth:`compress`."""
-        st = self.resolve_store(store)
-        messages = as_messages(messages)
-        state = checked_state(state)
-        if tools is None:
-            self._check_counted_tools(messages, view)
-        msgs, ids_assigned, virtual, originals = self._prepare_all(messages, request_only)
-        archived = await self.aarchive(originals, thread_id=thread_id, store=st)
-        self._settle_archived(st, thread_id, originals)
-        msgs, repaired = self._repair(msgs, st, thread_id)
-        ids_assigned = ids_assigned or repaired
-        msgs, virtual, system, budget, tools = self._as_sent(
-            messages, msgs, state, virtual, view, tools
-        )
-        result = await adrive(
-            self._pipeline(
-                msgs, thread_id, tools, force, budget, state, headroom, _offers_reload(view, tools)
-            ),
-            st,
-            self.summarizer,
-        )
-        return self._finish(result, archived, ids_assigned, virtual, system)
+        st = self.resolve_store(store)  # first: its warning names the caller's line
+        call = self._intake(messages, thread_id, st, tools, state, view, request_only)
+        archived = await self._aarchive_input(call.originals, thread_id=thread_id, store=call.store)
+        result = await adrive(self._compression(call, force, headroom), call.store, self.summarizer)
+        return self._finish(result, archived, call.ids_assigned, call.virtual, call.system)
 
     # --- the model managing its own context ------------------------------------------
     def prepare_model_call(

@@ -158,15 +158,13 @@ def build_node(
     def measure(state: _NodeState, config: RunnableConfig) -> dict[str, Any]:
         msgs, ids_assigned, virtual, originals = archivable(state)
         thread, made = run_thread(config, state_in(state), state.get("messages"))
-        engine.archive(originals, thread_id=thread, store=engine.resolve_store())
-        engine._settle_archived(engine.resolve_store(), thread, originals)
+        engine._archive_input(originals, thread_id=thread, store=engine.resolve_store())
         return with_thread(measured(state, msgs, ids_assigned, virtual, thread), made)
 
     async def ameasure(state: _NodeState, config: RunnableConfig) -> dict[str, Any]:
         msgs, ids_assigned, virtual, originals = archivable(state)
         thread, made = run_thread(config, state_in(state), state.get("messages"))
-        await engine.aarchive(originals, thread_id=thread, store=engine.resolve_store())
-        engine._settle_archived(engine.resolve_store(), thread, originals)
+        await engine._aarchive_input(originals, thread_id=thread, store=engine.resolve_store())
         return with_thread(measured(state, msgs, ids_assigned, virtual, thread), made)
 
     def pipeline(state: _NodeState, config: RunnableConfig) -> tuple[Any, bool, Any]:

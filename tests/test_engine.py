@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import re
 import typing
+import warnings
 from typing import Any
 
 import pytest
@@ -939,3 +940,28 @@ def test_a_large_code_execution_output_is_offloaded_with_its_code_in_the_preview
             o.content for o in msgs if o.id == m.id
         )
     assert not find_violations(res.messages)
+
+
+async def test_engine_warnings_name_the_callers_line_in_both_twins() -> None:
+    """compress and acompress share their steps (one place each for the intake, the
+    archive and the view); the warnings they give still name the caller's line: the
+    uncounted tool the agent calls, and the in-memory store with none given."""
+    msgs = [
+        SystemMessage("s"),
+        HumanMessage("fix it", id="u"),
+        AIMessage("", tool_calls=[{"name": "bash", "args": {}, "id": "c"}], id="a"),
+        ToolMessage("ok", tool_call_id="c", id="t"),
+    ]
+    for run in ("sync", "async"):
+        ac = AutoContext(max_tokens=4_000)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            if run == "sync":
+                ac.compress(msgs, thread_id="w")
+            else:
+                await ac.acompress(msgs, thread_id="w")
+        said = {
+            key: [w.filename for w in caught if key in str(w.message)]
+            for key in ("does not count", "no store given")
+        }
+        assert said == {"does not count": [__file__], "no store given": [__file__]}, run
