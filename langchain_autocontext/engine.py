@@ -59,6 +59,7 @@ from langchain_autocontext.store import OffloadStore, on_thread_deleted
 from langchain_autocontext.strategies.base import (
     Strategy,
     conversation_origin,
+    markers,
     place_summaries,
     summary_offload_ids,
 )
@@ -136,6 +137,13 @@ class _Call:
     tools: Sequence[Any] | None
     view: bool
     system: SystemMessage | None = None  #: the system message to put back after the view
+    #: the package's markers in ``msgs`` (:func:`markers`), found once for every step
+    marks: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def summaries(self) -> list[str]:
+        """The offload ids of the summaries in ``msgs`` (:func:`summary_offload_ids`)."""
+        return summary_offload_ids(self.msgs, self.marks)
 
 
 def checked_state(state: Any) -> Mapping[str, Any] | None:
@@ -756,29 +764,48 @@ class ContextEngine:
         self._archived_ids(store, thread_id).intersection_update(m.id for m in originals)
 
     def _archive_input(
-        self, originals: Sequence[BaseMessage], *, thread_id: str, store: OffloadStore
+        self,
+        originals: Sequence[BaseMessage],
+        *,
+        thread_id: str,
+        store: OffloadStore,
+        summaries: Sequence[str] | None = None,
     ) -> int:
         """Archive a call's whole input (the originals of :meth:`_prepare_all`), then
-        remember only its ids (:meth:`_settle_archived`). Returns how many were new."""
-        archived = self.archive(originals, thread_id=thread_id, store=store)
+        remember only its ids (:meth:`_settle_archived`). Returns how many were new.
+        ``summaries``: the offload ids of the summaries among them, when the call found
+        them already (:attr:`_Call.summaries`)."""
+        archived = self._archive(originals, summaries, thread_id, store)
         self._settle_archived(store, thread_id, originals)
         return archived
 
     async def _aarchive_input(
-        self, originals: Sequence[BaseMessage], *, thread_id: str, store: OffloadStore
+        self,
+        originals: Sequence[BaseMessage],
+        *,
+        thread_id: str,
+        store: OffloadStore,
+        summaries: Sequence[str] | None = None,
     ) -> int:
         """Async twin of :meth:`_archive_input`."""
-        archived = await self.aarchive(originals, thread_id=thread_id, store=store)
+        archived = await self._aarchive(originals, summaries, thread_id, store)
         self._settle_archived(store, thread_id, originals)
         return archived
 
     def _unknown_spans(
-        self, store: OffloadStore, thread_id: str, messages: Sequence[BaseMessage]
+        self,
+        store: OffloadStore,
+        thread_id: str,
+        messages: Sequence[BaseMessage],
+        summaries: Sequence[str] | None = None,
     ) -> list[str]:
         """Offload ids of the summaries in ``messages`` whose replaced ids this engine
-        has not read yet (see :func:`place_summaries`)."""
+        has not read yet (see :func:`place_summaries`). ``summaries``: the offload ids
+        of the summaries in ``messages``, when the caller found them already."""
         spans = self._memo(store, thread_id).spans
-        return [oid for oid in summary_offload_ids(messages) if oid not in spans]
+        if summaries is None:
+            summaries = summary_offload_ids(messages)
+        return [oid for oid in summaries if oid not in spans]
 
     def _learn_span(
         self, store: OffloadStore, thread_id: str, offload_id: str, record: OffloadRecord | None
@@ -794,14 +821,14 @@ class ContextEngine:
         return [oid for oid in memo.nested[offload_id] if oid not in memo.spans]
 
     def _spans(
-        self, store: OffloadStore, thread_id: str, messages: Sequence[BaseMessage]
+        self, store: OffloadStore, thread_id: str, summaries: Sequence[str]
     ) -> dict[str, frozenset[str]]:
-        """For each summary in ``messages``, every id it stands for (:meth:`_ThreadMemo.
-        closure`): an agent that extended its own summary within a run returns only the
+        """For each summary (its offload id in ``summaries``, :func:`summary_offload_ids`
+        of a list), every id it stands for (:meth:`_ThreadMemo.closure`): an agent that extended its own summary within a run returns only the
         latest to a parent graph, whose copies of what the earlier one covered must be
         recognised too, or the next agent summarizes them again."""
         memo = self._memo(store, thread_id)
-        present = {oid: memo.closure(oid) for oid in summary_offload_ids(messages)}
+        present = {oid: memo.closure(oid) for oid in summaries}
         memo.closures.update(present)
         memo.forget_absorbed(present)
         return present
@@ -814,7 +841,18 @@ class ContextEngine:
         Also reads, once, which messages each summary in ``messages`` replaced (from its
         offload record), and which those it absorbed replaced, so that :meth:`_repair`
         can put a summary that arrives beside its originals back in their place."""
-        todo = self._unknown_spans(store, thread_id, messages)
+        return self._archive(messages, None, thread_id, store)
+
+    def _archive(
+        self,
+        messages: Sequence[BaseMessage],
+        summaries: Sequence[str] | None,
+        thread_id: str,
+        store: OffloadStore,
+    ) -> int:
+        """:meth:`archive`; ``summaries``: the offload ids of the summaries in
+        ``messages`` (:func:`summary_offload_ids`), when the caller found them already."""
+        todo = self._unknown_spans(store, thread_id, messages, summaries)
         spans = self._memo(store, thread_id).spans
         while todo:  # each summary's record, then those of the summaries it absorbed
             oid = todo.pop()
@@ -838,7 +876,17 @@ class ContextEngine:
         self, messages: Sequence[BaseMessage], *, thread_id: str, store: OffloadStore
     ) -> int:
         """Async twin of :meth:`archive`."""
-        todo = self._unknown_spans(store, thread_id, messages)
+        return await self._aarchive(messages, None, thread_id, store)
+
+    async def _aarchive(
+        self,
+        messages: Sequence[BaseMessage],
+        summaries: Sequence[str] | None,
+        thread_id: str,
+        store: OffloadStore,
+    ) -> int:
+        """Async twin of :meth:`_archive`."""
+        todo = self._unknown_spans(store, thread_id, messages, summaries)
         spans = self._memo(store, thread_id).spans
         while todo:  # each summary's record, then those of the summaries it absorbed
             oid = todo.pop()
@@ -1087,6 +1135,7 @@ class ContextEngine:
         messages: list[BaseMessage],
         store: OffloadStore | None = None,
         thread_id: str | None = None,
+        marks: Mapping[int, Mapping[str, Any]] | None = None,
     ) -> tuple[list[BaseMessage], bool]:
         """Summaries in their originals' place, and tool calls and results paired up
         (after archiving: what is dropped stays in the history). Returns the messages
@@ -1096,10 +1145,13 @@ class ContextEngine:
         replaced (a parent graph merged an agent's compressed messages into its own by
         id: the summary is appended at the end, the originals stay) takes their place
         and they are dropped, so nothing is summarized twice (:func:`place_summaries`,
-        with the spans :meth:`archive` read)."""
+        with the spans :meth:`archive` read). ``marks``: the :func:`markers` of
+        ``messages``, when the caller has them."""
         fixed = messages
         if store is not None and thread_id is not None:
-            fixed = place_summaries(fixed, self._spans(store, thread_id, fixed))
+            marks = markers(fixed) if marks is None else marks
+            spans = self._spans(store, thread_id, summary_offload_ids(fixed, marks))
+            fixed = place_summaries(fixed, spans, marks)
         fixed = repair_tool_pairs(fixed)
         changed = len(fixed) != len(messages) or any(
             a is not b for a, b in zip(fixed, messages, strict=True)
@@ -1116,9 +1168,11 @@ class ContextEngine:
         state: Mapping[str, Any] | None = None,
         headroom: int = 0,
         reload_tool: bool | None = None,
+        floor: int | None = None,
     ) -> Any:
         """``reload_tool``: the model has ``reload_offloaded`` (default: it has it with
-        the package's tools, which come with the compression that writes this)."""
+        the package's tools, which come with the compression that writes this).
+        ``floor``: the messages' :meth:`floor_tokens`, when the call measured it."""
         budget = config or self.config
         reserved = self.config.max_tokens - budget.max_tokens
         # the view drops its pressure notice rather than exceed max_tokens: what fits
@@ -1141,6 +1195,7 @@ class ContextEngine:
             reload_tool=self.config.self_management_tools if reload_tool is None else reload_tool,
             droppable_tokens=droppable,
             headroom=headroom,
+            floor=floor,
         )
 
     def _finish(
@@ -1201,7 +1256,9 @@ class ContextEngine:
         """
         st = self.resolve_store(store)  # first: its warning names the caller's line
         call = self._intake(messages, thread_id, st, tools, state, view, request_only)
-        archived = self._archive_input(call.originals, thread_id=thread_id, store=call.store)
+        archived = self._archive_input(
+            call.originals, thread_id=thread_id, store=call.store, summaries=call.summaries
+        )
         result = drive(self._compression(call, force, headroom), call.store, self.summarizer)
         return self._finish(result, archived, call.ids_assigned, call.virtual, call.system)
 
@@ -1221,22 +1278,23 @@ class ContextEngine:
         if tools is None:
             self._check_counted_tools(given, view, stacklevel=4)
         # _prepare_all's (msgs, ids_assigned, virtual, originals), in _Call's order
-        return _Call(
+        call = _Call(
             given, *self._prepare_all(given, request_only), store, thread_id, state, tools, view
         )
+        call.marks = markers(call.msgs)  # the one scan for the package's messages
+        return call
 
     def _compression(self, call: _Call, force: bool, headroom: int) -> Any:
         """What :meth:`compress` and :meth:`acompress` do after the archive: repair,
         the view's messages and budget, then the pipeline to drive (sets
         ``call.virtual`` and ``call.system`` for :meth:`_finish`)."""
-        msgs, repaired = self._repair(call.msgs, call.store, call.thread_id)
-        call.ids_assigned = call.ids_assigned or repaired
-        msgs, call.virtual, call.system, budget, tools = self._as_sent(
-            call.given, msgs, call.state, call.virtual, call.view, call.tools
-        )
+        msgs, repaired = self._repair(call.msgs, call.store, call.thread_id, call.marks)
+        if repaired:
+            call.ids_assigned, call.marks = True, markers(msgs)
+        msgs, budget, tools, floor = self._as_sent(call, msgs)
         reload_tool = _offers_reload(call.view, tools)
         return self._pipeline(
-            msgs, call.thread_id, tools, force, budget, call.state, headroom, reload_tool
+            msgs, call.thread_id, tools, force, budget, call.state, headroom, reload_tool, floor
         )
 
     def _check_counted_tools(
@@ -1271,22 +1329,22 @@ class ContextEngine:
         )
 
     def _as_sent(
-        self,
-        given: Sequence[BaseMessage],
-        msgs: list[BaseMessage],
-        state: Mapping[str, Any] | None,
-        virtual: bool,
-        view: bool,
-        tools: Sequence[Any] | None,
-    ) -> tuple[list[BaseMessage], bool, SystemMessage | None, AutoContextConfig, Any]:
+        self, call: _Call, msgs: list[BaseMessage]
+    ) -> tuple[list[BaseMessage], AutoContextConfig, Any, int | None]:
         """The messages, budget and tool schemas the pipeline counts: with the model's
-        view (:meth:`_with_view`, :meth:`_budget`), or as sent without one."""
-        if not view:
+        view (:meth:`_with_view`, :meth:`_budget`; sets ``call.virtual`` and
+        ``call.system``), or as sent without one; and their floor when this call
+        measured it already (else ``None``)."""
+        tools = call.tools
+        if not call.view:
             plain = self._config_shown(False)
-            return msgs, virtual, None, plain, list(self.agent_tools) if tools is None else tools
-        shown = self.view_config(msgs, state, tools)
-        msgs, virtual, system = self._with_view(msgs, state, virtual, shown)
-        return msgs, virtual, system, self._budget(given, state, shown), tools
+            return msgs, plain, list(self.agent_tools) if tools is None else tools, None
+        engaged, floor = self._engagement(msgs, call.state, tools, bool(call.marks))
+        shown = self._config_shown(engaged)
+        sent, call.virtual, call.system = self._with_view(msgs, call.state, call.virtual, shown)
+        if sent is not msgs:  # the view added its section: the floor counts it too
+            floor = None
+        return sent, self._budget(call.given, call.state, shown), tools, floor
 
     async def acompress(
         self,
@@ -1304,7 +1362,9 @@ class ContextEngine:
         """Async twin of :meth:`compress`."""
         st = self.resolve_store(store)  # first: its warning names the caller's line
         call = self._intake(messages, thread_id, st, tools, state, view, request_only)
-        archived = await self._aarchive_input(call.originals, thread_id=thread_id, store=call.store)
+        archived = await self._aarchive_input(
+            call.originals, thread_id=thread_id, store=call.store, summaries=call.summaries
+        )
         result = await adrive(self._compression(call, force, headroom), call.store, self.summarizer)
         return self._finish(result, archived, call.ids_assigned, call.virtual, call.system)
 
@@ -1341,7 +1401,7 @@ class ContextEngine:
         owns_system = bool(msgs) and isinstance(msgs[0], SystemMessage)
         counted = self.with_own_tools(tools)  # what compress counted for this call
         sent = self.count_tools if tools is None else list(tools)
-        engaged = self.engaged(msgs, state, counted)
+        engaged, floor = self._engagement(msgs, state, counted)
         shown = self._config_shown(engaged)
         call = build_view(
             msgs,
@@ -1350,8 +1410,8 @@ class ContextEngine:
             tools=sent,
             state=state,
             agent_system_prompt=None if owns_system else self.system_prompt,
-            # tags counted as this view shows them
-            floor_tokens=self.floor_tokens(msgs, shown, counted),
+            # tags counted as this view shows them (hidden: as engagement measured it)
+            floor_tokens=self.floor_tokens(msgs, shown, counted) if floor is None else floor,
             unsent_tokens=self.counter.count_tools(counted) - self.counter.count_tools(sent),
         )
         call.engaged = engaged
@@ -1395,20 +1455,35 @@ class ContextEngine:
         model sees the conversation alone (a warning on the way says so without the
         tools): a short conversation costs nothing extra.
         """
+        return self._engagement(messages, state, tools)[0]
+
+    def _engagement(
+        self,
+        messages: Sequence[MessageLikeRepresentation],
+        state: Mapping[str, Any] | None,
+        tools: Sequence[Any] | None = None,
+        marked: bool | None = None,
+    ) -> tuple[bool, int | None]:
+        """:meth:`engaged`, and when not, the floor it measured (:meth:`floor_tokens` of
+        ``messages`` with the package hidden: the view's floor then, and the pipeline's
+        when the view leaves the messages as they are), else ``None``. ``marked``:
+        whether a message of the package is among ``messages``, when the caller knows."""
         cfg = self.config
         if cfg.disclosure == "always" or not (cfg.metadata_tags or cfg.self_management_tools):
-            return True
+            return True, None
         if normalize_state(state).get("engaged"):
-            return True
+            return True, None
         msgs = as_messages(messages)
-        if any(marker(m) for m in msgs):
-            return True
+        if any(marker(m) for m in msgs) if marked is None else marked:
+            return True, None
         # the rule the pipeline applies to this call, before anything is shown
         hidden = self._config_shown(False)
         counted = self.count_tools if tools is None else list(tools)
-        return self._budget(msgs, state, hidden).due(
-            self.counter.count(msgs, counted), len(msgs), self.floor_tokens(msgs, hidden, counted)
+        floor = self.floor_tokens(msgs, hidden, counted)
+        due = self._budget(msgs, state, hidden).due(
+            self.counter.count(msgs, counted), len(msgs), floor
         )
+        return due, None if due else floor
 
     def trigger_tokens(
         self,

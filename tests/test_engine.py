@@ -965,3 +965,47 @@ async def test_engine_warnings_name_the_callers_line_in_both_twins() -> None:
             for key in ("does not count", "no store given")
         }
         assert said == {"does not count": [__file__], "no store given": [__file__]}, run
+
+
+def test_a_call_measures_its_floor_once_and_scans_for_the_packages_messages_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What can never be compressed (the floor) was measured twice in compress and twice
+    in prepare_model_call, and compress looked for the package's markers five times
+    over the whole list (archive, repair twice, placing summaries, the disclosure): each
+    is done once per call now, with the same results."""
+    import sys
+
+    from langchain_autocontext import messages as messages_module
+    from langchain_autocontext.strategies import pipeline
+
+    counts = {"floor": 0, "marker": 0}
+    minimal_context, read_marker = pipeline.minimal_context, messages_module.marker
+
+    def counted_floor(msgs: Any) -> Any:
+        counts["floor"] += 1
+        return minimal_context(msgs)
+
+    def counted_marker(message: Any) -> Any:
+        counts["marker"] += 1
+        return read_marker(message)
+
+    monkeypatch.setattr(pipeline, "minimal_context", counted_floor)
+    for name, module in list(sys.modules.items()):
+        if name.startswith("langchain_autocontext") and vars(module).get("marker") is read_marker:
+            monkeypatch.setattr(module, "marker", counted_marker)
+    ac = AutoContext(max_tokens=8_000)  # the package shown from the first compaction
+    msgs: list[BaseMessage] = [SystemMessage("You fix bugs.", id="s"), HumanMessage("Fix", id="u")]
+    for i in range(20):
+        msgs += tool_group("bash", {"cmd": f"ls {i}"}, ["out " * 40])
+    msgs = [*ac.compress(msgs, thread_id="t").messages, *tool_group("bash", {}, ["ok"])]
+    counts.update(floor=0, marker=0)
+    result = ac.compress(msgs, thread_id="t")  # a step later: what the archive adds is new
+    assert not result.events  # below the trigger: the package is not shown yet
+    assert counts["floor"] == 1
+    assert counts["marker"] <= len(msgs) + 4  # one scan (and the latest user message)
+    counts.update(floor=0, marker=0)
+    call = ac.prepare_model_call(result.messages)
+    assert not call.engaged
+    assert counts["floor"] == 1
+    assert counts["marker"] <= len(msgs) + 4

@@ -57,6 +57,7 @@ __all__ = [
     "Strategy",
     "clip_text",
     "is_summary",
+    "markers",
     "offload_note",
     "place_summaries",
     "replacement_message",
@@ -590,12 +591,22 @@ SPAN_KINDS = SUMMARY_KINDS - {KIND_SUMMARIZED}
 _ROLE_BY_FOLLOWER = frozenset({KIND_TOOL_RUN, KIND_ROUND, KIND_CURRENT})
 
 
-def summary_offload_ids(messages: Sequence[BaseMessage]) -> list[str]:
-    """The offload ids of the summaries in ``messages`` that stand for other messages."""
+def markers(messages: Sequence[BaseMessage]) -> dict[int, dict[str, Any]]:
+    """The package's marker of each message in ``messages`` that has one (a non-empty
+    one), by position, in order: one scan that the steps of a call which look for the
+    package's messages share."""
+    return {i: info for i, m in enumerate(messages) if (info := marker(m))}
+
+
+def summary_offload_ids(
+    messages: Sequence[BaseMessage], marks: Mapping[int, Mapping[str, Any]] | None = None
+) -> list[str]:
+    """The offload ids of the summaries in ``messages`` that stand for other messages.
+    ``marks``: the :func:`~langchain_autocontext.messages.markers` of ``messages``, when
+    the caller has them."""
     out = []
-    for m in messages:
-        info = marker(m)
-        if info and info.get("kind") in SPAN_KINDS:
+    for info in (markers(messages) if marks is None else marks).values():
+        if info.get("kind") in SPAN_KINDS:
             oid = info.get("offload_id")
             if isinstance(oid, str) and oid:
                 out.append(oid)
@@ -603,7 +614,9 @@ def summary_offload_ids(messages: Sequence[BaseMessage]) -> list[str]:
 
 
 def place_summaries(
-    messages: list[BaseMessage], spans: Mapping[str, frozenset[str]]
+    messages: list[BaseMessage],
+    spans: Mapping[str, frozenset[str]],
+    marks: Mapping[int, Mapping[str, Any]] | None = None,
 ) -> list[BaseMessage]:
     """Each summary where the messages it replaced stood, and those messages dropped.
 
@@ -621,13 +634,16 @@ def place_summaries(
     Only messages *before* a summary are taken for its originals (a merge appends the
     summary after them): one after it that carries one of its ids is a new message
     reusing that id (a model that returns one reply object every turn) and stays.
-    Returns ``messages`` itself when nothing changes.
+    Returns ``messages`` itself when nothing changes. ``marks``: the
+    :func:`~langchain_autocontext.messages.markers` of ``messages``, when the caller
+    has them.
     """
+    if marks is None:
+        marks = markers(messages)
     index: dict[str, int] | None = None  # built once a summary with a span needs it
     covers: dict[int, set[int]] = {}
-    for i, m in enumerate(messages):
-        info = marker(m)
-        if not info or info.get("kind") not in SPAN_KINDS:
+    for i, info in marks.items():
+        if info.get("kind") not in SPAN_KINDS:
             continue
         ids = spans.get(str(info.get("offload_id")))
         if not ids:
@@ -656,7 +672,7 @@ def place_summaries(
         for i in covers:
             if i not in dropped:
                 first = min(reach(i, {i}))
-                if (marker(messages[i]) or {}).get("kind") == KIND_RECURSIVE:
+                if marks[i].get("kind") == KIND_RECURSIVE:
                     first = min(first, sys_end)
                 if first < i:
                     placed.setdefault(first, []).append(i)
@@ -667,11 +683,10 @@ def place_summaries(
             if k not in dropped and k not in moved:
                 out.append(m)
     fixed: list[BaseMessage] | None = None
-    for k, m in enumerate(out):
-        info = marker(m)
+    for k, info in (marks if out is messages else markers(out)).items():
+        m = out[k]
         if (
-            info
-            and info.get("kind") in _ROLE_BY_FOLLOWER
+            info.get("kind") in _ROLE_BY_FOLLOWER
             and isinstance(m, AIMessage)
             and k + 1 < len(out)
             and isinstance(out[k + 1], AIMessage)

@@ -277,6 +277,7 @@ def run_pipeline(
     reload_tool: bool = True,
     droppable_tokens: int = 0,
     headroom: int = 0,
+    floor: int | None = None,
 ) -> Pipeline:
     """Compress ``messages`` if triggered (or ``force``); see the module docstring.
 
@@ -290,6 +291,8 @@ def run_pipeline(
     refused with :class:`ContextBudgetError`.
     ``headroom``: tokens the messages leave free for what the caller adds before the
     model call (see :meth:`AutoContextConfig.thresholds`).
+    ``floor``: :func:`floor_tokens` of ``messages`` with these ``tools`` and ``tags``,
+    when the caller measured it already.
     """
     configured = config.max_tokens + reserved_tokens
     hard = config.max_tokens + max(0, min(droppable_tokens, reserved_tokens))
@@ -328,7 +331,8 @@ def run_pipeline(
     _check_pins(msgs, config.model_copy(update={"max_tokens": configured}).pin_limit, counter)
     tokens = count(msgs)
     before = tokens
-    floor = floor_tokens(msgs, counter, tools, tags)
+    if floor is None:
+        floor = floor_tokens(msgs, counter, tools, tags)
     triggered = force or config.due(tokens, len(msgs), floor, headroom)
     if not triggered:
         return PipelineResult(msgs, before, tokens, triggered=False)
