@@ -146,18 +146,25 @@ class ProtectedMessageError(AutoContextError):
     error results (see the API reference's note on these errors)."""
 
 
-class OffloadNotFoundError(AutoContextError, KeyError):
-    """No offload with the given id exists in the calling thread's namespace."""
+#: What a developer who looked an offload up (``OffloadStore.reload``) can do instead.
+_DEVELOPER_ADVICE = (
+    "Pass an offload id a compression wrote (OffloadRecord.offload_id, or the id in an "
+    "'[Offloaded …]' note, whole or its first 8 characters); OffloadStore.list_offloads("
+    "thread_id) lists the thread's offloads, and OffloadStore.get_history_message("
+    "thread_id, message_id) returns a message's original."
+)
 
-    def __init__(self, offload_id: str, hint: str = "") -> None:
+
+class OffloadNotFoundError(AutoContextError, KeyError):
+    """No offload with the given id exists in the calling thread's namespace.
+
+    ``advice`` says what to do instead: by default to a developer; the
+    ``reload_offloaded`` tool passes its own, for the model."""
+
+    def __init__(self, offload_id: str, hint: str = "", *, advice: str = _DEVELOPER_ADVICE) -> None:
         self.offload_id = offload_id
         shown = shown_value(offload_id)  # a model's runaway argument: the error stays short
-        text = (
-            f"No offloaded content with id {shown} in this thread. "
-            "Use an offload id exactly as it appears in the context (for example "
-            "reload_offloaded(offload_id=\"9f3c2a1b\") in an '[Offloaded …]' note), or "
-            "search_history to find the original."
-        )
+        text = f"No offloaded content with id {shown} in this thread. {advice}"
         if hint:
             text = f"{text} {hint}"
         super().__init__(text)

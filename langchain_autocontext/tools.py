@@ -699,9 +699,17 @@ def _restore_plan(
     return [*msgs[:i], *back, *msgs[i + 1 :]], True, ""
 
 
+#: What the model can do when ``reload_offloaded`` finds nothing under the id it passed.
+_MODEL_RELOAD_ADVICE = (
+    "Use an offload id exactly as it appears in the context (for example "
+    "reload_offloaded(offload_id=\"9f3c2a1b\") in an '[Offloaded …]' note), or "
+    "search_history to find the original."
+)
+
+
 def _reload_tool(engine: ContextEngine) -> StructuredTool:
     def lookup_error(ref: str) -> str:
-        return str(OffloadNotFoundError(ref))
+        return str(OffloadNotFoundError(ref, advice=_MODEL_RELOAD_ADVICE))
 
     def respond(
         call: _Call,

@@ -516,6 +516,10 @@ async def test_reload_unknown_or_foreign_offload_raises(api: StoreAPI) -> None:
         assert isinstance(info.value, AutoContextError) and isinstance(info.value, KeyError)
         assert info.value.offload_id == offload_id
         assert f"Searched thread {thread!r}" in str(info.value)  # where it looked
+        # advice for the developer who called reload, not the model's tools
+        assert "list_offloads" in str(info.value)
+        assert "reload_offloaded" not in str(info.value)
+        assert "search_history" not in str(info.value)
     assert (await api.reload("alice", record.offload_id)).offload_id == record.offload_id
     # a model's runaway argument is named by its head and length, not echoed whole
     with pytest.raises(OffloadNotFoundError) as info:

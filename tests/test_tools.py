@@ -516,6 +516,9 @@ def test_reload_errors_unknown_and_foreign_thread_ids() -> None:
         assert answers[cid].status == "error"
         assert "classified-payload" not in answers[cid].content
     assert "No offloaded content with id" in answers["f1"].content
+    # the model is told what it can do: its tools, not the store's API
+    assert "search_history" in answers["f3"].content
+    assert "list_offloads" not in answers["f3"].content
 
 
 def drive(graph: Any, inputs: dict, config: dict, run: str) -> dict:
