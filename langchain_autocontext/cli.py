@@ -359,6 +359,8 @@ def _setup(args: argparse.Namespace) -> _Setup:
         counter = resolve_counter(args.token_counter)
     except Exception as exc:
         raise CliError(f"--token-counter {args.token_counter}: {_one_line(exc)}") from None
+    if not _in_memory(args.store):
+        _sqlite_store(args.store)  # a missing extra or a bad path fails before the loading
     file = Path(args.file) if args.file else sample_path()
     try:
         trajectories = load_trajectories(file, limit=args.limit)
@@ -372,12 +374,9 @@ def _in_memory(spec: str) -> bool:
     return spec.strip().lower() in ("memory", "inmemory", ":memory:")
 
 
-@contextmanager
-def _open_store(spec: str) -> Iterator[Callable[[], BaseStore]]:
-    """A factory of the store each trajectory replays into."""
-    if _in_memory(spec):
-        yield InMemoryStore
-        return
+def _sqlite_store(spec: str) -> tuple[Callable[[sqlite3.Connection], Any], Path]:
+    """``(SqliteStore, path)`` of a ``--store`` file, checked without opening it: the
+    setup checks it before loading the trajectories (a big file takes a while)."""
     try:
         from langgraph.store.sqlite import SqliteStore
     except ImportError:
@@ -388,9 +387,19 @@ def _open_store(spec: str) -> Iterator[Callable[[], BaseStore]]:
     path = Path(spec).expanduser()
     if path.is_dir() or not path.parent.is_dir():
         raise CliError(f"--store {spec}: not a file path in an existing directory")
+    return SqliteStore, path
+
+
+@contextmanager
+def _open_store(spec: str) -> Iterator[Callable[[], BaseStore]]:
+    """A factory of the store each trajectory replays into."""
+    if _in_memory(spec):
+        yield InMemoryStore
+        return
+    sqlite_store, path = _sqlite_store(spec)
     try:
         conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        store = SqliteStore(conn)
+        store = sqlite_store(conn)
         store.setup()
     except sqlite3.Error as exc:
         raise CliError(f"--store {spec}: not a usable SQLite file ({exc})") from None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
 import os
@@ -229,6 +230,27 @@ def test_sqlite_store_keeps_history(
         assert store.list_events("small") and store.list_offloads("small")
     finally:
         backend.conn.close()
+
+
+def test_sqlite_store_without_the_extra_fails_before_loading(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    small: Path,
+) -> None:
+    """A SQLite --store the install cannot open, or a path that cannot be a file, is
+    refused before the trajectories are read (a big file takes a while to load)."""
+    loaded: list[Any] = []
+    real = cli.load_trajectories
+    monkeypatch.setattr(cli, "load_trajectories", lambda *a, **k: loaded.append(a) or real(*a, **k))
+    if importlib.util.find_spec("langgraph.store.sqlite") is not None:
+        code, out, err = run_cli(capsys, str(small), "--store", str(tmp_path), "--no-plot")
+        assert code == 2 and "not a file path" in one_line_error(err)
+    monkeypatch.setitem(sys.modules, "langgraph.store.sqlite", None)  # the extra is missing
+    code, out, err = run_cli(capsys, str(small), "--store", str(tmp_path / "x.sqlite"), "--no-plot")
+    assert code == 2 and out == ""
+    assert "langchain-autocontext[sqlite]" in one_line_error(err)
+    assert loaded == []
 
 
 def test_sqlite_store_used_twice_is_refused_unless_append(
