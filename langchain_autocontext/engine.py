@@ -295,8 +295,7 @@ _ENGINES: weakref.WeakSet[ContextEngine] = weakref.WeakSet()
 def _forget_thread(store: OffloadStore, thread_id: str) -> None:
     drop_dead_copies()
     for engine in list(_ENGINES):
-        with engine._lock:
-            engine._archived.pop((id(store.backend), store.prefix, thread_id), None)
+        engine._forget(store, thread_id)
 
 
 on_thread_deleted(_forget_thread)
@@ -751,6 +750,46 @@ class ContextEngine:
         seen = self._archived_ids(store, thread_id)
         return [m for m in messages if m.id not in seen and marker(m) is None]
 
+    def _witness(
+        self, store: OffloadStore, thread_id: str, messages: Sequence[BaseMessage]
+    ) -> str | None:
+        """When ``messages`` hold some to archive (a call that writes anyway), the id of
+        the newest one this engine remembers archiving: the store is asked for it before
+        the memo is trusted (:meth:`_revalidate`). None when nothing is to be written
+        or nothing is remembered."""
+        seen = self._archived_ids(store, thread_id)
+        if not seen or all(m.id in seen or marker(m) is not None for m in messages):
+            return None
+        return next((str(m.id) for m in reversed(messages) if m.id in seen), None)
+
+    def _forget(self, store: OffloadStore, thread_id: str) -> None:
+        """Drop the thread's memo: its history was deleted (``delete_thread`` in this
+        process, or elsewhere: :meth:`_revalidate`), so the ids it remembers archiving
+        are not in the store any more."""
+        with self._lock:
+            self._archived.pop((id(store.backend), store.prefix, thread_id), None)
+
+    def _revalidate(
+        self, store: OffloadStore, thread_id: str, messages: Sequence[BaseMessage]
+    ) -> None:
+        """Forget the thread's memo if the store lost a message it remembers archiving.
+
+        ``delete_thread`` in this process drops the memo itself; a deletion elsewhere
+        is seen here: one read of one key, and only in a call that writes new messages
+        (each turn brings one), so the originals of the working list are archived again
+        at the first such call and in their order."""
+        witness = self._witness(store, thread_id, messages)
+        if witness is not None and store.get_history_message(thread_id, witness) is None:
+            self._forget(store, thread_id)
+
+    async def _arevalidate(
+        self, store: OffloadStore, thread_id: str, messages: Sequence[BaseMessage]
+    ) -> None:
+        """Async twin of :meth:`_revalidate`."""
+        witness = self._witness(store, thread_id, messages)
+        if witness is not None and await store.aget_history_message(thread_id, witness) is None:
+            self._forget(store, thread_id)
+
     def _mark_archived(self, store: OffloadStore, thread_id: str, ids: Sequence[str]) -> None:
         self._archived_ids(store, thread_id).update(ids)
 
@@ -852,6 +891,7 @@ class ContextEngine:
     ) -> int:
         """:meth:`archive`; ``summaries``: the offload ids of the summaries in
         ``messages`` (:func:`summary_offload_ids`), when the caller found them already."""
+        self._revalidate(store, thread_id, messages)
         todo = self._unknown_spans(store, thread_id, messages, summaries)
         spans = self._memo(store, thread_id).spans
         while todo:  # each summary's record, then those of the summaries it absorbed
@@ -886,6 +926,7 @@ class ContextEngine:
         store: OffloadStore,
     ) -> int:
         """Async twin of :meth:`_archive`."""
+        await self._arevalidate(store, thread_id, messages)
         todo = self._unknown_spans(store, thread_id, messages, summaries)
         spans = self._memo(store, thread_id).spans
         while todo:  # each summary's record, then those of the summaries it absorbed

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import re
 import typing
@@ -1009,3 +1010,29 @@ def test_a_call_measures_its_floor_once_and_scans_for_the_packages_messages_once
     assert not call.engaged
     assert counts["floor"] == 1
     assert counts["marker"] <= len(msgs) + 4
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_a_thread_deleted_elsewhere_is_archived_again(use_async: bool) -> None:
+    """Another process (here: a deletion through the backend, not through this
+    process's ``delete_thread``) deletes the thread's history: the running engine no
+    longer trusts its memory of what it archived, and the next call that writes puts
+    every original of the working list back, in order."""
+    backend = InMemoryStore()
+    ac = AutoContext(AutoContextConfig(max_tokens=100_000), store=backend)
+    store = ac.store
+    assert store is not None
+
+    def compress(messages: list[BaseMessage]) -> None:
+        if use_async:
+            asyncio.run(ac.acompress(messages, thread_id="t"))
+        else:
+            ac.compress(messages, thread_id="t")
+
+    first = [SystemMessage("sys", id="s"), HumanMessage("alpha", id="u1"), AIMessage("a", id="a1")]
+    compress(first)
+    for item in backend.search(store.thread_namespace("t"), limit=100):
+        backend.delete(item.namespace, item.key)
+    assert store.history_count("t") == 0
+    compress([*first, HumanMessage("beta", id="u2")])
+    assert [e.id for e in store.iter_history("t")] == ["s", "u1", "a1", "u2"]
