@@ -59,6 +59,7 @@ from langchain_autocontext.config import AutoContextConfig
 from langchain_autocontext.errors import shown_value
 from langchain_autocontext.messages import (
     atomic_groups,
+    context_edit,
     find_violations,
     is_pinned,
     latest_user_index,
@@ -279,7 +280,7 @@ def update_op(
         return Edit(
             True, f"Message {mid} already has this content; nothing changed.", list(messages)
         )
-    updated = target.model_copy(update={"content": new_text})
+    updated = context_edit(target, content=new_text)
     if (
         counter is not None
         and pin_limit is not None
@@ -839,7 +840,7 @@ def process_reply(
             if not text_of(cleaned).strip() and not tool_call_ids(cleaned):
                 done = ", ".join(r for r in receipts.values() if r) or "next user message set"
                 cleaned = cleaned.model_copy(update={"content": f"[context commands: {done}]"})
-            working[idx] = cleaned
+            working[idx] = cleaned if cleaned is working[idx] else context_edit(cleaned)
 
     if errors:
         new_state["command_errors"] = [*(st.get("command_errors") or []), *errors]

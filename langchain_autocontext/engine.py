@@ -49,6 +49,7 @@ from langchain_autocontext.errors import (
 )
 from langchain_autocontext.messages import (
     ensure_ids,
+    is_context_edit,
     marker,
     repair_tool_pairs,
     sanitize_message,
@@ -239,8 +240,9 @@ def _checked_strategies(strategies: Any) -> list[Strategy] | None:
 class _ThreadMemo:
     """What an engine knows of one thread in one store."""
 
-    #: ids it archived there
-    archived: set[str] = field(default_factory=set)
+    #: ids it archived there -> a fingerprint of the content last archived under each
+    #: (:func:`_fingerprint`: an edit that reuses an id is archived as a later version)
+    archived: dict[str, int] = field(default_factory=dict)
     #: offload id of a summary -> ids of the messages it replaced (records never change)
     spans: dict[str, frozenset[str]] = field(default_factory=dict)
     #: offload id of a summary -> offload ids of the summaries among those messages
@@ -740,26 +742,32 @@ class ContextEngine:
                 self._archived.popitem(last=False)
         return memo
 
-    def _archived_ids(self, store: OffloadStore, thread_id: str) -> set[str]:
-        """The ids this engine archived in ``store`` for ``thread_id``."""
+    def _archived_ids(self, store: OffloadStore, thread_id: str) -> dict[str, int]:
+        """The ids this engine archived in ``store`` for ``thread_id`` (with the
+        fingerprint of the content archived last under each)."""
         return self._memo(store, thread_id).archived
 
     def _unarchived(
         self, store: OffloadStore, thread_id: str, messages: Sequence[BaseMessage]
     ) -> list[BaseMessage]:
+        """The messages to hand to ``append_history``: those this engine has not archived
+        with this content (a new id, or an edit that reused one: the store keeps it as a
+        later version, once per content)."""
         seen = self._archived_ids(store, thread_id)
-        return [m for m in messages if m.id not in seen and marker(m) is None]
+        return [
+            m
+            for m in messages
+            if marker(m) is None
+            and (m.id not in seen or (not is_context_edit(m) and seen[m.id] != _fingerprint(m)))
+        ]
 
-    def _witness(
+    def _lost(
         self, store: OffloadStore, thread_id: str, messages: Sequence[BaseMessage]
     ) -> str | None:
-        """When ``messages`` hold some to archive (a call that writes anyway), the id of
-        the newest one this engine remembers archiving: the store is asked for it before
-        the memo is trusted (:meth:`_revalidate`). None when nothing is to be written
-        or nothing is remembered."""
+        """The id of the newest of ``messages`` this engine remembers archiving, which
+        the store is asked for before the memo is trusted (:meth:`_revalidate`); None
+        when it remembers none of them."""
         seen = self._archived_ids(store, thread_id)
-        if not seen or all(m.id in seen or marker(m) is not None for m in messages):
-            return None
         return next((str(m.id) for m in reversed(messages) if m.id in seen), None)
 
     def _forget(self, store: OffloadStore, thread_id: str) -> None:
@@ -771,27 +779,37 @@ class ContextEngine:
 
     def _revalidate(
         self, store: OffloadStore, thread_id: str, messages: Sequence[BaseMessage]
-    ) -> None:
-        """Forget the thread's memo if the store lost a message it remembers archiving.
+    ) -> list[BaseMessage]:
+        """:meth:`_unarchived`, after forgetting the thread's memo if the store lost a
+        message it remembers archiving.
 
         ``delete_thread`` in this process drops the memo itself; a deletion elsewhere
-        is seen here: one read of one key, and only in a call that writes new messages
-        (each turn brings one), so the originals of the working list are archived again
-        at the first such call and in their order."""
-        witness = self._witness(store, thread_id, messages)
+        (another process, another connection to the database) is seen here: one read of
+        one key, and only in a call that writes anyway (each turn brings a new message),
+        so the originals of the working list are archived again at the first such call,
+        in their order."""
+        fresh = self._unarchived(store, thread_id, messages)
+        witness = self._lost(store, thread_id, messages) if fresh else None
         if witness is not None and store.get_history_message(thread_id, witness) is None:
             self._forget(store, thread_id)
+            fresh = self._unarchived(store, thread_id, messages)
+        return fresh
 
     async def _arevalidate(
         self, store: OffloadStore, thread_id: str, messages: Sequence[BaseMessage]
-    ) -> None:
+    ) -> list[BaseMessage]:
         """Async twin of :meth:`_revalidate`."""
-        witness = self._witness(store, thread_id, messages)
+        fresh = self._unarchived(store, thread_id, messages)
+        witness = self._lost(store, thread_id, messages) if fresh else None
         if witness is not None and await store.aget_history_message(thread_id, witness) is None:
             self._forget(store, thread_id)
+            fresh = self._unarchived(store, thread_id, messages)
+        return fresh
 
-    def _mark_archived(self, store: OffloadStore, thread_id: str, ids: Sequence[str]) -> None:
-        self._archived_ids(store, thread_id).update(ids)
+    def _mark_archived(
+        self, store: OffloadStore, thread_id: str, messages: Sequence[BaseMessage]
+    ) -> None:
+        self._archived_ids(store, thread_id).update((str(m.id), _fingerprint(m)) for m in messages)
 
     def _settle_archived(
         self, store: OffloadStore, thread_id: str, originals: Sequence[BaseMessage]
@@ -800,7 +818,9 @@ class ContextEngine:
         input is this list compressed plus what arrives, so ids summarized away would
         only pile up over a long thread; one that comes back (an older checkpoint)
         costs a look in the store, which skips what it holds."""
-        self._archived_ids(store, thread_id).intersection_update(m.id for m in originals)
+        memo = self._memo(store, thread_id)
+        ids = {m.id for m in originals}
+        memo.archived = {i: fp for i, fp in memo.archived.items() if i in ids}
 
     def _archive_input(
         self,
@@ -875,7 +895,8 @@ class ContextEngine:
     def archive(
         self, messages: Sequence[BaseMessage], *, thread_id: str, store: OffloadStore
     ) -> int:
-        """Append originals not yet in the thread's history (idempotent). Returns how many.
+        """Append originals not yet in the thread's history, and the later version of one
+        edited under its id (idempotent). Returns how many items were written.
 
         Also reads, once, which messages each summary in ``messages`` replaced (from its
         offload record), and which those it absorbed replaced, so that :meth:`_repair`
@@ -891,7 +912,7 @@ class ContextEngine:
     ) -> int:
         """:meth:`archive`; ``summaries``: the offload ids of the summaries in
         ``messages`` (:func:`summary_offload_ids`), when the caller found them already."""
-        self._revalidate(store, thread_id, messages)
+        fresh = self._revalidate(store, thread_id, messages)  # before the spans: it may forget
         todo = self._unknown_spans(store, thread_id, messages, summaries)
         spans = self._memo(store, thread_id).spans
         while todo:  # each summary's record, then those of the summaries it absorbed
@@ -905,11 +926,11 @@ class ContextEngine:
             todo += self._learn_span(store, thread_id, oid, record)
         # cleaned as compress cleans its input: a reply archived after the model call
         # (the middleware's after_agent, the package's tools) has not been through it
-        new = [sanitize_message(m) for m in self._unarchived(store, thread_id, messages)]
+        new = [sanitize_message(m) for m in fresh]
         if not new:
             return 0
         written = store.append_history(thread_id, new)
-        self._mark_archived(store, thread_id, [m.id for m in new])  # type: ignore[misc]
+        self._mark_archived(store, thread_id, fresh)  # as they come: compared so next time
         return len(written)
 
     async def aarchive(
@@ -926,7 +947,7 @@ class ContextEngine:
         store: OffloadStore,
     ) -> int:
         """Async twin of :meth:`_archive`."""
-        await self._arevalidate(store, thread_id, messages)
+        fresh = await self._arevalidate(store, thread_id, messages)  # before the spans
         todo = self._unknown_spans(store, thread_id, messages, summaries)
         spans = self._memo(store, thread_id).spans
         while todo:  # each summary's record, then those of the summaries it absorbed
@@ -940,11 +961,11 @@ class ContextEngine:
             todo += self._learn_span(store, thread_id, oid, record)
         # cleaned as compress cleans its input: a reply archived after the model call
         # (the middleware's after_agent, the package's tools) has not been through it
-        new = [sanitize_message(m) for m in self._unarchived(store, thread_id, messages)]
+        new = [sanitize_message(m) for m in fresh]
         if not new:
             return 0
         written = await store.aappend_history(thread_id, new)
-        self._mark_archived(store, thread_id, [m.id for m in new])  # type: ignore[misc]
+        self._mark_archived(store, thread_id, fresh)  # as they come: compared so next time
         return len(written)
 
     def _edited(self, message: BaseMessage, entry: HistoryEntry) -> bool:
@@ -1633,6 +1654,24 @@ class ContextEngine:
             for event in outcome.events:
                 await st.arecord_event(thread_id, event)
         return outcome.update(messages)
+
+
+def _fingerprint(message: BaseMessage) -> int:
+    """What an edit that reuses a message's id changes (its type, content, the ids and
+    names of its tool calls), hashed: the archive memo's test for "archived with this
+    content". Cheap, as it runs on every remembered message of every call (a str
+    caches its hash); the arguments of a call are left out (their repr costs several times the rest), so
+    an edit of arguments alone is seen by the store's comparison only (an engine that
+    does not remember the id: another process, a restart)."""
+    content = message.content
+    calls = message.tool_calls if isinstance(message, AIMessage) else None  # getattr: slow
+    return hash(
+        (
+            message.type,
+            content if isinstance(content, str) else repr(content),
+            tuple((c.get("id"), c.get("name")) for c in calls) if calls else (),
+        )
+    )
 
 
 #: The offload strategy of a working copy kept before an edit (:meth:`ContextEngine.keep_edited`).

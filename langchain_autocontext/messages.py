@@ -5,8 +5,10 @@ store, the tools and the replay.
 
 Over 600 lines because the design's layering names this the one module of pure message
 helpers that every layer imports (content blocks as text, ids, markers, rounds, tool
-pairs, invariants, sanitizing); each helper is short, and a split would add a module to
-that layering for no concept of its own.
+pairs, invariants, sanitizing), and the keys this package writes into a message (its
+marker, the pin, the context-edit flag) are one vocabulary with the helpers that read
+them; each helper is short, and a split would add modules to that layering for no
+concept of their own.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from langchain_autocontext.errors import InvariantViolationError
 
 __all__ = [
     "AC_KEY",
+    "EDIT_KEY",
     "LEADING_BLOCK_TYPES",
     "PIN_KEY",
     "REASONING_BLOCK_TYPES",
@@ -42,11 +45,13 @@ __all__ = [
     "assert_valid_sequence",
     "atomic_groups",
     "clean_text",
+    "context_edit",
     "dump_message",
     "dump_messages",
     "ensure_ids",
     "find_violations",
     "group_start",
+    "is_context_edit",
     "is_pinned",
     "is_real_user",
     "latest_user_index",
@@ -88,6 +93,14 @@ AC_KEY = "autocontext"
 PIN_KEY = "autocontext_pinned"
 
 
+#: Key in ``additional_kwargs`` of a working copy this package rewrote as a context edit
+#: (the model's update command, a reply whose XML commands became receipts): the
+#: original was archived first and the edit recorded as an event, so the history does
+#: not keep the rewrite as a later version of the message (as it keeps an edit made
+#: outside the package, e.g. ``graph.update_state`` with the message's id).
+EDIT_KEY = "autocontext_edited"
+
+
 def is_pinned(message: BaseMessage) -> bool:
     """Whether ``message`` is pinned (see :data:`PIN_KEY`)."""
     return bool(message.additional_kwargs.get(PIN_KEY))
@@ -104,6 +117,18 @@ def pin(message: _M, pinned: bool = True) -> _M:
     else:
         extra.pop(PIN_KEY, None)
     return message.model_copy(update={"additional_kwargs": extra})
+
+
+def is_context_edit(message: BaseMessage) -> bool:
+    """Whether ``message`` is this package's rewrite of a working copy (see :data:`EDIT_KEY`)."""
+    return bool(message.additional_kwargs.get(EDIT_KEY))
+
+
+def context_edit(message: _M, **update: Any) -> _M:
+    """``message`` with ``update`` applied, flagged as this package's context edit
+    (:data:`EDIT_KEY`); same id and type."""
+    extra = {**message.additional_kwargs, EDIT_KEY: True}
+    return message.model_copy(update={**update, "additional_kwargs": extra})
 
 
 # --- serialization --------------------------------------------------------------

@@ -26,9 +26,10 @@ class HistoryEntry:
     seq: int
     """Position in the thread's history (strictly increasing in append order)."""
     id: str
-    """The message id (the item's key)."""
+    """The item's key: the message id, or for a later version of a message edited
+    under its id, ``<id>~<digest>`` (``message.id`` is the message id)."""
     message: BaseMessage
-    """The message exactly as first appended."""
+    """The message exactly as appended (the first version under the message id)."""
     ts: float
     """Unix time of the append."""
     agent: str | None = None

@@ -47,6 +47,7 @@ import concurrent.futures
 import contextlib
 import contextvars
 import functools
+import hashlib
 import json
 import re
 import threading
@@ -81,7 +82,13 @@ from langgraph.store.base import (
 from langgraph.store.memory import InMemoryStore
 
 from langchain_autocontext.errors import AmbiguousOffloadRefError, OffloadNotFoundError
-from langchain_autocontext.messages import UUID4_RE, dump_message, load_message, text_of
+from langchain_autocontext.messages import (
+    UUID4_RE,
+    dump_message,
+    is_context_edit,
+    load_message,
+    text_of,
+)
 from langchain_autocontext.records import EventRecord, HistoryEntry, OffloadRecord, _int_or_none
 
 __all__ = [
@@ -364,6 +371,24 @@ def _search_text(message: BaseMessage) -> str:
         ]
         text = "\n".join([text, *calls]) if text else "\n".join(calls)
     return text
+
+
+def _version_digest(dumped: Any) -> str | None:
+    """What makes two stored versions of one message differ (its type, content and tool
+    calls, as :func:`plain_json` stores them), as a short digest; None for a value not
+    written by this module."""
+    data = dumped.get("data") if isinstance(dumped, dict) else None
+    if not isinstance(data, dict):
+        return None
+    held = [dumped.get("type"), data.get("content"), data.get("tool_calls") or []]
+    text = json.dumps(held, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def version_key(message_id: str, digest: str) -> str:
+    """The history key of a later version of the message ``message_id`` (an edit that
+    reused its id): the id, ``~`` and a digest of what that version holds."""
+    return f"{message_id}~{digest}"
 
 
 def _chunks(seq: Sequence[_T], size: int) -> Iterator[Sequence[_T]]:
@@ -773,7 +798,8 @@ class OffloadStore(BaseStore):
         if not unique:
             return []
         ids = list(unique)
-        existing: set[str] = set()
+        dumped = {mid: plain_json(dump_message(m), f"message {mid!r}") for mid, m in unique.items()}
+        held: dict[str, Item] = {}
         meta: Result = None
         for n, chunk in enumerate(_chunks(ids, self.max_batch_ops)):
             ops: list[Op] = [GetOp(ns, key, False) for key in chunk]
@@ -782,19 +808,41 @@ class OffloadStore(BaseStore):
             results = yield ops
             if n == 0:
                 meta = results.pop()
-            existing.update(key for key, item in zip(chunk, results, strict=True) if item)
-        new_ids = [mid for mid in ids if mid not in existing]
-        if not new_ids:
+            held.update(
+                (key, item)
+                for key, item in zip(chunk, results, strict=True)
+                if isinstance(item, Item)
+            )
+        # An id held with other content: a later version (an edit that reused the id),
+        # kept under its own key unless that version is held already.
+        versions: dict[str, str] = {}
+        for mid in ids:
+            if mid in held and not is_context_edit(unique[mid]):  # not this package's edit
+                digest = _version_digest(dumped[mid])
+                if digest is not None and digest != _version_digest(held[mid].value.get("message")):
+                    versions[mid] = version_key(mid, digest)
+        for chunk in _chunks(list(versions.values()), self.max_batch_ops):
+            results = yield [GetOp(ns, key, False) for key in chunk]
+            known = {key for key, item in zip(chunk, results, strict=True) if item}
+            versions = {mid: key for mid, key in versions.items() if key not in known}
+        new_keys = [
+            (mid, versions[mid] if mid in held else mid)
+            for mid in ids
+            if mid not in held or mid in versions
+        ]
+        if not new_keys:
             return []
         values = [
             {
-                "message": plain_json(dump_message(unique[mid]), f"message {mid!r}"),
+                "message": dumped[mid],
                 "type": unique[mid].type,
                 "text": _search_text(unique[mid]),
+                **({"version_of": mid} if key != mid else {}),
                 **({"agent": agent} if agent else {}),
             }
-            for mid in new_ids
+            for mid, key in new_keys
         ]
+        new_ids = [key for _, key in new_keys]
         seq = yield from self._next_seq_plan(thread_id, HISTORY, meta)
         now = time.time()
         # The counter goes first: should a multi-chunk write stop half-way, seqs are
@@ -843,21 +891,27 @@ class OffloadStore(BaseStore):
     def append_history(self, thread_id: str, messages: Sequence[BaseMessage]) -> list[str]:
         """Append original messages to the thread's history, one item per message.
 
-        Idempotent by message id: an id already in the history (or repeated in
-        ``messages``) is not written again and keeps its first content and seq —
-        later versions with the same id are edits of the working copy, not new
-        originals. New messages get strictly increasing seqs in the given order.
+        Idempotent by message id and content: an id already in the history (or
+        repeated in ``messages``: the first occurrence counts) keeps its first content
+        and seq under its id. A message that reuses a held id with other content (an
+        edit, as LangGraph's ``add_messages`` makes one) is a later version: it is
+        appended under its own key (:func:`version_key`: the id, ``~`` and a digest of
+        the version; its item's ``version_of`` names the id), once per distinct
+        content, so every content a message had stays readable and searchable. New
+        items get strictly increasing seqs in the given order.
 
         Cost: one batched read of the candidate keys (+ the counter) and one batched
-        write of the new items (+ the counter); nothing else is read or rewritten
-        (batches are split every :attr:`max_batch_ops` ops).
+        write of the new items (+ the counter); an edited message costs one more read
+        (of its version's key); nothing else is read or rewritten (batches are split
+        every :attr:`max_batch_ops` ops).
 
         Appended inside a named agent's run, the entries name that agent
         (:attr:`HistoryEntry.agent`, from :func:`running_agent`): a subagent that shares
         its caller's thread archives into the same history.
 
         Returns:
-            The ids newly written, in order.
+            The keys newly written, in order: message ids, and the
+            :func:`version_key` of each later version.
 
         Raises:
             ValueError: a message has no id, or is a ``RemoveMessage`` (nothing is written).
@@ -910,7 +964,8 @@ class OffloadStore(BaseStore):
         return await self._arun(self._history_items_plan(thread_id, start, end))
 
     def history_count(self, thread_id: str) -> int:
-        """Number of messages appended to the thread's history (read from the counter)."""
+        """Number of items appended to the thread's history, later versions of edited
+        messages included (read from the counter)."""
         return self._run(self._end_plan(thread_id, HISTORY))
 
     async def ahistory_count(self, thread_id: str) -> int:

@@ -977,3 +977,35 @@ def test_a_search_during_another_searchs_indexing_waits_for_it(
     second_ids = results["second"]
     assert isinstance(second_ids, list), repr(second_ids)
     assert sorted(second_ids) == ["m0", "m1"]
+
+
+def test_an_edit_that_reuses_an_id_is_found_and_the_original_too() -> None:
+    """LangGraph's add_messages replaces a message that has the same id (an edit): the
+    engine, which remembers the id as archived, archives the new content as a later
+    version of the message, once; search finds both contents, each readable by the id
+    the hit names."""
+    from langchain_autocontext import AutoContext, AutoContextConfig
+
+    ac = AutoContext(AutoContextConfig(max_tokens=100_000), store=InMemoryStore())
+    store = ac.store
+    assert store is not None
+    system = SystemMessage("You help.", id="s")
+    before = [
+        system,
+        HumanMessage("my favourite colour is blue", id="u1"),
+        AIMessage("ok", id="a1"),
+    ]
+    ac.compress(before, thread_id="t")
+    after = [system, HumanMessage("my favourite colour is vermilion", id="u1"), before[2]]
+    for _ in range(2):  # the same edit twice: one version
+        ac.compress([*after, HumanMessage("thanks", id="u2")], thread_id="t")
+    assert store.history_count("t") == 5
+    fresh = AutoContext(AutoContextConfig(max_tokens=100_000), store=store)
+    fresh.compress([*after, HumanMessage("thanks", id="u2")], thread_id="t")
+    assert store.history_count("t") == 5  # another engine (process) writes no copy
+    for word, content in (("vermilion", after[1].content), ("blue", before[1].content)):
+        hits = search_history(store, "t", word, 3)
+        assert hits, word
+        entry = store.get_history_message("t", hits[0].id)
+        assert entry is not None and entry.message.content == content
+        assert entry.message.id == "u1"

@@ -323,15 +323,30 @@ async def test_append_is_idempotent_by_id(api: StoreAPI) -> None:
     assert await api.history_count("t") == 5
 
 
-async def test_edit_with_known_id_keeps_the_original(api: StoreAPI) -> None:
+async def test_edit_with_known_id_keeps_the_original_and_the_new_version(
+    api: StoreAPI,
+) -> None:
+    """An edit that reuses an id (LangGraph's add_messages replaces by id): the original
+    stays under the id, the new content is appended once as a later version of it, so
+    every content the message had is readable (and searchable)."""
     await api.append_history("t", convo(3))
     edited = AIMessage("EDITED by update_message", id="m1")
-    assert await api.append_history("t", [edited, *convo(1, start=3)]) == ["m3"]
+    written = await api.append_history("t", [edited, *convo(1, start=3)])
+    assert len(written) == 2 and written[0].startswith("m1~") and written[1] == "m3"
     entry = await api.get_history_message("t", "m1")
     assert entry is not None
     assert entry.seq == 1
     assert entry.message.content == convo(3)[1].content
-    assert ids_of(await api.get_history("t")) == ["m0", "m1", "m2", "m3"]
+    version = await api.get_history_message("t", written[0])
+    assert version is not None and version.seq == 3
+    assert version.message.content == "EDITED by update_message" and version.message.id == "m1"
+    assert ids_of(await api.get_history("t")) == ["m0", "m1", "m2", written[0], "m3"]
+    # each content once: the same edit again, or the original again, writes nothing
+    assert await api.append_history("t", [edited]) == []
+    assert await api.append_history("t", convo(3)) == []
+    again = await api.append_history("t", [AIMessage("a second edit", id="m1")])
+    assert len(again) == 1 and again[0].startswith("m1~") and again[0] != written[0]
+    assert await api.history_count("t") == 6
 
 
 async def test_repeated_id_within_one_call_first_wins(api: StoreAPI) -> None:
@@ -941,18 +956,26 @@ def _msgs(batch: list[tuple[int, str]]) -> list[BaseMessage]:
     return [(HumanMessage if i % 2 else AIMessage)(content=text, id=f"id-{i}") for i, text in batch]
 
 
-def _first_occurrences(batches: list[list[tuple[int, str]]]) -> list[tuple[str, str]]:
-    seen: dict[str, str] = {}
+def _versions(batches: list[list[tuple[int, str]]]) -> list[tuple[str, str, bool]]:
+    """``(message id, content, first)`` of what the history holds: each id's first
+    occurrence in a batch, appended when the id is new or its content is new for it."""
+    held: dict[str, set[str]] = {}
+    out = []
     for batch in batches:
+        first: dict[str, str] = {}
         for i, text in batch:
-            seen.setdefault(f"id-{i}", text)
-    return list(seen.items())
+            first.setdefault(f"id-{i}", text)
+        for mid, text in first.items():
+            if text not in held.setdefault(mid, set()):
+                out.append((mid, text, not held[mid]))
+                held[mid].add(text)
+    return out
 
 
 @pytest.mark.parametrize("kind", ["memory", "sqlite"])
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(batches=_batches)
-def test_property_history_is_first_occurrences_in_order(
+def test_property_history_is_each_content_of_each_id_once_in_order(
     kind: str, batches: list[list[tuple[int, str]]]
 ) -> None:
     if kind == "memory":
@@ -967,10 +990,12 @@ def test_property_history_is_first_occurrences_in_order(
     for batch in batches:
         new = store.append_history("t", _msgs(batch))
         assert new == asyncio.run(twin.aappend_history("t", _msgs(batch)))
-    expected = _first_occurrences(batches)
+    expected = _versions(batches)
     for s in (store, twin):
         entries = s.get_history("t")
-        assert [(e.id, e.message.content) for e in entries] == expected
+        assert [(e.message.id, e.message.content, e.id == e.message.id) for e in entries] == (
+            expected
+        )
         assert [e.seq for e in entries] == list(range(len(expected)))
         assert s.history_count("t") == len(expected)
     if conn is not None:
