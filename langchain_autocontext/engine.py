@@ -757,8 +757,8 @@ class ContextEngine:
         return [
             m
             for m in messages
-            if marker(m) is None
-            and (m.id not in seen or (not is_context_edit(m) and seen[m.id] != _fingerprint(m)))
+            if (m.id not in seen or (not is_context_edit(m) and seen[m.id] != _fingerprint(m)))
+            and marker(m) is None  # after the memo: the call's one marker scan is elsewhere
         ]
 
     def _lost(
