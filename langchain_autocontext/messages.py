@@ -252,13 +252,76 @@ def text_of(message: BaseMessage) -> str:
     """The message's content flattened to text: text blocks as they are, code a provider
     ran, its output, server-side tool calls and results and refusals as their text (led
     by their type), other non-text blocks as ``[type]`` placeholders; tool calls and
-    reasoning are left out."""
-    return content_text(message.content)
+    reasoning are left out.
+
+    A provider's own server-tool blocks (Anthropic's ``server_tool_use`` and
+    ``*_tool_result``, the OpenAI Responses API's ``web_search_call``,
+    ``code_interpreter_call``, ``image_generation_call``, …) are read through
+    langchain-core's translation to the standard blocks (``AIMessage.content_blocks``),
+    by the message's ``response_metadata["model_provider"]`` or, without one, by the
+    provider those block types belong to."""
+    content = message.content
+    if isinstance(message, AIMessage) and not isinstance(content, str):
+        standard = _standard_blocks(message)
+        if standard is not None:
+            return content_text(standard)
+    return content_text(content)
+
+
+#: Provider block types :func:`content_text` does not read itself, and the provider
+#: (langchain-core's translator name) whose blocks they are: LangChain's translation
+#: turns them into standard ``server_tool_call``/``server_tool_result``/``image`` blocks.
+_PROVIDER_BLOCKS = {
+    "server_tool_use": "anthropic",
+    "mcp_tool_use": "anthropic",
+    "web_search_call": "openai",
+    "file_search_call": "openai",
+    "code_interpreter_call": "openai",
+    "image_generation_call": "openai",
+    "mcp_call": "openai",
+    "mcp_list_tools": "openai",
+    "tool_search_call": "openai",
+    "tool_search_output": "openai",
+}
+
+
+def _provider_of(kind: Any) -> str | None:
+    """The provider whose server-tool block ``kind`` is (see :data:`_PROVIDER_BLOCKS`);
+    Anthropic's server tools' results are all ``*_tool_result`` (its client tools'
+    ``tool_result`` and LangChain's standard ``server_tool_result`` are not theirs)."""
+    if not isinstance(kind, str):
+        return None
+    if kind.endswith("_tool_result") and kind not in ("tool_result", "server_tool_result"):
+        return "anthropic"
+    return _PROVIDER_BLOCKS.get(kind)
+
+
+def _standard_blocks(message: AIMessage) -> list[Any] | None:
+    """``message.content_blocks`` when its content holds provider server-tool blocks
+    (``None`` otherwise, or when the translation fails: the content is then read as it
+    is). The provider is the message's own ``model_provider``, else the one those
+    blocks belong to (a message stored before langchain-core 1.0, or built by hand)."""
+    inferred = None
+    for block in message.content:
+        if isinstance(block, dict) and (inferred := _provider_of(block.get("type"))):
+            break
+    if inferred is None:
+        return None
+    if not message.response_metadata.get("model_provider"):
+        message = message.model_copy(
+            update={"response_metadata": {**message.response_metadata, "model_provider": inferred}}
+        )
+    try:
+        return list(message.content_blocks)
+    except Exception:  # a shape the translator does not expect: read the content as it is
+        return None
 
 
 def content_text(content: Any) -> str:
     """A message content (a string or a list of blocks) flattened as :func:`text_of`
-    does (for content read from a stored message dict)."""
+    does (for content read from a stored message dict), but as the blocks are: a
+    provider's own server-tool blocks, which :func:`text_of` reads through their
+    translation to standard blocks, show as their ``[type]``."""
     if isinstance(content, str):
         return content
     parts: list[str] = []
@@ -270,6 +333,9 @@ def content_text(content: Any) -> str:
                 parts.append(str(block.get("text", "")))
             elif (shown := _block_text(block)) is not None:
                 parts.append(shown)
+            elif block.get("type") == "non_standard" and isinstance(block.get("value"), dict):
+                if shown := content_text([block["value"]]):  # a block the translation kept
+                    parts.append(shown)
             elif block.get("type") not in _UNSHOWN_BLOCKS:
                 parts.append(f"[{block.get('type', 'block')}]")
     return "\n".join(parts)
@@ -280,8 +346,10 @@ def _block_text(block: Mapping[str, Any]) -> str | None:
     (``None`` for the others): code a provider ran and its output (Gemini's
     ``executable_code`` and ``code_execution_result``), a server-side tool's call and
     result (LangChain's standard ``server_tool_call``, ``server_tool_call_chunk`` and
-    ``server_tool_result``) and a ``refusal``. Each is led by its type, so a preview
-    or a summary still tells them from the model's own words."""
+    ``server_tool_result``, what the providers' own blocks translate to: a call's
+    ``code`` argument shown as it is, below it, a result's output by :func:`_readable`)
+    and a ``refusal``. Each is led by its type, so a preview or a summary still tells
+    them from the model's own words."""
     kind = block.get("type")
     if kind == "executable_code":
         language = str(block.get("language") or "").lower()
@@ -293,16 +361,26 @@ def _block_text(block: Mapping[str, Any]) -> str | None:
         lead = f"[code_execution_result {outcome}]" if failed else "[code_execution_result]"
         return f"{lead}\n{_as_text(block.get('code_execution_result'))}"
     if kind in ("server_tool_call", "server_tool_call_chunk"):
+        name = block.get("name") or "?"
+        extras = block.get("extras")
+        if isinstance(extras, Mapping) and extras.get("tool_name"):  # a remote MCP server's
+            name = f"{name} {extras['tool_name']}"
+        lead = f"[{kind} {name}]"
         args = block.get("args")
-        shown = (
-            args
-            if isinstance(args, str)
-            else json.dumps(args or {}, ensure_ascii=False, default=str)
+        if isinstance(args, str):
+            return f"{lead} {args}"
+        args = dict(args) if isinstance(args, Mapping) else args
+        code = (
+            args.pop("code")
+            if isinstance(args, dict) and isinstance(args.get("code"), str)
+            else None
         )
-        return f"[{kind} {block.get('name') or '?'}] {shown}"
+        shown = f"{lead} {_as_text(args or {})}" if args or code is None else lead
+        return shown if code is None else f"{shown}\n{code}"
     if kind == "server_tool_result":
         status = block.get("status") or "success"
-        return f"[server_tool_result {status}]\n{_as_text(block.get('output'))}"
+        output = _readable(block.get("output"))
+        return f"[server_tool_result {status}]" + (f"\n{output}" if output else "")
     if kind == "refusal":
         return f"[refusal] {_as_text(block.get('refusal'))}"
     return None
@@ -315,11 +393,60 @@ def _as_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
 
 
-#: Blocks :func:`content_text` leaves out: tool calls (the message's ``tool_calls`` say
-#: them) and reasoning (opaque or private to the provider), so a preview or a summary
-#: is not made of placeholders such as ``[thinking]`` and ``[tool_use]``.
+#: Fields of a server tool's output left out of its text: encrypted page content,
+#: citation indexes and signatures (opaque to the model and to a reader), base64 data
+#: (a standard block's ``base64``; ``data`` beside ``"type": "base64"``, Anthropic's).
+_OPAQUE_OUTPUT_FIELDS = frozenset({"encrypted_content", "encrypted_index", "signature", "base64"})
+#: Fields of a server tool's output shown as they are, on their own lines: what code
+#: printed, a found passage, a fetched page's text.
+_STREAM_FIELDS = ("stdout", "stderr", "logs", "text", "content", "output", "data")
+
+
+def _readable(value: Any) -> str:
+    """A server tool's output as text: a string as it is; an object as the JSON of its
+    plain fields, then its printed output and found text as they are, then what it
+    nests (each read the same way), without its opaque fields (an Anthropic web search
+    result's ``encrypted_content``) or its ``type``."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return "\n".join(text for item in value if (text := _readable(item)))
+    if not isinstance(value, Mapping):
+        return _as_text(value)
+    plain: dict[str, Any] = {}
+    streams: list[str] = []
+    nested: list[str] = []
+    for key, field in value.items():
+        if key == "type" or field in (None, "", [], {}):
+            continue
+        if isinstance(field, str) and (
+            key in _OPAQUE_OUTPUT_FIELDS or (key == "data" and value.get("type") == "base64")
+        ):
+            continue
+        if key in _STREAM_FIELDS and isinstance(field, str):
+            streams.append(field)
+        elif isinstance(field, (Mapping, list)):
+            nested.append(_readable(field))
+        else:
+            plain[key] = field
+    head = [_as_text(plain)] if plain else []
+    return "\n".join(part for part in (*head, *streams, *nested) if part)
+
+
+#: Blocks :func:`content_text` leaves out: tool calls (the message's ``tool_calls`` and
+#: ``invalid_tool_calls`` say them) and reasoning (opaque or private to the provider),
+#: so a preview or a summary is not made of placeholders such as ``[thinking]`` and
+#: ``[tool_use]``. A provider's server-side tool calls are not among them: no
+#: ``tool_calls`` say them (:func:`text_of` shows them).
 _UNSHOWN_BLOCKS = (
-    REASONING_BLOCK_TYPES | TOOL_CALL_BLOCK_TYPES | {"server_tool_use", "tool_call_chunk"}
+    REASONING_BLOCK_TYPES
+    | TOOL_CALL_BLOCK_TYPES
+    | {
+        "tool_call_chunk",
+        "invalid_tool_call",  # the translation of a call in ``invalid_tool_calls``
+    }
 )
 
 

@@ -50,6 +50,161 @@ def tool_group(name: str, args: dict[str, Any], outputs: Sequence[str]) -> list[
     return [ai, *results]
 
 
+def anthropic_server_tools(
+    query: str, stdout: str, *, provider: bool = True, msg_id: str | None = None
+) -> AIMessage:
+    """An Anthropic reply (langchain-anthropic's content) that ran the server-side web
+    search, code execution and web fetch (a PDF) tools, then called a client tool (in ``tool_calls`` too).
+    Without ``provider``, the ``model_provider`` langchain-anthropic sets is missing (a
+    message stored before langchain-core 1.0, or built by hand)."""
+    call = {"name": "save_report", "args": {"path": "report.md"}, "id": uid("toolu_")}
+    return AIMessage(
+        [
+            {"type": "text", "text": "Let me look that up."},
+            {
+                "type": "server_tool_use",
+                "id": "srvtoolu_01",
+                "name": "web_search",
+                "input": {"query": query},
+            },
+            {
+                "type": "web_search_tool_result",
+                "tool_use_id": "srvtoolu_01",
+                "content": [
+                    {
+                        "type": "web_search_result",
+                        "title": "Flight tracker",
+                        "url": "https://flights.example/status",
+                        "encrypted_content": "EqgfCioIARgBIiQ3YTAwMjY1" * 200,
+                        "page_age": "April 30, 2025",
+                    }
+                ],
+            },
+            {
+                "type": "server_tool_use",
+                "id": "srvtoolu_02",
+                "name": "code_execution",
+                "input": {"code": "import statistics\nprint(statistics.mean(delays))"},
+            },
+            {
+                "type": "code_execution_tool_result",
+                "tool_use_id": "srvtoolu_02",
+                "content": {
+                    "type": "code_execution_result",
+                    "stdout": stdout,
+                    "stderr": "",
+                    "return_code": 0,
+                    "content": [],
+                },
+            },
+            {
+                "type": "server_tool_use",
+                "id": "srvtoolu_03",
+                "name": "web_fetch",
+                "input": {"url": "https://flights.example/delays.pdf"},
+            },
+            {
+                "type": "web_fetch_tool_result",
+                "tool_use_id": "srvtoolu_03",
+                "content": {
+                    "type": "web_fetch_result",
+                    "url": "https://flights.example/delays.pdf",
+                    "content": {
+                        "type": "document",
+                        "source": {
+                            "type": "base64",
+                            "media_type": "application/pdf",
+                            "data": "JVBERi0xLjQKJcfs" * 2_000,
+                        },
+                        "title": "Delay statistics",
+                    },
+                    "retrieved_at": "2025-08-25T10:30:02Z",
+                },
+            },
+            {"type": "text", "text": "Saving the report."},
+            {"type": "tool_use", "id": call["id"], "name": call["name"], "input": call["args"]},
+        ],
+        tool_calls=[call],
+        response_metadata={"model_provider": "anthropic"} if provider else {},
+        id=msg_id or uid("ai"),
+    )
+
+
+def openai_server_tools(*, provider: bool = True, msg_id: str | None = None) -> AIMessage:
+    """An OpenAI Responses API reply (langchain-openai's content, output_version
+    "responses/v1") with a reasoning summary and the built-in code interpreter, web
+    search, file search and image generation calls (the image's base64 in ``result``),
+    then a client tool call whose arguments did not parse (in ``invalid_tool_calls``)."""
+    return AIMessage(
+        [
+            {
+                "type": "reasoning",
+                "id": "rs_1",
+                "summary": [{"type": "summary_text", "text": "Compute it, then look it up."}],
+            },
+            {
+                "type": "code_interpreter_call",
+                "id": "ci_1",
+                "code": "import math\nprint(math.factorial(20))",
+                "container_id": "cntr_1",
+                "outputs": [{"type": "logs", "logs": "2432902008176640000"}],
+                "status": "completed",
+            },
+            {
+                "type": "web_search_call",
+                "id": "ws_1",
+                "action": {
+                    "type": "search",
+                    "query": "weather in Reykjavik today",
+                    "sources": [{"type": "url", "url": "https://weather.example/reykjavik"}],
+                },
+                "status": "completed",
+            },
+            {
+                "type": "file_search_call",
+                "id": "fs_1",
+                "queries": ["refund policy"],
+                "results": [
+                    {
+                        "file_id": "file-1",
+                        "filename": "policy.pdf",
+                        "score": 0.9,
+                        "text": "Refunds are granted within 30 days of purchase.",
+                    }
+                ],
+                "status": "completed",
+            },
+            {
+                "type": "image_generation_call",
+                "id": "ig_1",
+                "result": "iVBORw0KGgoAAAANSUhEUg" + "A" * 40_000,
+                "output_format": "png",
+                "revised_prompt": "A gray tabby cat hugging an otter",
+                "status": "completed",
+            },
+            {"type": "text", "text": "Here is what I found.", "annotations": []},
+            {
+                "type": "function_call",
+                "id": "fc_1",
+                "call_id": "call_bad",
+                "name": "save_report",
+                "arguments": '{"path": "report.md"',
+            },
+        ],
+        invalid_tool_calls=[
+            {
+                "type": "invalid_tool_call",
+                "id": "call_bad",
+                "name": "save_report",
+                "args": '{"path": "report.md"',
+                "error": "Unterminated string",
+            }
+        ],
+        response_metadata={"model_provider": "openai"} if provider else {},
+        id=msg_id or uid("ai"),
+    )
+
+
 def coding_run(
     steps: int, output_lines: int = 60, system: str = "You are a coding agent."
 ) -> list[BaseMessage]:

@@ -10,7 +10,14 @@ import warnings
 from typing import Any
 
 import pytest
-from _builders import chat_rounds, coding_run, log_text, tool_group, uid
+from _builders import (
+    anthropic_server_tools,
+    chat_rounds,
+    coding_run,
+    log_text,
+    tool_group,
+    uid,
+)
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import (
@@ -938,6 +945,38 @@ def test_a_large_code_execution_output_is_offloaded_with_its_code_in_the_preview
         assert "print(open('run_" in text_of(m) and out[:40] in text_of(m)
         ref = OFFLOAD_ID.search(text_of(m)).group(1)
         assert store.reload("gemini", ref).messages[0].content == next(
+            o.content for o in msgs if o.id == m.id
+        )
+    assert not find_violations(res.messages)
+
+
+def test_a_large_server_tool_output_is_offloaded_with_its_call_in_the_preview() -> None:
+    """Anthropic's ``server_tool_use`` was hidden and its ``code_execution_tool_result``
+    counted as its ``[type]`` placeholder: a turn whose code printed 30k characters was
+    never "large", never offloaded, and a preview of it would not say what ran. The
+    server tool's call and output count and show like text; the client tool call, in
+    ``tool_calls``, is not repeated."""
+    out = log_text(300)
+    msgs = [SystemMessage("s", id=uid()), HumanMessage("task", id=uid())]
+    for k in range(3):
+        ai = anthropic_server_tools(f"BA10{k} delays", out)
+        call = ai.tool_calls[0]
+        msgs += [
+            ai,
+            ToolMessage("saved", tool_call_id=call["id"], name=call["name"], id=uid()),
+            HumanMessage(f"next {k}", id=uid()),
+        ]
+    cfg = AutoContextConfig(max_tokens=100_000, last_keep=1, target_ratio=0.01, token_ratio=0.5)
+    ac, store = make(cfg, [LargeMessageOffload(keep_last=True)])
+    res = ac.compress(msgs, thread_id="anthropic", force=True)
+    offloaded = [m for m in res.messages if (marker(m) or {}).get("kind") == "offloaded"]
+    assert len(offloaded) >= 2
+    for m in offloaded:
+        text = text_of(m)
+        assert "[server_tool_call web_search]" in text and " delays" in text
+        assert text.count("report.md") == 0
+        ref = OFFLOAD_ID.search(text).group(1)
+        assert store.reload("anthropic", ref).messages[0].content == next(
             o.content for o in msgs if o.id == m.id
         )
     assert not find_violations(res.messages)

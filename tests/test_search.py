@@ -8,6 +8,7 @@ import uuid
 from collections import Counter
 
 import pytest
+from _builders import anthropic_server_tools, openai_server_tools
 from conftest import open_sqlite
 from langchain_core.messages import (
     AIMessage,
@@ -118,6 +119,31 @@ def test_the_search_tools_own_traffic_and_excluded_ids_are_left_out() -> None:
     )
     assert [h.id for h in search_history(store, "t", "zebra", 5)] == ["fact", "mine"]
     assert [h.id for h in search_history(store, "t", "zebra", 5, exclude=["mine"])] == ["fact"]
+
+
+def test_server_tool_calls_and_results_are_searchable() -> None:
+    """Anthropic's ``server_tool_use`` was hidden from the searchable text and its
+    results, like the OpenAI Responses API's built-in tool calls, were a bare
+    ``[type]``: the query a web search ran, the output of the code the provider ran and
+    a found passage were not found. They are searchable (the encrypted page content
+    and the generated image's base64 are not indexed)."""
+    store = OffloadStore(InMemoryStore())
+    store.append_history(
+        "t",
+        [
+            HumanMessage("How late is BA103 usually?", id="u"),
+            anthropic_server_tools("BA103 punctuality", "mean delay: 17.5 min", msg_id="ant"),
+            AIMessage("It is usually on time.", id="other"),
+            openai_server_tools(msg_id="oai"),
+        ],
+    )
+    assert search_history(store, "t", "punctuality", 3)[0].id == "ant"
+    assert search_history(store, "t", "mean delay 17.5", 3)[0].id == "ant"
+    assert search_history(store, "t", "2432902008176640000", 3)[0].id == "oai"
+    assert search_history(store, "t", "refunds granted within 30 days", 3)[0].id == "oai"
+    hit = search_history(store, "t", "Reykjavik weather", 3)[0]
+    assert hit.id == "oai" and "Reykjavik" in hit.snippet
+    assert not search_history(store, "t", "EqgfCioIARgBIiQ3YTAwMjY1", 3)
 
 
 def test_exact_phrase_beats_scattered_terms() -> None:

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any, TypedDict
 
 import pytest
+from _builders import anthropic_server_tools, openai_server_tools
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
@@ -1989,6 +1990,48 @@ def test_code_execution_server_tool_and_refusal_blocks_show_their_text() -> None
         assert all(part in text for part in said), text
         assert "[executable_code python]" in text and "[refusal]" in text
     assert "[cut: nothing;" in summary  # all of it reproduced, none of it placeholders
+
+
+@pytest.mark.parametrize("provider", [True, False], ids=["model_provider", "no_provider"])
+def test_provider_server_tool_blocks_show_their_call_and_result(provider: bool) -> None:
+    """Anthropic's ``server_tool_use`` was hidden (as if ``tool_calls`` said it: they do
+    not) and its ``web_search_tool_result``/``code_execution_tool_result``, like the
+    OpenAI Responses API's ``code_interpreter_call``, ``web_search_call``,
+    ``file_search_call`` and ``image_generation_call``, showed as a bare ``[type]``:
+    summaries and summary prompts lost the queries, the code and what it printed. They
+    are read through langchain-core's translation (with or without the message's
+    ``model_provider``): the call and its result show, the encrypted page content and
+    the image's base64 do not, and the client tool call is not shown twice."""
+    anthropic = anthropic_server_tools("BA103 delays this week", "mean delay: 17.5 min\n")
+    openai = openai_server_tools()
+    if not provider:
+        anthropic = anthropic.model_copy(update={"response_metadata": {}})
+        openai = openai.model_copy(update={"response_metadata": {}})
+    said = [
+        "web_search",
+        '"BA103 delays this week"',
+        "https://flights.example/status",
+        "print(statistics.mean(delays))",
+        "mean delay: 17.5 min",
+        "https://flights.example/delays.pdf",
+        "Delay statistics",
+        "print(math.factorial(20))",
+        "2432902008176640000",
+        '"weather in Reykjavik today"',
+        "https://weather.example/reykjavik",
+        '"refund policy"',
+        "Refunds are granted within 30 days of purchase.",
+    ]
+    messages = [anthropic, openai]
+    summary = ExtractiveSummarizer().summarize(request(messages, "round", 2_000)).text
+    transcript = render_transcript(messages)
+    prompt = str(LLMSummarizer(RecordingChatModel()).build_prompt(request(messages))[1].content)
+    for text in (summary, transcript, prompt):
+        assert all(part in text for part in said), text
+        assert "[web_search_tool_result]" not in text and "[code_interpreter_call]" not in text
+        assert "EqgfCioIARgB" not in text and "AAAAAAAAAAAA" not in text
+        assert "JVBERi0x" not in text  # the fetched PDF's base64
+        assert "[invalid_tool_call]" not in text and "[server_tool_use]" not in text
 
 
 class BatchOnly(ExtractiveSummarizer):
