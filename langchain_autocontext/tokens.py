@@ -108,7 +108,7 @@ BLOCK_TOKEN_ESTIMATES: dict[str, int] = {
     "audio": 85,
     "input_audio": 85,
     "video": 85,
-    "document": 85,  # Anthropic: PDFs and plain-text documents
+    "document": 85,  # Anthropic: a PDF (a plain-text document counts its text)
     "media": 85,  # Gemini: inline data
     # OpenAI Responses: an image the built-in tool generated, its base64 in ``result``
     # (langchain-openai replays it by id)
@@ -331,15 +331,30 @@ def _reasoning_text(block: dict[str, Any]) -> str:
     return "\n".join(str(p) for p in parts if p)
 
 
+def _is_media(block: dict[str, Any]) -> bool:
+    """Whether ``block`` counts as :data:`BLOCK_TOKEN_ESTIMATES` says: a media block,
+    not an Anthropic ``document`` whose source is text (``{"type": "text", "data": …}``
+    or ``{"type": "content", "content": …}``, a page its web fetch tool returned): that
+    one is read as text, and counted as it is (a long page is not 85 tokens)."""
+    kind = block.get("type")
+    if not isinstance(kind, str) or kind not in BLOCK_TOKEN_ESTIMATES:
+        return False
+    source = block.get("source")
+    return not (
+        kind == "document"
+        and isinstance(source, dict)
+        and source.get("type") in ("text", "content")
+    )
+
+
 def _without_media(value: Any) -> tuple[Any, int]:
     """``value`` (a block counted as its JSON) without the media nested in it, and their
     estimate: a media block inside it (an image in an Anthropic ``tool_result``) counts
     :data:`BLOCK_TOKEN_ESTIMATES`, a base64 ``data:`` URL that of an image, never their
     base64 as text."""
     if isinstance(value, dict):
-        kind = value.get("type")
-        if isinstance(kind, str) and kind in BLOCK_TOKEN_ESTIMATES:
-            return None, BLOCK_TOKEN_ESTIMATES[kind]
+        if _is_media(value):
+            return None, BLOCK_TOKEN_ESTIMATES[value["type"]]
         out: dict[Any, Any] = {}
         media = 0
         for k, v in value.items():
@@ -705,8 +720,8 @@ class TokenCounter:
                 kind = block.get("type")
                 if kind == "text" or (kind is None and "text" in block):
                     total += tok(str(block.get("text") or ""))
-                elif kind in BLOCK_TOKEN_ESTIMATES:
-                    total += BLOCK_TOKEN_ESTIMATES[kind]
+                elif _is_media(block):
+                    total += BLOCK_TOKEN_ESTIMATES[block["type"]]
                 elif has_calls and kind in TOOL_CALL_BLOCK_TYPES:  # its tool_calls count
                     continue
                 elif kind in REASONING_BLOCK_TYPES:

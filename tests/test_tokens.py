@@ -322,6 +322,43 @@ def test_generated_and_nested_images_count_as_media_not_base64(enc: tiktoken.Enc
     assert counter.count_message(wrapped) == 3 + t(enc, "user") + BLOCK_TOKEN_ESTIMATES["document"]
 
 
+def test_a_plain_text_document_counts_its_text_not_a_media_estimate(
+    enc: tiktoken.Encoding,
+) -> None:
+    """An Anthropic ``document`` whose source is text (a page its web fetch tool
+    returned, a text file the developer attached) is read as text: it counted as a
+    fixed 85 tokens whatever its length, so a 60,000-character page could take a
+    request far past ``max_tokens`` uncounted. A PDF (base64 source) stays media."""
+    counter = TokenCounter()
+    page = "The quick brown fox jumps over the lazy dog. " * 1_300
+    for source in (
+        {"type": "text", "media_type": "text/plain", "data": page},
+        {"type": "content", "content": [{"type": "text", "text": page}]},
+    ):
+        doc = {"type": "document", "source": source, "title": "fox.txt"}
+        top = HumanMessage([{"type": "text", "text": "Sum it."}, doc])
+        assert counter.count_message(top) >= t(enc, page)
+        fetched = AIMessage(
+            [
+                {
+                    "type": "web_fetch_tool_result",
+                    "tool_use_id": "srvtoolu_1",
+                    "content": {
+                        "type": "web_fetch_result",
+                        "url": "https://x.test",
+                        "content": doc,
+                    },
+                }
+            ]
+        )
+        assert counter.count_message(fetched) >= t(enc, page)
+    pdf = {
+        "type": "document",
+        "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0" * 10_000},
+    }
+    assert counter.count_message(HumanMessage([pdf])) == 3 + t(enc, "user") + 85
+
+
 def test_tool_calls_and_tool_messages(enc: tiktoken.Encoding) -> None:
     counter = TokenCounter()
     args = {"path": "/src/main.py", "query": "naïve", "limit": 10}
