@@ -66,7 +66,7 @@ from collections.abc import (
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any, Literal, TypeVar, cast
 
-from langchain_core.messages import AIMessage, BaseMessage, RemoveMessage
+from langchain_core.messages import BaseMessage, RemoveMessage
 from langgraph.config import get_config
 from langgraph.store.base import (
     BaseStore,
@@ -87,6 +87,7 @@ from langchain_autocontext.messages import (
     dump_message,
     is_context_edit,
     load_message,
+    sent_calls,
     text_of,
 )
 from langchain_autocontext.records import EventRecord, HistoryEntry, OffloadRecord, _int_or_none
@@ -364,10 +365,11 @@ def _drop_thread_caches(store: OffloadStore, thread_id: str) -> None:
 def _search_text(message: BaseMessage) -> str:
     """Flattened text of a message for search: content plus tool-call names and args."""
     text = text_of(message)
-    if isinstance(message, AIMessage) and message.tool_calls:
+    sent = sent_calls(message)  # the calls whose arguments did not parse too
+    if sent:
         calls = [
-            f"{tc.get('name', '')}({json.dumps(tc.get('args', {}), ensure_ascii=False, default=str)})"
-            for tc in message.tool_calls
+            f"{tc.get('name') or ''}({json.dumps(tc.get('args', {}), ensure_ascii=False, default=str)})"
+            for tc in sent
         ]
         text = "\n".join([text, *calls]) if text else "\n".join(calls)
     return text

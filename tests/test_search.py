@@ -33,6 +33,8 @@ from langchain_autocontext.search import (
     tokenize,
 )
 from langchain_autocontext.store import OffloadStore
+from langchain_autocontext.summarizers import ExtractiveSummarizer, SummaryRequest
+from langchain_autocontext.summarizers.transcript import render_transcript
 
 
 def test_tokenize_keeps_identifiers_whole_and_split() -> None:
@@ -144,6 +146,37 @@ def test_server_tool_calls_and_results_are_searchable() -> None:
     hit = search_history(store, "t", "Reykjavik weather", 3)[0]
     assert hit.id == "oai" and "Reykjavik" in hit.snippet
     assert not search_history(store, "t", "EqgfCioIARgBIiQ3YTAwMjY1", 3)
+
+
+def test_a_call_whose_arguments_did_not_parse_is_searchable_and_summarized() -> None:
+    """A model's tool call whose arguments were not valid JSON is an
+    ``invalid_tool_call``: providers are sent it, and ``create_agent`` answers it with an
+    error. It was left out of the searchable text and of the summaries (a message whose
+    only call was one summarized as "(empty)"): what the model tried is kept."""
+    bad = AIMessage(
+        "",
+        id="bad",
+        invalid_tool_calls=[
+            {
+                "type": "invalid_tool_call",
+                "id": "c1",
+                "name": "run_query",
+                "args": '{"sql": "SELECT * FROM flights WHERE code = BA103',
+                "error": "unterminated string",
+            }
+        ],
+    )
+    store = OffloadStore(InMemoryStore())
+    store.append_history("t", [HumanMessage("Check the flight", id="u"), bad])
+    assert search_history(store, "t", "run_query flights BA103", 3)[0].id == "bad"
+    span = [HumanMessage("Check the flight", id="u"), bad]
+    for strategy in ("current_round", "tool_run"):
+        text = ExtractiveSummarizer().summarize_text(
+            SummaryRequest(messages=span, strategy=strategy, max_tokens=200)
+        )
+        assert "run_query" in text and "(empty)" not in text, text
+    transcript = render_transcript(span)
+    assert "run_query" in transcript and "BA103" in transcript
 
 
 def test_exact_phrase_beats_scattered_terms() -> None:

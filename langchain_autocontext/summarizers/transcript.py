@@ -14,16 +14,22 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
-from langchain_autocontext.messages import marker, result_tool_name, text_of, tool_call_names
+from langchain_autocontext.messages import (
+    marker,
+    result_tool_name,
+    sent_calls,
+    text_of,
+    tool_call_names,
+)
 
 __all__ = ["render_transcript", "tool_calls_of"]
 
 
 def tool_calls_of(message: BaseMessage) -> list[dict[str, Any]]:
-    """The tool calls of an AI message (empty for other messages)."""
-    if isinstance(message, AIMessage):
-        return [dict(tc) for tc in message.tool_calls]
-    return []
+    """The tool calls an AI message sends (:func:`~langchain_autocontext.messages.sent_calls`:
+    those whose arguments did not parse too, their raw argument text as ``args``, a
+    missing name as ``"?"``); empty for other messages."""
+    return [{**tc, "name": tc.get("name") or "?"} for tc in sent_calls(message)]
 
 
 def _role(message: BaseMessage) -> str:
