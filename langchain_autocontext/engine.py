@@ -56,7 +56,7 @@ from langchain_autocontext.messages import (
     text_of,
 )
 from langchain_autocontext.records import HistoryEntry, OffloadRecord
-from langchain_autocontext.store import OffloadStore, on_thread_deleted
+from langchain_autocontext.store import OffloadStore, message_version_key, on_thread_deleted
 from langchain_autocontext.strategies.base import (
     Strategy,
     conversation_origin,
@@ -988,18 +988,23 @@ class ContextEngine:
     def keep_edited(
         self, messages: Sequence[BaseMessage], *, thread_id: str, store: OffloadStore
     ) -> list[str]:
-        """Offload the working copies among ``messages`` whose content is not what the
-        history holds under their id, before the model deletes or rewrites them.
+        """Offload the working copies among ``messages`` whose content the history does
+        not hold, before the model deletes or rewrites them.
 
-        The history is idempotent by id: it keeps a message's first version. A message
-        edited since (``graph.update_state`` with its id, the developer's documented way
-        to edit) is a working copy the history never saw; deleted or rewritten by the
-        model, its text would be gone. Returns the offload ids, in ``messages``' order
-        (recorded in one ``edited_copy`` event)."""
+        The history keeps a message's first version under its id and each later content
+        (``graph.update_state`` with its id, the developer's documented way to edit) as
+        a version of it (:meth:`OffloadStore.append_history`), once archived; a working
+        copy it holds neither way (the package's own context edit, one not archived
+        yet) would be gone once deleted or rewritten by the model. Returns the offload
+        ids, in ``messages``' order (recorded in one ``edited_copy`` event)."""
         found = []
         for m in _edit_candidates(messages):
             entry = store.get_history_message(thread_id, str(m.id))
-            if entry is not None and self._edited(m, entry):
+            if (
+                entry is not None
+                and self._edited(m, entry)
+                and store.get_history_message(thread_id, message_version_key(m)) is None
+            ):
                 found.append(m)
         ids = [store.offload(thread_id, [m], **self._edit_record(m)).offload_id for m in found]
         if ids:
@@ -1013,7 +1018,11 @@ class ContextEngine:
         found = []
         for m in _edit_candidates(messages):
             entry = await store.aget_history_message(thread_id, str(m.id))
-            if entry is not None and self._edited(m, entry):
+            if (
+                entry is not None
+                and self._edited(m, entry)
+                and await store.aget_history_message(thread_id, message_version_key(m)) is None
+            ):
                 found.append(m)
         ids = [
             (await store.aoffload(thread_id, [m], **self._edit_record(m))).offload_id for m in found

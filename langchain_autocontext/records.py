@@ -27,14 +27,21 @@ class HistoryEntry:
     """Position in the thread's history (strictly increasing in append order)."""
     id: str
     """The item's key: the message id, or for a later version of a message edited
-    under its id, ``<id>~<digest>`` (``message.id`` is the message id)."""
+    under its id, ``<id>~<digest>`` (see :attr:`version_of`). ``message.id`` is the
+    same key, so a thread's history never lists two messages with one id (LangGraph's
+    ``add_messages`` would merge them), and the id a search hit names is the one
+    :meth:`~langchain_autocontext.store.OffloadStore.get_history_message` and
+    ``reload_offloaded`` take."""
     message: BaseMessage
-    """The message exactly as appended (the first version under the message id)."""
+    """The message exactly as appended, its id set to :attr:`id`."""
     ts: float
     """Unix time of the append."""
     agent: str | None = None
     """The agent whose run archived the message (``create_agent``'s ``name``; a subagent
     sharing its caller's thread has its own), or ``None`` outside a named agent."""
+    version_of: str | None = None
+    """For a later version (an edit that reused a message id): that message id (the
+    working copy's id), whose entry holds the first version; ``None`` otherwise."""
 
     def __repr__(self) -> str:  # the default would print the whole message (a 10 KB log)
         content = self.message.content

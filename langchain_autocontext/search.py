@@ -56,7 +56,13 @@ from langchain_core.messages import BaseMessage, ToolMessage
 from langgraph.store.base import Item
 
 from langchain_autocontext.errors import shown_value
-from langchain_autocontext.messages import content_text, load_message, marker, text_of
+from langchain_autocontext.messages import (
+    content_text,
+    is_context_edit,
+    load_message,
+    marker,
+    text_of,
+)
 from langchain_autocontext.store import (
     OffloadStore,
     _search_text,
@@ -383,6 +389,10 @@ class _Meta(NamedTuple):
     #: with in the transcript convention ("Caroline: …", "Caroline (May 8): …")
     said_by: str | None = None
     agent: str | None = None  # the named agent whose run archived it
+    version_of: str | None = None  # a later version's message id (its working copy's id)
+    held: int | None = (
+        None  # :func:`_held` of what it holds: in context when a working copy holds it too
+    )
 
 
 def _aware(value: dt.datetime) -> dt.datetime:
@@ -754,6 +764,7 @@ def _add_locked(index: _ThreadIndex, items: Iterable[Item]) -> None:
                 own if len(text) <= 2_000 else Counter(tokenize(text[:2_000], bm25.language))
             )
         seq = int(value["seq"])
+        of = value.get("version_of")
         ts = value.get("ts")
         when = d.time or ((float(ts), False) if ts else None)
         said_by = None if d.tool else (d.name or _opening_speaker(text))
@@ -767,6 +778,8 @@ def _add_locked(index: _ThreadIndex, items: Iterable[Item]) -> None:
             doc,
             said_by,
             stored_agent(value),
+            of if isinstance(of, str) else None,
+            _held(d.role, d.text),
         )
         if d.copy:
             index.noise.add(key)
@@ -812,6 +825,12 @@ class SearchHit:
     agent: str | None = None
     """The named agent whose run archived it (:attr:`HistoryEntry.agent`); the search
     tool shows it only for another agent's messages."""
+    version_of: str | None = None
+    """For a later version of a message edited under its id (:attr:`HistoryEntry.version_of`):
+    that message id, the id of its working copy; ``None`` otherwise."""
+    _held: int | None = field(default=None, repr=False, compare=False)
+    """What the hit holds (:func:`_held`), compared with its working copy's
+    (:func:`mark_in_context`); ``None`` in a hit built elsewhere."""
 
 
 def snippet(text: str, query: str, width: int = 320, windows: int = 3) -> str:
@@ -1012,12 +1031,33 @@ def _with_replies(
     return out
 
 
-def _context_states(working: Sequence[BaseMessage] | None) -> dict[str, str]:
-    states: dict[str, str] = {}
-    for m in working or ():
-        if m.id:
-            states[m.id] = "shortened" if (marker(m) or {}).get("kind") else "yes"
-    return states
+def _held(role: str, text: str) -> int:
+    """A fingerprint of what a message holds, as the index reads it: its role and its
+    searchable text (content plus tool calls)."""
+    return hash((role, text))
+
+
+def _in_context(hit: SearchHit, copy: BaseMessage | None) -> str:
+    """Whether ``hit`` is in the context, ``copy`` being the working message with its
+    message id (``hit.version_of`` for a later version, else ``hit.id``).
+
+    A message edited under its id has several contents in the history (the first under
+    the id, each later one under its version key) and one in the context: the hit
+    holding that content is in it; the first version is in it "shortened" when the
+    working copy is this package's rewrite of it (a preview or summary, the model's
+    update). A hit built without a fingerprint is in it when its id is."""
+    if copy is None:
+        return "no"
+    rewritten = bool((marker(copy) or {}).get("kind")) or is_context_edit(copy)
+    if hit._held is None:
+        return "no" if hit.version_of is not None else "shortened" if rewritten else "yes"
+    if not rewritten and hit._held == _held(_ROLE_OF.get(copy.type, copy.type), _search_text(copy)):
+        return "yes"
+    return "shortened" if rewritten and hit.version_of is None else "no"
+
+
+def _context_copies(working: Sequence[BaseMessage] | None) -> dict[str, BaseMessage]:
+    return {m.id: m for m in working or () if m.id}
 
 
 def mark_in_context(
@@ -1025,8 +1065,11 @@ def mark_in_context(
 ) -> list[SearchHit]:
     """``hits`` with ``in_context`` recomputed against new working messages (the ranking
     does not depend on the context, so a changed context needs no second search)."""
-    states = _context_states(working)
-    return [dataclasses.replace(h, in_context=states.get(h.id, "no")) for h in hits]
+    copies = _context_copies(working)
+    return [
+        dataclasses.replace(h, in_context=_in_context(h, copies.get(h.version_of or h.id)))
+        for h in hits
+    ]
 
 
 def _hits(
@@ -1035,22 +1078,26 @@ def _hits(
     query: str,
     working: Sequence[BaseMessage] | None,
 ) -> list[SearchHit]:
-    states = _context_states(working)
+    copies = _context_copies(working)
     out = []
     for key, score in ranked:
         meta = index.meta[key]
+        hit = SearchHit(
+            id=key,
+            seq=meta.seq,
+            role=meta.role,
+            score=round(score, 4),
+            snippet=snippet(index.texts[key], query),
+            tool_name=meta.tool_name,
+            speaker=meta.speaker,
+            time=None if meta.time is None else format_time(meta.time, meta.day),
+            agent=meta.agent,
+            version_of=meta.version_of,
+            _held=meta.held,
+        )
         out.append(
-            SearchHit(
-                id=key,
-                seq=meta.seq,
-                role=meta.role,
-                score=round(score, 4),
-                snippet=snippet(index.texts[key], query),
-                tool_name=meta.tool_name,
-                in_context=states.get(key, "no"),
-                speaker=meta.speaker,
-                time=None if meta.time is None else format_time(meta.time, meta.day),
-                agent=meta.agent,
+            dataclasses.replace(
+                hit, in_context=_in_context(hit, copies.get(meta.version_of or key))
             )
         )
     return out

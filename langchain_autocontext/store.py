@@ -393,6 +393,16 @@ def version_key(message_id: str, digest: str) -> str:
     return f"{message_id}~{digest}"
 
 
+def message_version_key(message: BaseMessage) -> str:
+    """The history key ``message`` (an id and a content) is held under when the history
+    keeps it as a later version of its id (:meth:`OffloadStore.append_history`); a
+    content that is the first version is held under the id itself."""
+    dumped = plain_json(dump_message(message), f"message {message.id!r}")
+    digest = _version_digest(dumped)
+    assert digest is not None  # pragma: no cover - dump_message writes type and data
+    return version_key(str(message.id), digest)
+
+
 def _chunks(seq: Sequence[_T], size: int) -> Iterator[Sequence[_T]]:
     for i in range(0, len(seq), size):
         yield seq[i : i + size]
@@ -862,13 +872,22 @@ class OffloadStore(BaseStore):
 
     @staticmethod
     def _entry(item: Item) -> HistoryEntry:
+        """The entry of a stored history item: the one place history messages are
+        loaded, so every reader (``get_history``, ``iter_history``,
+        ``get_history_message``, the chat history's ``original_messages``) agrees that a
+        later version's message has its version key as its id."""
         value = item.value
+        message = load_message(revive(value["message"]))
+        of = value.get("version_of")
+        if message.id != item.key:  # a later version: two messages would share one id
+            message = message.model_copy(update={"id": item.key})
         return HistoryEntry(
             seq=int(value["seq"]),
             id=item.key,
-            message=load_message(revive(value["message"])),
+            message=message,
             ts=float(value["ts"]),
             agent=stored_agent(value),
+            version_of=of if isinstance(of, str) else None,
         )
 
     def _history_plan(

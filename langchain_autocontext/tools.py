@@ -731,6 +731,8 @@ def _reload_tool(engine: ContextEngine) -> StructuredTool:
         if restore:
             if offset:
                 return call.error("restore=true reads from the start: pass offset=0."), None
+            if entry is not None and entry.version_of is not None:  # back under the working id
+                entry_msg = entry.message.model_copy(update={"id": entry.version_of})
             new, rewrite, why = _restore_plan(call, record, entry_msg)
             if new is not None:
                 lu_old, lu_new = latest_user_index(call.messages), latest_user_index(new)

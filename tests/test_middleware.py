@@ -31,6 +31,7 @@ from pydantic import Field
 
 from langchain_autocontext import (
     AutoContext,
+    AutoContextChatMessageHistory,
     AutoContextConfig,
     AutoContextMiddleware,
     AutoContextMiddlewareState,
@@ -330,10 +331,11 @@ def test_xml_delete_command_edits_state_and_keeps_the_original() -> None:
 
 @pytest.mark.parametrize("via", ["tool", "xml"])
 def test_a_message_edited_in_state_is_kept_before_the_model_deletes_it(via: str) -> None:
-    """``graph.update_state`` with a message's id (LangGraph's way to edit one) leaves
-    the history with the first version; the model then deleted the edited message and
-    its text was nowhere, while the answer said the original stays in the history
-    (LangGraph audit). The edited working copy is offloaded first."""
+    """``graph.update_state`` with a message's id (LangGraph's way to edit one): the
+    model then deleted the edited message and its text was nowhere, while the answer
+    said the original stays in the history (LangGraph audit). The history keeps the
+    edit as a later version of the message, and nothing else: no second copy is
+    offloaded (``keep_edited`` compared with the first version only)."""
     store = InMemoryStore()
     ac = AutoContext(CFG.model_copy(update={"xml_commands": True, "metadata_tags": True}))
 
@@ -351,12 +353,87 @@ def test_a_message_edited_in_state_is_kept_before_the_model_deletes_it(via: str)
     assert "note-1" not in {m.id for m in out["messages"]}
     ost = OffloadStore.wrap(store)
     assert ost.get_history_message("t", "note-1").message.content == "codename REDFOX"
-    (event,) = [e for e in ost.list_events("t") if e.strategy == "edited_copy"]
-    (record,) = [ost.reload("t", oid) for oid in event.data["offload_ids"]]
-    assert [m.content for m in record.messages] == ["codename BLUEBIRD"]
+    versions = [e for e in ost.get_history("t") if e.version_of == "note-1"]
+    assert [e.message.content for e in versions] == ["codename BLUEBIRD"]
+    assert not [e for e in ost.list_events("t") if e.strategy == "edited_copy"]
+    assert not ost.list_offloads("t")
     if via == "tool":
         answer = next(m for m in out["messages"] if m.type == "tool")
-        assert f'reload_offloaded(offload_id="{record.offload_id[:8]}")' in answer.content
+        assert "offloaded" not in answer.content
+
+
+def test_search_and_reload_agree_on_the_versions_of_a_message_edited_in_state() -> None:
+    """A message edited with ``graph.update_state`` has two contents in the history.
+    The search tool said the first one was in the context (it was not) and the one in
+    the context was not; the history listed both under one id. Each content now has
+    its own id (the version's key), the one in the context is said to be there, and
+    ``reload_offloaded`` restores either under the working copy's id."""
+    store = InMemoryStore()
+    ac = AutoContext(CFG.model_copy(update={"metadata_tags": True}))
+    answers: list[str] = []
+
+    def reply(messages: list[BaseMessage], n: int) -> AIMessage:
+        if isinstance(messages[-1], ToolMessage):
+            answers.append(text_of(messages[-1]))
+        if n == 1:
+            return call("search_history", {"query": "codename"}, n)
+        if n == 2:
+            return call("reload_offloaded", {"offload_id": "note-4", "restore": True}, n)
+        if n == 3:
+            version = re.search(r"id=(note-4~\w+)", answers[0])
+            assert version, answers[0]
+            return call("reload_offloaded", {"offload_id": version[1], "restore": True}, n)
+        return AIMessage("noted")
+
+    graph = agent(ReplyModel(reply=reply), ac, store)
+    graph.invoke({"messages": [HumanMessage("codename REDFOX", id="note-4")]}, THREAD)
+    graph.update_state(THREAD, {"messages": [HumanMessage("codename BLUEBIRD", id="note-4")]})
+    graph.invoke({"messages": [HumanMessage("what was the codename?")]}, THREAD)
+    found = re.finditer(r"id=(\S+) \w+[^,\n]*, position \d+, ([^;\n]+)", answers[0])
+    lines = {m[1]: m[2] for m in found}
+    version = next(key for key in lines if key.startswith("note-4~"))
+    assert lines == {
+        "note-4": "not in your context",
+        version: "in your context",
+        **{k: v for k, v in lines.items() if not k.startswith("note-4")},
+    }, answers[0]
+    assert "Error" not in answers[1] and "Error" not in answers[2], answers
+    (working,) = [m for m in graph.get_state(THREAD).values["messages"] if m.id == "note-4"]
+    assert text_of(working) == "codename BLUEBIRD", answers  # restored last: the version
+    originals = AutoContextChatMessageHistory("t", ac, store=store).original_messages
+    assert len({m.id for m in originals}) == len(originals)  # no id twice
+    assert [text_of(m) for m in originals if m.id in ("note-4", version)] == [
+        "codename REDFOX",
+        "codename BLUEBIRD",
+    ]
+
+
+def test_a_context_edit_the_history_does_not_hold_is_offloaded_before_a_delete() -> None:
+    """The model's own update is a context edit, not a version of the message: deleted
+    later, its text is offloaded first (``edited_copy``), the first version staying in
+    the history."""
+    store = InMemoryStore()
+    ac = AutoContext(CFG.model_copy(update={"metadata_tags": True}))
+
+    def reply(messages: list[BaseMessage], n: int) -> AIMessage:
+        if n == 1:
+            return call("update_message", {"message_id": "note-3", "content": "GREENFINCH"}, n)
+        if n == 3:
+            return call("delete_message", {"message_id": "note-3"}, n)
+        return AIMessage("noted")
+
+    graph = agent(ReplyModel(reply=reply), ac, store)
+    graph.invoke({"messages": [HumanMessage("codename REDFOX", id="note-3")]}, THREAD)
+    graph.invoke({"messages": [HumanMessage("rename the codename")]}, THREAD)
+    out = graph.invoke({"messages": [HumanMessage("forget the codename")]}, THREAD)
+    assert "note-3" not in {m.id for m in out["messages"]}
+    ost = OffloadStore.wrap(store)
+    assert [e.message.content for e in ost.get_history("t") if "note-3" in e.id] == [
+        "codename REDFOX"
+    ]
+    (event,) = [e for e in ost.list_events("t") if e.strategy == "edited_copy"]
+    (record,) = [ost.reload("t", oid) for oid in event.data["offload_ids"]]
+    assert [m.content for m in record.messages] == ["GREENFINCH"]
 
 
 def test_a_message_deleted_as_the_history_holds_it_is_not_offloaded_again() -> None:

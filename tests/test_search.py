@@ -93,14 +93,18 @@ def test_exact_keys_rank_their_message_first_and_the_index_grows() -> None:
 
 def test_threads_are_isolated_and_context_is_marked() -> None:
     store = OffloadStore(InMemoryStore())
-    make_history(store, "a", 3)
+    msgs = make_history(store, "a", 3)
     make_history(store, "b", 3)
     hits = search_history(store, "a", "page 1", 5)
     assert hits and all(h.id.startswith("a-") for h in hits)
-    working = [HumanMessage("x", id="a-t1")]
-    hits = search_history(store, "a", "page 1 key", 5, working=working)
+    held = next(m for m in msgs if m.id == "a-t1")
+    hits = search_history(store, "a", "page 1 key", 5, working=[held])
     states = {h.id: h.in_context for h in hits}
     assert states["a-t1"] == "yes" and all(v == "no" for k, v in states.items() if k != "a-t1")
+    # a working copy under that id holding something else is not that message
+    other = held.model_copy(update={"content": "x"})
+    hits = search_history(store, "a", "page 1 key", 5, working=[other])
+    assert all(h.in_context == "no" for h in hits)
 
 
 def test_the_search_tools_own_traffic_and_excluded_ids_are_left_out() -> None:
@@ -1067,4 +1071,4 @@ def test_an_edit_that_reuses_an_id_is_found_and_the_original_too() -> None:
         assert hits, word
         entry = store.get_history_message("t", hits[0].id)
         assert entry is not None and entry.message.content == content
-        assert entry.message.id == "u1"
+        assert entry.message.id == hits[0].id and (entry.version_of or entry.id) == "u1"

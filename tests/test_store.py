@@ -339,7 +339,10 @@ async def test_edit_with_known_id_keeps_the_original_and_the_new_version(
     assert entry.message.content == convo(3)[1].content
     version = await api.get_history_message("t", written[0])
     assert version is not None and version.seq == 3
-    assert version.message.content == "EDITED by update_message" and version.message.id == "m1"
+    assert version.message.content == "EDITED by update_message"
+    # loaded under its own key: a list of the history never holds one id twice
+    assert version.message.id == version.id == written[0] and version.version_of == "m1"
+    assert entry.version_of is None and entry.message.id == "m1"
     assert ids_of(await api.get_history("t")) == ["m0", "m1", "m2", written[0], "m3"]
     # each content once: the same edit again, or the original again, writes nothing
     assert await api.append_history("t", [edited]) == []
@@ -993,9 +996,10 @@ def test_property_history_is_each_content_of_each_id_once_in_order(
     expected = _versions(batches)
     for s in (store, twin):
         entries = s.get_history("t")
-        assert [(e.message.id, e.message.content, e.id == e.message.id) for e in entries] == (
-            expected
-        )
+        assert [
+            (e.version_of or e.id, e.message.content, e.version_of is None) for e in entries
+        ] == (expected)
+        assert all(e.message.id == e.id for e in entries)  # no id twice
         assert [e.seq for e in entries] == list(range(len(expected)))
         assert s.history_count("t") == len(expected)
     if conn is not None:
