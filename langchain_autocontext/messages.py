@@ -13,6 +13,7 @@ concept of their own.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import uuid
@@ -97,7 +98,9 @@ PIN_KEY = "autocontext_pinned"
 #: (the model's update command, a reply whose XML commands became receipts): the
 #: original was archived first and the edit recorded as an event, so the history does
 #: not keep the rewrite as a later version of the message (as it keeps an edit made
-#: outside the package, e.g. ``graph.update_state`` with the message's id).
+#: outside the package, e.g. ``graph.update_state`` with the message's id). Its value
+#: is a digest of what the edit wrote: a copy edited since (a developer's
+#: ``model_copy`` of it, which keeps ``additional_kwargs``) is no longer the package's.
 EDIT_KEY = "autocontext_edited"
 
 
@@ -119,16 +122,28 @@ def pin(message: _M, pinned: bool = True) -> _M:
     return message.model_copy(update={"additional_kwargs": extra})
 
 
+def _edit_digest(message: BaseMessage) -> str:
+    """What a context edit wrote (type, content, tool calls), as a short digest."""
+    calls = message.tool_calls if isinstance(message, AIMessage) else []
+    held = json.dumps(
+        [message.type, message.content, calls], sort_keys=True, ensure_ascii=False, default=str
+    )
+    return hashlib.sha256(held.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
 def is_context_edit(message: BaseMessage) -> bool:
-    """Whether ``message`` is this package's rewrite of a working copy (see :data:`EDIT_KEY`)."""
-    return bool(message.additional_kwargs.get(EDIT_KEY))
+    """Whether ``message`` is this package's rewrite of a working copy, as the package
+    wrote it (see :data:`EDIT_KEY`)."""
+    flag = message.additional_kwargs.get(EDIT_KEY)
+    return isinstance(flag, str) and flag == _edit_digest(message)
 
 
 def context_edit(message: _M, **update: Any) -> _M:
     """``message`` with ``update`` applied, flagged as this package's context edit
-    (:data:`EDIT_KEY`); same id and type."""
-    extra = {**message.additional_kwargs, EDIT_KEY: True}
-    return message.model_copy(update={**update, "additional_kwargs": extra})
+    (:data:`EDIT_KEY`, with the digest of what it holds); same id and type."""
+    edited = message.model_copy(update=update)
+    extra = {**message.additional_kwargs, EDIT_KEY: _edit_digest(edited)}
+    return edited.model_copy(update={"additional_kwargs": extra})
 
 
 # --- serialization --------------------------------------------------------------

@@ -40,6 +40,7 @@ from langchain_autocontext import (
 )
 from langchain_autocontext.history import surface_namespace
 from langchain_autocontext.messages import find_violations, text_of
+from langchain_autocontext.search import search_history
 from langchain_autocontext.strategies.base import summary_offload_ids
 from langchain_autocontext.view import NOTICE_ID
 
@@ -434,6 +435,33 @@ def test_a_context_edit_the_history_does_not_hold_is_offloaded_before_a_delete()
     (event,) = [e for e in ost.list_events("t") if e.strategy == "edited_copy"]
     (record,) = [ost.reload("t", oid) for oid in event.data["offload_ids"]]
     assert [m.content for m in record.messages] == ["GREENFINCH"]
+
+
+def test_a_developer_edit_of_a_message_the_model_updated_is_kept_as_a_version() -> None:
+    """The flag marking the package's own edit survived a developer's ``model_copy`` of
+    the message (``additional_kwargs`` are copied): the developer's edit was taken for
+    the package's and never reached the history, so search could not find it."""
+    store = InMemoryStore()
+    ac = AutoContext(CFG.model_copy(update={"metadata_tags": True}))
+
+    def reply(messages: list[BaseMessage], n: int) -> AIMessage:
+        if n == 1:
+            return call("update_message", {"message_id": "note-6", "content": "GREENFINCH"}, n)
+        return AIMessage("noted")
+
+    graph = agent(ReplyModel(reply=reply), ac, store)
+    graph.invoke({"messages": [HumanMessage("codename REDFOX", id="note-6")]}, THREAD)
+    graph.invoke({"messages": [HumanMessage("rename the codename")]}, THREAD)
+    (mine,) = [m for m in graph.get_state(THREAD).values["messages"] if m.id == "note-6"]
+    assert mine.content == "GREENFINCH"
+    edited = mine.model_copy(update={"content": "codename OSPREY"})
+    graph.update_state(THREAD, {"messages": [edited]})
+    graph.invoke({"messages": [HumanMessage("go on")]}, THREAD)
+    ost = OffloadStore.wrap(store)
+    held = [e.message.content for e in ost.get_history("t") if "note-6" in e.id]
+    assert held == ["codename REDFOX", "codename OSPREY"]  # not the model's own edit
+    (hit,) = search_history(ost, "t", "OSPREY", 1)
+    assert hit.version_of == "note-6"
 
 
 def test_a_message_deleted_as_the_history_holds_it_is_not_offloaded_again() -> None:
