@@ -140,6 +140,8 @@ class _Call:
     system: SystemMessage | None = None  #: the system message to put back after the view
     #: the package's markers in ``msgs`` (:func:`markers`), found once for every step
     marks: dict[int, dict[str, Any]] = field(default_factory=dict)
+    #: ids of the messages sent with this call only (see :meth:`ContextEngine.compress`)
+    request_only: frozenset[str] = frozenset()
 
     @property
     def summaries(self) -> list[str]:
@@ -1115,14 +1117,16 @@ class ContextEngine:
         messages: Sequence[BaseMessage],
         shown: AutoContextConfig | None = None,
         tools: Sequence[Any] | None = None,
+        request_only: Collection[str] = (),
     ) -> int:
         """Tokens of what no strategy compresses in ``messages`` (system prompt, tool
         schemas, latest user message, pending call, pins), counted as the pipeline
         counts them: the ``floor`` of :meth:`AutoContextConfig.thresholds`. ``tools``:
-        the tool schemas the pipeline counts (default :attr:`count_tools`)."""
+        the tool schemas the pipeline counts (default :attr:`count_tools`);
+        ``request_only``: as :meth:`compress` takes it (none is the latest user message)."""
         tags = (shown or self.config).tags_mode
         counted = self.count_tools if tools is None else list(tools)
-        return floor_tokens(list(messages), self.counter, counted, tags)
+        return floor_tokens(list(messages), self.counter, counted, tags, request_only)
 
     def with_own_tools(self, tools: Sequence[Any] | None) -> list[Any]:
         """The tool schemas the pipeline counts for a call that sends ``tools``: those
@@ -1240,10 +1244,12 @@ class ContextEngine:
         headroom: int = 0,
         reload_tool: bool | None = None,
         floor: int | None = None,
+        request_only: Collection[str] = (),
     ) -> Any:
         """``reload_tool``: the model has ``reload_offloaded`` (default: it has it with
         the package's tools, which come with the compression that writes this).
-        ``floor``: the messages' :meth:`floor_tokens`, when the call measured it."""
+        ``floor``: the messages' :meth:`floor_tokens`, when the call measured it.
+        ``request_only``: see :meth:`compress`."""
         budget = config or self.config
         reserved = self.config.max_tokens - budget.max_tokens
         # the view drops its pressure notice rather than exceed max_tokens: what fits
@@ -1267,6 +1273,7 @@ class ContextEngine:
             droppable_tokens=droppable,
             headroom=headroom,
             floor=floor,
+            request_only=frozenset(request_only),
         )
 
     def _finish(
@@ -1320,8 +1327,10 @@ class ContextEngine:
         never pass ``max_tokens - headroom`` (see :meth:`AutoContextConfig.thresholds`).
         ``request_only``: ids of messages sent with this call only, not part of the
         conversation (another middleware's retrieved documents): counted and compressed
-        like the others, never archived in the history; one that a strategy summarizes
-        or offloads is kept in that offload's record (``reload_offloaded``).
+        like the others, never archived in the history, and never taken for the latest
+        user message (a document appended as a user message leaves the user's own
+        latest message kept); one that a strategy summarizes or offloads is kept in that
+        offload's record (``reload_offloaded``).
         Raises :class:`ContextBudgetError` when the system prompt and the latest
         user message alone exceed ``max_tokens``.
         """
@@ -1353,6 +1362,7 @@ class ContextEngine:
             given, *self._prepare_all(given, request_only), store, thread_id, state, tools, view
         )
         call.marks = markers(call.msgs)  # the one scan for the package's messages
+        call.request_only = frozenset(request_only)
         return call
 
     def _compression(self, call: _Call, force: bool, headroom: int) -> Any:
@@ -1365,7 +1375,16 @@ class ContextEngine:
         msgs, budget, tools, floor = self._as_sent(call, msgs)
         reload_tool = _offers_reload(call.view, tools)
         return self._pipeline(
-            msgs, call.thread_id, tools, force, budget, call.state, headroom, reload_tool, floor
+            msgs,
+            call.thread_id,
+            tools,
+            force,
+            budget,
+            call.state,
+            headroom,
+            reload_tool,
+            floor,
+            call.request_only,
         )
 
     def _check_counted_tools(
@@ -1410,7 +1429,9 @@ class ContextEngine:
         if not call.view:
             plain = self._config_shown(False)
             return msgs, plain, list(self.agent_tools) if tools is None else tools, None
-        engaged, floor = self._engagement(msgs, call.state, tools, bool(call.marks))
+        engaged, floor = self._engagement(
+            msgs, call.state, tools, bool(call.marks), call.request_only
+        )
         shown = self._config_shown(engaged)
         sent, call.virtual, call.system = self._with_view(msgs, call.state, call.virtual, shown)
         if sent is not msgs:  # the view added its section: the floor counts it too
@@ -1534,11 +1555,13 @@ class ContextEngine:
         state: Mapping[str, Any] | None,
         tools: Sequence[Any] | None = None,
         marked: bool | None = None,
+        request_only: Collection[str] = (),
     ) -> tuple[bool, int | None]:
         """:meth:`engaged`, and when not, the floor it measured (:meth:`floor_tokens` of
         ``messages`` with the package hidden: the view's floor then, and the pipeline's
         when the view leaves the messages as they are), else ``None``. ``marked``:
-        whether a message of the package is among ``messages``, when the caller knows."""
+        whether a message of the package is among ``messages``, when the caller knows;
+        ``request_only``: see :meth:`compress`."""
         cfg = self.config
         if cfg.disclosure == "always" or not (cfg.metadata_tags or cfg.self_management_tools):
             return True, None
@@ -1550,7 +1573,7 @@ class ContextEngine:
         # the rule the pipeline applies to this call, before anything is shown
         hidden = self._config_shown(False)
         counted = self.count_tools if tools is None else list(tools)
-        floor = self.floor_tokens(msgs, hidden, counted)
+        floor = self.floor_tokens(msgs, hidden, counted, request_only)
         due = self._budget(msgs, state, hidden).due(
             self.counter.count(msgs, counted), len(msgs), floor
         )

@@ -18,7 +18,7 @@ import json
 import re
 import uuid
 import weakref
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from langchain_core.messages import (
@@ -503,17 +503,27 @@ def message_chars(message: BaseMessage) -> int:
 
 
 # --- structure: rounds and tool-call groups ----------------------------------------
-def latest_user_index(messages: Sequence[BaseMessage]) -> int | None:
-    """Index of the latest real user message, or ``None``."""
+def latest_user_index(
+    messages: Sequence[BaseMessage], request_only: Collection[str] = ()
+) -> int | None:
+    """Index of the latest real user message, or ``None``. Messages whose id is in
+    ``request_only`` (another middleware's additions to one model request, a retrieved
+    document: not turns of the conversation) are not user turns."""
     for i in range(len(messages) - 1, -1, -1):
-        if is_real_user(messages[i]):
+        m = messages[i]
+        if is_real_user(m) and not (request_only and m.id in request_only):
             return i
     return None
 
 
-def round_starts(messages: Sequence[BaseMessage]) -> list[int]:
-    """Indices of the real user messages: each opens a round (user … final answer)."""
-    return [i for i, m in enumerate(messages) if is_real_user(m)]
+def round_starts(messages: Sequence[BaseMessage], request_only: Collection[str] = ()) -> list[int]:
+    """Indices of the real user messages: each opens a round (user … final answer);
+    ``request_only`` as :func:`latest_user_index` has it."""
+    return [
+        i
+        for i, m in enumerate(messages)
+        if is_real_user(m) and not (request_only and m.id in request_only)
+    ]
 
 
 def atomic_groups(

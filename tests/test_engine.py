@@ -1022,9 +1022,9 @@ def test_a_call_measures_its_floor_once_and_scans_for_the_packages_messages_once
     counts = {"floor": 0, "marker": 0}
     minimal_context, read_marker = pipeline.minimal_context, messages_module.marker
 
-    def counted_floor(msgs: Any) -> Any:
+    def counted_floor(msgs: Any, *rest: Any) -> Any:
         counts["floor"] += 1
-        return minimal_context(msgs)
+        return minimal_context(msgs, *rest)
 
     def counted_marker(message: Any) -> Any:
         counts["marker"] += 1

@@ -1142,21 +1142,13 @@ async def test_a_request_only_message_of_an_outer_middleware_stays_out_of_the_st
     assert not find_violations(out["messages"])
 
 
-@pytest.mark.parametrize("run_async", [False, True])
-@pytest.mark.parametrize("where", ["last", "first"])
-async def test_request_only_messages_stay_out_of_the_history_when_a_view_is_fitted(
-    run_async: bool, where: str
-) -> None:
-    """A middleware before ours adds a large document to every request (not to the
-    state), so that each call's view is fitted in the model call: compressing the
-    request archived the document as a user turn of the conversation, once per call
-    under a new id, and a summary of the document alone reached the state (it was not
-    part of the conversation). Neither happens; what the model was shown of it stays
-    readable in the offload of the summary it was folded into."""
+def _retrieve(lines: int, where: str = "last") -> Any:
+    """A middleware (listed before ours) that adds a retrieved document of ``lines``
+    log lines to every model request as a user message, not to the state."""
     from langchain.agents.middleware import AgentMiddleware
 
     def with_docs(request):
-        docs = HumanMessage("Retrieved: the build uses make.\n" + log_text(60, 3))
+        docs = HumanMessage("Retrieved: the build uses make.\n" + log_text(lines, 3))
         msgs = request.messages
         new = [*msgs, docs] if where == "last" else [docs, *msgs]
         return request.override(messages=new)
@@ -1168,10 +1160,24 @@ async def test_request_only_messages_stay_out_of_the_history_when_a_view_is_fitt
         async def awrap_model_call(self, request, handler):
             return await handler(with_docs(request))
 
+    return Retrieve()
+
+
+@pytest.mark.parametrize("run_async", [False, True])
+@pytest.mark.parametrize("where", ["last", "first"])
+async def test_request_only_messages_stay_out_of_the_history_when_a_view_is_fitted(
+    run_async: bool, where: str
+) -> None:
+    """A middleware before ours adds a large document to every request (not to the
+    state), so that each call's view is fitted in the model call: compressing the
+    request archived the document as a user turn of the conversation, once per call
+    under a new id, and a summary of the document alone reached the state (it was not
+    part of the conversation). Neither happens; what the model was shown of it stays
+    readable in the offload of the summary it was folded into."""
     ac, history, system = _fit_setup()
     store = InMemoryStore()
     model = ReplyModel(reply=steps_then_answer(6))
-    graph = agent(model, ac, store, system=system, extra=[Retrieve()])
+    graph = agent(model, ac, store, system=system, extra=[_retrieve(60, where)])
     run = {"messages": history}
     out = await graph.ainvoke(run, THREAD) if run_async else graph.invoke(run, THREAD)
     assert out["messages"][-1].content == "done after 6 calls"
@@ -1193,6 +1199,34 @@ async def test_request_only_messages_stay_out_of_the_history_when_a_view_is_fitt
         if any("Retrieved:" in text_of(r) for r in offloads.reload("t", oid).messages)
     ]
     assert folded or where == "last"  # first: folded into a summary the model was shown
+    assert not find_violations(out["messages"])
+
+
+@pytest.mark.parametrize("run_async", [False, True])
+@pytest.mark.parametrize("lines", [100, 140])
+async def test_a_request_only_user_message_is_not_the_latest_user_message_of_a_fitted_view(
+    run_async: bool, lines: int
+) -> None:
+    """A middleware before ours appends a retrieved document to every request as a
+    user message. Fitting the call's view took the document for the latest user
+    message: the user's own question (a long task statement) counted as an older round
+    and was evicted into the recursive summary, in the model's view and in the state;
+    with a larger document, the document counted as never compressible and the call
+    failed with ContextBudgetError. The question stays verbatim in every request and
+    in the state, and the document is compressed like any other message."""
+    ac, history, system = _fit_setup()
+    question = HumanMessage("Why does the build fail?\n" + log_text(20, 9), id="u0")
+    history[0] = question
+    store = InMemoryStore()
+    model = ReplyModel(reply=steps_then_answer(6))
+    graph = agent(model, ac, store, system=system, extra=[_retrieve(lines)])
+    run = {"messages": history}
+    out = await graph.ainvoke(run, THREAD) if run_async else graph.invoke(run, THREAD)
+    assert out["messages"][-1].content == "done after 6 calls"
+    assert len({e.seq for e in ac.resolve_store(store).list_events("t")}) > 1  # fitted
+    for sent in model.seen:
+        assert [m.content for m in sent if m.id == "u0"] == [question.content]
+    assert [m.content for m in out["messages"] if m.id == "u0"] == [question.content]
     assert not find_violations(out["messages"])
 
 

@@ -188,6 +188,10 @@ class PassContext:
     #: empty without tags). Removing a message frees its tag too; a replacement
     #: brings one of its own (:attr:`tag_tokens`).
     tag_costs: Sequence[int] = ()
+    #: Ids of messages sent with this call only (another middleware's retrieved
+    #: documents, see :meth:`~langchain_autocontext.engine.ContextEngine.compress`):
+    #: compressible like any other, never the latest user message nor a round's start.
+    request_only: frozenset[str] = frozenset()
 
     # The messages do not change during a pass: what is found by scanning them is
     # found once (``protected`` runs per message; a scan per call made a pass over a
@@ -208,7 +212,7 @@ class PassContext:
 
     @cached_property
     def latest_user(self) -> int | None:
-        return latest_user_index(self.messages)
+        return latest_user_index(self.messages, self.request_only)
 
     @cached_property
     def pending(self) -> int | None:

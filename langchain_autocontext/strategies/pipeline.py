@@ -8,7 +8,7 @@ sync driver (:func:`drive`) and the async one (:func:`adrive`).
 from __future__ import annotations
 
 import time
-from collections.abc import Generator, Sequence
+from collections.abc import Collection, Generator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -122,9 +122,10 @@ class PipelineResult:
 
 
 Pipeline = Generator[OffloadOp | SummarizeOp | EventOp, Any, PipelineResult]
+Msgs = Sequence[BaseMessage]
 
 
-def _check_pass(before: Sequence[BaseMessage], after: Sequence[BaseMessage], strategy: str) -> None:
+def _check_pass(before: Msgs, after: Msgs, strategy: str, skip: frozenset[str]) -> None:
     """The invariants every strategy must keep (a violation is a bug, never input)."""
     try:
         assert_valid_sequence(after)
@@ -132,20 +133,18 @@ def _check_pass(before: Sequence[BaseMessage], after: Sequence[BaseMessage], str
         raise InvariantViolationError(f"strategy {strategy!r} broke the sequence: {exc}") from None
     if before and isinstance(before[0], SystemMessage) and (not after or after[0] is not before[0]):
         raise InvariantViolationError(f"strategy {strategy!r} moved or changed the system message")
-    lu = latest_user_index(before)
-    if lu is not None:
-        lu_after = latest_user_index(after)
-        if lu_after is None or after[lu_after].id != before[lu].id:
-            raise InvariantViolationError(f"strategy {strategy!r} dropped the latest user message")
+    lu, lu_after = latest_user_index(before, skip), latest_user_index(after, skip)
+    if lu is not None and (lu_after is None or after[lu_after].id != before[lu].id):
+        raise InvariantViolationError(f"strategy {strategy!r} dropped the latest user message")
 
 
-def minimal_context(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
-    """What can never be compressed: system message, latest user message, pending call,
-    and pinned messages with their tool-call groups."""
+def minimal_context(messages: Msgs, skip: Collection[str] = ()) -> list[BaseMessage]:
+    """What can never be compressed: system message, latest user message (none of the
+    request-only ``skip``), pending call, and pinned messages with their tool-call groups."""
     keep: list[int] = []
     if messages and isinstance(messages[0], SystemMessage):
         keep.append(0)
-    for idx in (latest_user_index(messages), pending_call_index(messages)):
+    for idx in (latest_user_index(messages, skip), pending_call_index(messages)):
         if idx is not None and idx not in keep:
             keep.append(idx)
     keep.extend(i for i in pinned_group_indices(messages) if i not in keep)
@@ -153,16 +152,16 @@ def minimal_context(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
 
 
 def floor_tokens(
-    messages: Sequence[BaseMessage], counter: TokenCounter, tools: Any, tags: bool | str
+    messages: Msgs, counter: TokenCounter, tools: Any, tags: bool | str, skip: Collection[str] = ()
 ) -> int:
     """Tokens of :func:`minimal_context` as sent (tool schemas and tags included, the
     tags naming each message by the short id the view shows): the ``floor`` that
     :meth:`AutoContextConfig.thresholds` sets aside."""
-    return counter.count(minimal_context(as_shown(messages, tags)), tools, tags=tags)
+    return counter.count(minimal_context(as_shown(messages, tags), skip), tools, tags=tags)
 
 
 def _room_report(
-    msgs: Sequence[BaseMessage], counter: TokenCounter, tools: Any, reserved: int
+    msgs: Msgs, counter: TokenCounter, tools: Any, reserved: int, skip: frozenset[str]
 ) -> str:
     """What the incompressible part is made of, with the switches that shrink each."""
     parts: list[str] = []
@@ -177,7 +176,7 @@ def _room_report(
             f"{len(tools)} tool schemas {counter.count_tools(tools)} (the package's own: "
             "self_management_tools=False)"
         )
-    lu = latest_user_index(msgs)
+    lu = latest_user_index(msgs, skip)
     if lu is not None:
         parts.append(f"the latest user message {counter.count_message(msgs[lu])}")
     pc = pending_call_index(msgs)
@@ -278,6 +277,7 @@ def run_pipeline(
     droppable_tokens: int = 0,
     headroom: int = 0,
     floor: int | None = None,
+    request_only: frozenset[str] = frozenset(),
 ) -> Pipeline:
     """Compress ``messages`` if triggered (or ``force``); see the module docstring.
 
@@ -293,6 +293,7 @@ def run_pipeline(
     model call (see :meth:`AutoContextConfig.thresholds`).
     ``floor``: :func:`floor_tokens` of ``messages`` with these ``tools`` and ``tags``,
     when the caller measured it already.
+    ``request_only``: ids of messages sent with this call only: none is a user turn.
     """
     configured = config.max_tokens + reserved_tokens
     hard = config.max_tokens + max(0, min(droppable_tokens, reserved_tokens))
@@ -332,7 +333,7 @@ def run_pipeline(
     tokens = count(msgs)
     before = tokens
     if floor is None:
-        floor = floor_tokens(msgs, counter, tools, tags)
+        floor = floor_tokens(msgs, counter, tools, tags, request_only)
     triggered = force or config.due(tokens, len(msgs), floor, headroom)
     if not triggered:
         return PipelineResult(msgs, before, tokens, triggered=False)
@@ -341,7 +342,8 @@ def run_pipeline(
             f"What can never be compressed (system prompt, tool schemas, latest user "
             f"message, pinned messages) alone counts {floor + reserved_tokens} tokens, more "
             f"than max_tokens={configured}{reserve_note}. "
-            f"What takes the room: {_room_report(msgs, counter, tools, reserved_tokens)}. "
+            "What takes the room: "
+            f"{_room_report(msgs, counter, tools, reserved_tokens, request_only)}. "
             "Raise max_tokens, shorten the system prompt or the user message, unpin messages "
             "or send fewer tools. Nothing was sent.",
             required_tokens=floor + reserved_tokens,
@@ -373,6 +375,7 @@ def run_pipeline(
             keep_tail=keep_tail,
             floor_tokens=floor,
             tag_costs=tag_costs(msgs),
+            request_only=request_only,
         )
         jobs = strategy.plan(ctx)
         if not jobs:
@@ -381,7 +384,7 @@ def run_pipeline(
         new, stats = yield from _apply_jobs(
             msgs, jobs, strategy.name, thread_id, ctx, reload_tool=reload_tool
         )
-        _check_pass(msgs, new, strategy.name)
+        _check_pass(msgs, new, strategy.name, request_only)
         new_tokens = count(new)
         event = {
             "strategy": strategy.name,
@@ -447,8 +450,8 @@ def run_pipeline(
             f"After every strategy the context still counts {tokens + reserved_tokens} tokens, "
             f"more than max_tokens={configured}{reserve_note}: what cannot be compressed "
             "(system prompt, tool schemas, latest user message, the tool calls in progress, "
-            f"pinned messages: {_room_report(msgs, counter, tools, reserved_tokens)}) is too "
-            "large. "
+            "pinned messages: "
+            f"{_room_report(msgs, counter, tools, reserved_tokens, request_only)}) is too large. "
             "Raise max_tokens, unpin messages or lower large_payload_threshold. Nothing was "
             "sent.",
             required_tokens=tokens + reserved_tokens,

@@ -26,7 +26,7 @@ class RoundSummary:
     name = "round"
 
     def plan(self, ctx: PassContext) -> list[Job]:
-        starts = [s for s in round_starts(ctx.messages) if s >= ctx.body_start]
+        starts = [s for s in round_starts(ctx.messages, ctx.request_only) if s >= ctx.body_start]
         latest = ctx.latest_user
         candidates = []
         for k, s in enumerate(starts):  # oldest first, until the target
