@@ -910,9 +910,15 @@ def _conversation(
     """``kept`` without the new summaries (``spans``: offload id -> its record) that stand
     for request-only messages (``extra``) alone: what they summarize was never part of the
     conversation, and the state would gain one such summary per fitted call. Their
-    records stay in the store, as every offload does."""
+    records stay in the store (one per content, flagged ``request_only`` in their
+    ``extra``: the same document folded again in a later call reuses the record, whose
+    ``message_ids`` are the ids that document had then)."""
     covered = {oid: {i for i in record.message_ids if i} for oid, record in spans.items()}
-    alone = {oid for oid, ids in covered.items() if ids and ids <= extra}
+    alone = {
+        oid
+        for oid, ids in covered.items()
+        if spans[oid].extra.get("request_only") or (ids and ids <= extra)
+    }
     if not alone:
         return kept
     return [m for m in kept if not alone.intersection(summary_offload_ids([m]))]

@@ -387,6 +387,16 @@ def _version_digest(dumped: Any) -> str | None:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
+def _content_id(dumped: list[Any], *fields: Any) -> str:
+    """The offload id of :meth:`OffloadStore.offload` with ``reuse=True``: a uuid of the
+    messages' :func:`_version_digest` s (their ids aside) and the record's other
+    ``fields``, unguessable without the content."""
+    held = [[_version_digest(d) for d in dumped], *fields]
+    text = json.dumps(held, sort_keys=True, ensure_ascii=False, default=str)
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
+    return str(uuid.UUID(bytes=digest[:16], version=4))
+
+
 def version_key(message_id: str, digest: str) -> str:
     """The history key of a later version of the message ``message_id`` (an edit that
     reused its id): the id, ``~`` and a digest of what that version holds."""
@@ -1042,6 +1052,7 @@ class OffloadStore(BaseStore):
         tokens: int,
         replacement_tokens: int | None,
         extra: Mapping[str, Any] | None,
+        reuse: bool = False,
     ) -> _Plan[OffloadRecord]:
         ns = self.namespace(thread_id, OFFLOAD)
         meta_ns = self.namespace(thread_id, META)
@@ -1059,9 +1070,15 @@ class OffloadStore(BaseStore):
             for i, m in enumerate(messages)
         ]
         extra_plain = plain_json(dict(extra or {}), "offload extra")
-        meta = yield [GetOp(meta_ns, OFFLOAD, False)]
+        if not reuse:
+            offload_id = str(uuid.uuid4())
+            meta = yield [GetOp(meta_ns, OFFLOAD, False)]
+        else:
+            offload_id = _content_id(dumped, strategy, preview, tokens, extra_plain)
+            meta = yield [GetOp(meta_ns, OFFLOAD, False), GetOp(ns, offload_id, False)]
+            if isinstance(meta[1], Item):  # the same content, offloaded before: its record
+                return self._record(thread_id, offload_id, meta[1].value)
         seq = yield from self._next_seq_plan(thread_id, OFFLOAD, meta[0])
-        offload_id = str(uuid.uuid4())
         value = {
             **_seq_fields(seq),
             "ref": offload_ref(offload_id),
@@ -1137,8 +1154,14 @@ class OffloadStore(BaseStore):
         tokens: int,
         replacement_tokens: int | None = None,
         extra: Mapping[str, Any] | None = None,
+        reuse: bool = False,
     ) -> OffloadRecord:
         """Store original messages under a new, unguessable offload id (uuid4).
+
+        ``reuse=True``: the id is derived from what is stored (the messages' content and
+        kind, their ids aside, and the other fields): the same content offloaded again
+        returns the record stored the first time, unchanged, instead of a new one (for
+        messages sent with one model call only, which every call offloads anew).
 
         Cost: one read (the counter) and one batched write (the item + the counter).
 
@@ -1148,7 +1171,7 @@ class OffloadStore(BaseStore):
         with self._locked(thread_id, OFFLOAD):
             return self._run(
                 self._offload_plan(
-                    thread_id, messages, strategy, preview, tokens, replacement_tokens, extra
+                    thread_id, messages, strategy, preview, tokens, replacement_tokens, extra, reuse
                 )
             )
 
@@ -1162,12 +1185,13 @@ class OffloadStore(BaseStore):
         tokens: int,
         replacement_tokens: int | None = None,
         extra: Mapping[str, Any] | None = None,
+        reuse: bool = False,
     ) -> OffloadRecord:
         """Async twin of :meth:`offload`."""
         async with self._alocked(thread_id, OFFLOAD):
             return await self._arun(
                 self._offload_plan(
-                    thread_id, messages, strategy, preview, tokens, replacement_tokens, extra
+                    thread_id, messages, strategy, preview, tokens, replacement_tokens, extra, reuse
                 )
             )
 

@@ -1230,6 +1230,52 @@ async def test_a_request_only_user_message_is_not_the_latest_user_message_of_a_f
     assert not find_violations(out["messages"])
 
 
+@pytest.mark.parametrize("run_async", [False, True])
+async def test_a_request_only_document_folded_in_every_fitted_call_keeps_one_offload(
+    run_async: bool,
+) -> None:
+    """A middleware before ours puts the same document first in every request; each
+    fitted call folded it into a summary of its own (kept out of the state) and wrote
+    one more offload record of it: they piled up in list_offloads and the replay
+    report. The document keeps one record, whose id every such summary shows, and the
+    model still reloads it by that id in a later step of the conversation."""
+    steps = 8
+    tool_steps = steps_then_answer(steps)
+
+    def reply(messages: list[BaseMessage], n: int) -> AIMessage:
+        if n < steps:
+            return tool_steps(messages, n)
+        if n == steps:  # reload what the summary of the document names
+            shown = [text_of(m) for m in messages if "Retrieved:" in text_of(m)]
+            oid = re.search(r'offload_id="([\w-]+)"', shown[0])
+            assert oid is not None
+            return call("reload_offloaded", {"offload_id": oid.group(1)}, n)
+        return AIMessage("done")
+
+    ac, history, system = _fit_setup()
+    store = InMemoryStore()
+    model = ReplyModel(reply=reply)
+    graph = agent(model, ac, store, system=system, extra=[_retrieve(60, "first")])
+    run = {"messages": history}
+    out = await graph.ainvoke(run, THREAD) if run_async else graph.invoke(run, THREAD)
+    assert out["messages"][-1].content == "done"
+    offloads = ac.resolve_store(store)
+    docs = [
+        r.offload_id
+        for r in offloads.list_offloads("t")
+        if all("Retrieved:" in text_of(m) for m in r.messages)
+    ]
+    assert len(docs) == 1
+    folded = [sent for sent in model.seen if docs[0] in summary_offload_ids(sent)]
+    assert len(folded) > 2  # several fitted calls folded it, all under the one record
+    reloaded = [
+        m for m in out["messages"] if isinstance(m, ToolMessage) and m.tool_call_id == f"c{steps}"
+    ]
+    assert len(reloaded) == 1 and "Retrieved: the build uses make." in text_of(reloaded[0])
+    assert not [m for m in out["messages"] if docs[0] in summary_offload_ids([m])]
+    assert not find_violations(out["messages"])
+
+
 def test_a_fitted_view_is_not_applied_when_an_outer_middleware_hid_state_messages() -> None:
     """A middleware before ours sends the model part of the state only: writing the view
     fitted from that part to the state would drop the rest from the conversation; the

@@ -483,6 +483,30 @@ async def test_lost_counter_is_recovered(api: StoreAPI) -> None:
 
 
 # --- offloads --------------------------------------------------------------------------------
+async def test_offload_with_reuse_keeps_one_record_per_content(api: StoreAPI) -> None:
+    """``reuse=True`` (messages sent with one model call only, offloaded anew by every
+    call under new ids): the same content returns the first record, unchanged; other
+    content, another strategy or another thread gets its own; without it, a new one."""
+    doc = HumanMessage("Retrieved: the build uses make.", id="d1")
+    kw: dict[str, Any] = {"strategy": "fifo", "preview": "p", "tokens": 9, "reuse": True}
+    first = await api.offload("t", [doc], **kw)
+    again = await api.offload("t", [doc.model_copy(update={"id": "d2"})], **kw)
+    assert again == first and again.message_ids == ("d1",)
+    other = await api.offload("t", [HumanMessage("Retrieved: other.", id="d3")], **kw)
+    moved = await api.offload("t", [doc], **{**kw, "strategy": "offload_all"})
+    elsewhere = await api.offload("u", [doc], **kw)
+    plain = await api.offload("t", [doc], strategy="fifo", preview="p", tokens=9)
+    ids = {r.offload_id for r in (first, other, moved, plain)}
+    assert len(ids) == 4 and elsewhere.thread_id == "u"
+    assert [r.offload_id for r in await api.list_offloads("t")] == [
+        first.offload_id,
+        other.offload_id,
+        moved.offload_id,
+        plain.offload_id,
+    ]
+    assert await api.reload("t", first.offload_id) == first
+
+
 async def test_offload_reload_round_trip(api: StoreAPI) -> None:
     originals = every_message_type()[2:5]
     record = await api.offload(

@@ -329,6 +329,14 @@ class PassContext:
             or i in self.pinned_indices
         )
 
+    def offload_options(self, originals: Sequence[BaseMessage]) -> dict[str, Any]:
+        """The options of :meth:`~langchain_autocontext.store.OffloadStore.offload` for
+        ``originals``: when all are request-only (sent anew with every call), one record
+        per content (``reuse``), flagged ``request_only`` in its ``extra``."""
+        if not self.request_only or any(m.id not in self.request_only for m in originals):
+            return {}
+        return {"reuse": True, "extra": {"request_only": True}}
+
     @cached_property
     def pinned_indices(self) -> frozenset[int]:
         """Indices of pinned messages and of every message in their tool-call group

@@ -92,7 +92,7 @@ def default_strategies() -> list[Strategy]:
 @dataclass(frozen=True)
 class OffloadOp:
     thread_id: str
-    items: list[tuple[list[BaseMessage], str, str, int]]  # originals, strategy, preview, tokens
+    items: list[tuple[list[BaseMessage], str, str, int, dict[str, Any]]]  # + offload options
 
 
 @dataclass(frozen=True)
@@ -473,8 +473,9 @@ def _apply_jobs(
     items = []
     for job in jobs:
         originals = job.originals if job.originals is not None else msgs[job.start : job.end]
+        tokens = sum(map(ctx.counter.count_message, originals))
         items.append(
-            (list(originals), strategy, job.preview, sum(map(ctx.counter.count_message, originals)))
+            (list(originals), strategy, job.preview, tokens, ctx.offload_options(originals))
         )
     offloading = [k for k, job in enumerate(jobs) if job.offload]
     written = yield OffloadOp(thread_id, [items[k] for k in offloading])
@@ -566,8 +567,8 @@ def drive(gen: Pipeline, store: Any, summarizer: Summarizer) -> PipelineResult:
         while True:
             if isinstance(op, OffloadOp):
                 reply: Any = [
-                    store.offload(op.thread_id, m, strategy=s, preview=p, tokens=t)
-                    for m, s, p, t in op.items
+                    store.offload(op.thread_id, m, strategy=s, preview=p, tokens=t, **o)
+                    for m, s, p, t, o in op.items
                 ]
             elif isinstance(op, SummarizeOp):
                 reply = summarizer.summarize_many(op.requests)
@@ -586,8 +587,8 @@ async def adrive(gen: Pipeline, store: Any, summarizer: Summarizer) -> PipelineR
         while True:
             if isinstance(op, OffloadOp):
                 reply: Any = [
-                    await store.aoffload(op.thread_id, m, strategy=s, preview=p, tokens=t)
-                    for m, s, p, t in op.items
+                    await store.aoffload(op.thread_id, m, strategy=s, preview=p, tokens=t, **o)
+                    for m, s, p, t, o in op.items
                 ]
             elif isinstance(op, SummarizeOp):
                 reply = await summarizer.asummarize_many(op.requests)
