@@ -46,6 +46,7 @@ from langchain_autocontext.errors import (
     ContextBudgetError,
     InvalidConfigError,
     OffloadNotFoundError,
+    caller_stacklevel,
 )
 from langchain_autocontext.messages import (
     ensure_ids,
@@ -417,7 +418,7 @@ class ContextEngine:
         if model is not None:
             self._window = model_window(model)
             if self._window is None:
-                self._warn_default_budget(stacklevel=3)
+                self._warn_default_budget()
         self.config = self._derive_config(self._window)
         self.store: OffloadStore | None = (
             OffloadStore.wrap(store, prefix=self.config.store_prefix) if store is not None else None
@@ -606,7 +607,7 @@ class ContextEngine:
         window = model_window(model)
         if window is None or window == self._window:
             if window is None and self._window is None:
-                self._warn_default_budget(stacklevel=3)
+                self._warn_default_budget()
             return False
         with self._budget_lock:
             if window == self._window:
@@ -654,8 +655,9 @@ class ContextEngine:
                 stacklevel=3,
             )
 
-    def _warn_default_budget(self, stacklevel: int = 2) -> None:
-        """Once per instance: no ``max_tokens`` and no window known."""
+    def _warn_default_budget(self) -> None:
+        """Once per instance: no ``max_tokens`` and no window known. The warning names
+        the caller's line, whichever public entry point (sync or async) led here."""
         if self._budget_warned or self._explicit_max or self._window is not None:
             return
         self._budget_warned = True
@@ -667,7 +669,7 @@ class ContextEngine:
             "(ChatModel(..., profile={'max_input_tokens': …}); the middleware reads the "
             "agent's model by itself).",
             UserWarning,
-            stacklevel=stacklevel + 1,
+            stacklevel=caller_stacklevel(),
         )
 
     def learn_tools(self, tools: Sequence[Any]) -> None:
@@ -1606,7 +1608,7 @@ class ContextEngine:
 
     def _config_shown(self, engaged: bool) -> AutoContextConfig:
         if not (self._budget_warned or self._window_deferred):  # every surface passes here
-            self._warn_default_budget(stacklevel=4)
+            self._warn_default_budget()
         if engaged:
             return self.config
         # nothing of the package before it engages: no tags, no tools, and no section

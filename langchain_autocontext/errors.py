@@ -9,6 +9,7 @@ the user (or the model, when a tool reports it) what to do next.
 from __future__ import annotations
 
 import re
+import sys
 
 __all__ = [
     "AmbiguousOffloadRefError",
@@ -44,6 +45,30 @@ _RATE_LIMIT_PHRASES = (
     "try again later",
     "too many requests",
 )
+
+
+#: Code between a user's call and a warning: the package, LangChain, LangGraph, and
+#: LangSmith's tracing wrappers, and the standard library's threads, pools and event loop.
+_NOT_USER_CODE = re.compile(
+    r"[/\\](?:langchain_autocontext|langchain_core|langchain|langgraph|langsmith|concurrent|asyncio|"
+    r"threading\.py|contextvars|tenacity)(?:[/\\.]|$)"
+)
+
+
+def caller_stacklevel() -> int:
+    """The ``stacklevel`` of a warning that points at the user's code, for the function
+    that calls this and then warns: the first frame outside the package, LangChain,
+    LangGraph and the standard library's threads and event loop, whatever public entry
+    point (sync or async) led there; that function's caller when there is none (a
+    summary written in a worker thread has no user code on its stack)."""
+    frame = sys._getframe(1)  # the function that warns
+    level = 1
+    while frame is not None:
+        if not _NOT_USER_CODE.search(frame.f_code.co_filename):
+            return level
+        frame = frame.f_back  # type: ignore[assignment]
+        level += 1
+    return 2
 
 
 def says_rate_limit(error: BaseException) -> bool:

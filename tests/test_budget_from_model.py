@@ -374,6 +374,43 @@ def test_the_engine_surfaces_warn_once_without_a_budget() -> None:
     assert len([w for w in caught if "default budget" in str(w.message)]) == 1
 
 
+async def test_the_default_budget_warning_names_the_callers_line() -> None:
+    """Every public entry point, sync and async, shown or not: the warning points at
+    the line that called the package (it pointed inside engine.py for compress and
+    acompress, and one frame above the caller for prepare_model_call with
+    ``disclosure="always"``)."""
+    msgs = [HumanMessage("hi", id="h1")]
+
+    def fresh(disclosure: str) -> AutoContext:
+        return AutoContext(store=InMemoryStore(), disclosure=disclosure)
+
+    for disclosure in ("when_needed", "always"):
+        with pytest.warns(UserWarning, match="default budget") as caught:
+            fresh(disclosure).compress(msgs)
+        assert {w.filename for w in caught} == {__file__}, disclosure
+        with pytest.warns(UserWarning, match="default budget") as caught:
+            fresh(disclosure).compress(msgs, view=False)
+        assert {w.filename for w in caught} == {__file__}, disclosure
+        with pytest.warns(UserWarning, match="default budget") as caught:
+            await fresh(disclosure).acompress(msgs)
+        assert {w.filename for w in caught} == {__file__}, disclosure
+        with pytest.warns(UserWarning, match="default budget") as caught:
+            fresh(disclosure).prepare_model_call(msgs)
+        assert {w.filename for w in caught} == {__file__}, disclosure
+        with pytest.warns(UserWarning, match="default budget") as caught:
+            fresh(disclosure).view_config(msgs, None)
+        assert {w.filename for w in caught} == {__file__}, disclosure
+    with pytest.warns(UserWarning, match="default budget") as caught:
+        AutoContext(model=windowed())  # a model without a window
+    assert {w.filename for w in caught} == {__file__}
+    # the middleware under a sync agent: the line that invoked the agent (an async
+    # agent runs its nodes as tasks of their own, whose stack holds no caller's line)
+    graph = agent(windowed(steps=2, lines=2), AutoContextMiddleware())
+    with pytest.warns(UserWarning, match="default budget") as caught:
+        graph.invoke({"messages": [HumanMessage("go")]}, THREAD)
+    assert {w.filename for w in caught if "default budget" in str(w.message)} == {__file__}
+
+
 def test_models_of_two_windows_alternating_on_one_instance_are_warned_about() -> None:
     """One AutoContext without max_tokens takes its budget from each call's model: a
     switch of model is followed, but two agents of different windows sharing it would

@@ -21,7 +21,6 @@ import difflib
 import functools
 import importlib.util
 import re
-import sys
 import threading
 import time
 import warnings
@@ -33,6 +32,7 @@ from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 
 from langchain_autocontext.budget import model_window
+from langchain_autocontext.errors import caller_stacklevel
 from langchain_autocontext.messages import clean_text, text_of
 from langchain_autocontext.summarizers.base import (
     STRATEGIES,
@@ -83,29 +83,6 @@ __all__ = ["LLMSummarizer", "resolve_summarizer"]
 _WRAPPER_TAG = re.compile(
     r"<(/?\s*(?:transcript|evicted_messages|existing_summary)\b)", re.IGNORECASE
 )
-
-
-#: Code between a user's call and a summary: the package, LangChain, LangGraph, and
-#: the standard library's threads, pools and event loop.
-_NOT_USER_CODE = re.compile(
-    r"[/\\](?:langchain_autocontext|langchain_core|langchain|langgraph|concurrent|asyncio|"
-    r"threading\.py|contextvars|tenacity)(?:[/\\.]|$)"
-)
-
-
-def _caller_stacklevel() -> int:
-    """The ``stacklevel`` of a warning raised here that points at the user's code: the
-    first frame outside the package, LangChain, LangGraph and the standard library's
-    threads and event loop; the summarizer's own call when there is none (a summary
-    written in a worker thread has no user code on its stack)."""
-    frame = sys._getframe(1)  # the function that warns
-    level = 1
-    while frame is not None:
-        if not _NOT_USER_CODE.search(frame.f_code.co_filename):
-            return level
-        frame = frame.f_back  # type: ignore[assignment]
-        level += 1
-    return 2
 
 
 def _escape_wrappers(text: str) -> str:
@@ -575,7 +552,7 @@ class LLMSummarizer(Summarizer):
                 "summarizer wrote this summary (later failures are recorded in the "
                 "events' summarizer_errors, without a warning).",
                 UserWarning,
-                stacklevel=_caller_stacklevel(),
+                stacklevel=caller_stacklevel(),
             )
         return error
 
