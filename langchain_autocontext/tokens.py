@@ -382,6 +382,32 @@ def _content_fingerprint(content: Any) -> int:
         return hash(repr(content))
 
 
+def _compact(value: Any) -> str:
+    """The compact JSON a tool schema is counted as."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+def _tool_key(tool: Any) -> Hashable:
+    """What the schema of ``tool`` depends on: a dict's content (a dict can be changed
+    in place; its JSON, non-JSON values by ``repr``), else the object's identity with
+    the fields its schema is built from (a ``BaseTool``'s name, description, arguments
+    schema and metadata; a function's or a class's name and docstring), so that a tool
+    whose description is replaced is counted again."""
+    if isinstance(tool, dict):
+        return json.dumps(tool, ensure_ascii=False, separators=(",", ":"), default=repr)
+    fields = getattr(tool, "__dict__", None)
+    if isinstance(fields, dict) and "args_schema" in fields:  # a BaseTool (pydantic fields)
+        args, meta = fields.get("args_schema"), fields.get("metadata")
+        return (
+            id(tool),
+            fields.get("name"),
+            fields.get("description"),
+            _tool_key(args) if isinstance(args, dict) else args,  # a class, or None
+            _tool_key(meta) if meta else None,
+        )
+    return (id(tool), getattr(tool, "__name__", None), getattr(tool, "__doc__", None))
+
+
 _ROLES = {
     "human": "user",
     "ai": "assistant",
@@ -465,7 +491,10 @@ class TokenCounter:
         self._cache = _LRU(cache_size)
         self._text_cache = _LRU(cache_size)
         self._tools_cache = _LRU(1024)
-        self._tool_schemas: dict[int, tuple[Any, str]] = {}
+        #: :func:`_tool_key` -> (the tool when keyed by its id, else None; its schema JSON)
+        self._tool_schemas: dict[Hashable, tuple[Any, str]] = {}
+        #: the keys of a list of tools -> their count (:meth:`count_tools`)
+        self._tool_lists = _LRU(1024)
         # id(message) -> (weakref, content, tool_calls, name, key, entry or None): the
         # key of a message object seen before, and its count once known (a context's
         # messages are counted several times per model call; each skips the LRU)
@@ -785,38 +814,53 @@ class TokenCounter:
     # --- tools ----------------------------------------------------------------------------------
     def tool_schema_json(self, tool: Any) -> str:
         """The compact JSON of a tool's OpenAI schema (``convert_to_openai_tool``)."""
-        from langchain_core.utils.function_calling import convert_to_openai_tool
+        return self._schema_json(tool, _tool_key(tool))
 
-        def compact(value: Any) -> str:
-            return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+    def _schema_json(self, tool: Any, key: Hashable) -> str:
+        """:meth:`tool_schema_json` of ``tool``, whose :func:`_tool_key` is ``key``."""
+        cached = self._tool_schemas.get(key)
+        if cached is not None and (cached[0] is tool or type(key) is str):
+            return cached[1]
+        from langchain_core.utils.function_calling import convert_to_openai_tool
 
         if isinstance(tool, dict):
             try:
-                return compact(convert_to_openai_tool(tool))
+                schema = _compact(convert_to_openai_tool(tool))
             except Exception:  # not a schema LangChain knows: count the dict as sent
-                return compact(tool)
-        cached = self._tool_schemas.get(id(tool))
-        if cached is not None and cached[0] is tool:
-            return cached[1]
-        schema = compact(convert_to_openai_tool(tool))
+                schema = _compact(tool)
+        else:
+            schema = _compact(convert_to_openai_tool(tool))
         with self._lock:
             if len(self._tool_schemas) > 4096:
                 self._tool_schemas.clear()
-            self._tool_schemas[id(tool)] = (tool, schema)  # strong ref: the id stays valid
+                self._tool_lists.clear()  # their keys hold ids of tools no longer kept
+            # strong ref to a tool keyed by its id: the id stays valid (a dict is keyed
+            # by its content and not kept)
+            self._tool_schemas[key] = (None if type(key) is str else tool, schema)
         return schema
 
     def count_tools(self, tools: Sequence[Any] | None) -> int:
-        """Tokens of the tool schemas (compact JSON of each OpenAI tool schema)."""
+        """Tokens of the tool schemas (compact JSON of each OpenAI tool schema).
+
+        The count of a list is cached under what each schema depends on
+        (:func:`_tool_key`): a dict's content (it can be changed in place), a tool
+        object's identity with the fields its schema reads, so a changed schema is
+        counted again and an unchanged list is neither converted nor serialized."""
         if not tools:
             return 0
+        keys = tuple(_tool_key(tool) for tool in tools)
+        total = self._tool_lists.get(keys)
+        if total is not None:
+            return int(total)
         total = 0
-        for tool in tools:
-            schema = self.tool_schema_json(tool)
+        for tool, key in zip(tools, keys, strict=True):
+            schema = self._schema_json(tool, key)
             cached = self._tools_cache.get(schema)
             if cached is None:
                 cached = self.count_text(schema)
                 self._tools_cache.put(schema, cached)
             total += cached
+        self._tool_lists.put(keys, total)
         return total
 
     # --- the whole context ----------------------------------------------------------------------
@@ -849,6 +893,7 @@ class TokenCounter:
         self._cache.clear()
         self._text_cache.clear()
         self._tools_cache.clear()
+        self._tool_lists.clear()
         with self._objs_lock:
             self._objs.clear()
         with self._lock:
@@ -901,6 +946,7 @@ class TokenCounter:
         self._cache.clear()
         self._text_cache.clear()
         self._tools_cache.clear()
+        self._tool_lists.clear()
         with self._objs_lock:
             self._objs.clear()
         self._tag_state = None

@@ -442,6 +442,61 @@ def test_tool_schemas_counted(enc: tiktoken.Encoding) -> None:
     assert counter.count_tools(None) == 0 and counter.count_tools([]) == 0
 
 
+def test_a_changed_tool_schema_is_counted_again() -> None:
+    """A tool list's count is cached, never stale: a dict schema edited in place, a
+    tool whose description is replaced, a function's docstring: each counts as a fresh
+    counter counts it (a replaced description was served the old count)."""
+
+    @tool
+    def bump(x: int) -> int:
+        """Add one."""
+        return x + 1
+
+    def plain(key: str) -> str:
+        """Look up."""
+        return key
+
+    raw = {
+        "type": "function",
+        "function": {"name": "ping", "description": "Ping.", "parameters": {"type": "object"}},
+    }
+    tools = [bump, plain, raw, Weather]
+    counter = TokenCounter()
+    assert counter.count_tools(tools) == TokenCounter().count_tools(tools)
+    longer = "Add one to x and return the result; a much longer description than before."
+    for change in (
+        lambda: setattr(bump, "description", longer),
+        lambda: raw["function"].update(description=longer),  # in place
+        lambda: setattr(plain, "__doc__", longer),
+    ):
+        before = counter.count_tools(tools)
+        change()
+        assert counter.count_tools(tools) == TokenCounter().count_tools(tools) > before
+
+
+def test_an_unchanged_tool_list_is_not_converted_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Counting the same tools again (a fresh list, as every call builds) converts no
+    schema again, dicts included."""
+    from langchain_core.utils import function_calling
+
+    conversions: list[Any] = []
+
+    def counting(tool: Any) -> Any:
+        conversions.append(tool)
+        return convert_to_openai_tool(tool)
+
+    monkeypatch.setattr(function_calling, "convert_to_openai_tool", counting)
+    raw = {
+        "type": "function",
+        "function": {"name": "ping", "description": "Ping.", "parameters": {"type": "object"}},
+    }
+    counter = TokenCounter()
+    first = counter.count_tools([search_docs, Weather, raw])
+    for _ in range(3):
+        assert counter.count_tools([search_docs, Weather, dict(raw)]) == first
+    assert len(conversions) == 3
+
+
 # --- cache ---------------------------------------------------------------------------------------
 def test_unchanged_message_is_not_encoded_again() -> None:
     counter = TokenCounter()
