@@ -1490,12 +1490,27 @@ class ContextEngine:
                 were not compressed with the same ``state`` (see :meth:`compress`).
         """
         del thread_id  # the view needs no store; kept for symmetry with the other calls
+        return self._model_call(messages, state, tools)
+
+    def _model_call(
+        self,
+        messages: Sequence[MessageLikeRepresentation],
+        state: Mapping[str, Any] | None,
+        tools: Sequence[Any] | None,
+        sent_for: Callable[[bool], list[Any]] | None = None,
+    ) -> ModelCall:
+        """:meth:`prepare_model_call`. ``sent_for``: the tools the call sends once it is
+        known whether the package is shown (the middleware leaves the package's own out
+        until then), from the one engagement this call measures; default ``tools``."""
         state = checked_state(state)
         msgs = merge_system_messages(as_messages(messages))  # one system message, in the view too
         owns_system = bool(msgs) and isinstance(msgs[0], SystemMessage)
         counted = self.with_own_tools(tools)  # what compress counted for this call
-        sent = self.count_tools if tools is None else list(tools)
         engaged, floor = self._engagement(msgs, state, counted)
+        if sent_for is not None:
+            sent = sent_for(engaged)
+        else:
+            sent = self.count_tools if tools is None else list(tools)
         shown = self._config_shown(engaged)
         call = build_view(
             msgs,

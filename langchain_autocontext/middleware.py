@@ -530,14 +530,14 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         msgs, system = self._request_messages(request)
         ac_state = _ac_state(request.state)
         # the tools compress counted (the request's, the package's own included): the
-        # disclosure decides as the pipeline does
-        engaged = self.autocontext.engaged(
-            msgs, ac_state, self._counted_tools(request, self._offered(request))
-        )
-        counted = self._counted_tools(request, self._sent_tools(request, engaged))
+        # disclosure decides as the pipeline does, measured once; the view counts those
+        # sent, the package's own only once it is shown
         try:
-            call = self.autocontext.prepare_model_call(
-                msgs, state=ac_state, tools=counted, thread_id=thread_id
+            call = self.autocontext._model_call(
+                msgs,
+                ac_state,
+                self._counted_tools(request, self._offered(request)),
+                lambda engaged: self._counted_tools(request, self._sent_tools(request, engaged)),
             )
         except ContextBudgetError:
             # before_model ran without this request's system prompt/tools (the first call

@@ -1323,3 +1323,53 @@ def test_the_request_shape_is_stored_as_json_every_backend_takes(tmp_path) -> No
     assert shape.system.additional_kwargs["at"] == when
     assert "\ud800" not in str(shape.system.content)
     store.conn.close()
+
+
+@pytest.mark.parametrize("run_async", [False, True])
+async def test_the_model_call_measures_the_floor_once(
+    run_async: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before the package is shown (``disclosure="when_needed"``), wrap_model_call
+    measures the floor once per model call (it measured it for ``engaged`` and again in
+    ``prepare_model_call``), and the view sends what it sent before."""
+    from langchain.agents.middleware import AgentMiddleware
+
+    from langchain_autocontext.engine import ContextEngine
+
+    inside: list[bool] = [False]
+    measured: list[int] = []
+    floor_tokens = ContextEngine.floor_tokens
+
+    def counting(self: ContextEngine, *args: Any, **kwargs: Any) -> int:
+        if inside[0]:
+            measured[-1] += 1
+        return floor_tokens(self, *args, **kwargs)
+
+    monkeypatch.setattr(ContextEngine, "floor_tokens", counting)
+
+    class Outer(AgentMiddleware):
+        def wrap_model_call(self, request, handler):
+            inside[0] = True
+            measured.append(0)
+            try:
+                return handler(request)
+            finally:
+                inside[0] = False
+
+        async def awrap_model_call(self, request, handler):
+            inside[0] = True
+            measured.append(0)
+            try:
+                return await handler(request)
+            finally:
+                inside[0] = False
+
+    ac = AutoContext(AutoContextConfig(max_tokens=8_000, metadata_tags=True))
+    model = ReplyModel(reply=steps_then_answer(3, lines=2))
+    graph = agent(model, ac, extra=[Outer()])
+    go = {"messages": [HumanMessage("go")]}
+    out = await graph.ainvoke(go, THREAD) if run_async else graph.invoke(go, THREAD)
+    assert out["messages"][-1].content == "done after 3 calls"
+    assert measured == [1] * len(model.seen)  # never shown: the floor measured once each
+    own = {t.name for t in ac.tools}
+    assert not own & {getattr(t, "name", None) for t in model.bound}
