@@ -81,7 +81,7 @@ from langchain_autocontext.view import (
     instructions_text,
     normalize_state,
     pressure_slack,
-    view_reserve,
+    view_reserve_and_slack,
 )
 
 __all__ = ["AutoContextArgs", "CompressionResult", "ContextEngine"]
@@ -1103,16 +1103,27 @@ class ContextEngine:
         reserving their tokens keeps the view itself within ``max_tokens``. ``shown``:
         the call's :meth:`view_config`, when the caller has it already.
         """
+        return self._budget_and_slack(messages, state, shown)[0]
+
+    def _budget_and_slack(
+        self,
+        messages: Sequence[BaseMessage],
+        state: Mapping[str, Any] | None,
+        shown: AutoContextConfig | None = None,
+    ) -> tuple[AutoContextConfig, int]:
+        """:meth:`_budget`, and the part of its reserve that is the pressure notice's
+        (:func:`~langchain_autocontext.view.pressure_slack`, what the pipeline may
+        drop), from one count of the view's notice."""
         owns_system = bool(messages) and isinstance(messages[0], SystemMessage)
         config = self.view_config(messages, state) if shown is None else shown
-        reserve = view_reserve(
+        reserve, slack = view_reserve_and_slack(
             config,
             self.counter,
             state,
             separate_instructions=bool(self.system_prompt) and not owns_system,
         )
         limit = int(config.max_tokens / (token_scale(state) * window_scale(state)))
-        return config.model_copy(update={"max_tokens": max(1, limit - reserve)})
+        return config.model_copy(update={"max_tokens": max(1, limit - reserve)}), slack
 
     def floor_tokens(
         self,
@@ -1247,11 +1258,13 @@ class ContextEngine:
         reload_tool: bool | None = None,
         floor: int | None = None,
         request_only: Collection[str] = (),
+        slack: int | None = None,
     ) -> Any:
         """``reload_tool``: the model has ``reload_offloaded`` (default: it has it with
         the package's tools, which come with the compression that writes this).
         ``floor``: the messages' :meth:`floor_tokens`, when the call measured it.
-        ``request_only``: see :meth:`compress`."""
+        ``request_only``: see :meth:`compress`.
+        ``slack``: the budget's pressure slack, when :meth:`_budget_and_slack` gave it."""
         budget = config or self.config
         reserved = self.config.max_tokens - budget.max_tokens
         # the view drops its pressure notice rather than exceed max_tokens: what fits
@@ -1259,8 +1272,10 @@ class ContextEngine:
         # trigger and the target)
         droppable = 0
         if reserved > 0:
-            shown = budget.model_copy(update={"max_tokens": self.config.max_tokens})
-            droppable = pressure_slack(shown, self.counter, state)
+            if slack is None:
+                shown = budget.model_copy(update={"max_tokens": self.config.max_tokens})
+                slack = pressure_slack(shown, self.counter, state)
+            droppable = slack
         return run_pipeline(
             messages,
             config=budget,
@@ -1374,7 +1389,7 @@ class ContextEngine:
         msgs, repaired = self._repair(call.msgs, call.store, call.thread_id, call.marks)
         if repaired:
             call.ids_assigned, call.marks = True, markers(msgs)
-        msgs, budget, tools, floor = self._as_sent(call, msgs)
+        msgs, budget, tools, floor, slack = self._as_sent(call, msgs)
         reload_tool = _offers_reload(call.view, tools)
         return self._pipeline(
             msgs,
@@ -1387,6 +1402,7 @@ class ContextEngine:
             reload_tool,
             floor,
             call.request_only,
+            slack,
         )
 
     def _check_counted_tools(
@@ -1422,15 +1438,16 @@ class ContextEngine:
 
     def _as_sent(
         self, call: _Call, msgs: list[BaseMessage]
-    ) -> tuple[list[BaseMessage], AutoContextConfig, Any, int | None]:
+    ) -> tuple[list[BaseMessage], AutoContextConfig, Any, int | None, int | None]:
         """The messages, budget and tool schemas the pipeline counts: with the model's
-        view (:meth:`_with_view`, :meth:`_budget`; sets ``call.virtual`` and
-        ``call.system``), or as sent without one; and their floor when this call
-        measured it already (else ``None``)."""
+        view (:meth:`_with_view`, :meth:`_budget_and_slack`; sets ``call.virtual`` and
+        ``call.system``), or as sent without one; their floor when this call measured it
+        already (else ``None``); and the budget's pressure slack (``None`` without the
+        view, whose budget reserves nothing)."""
         tools = call.tools
         if not call.view:
             plain = self._config_shown(False)
-            return msgs, plain, list(self.agent_tools) if tools is None else tools, None
+            return msgs, plain, list(self.agent_tools) if tools is None else tools, None, None
         engaged, floor = self._engagement(
             msgs, call.state, tools, bool(call.marks), call.request_only
         )
@@ -1438,7 +1455,8 @@ class ContextEngine:
         sent, call.virtual, call.system = self._with_view(msgs, call.state, call.virtual, shown)
         if sent is not msgs:  # the view added its section: the floor counts it too
             floor = None
-        return sent, self._budget(call.given, call.state, shown), tools, floor
+        budget, slack = self._budget_and_slack(call.given, call.state, shown)
+        return sent, budget, tools, floor, slack
 
     async def acompress(
         self,

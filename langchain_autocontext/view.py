@@ -23,6 +23,9 @@ Nothing here is persisted: the view is a list of copies. The per-thread state of
 the model's self-management (working context, pressure flag, pending command
 errors, autonomous step count) is plain JSON under the graph state key
 ``autocontext``; see :data:`STATE_KEYS`.
+
+Over 600 lines because the reserve the compression sets aside for the view
+(:func:`view_reserve`, :func:`pressure_slack`) is computed from the view's own notices.
 """
 
 from __future__ import annotations
@@ -63,6 +66,7 @@ __all__ = [
     "short_id_map",
     "system_section",
     "view_reserve",
+    "view_reserve_and_slack",
     "working_context_block",
 ]
 
@@ -388,9 +392,25 @@ def pressure_slack(
     :func:`build_view` drops the notice rather than exceed ``max_tokens``: a context
     that fits beside the rest of the reserve (command errors, separate instructions)
     is sent without it, never refused."""
+    return view_reserve_and_slack(config, counter, state, separate_instructions=False)[1]
+
+
+def view_reserve_and_slack(
+    config: AutoContextConfig,
+    counter: TokenCounter,
+    state: Mapping[str, Any] | None,
+    *,
+    separate_instructions: bool,
+) -> tuple[int, int]:
+    """:func:`view_reserve` and :func:`pressure_slack` of one call: the notice with the
+    pressure warning built and counted once for both (the reserve adds up per message)."""
     full = view_reserve(config, counter, state, separate_instructions=False)
     rest = view_reserve(config, counter, state, separate_instructions=False, pressure=False)
-    return max(0, full - rest)
+    reserve = full
+    if separate_instructions:  # the instructions' own message, beside the rest
+        args = (config, counter, state)
+        reserve += view_reserve(*args, separate_instructions=True, pressure=False) - rest
+    return reserve, max(0, full - rest)
 
 
 def view_reserve(

@@ -573,3 +573,34 @@ def test_compress_counts_the_tags_as_the_view_sends_them(
         if not view.pressure:
             assert view.tokens == result.tokens_after, k
     assert compacted
+
+
+def test_a_compress_builds_the_views_reserve_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reserve for the view's notice and the part of it the pipeline may drop (the
+    pressure notice's) come from one build of the notice per compress (it was built
+    once for the budget and again for the slack), and are what the two measures give."""
+    import langchain_autocontext.view as view_mod
+    from langchain_autocontext.view import pressure_slack, view_reserve, view_reserve_and_slack
+
+    built: list[int] = []
+    notice = view_mod.pressure_notice
+
+    def counting(*args: Any, **kwargs: Any) -> str:
+        built.append(1)
+        return notice(*args, **kwargs)
+
+    monkeypatch.setattr(view_mod, "pressure_notice", counting)
+    ac = AutoContext(
+        AutoContextConfig(max_tokens=8_000, disclosure="always"),
+        store=InMemoryStore(),
+        system_prompt="Be brief.",
+    )
+    msgs = [HumanMessage("go", id="h1"), AIMessage("ok", id="a1"), HumanMessage("more", id="h2")]
+    ac.compress(msgs, state={"command_errors": ["<delete> names no message"]})
+    assert len(built) == 1
+    counter = TokenCounter()
+    for state in (None, {"command_errors": ["<delete> names no message"]}):
+        for separate in (False, True):
+            both = view_reserve_and_slack(ac.config, counter, state, separate_instructions=separate)
+            alone = view_reserve(ac.config, counter, state, separate_instructions=separate)
+            assert both == (alone, pressure_slack(ac.config, counter, state))
