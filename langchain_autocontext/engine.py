@@ -81,6 +81,7 @@ from langchain_autocontext.view import (
     instructions_text,
     normalize_state,
     pressure_slack,
+    view_reserve,
     view_reserve_and_slack,
 )
 
@@ -1103,25 +1104,30 @@ class ContextEngine:
         reserving their tokens keeps the view itself within ``max_tokens``. ``shown``:
         the call's :meth:`view_config`, when the caller has it already.
         """
-        return self._budget_and_slack(messages, state, shown)[0]
+        return self._budget_and_slack(messages, state, shown, with_slack=False)[0]
 
     def _budget_and_slack(
         self,
         messages: Sequence[BaseMessage],
         state: Mapping[str, Any] | None,
         shown: AutoContextConfig | None = None,
+        with_slack: bool = True,
     ) -> tuple[AutoContextConfig, int]:
         """:meth:`_budget`, and the part of its reserve that is the pressure notice's
         (:func:`~langchain_autocontext.view.pressure_slack`, what the pipeline may
-        drop), from one count of the view's notice."""
+        drop; 0 without ``with_slack``), from one count of the view's notice."""
         owns_system = bool(messages) and isinstance(messages[0], SystemMessage)
         config = self.view_config(messages, state) if shown is None else shown
-        reserve, slack = view_reserve_and_slack(
-            config,
-            self.counter,
-            state,
-            separate_instructions=bool(self.system_prompt) and not owns_system,
-        )
+        separate = bool(self.system_prompt) and not owns_system
+        if with_slack:
+            reserve, slack = view_reserve_and_slack(
+                config, self.counter, state, separate_instructions=separate
+            )
+        else:
+            reserve, slack = (
+                view_reserve(config, self.counter, state, separate_instructions=separate),
+                0,
+            )
         limit = int(config.max_tokens / (token_scale(state) * window_scale(state)))
         return config.model_copy(update={"max_tokens": max(1, limit - reserve)}), slack
 
