@@ -61,6 +61,20 @@ def test_defaults_add_at_most_350_tokens_to_a_system_prompt_and_hi(budget: int) 
     assert full.prepare_model_call(hi()).tokens - base > (1_000 if budget >= 32_000 else 800)
 
 
+def test_engines_share_the_compact_tool_schemas_and_each_still_validates() -> None:
+    """The compact schemas are built once per tool, not per ``AutoContext`` (pydantic's
+    ``create_model`` made every construction take ~48 ms); shared, they still validate
+    each engine's calls with the same defaults and bounds."""
+    one, two = AutoContext(max_tokens=8_000), AutoContext(max_tokens=16_000)
+    schemas = {t.name: t.args_schema for t in one.tools}
+    assert all(schemas[t.name] is t.args_schema for t in two.tools)
+    for ac in (one, two):  # what the model's call is validated against
+        sent = next(t for t in ac.tools if t.name == "search_history").tool_call_schema
+        assert sent.model_validate({"query": "x"}).model_dump()["limit"] == 5
+        with pytest.raises(ValueError):
+            sent.model_validate({"query": "x", "limit": 0})
+
+
 def test_compact_tags_cost_at_most_12_tokens_and_address_every_id() -> None:
     ac = AutoContext(AutoContextConfig(max_tokens=16_000, disclosure="always", metadata_tags=True))
     msgs: list = [SystemMessage("s", id="s")]
