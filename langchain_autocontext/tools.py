@@ -1272,7 +1272,8 @@ def make_tools(engine: ContextEngine) -> list[BaseTool]:
     if engine.config.instructions == "compact":
         for tool in tools:
             tool.description = ""  # the names say it; markers show the calls to make
-            tool.args_schema = _compact_args(tool.args_schema)
+            if isinstance(tool.args_schema, type):  # the module's own classes, all of them
+                tool.args_schema = _compact_args(tool.args_schema)
     return tools
 
 
