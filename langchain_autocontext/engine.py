@@ -51,7 +51,10 @@ from langchain_autocontext.errors import (
 from langchain_autocontext.messages import (
     ensure_ids,
     is_context_edit,
+    is_pinned,
+    latest_user_index,
     marker,
+    pinned_tokens,
     repair_tool_pairs,
     sanitize_message,
     text_of,
@@ -443,6 +446,7 @@ class ContextEngine:
         #: else a tool the agent calls but this engine does not count is warned about once.
         self.tools_from_requests = False
         self._uncounted_warned = False
+        self._pin_warned: set[str] = set()  # latest user messages pinned past the limit
         # A budget that can never hold what every call sends once the package shows
         # itself (the system prompt, the section, the tool schemas): say so now, not at
         # every call (max_tokens=256 held none of the package's 306 tokens of tools, which
@@ -1252,6 +1256,31 @@ class ContextEngine:
         )
         return fixed, changed
 
+    def _warn_latest_user_pin(
+        self, messages: Sequence[BaseMessage], request_only: Collection[str]
+    ) -> None:
+        """Warn, once per message, when pins are past the pin limit only because the
+        pinned latest user message (a developer's long task statement) is free while it
+        is the latest: the next user message makes every call a
+        :class:`ContextBudgetError` until pins are removed, so say it at first sight."""
+        lu = latest_user_index(messages, request_only)
+        if lu is None or not is_pinned(messages[lu]) or str(messages[lu].id) in self._pin_warned:
+            return
+        used, limit = pinned_tokens(messages, self.counter), self.config.pin_limit
+        if used <= limit:
+            return
+        self._pin_warned.add(str(messages[lu].id))
+        warnings.warn(
+            f"langchain-autocontext: pinned messages take {used} tokens with the pinned "
+            f"latest user message {messages[lu].id!r}, more than the pin limit of {limit} "
+            "(pin_max_tokens, default max_tokens // 8). While it is the latest user message "
+            "it is never compressed and takes nothing from the limit; once a later user "
+            "message arrives every call raises ContextBudgetError until pins are removed. "
+            "Unpin it (langchain_autocontext.pin(message, False)) or raise pin_max_tokens.",
+            UserWarning,
+            stacklevel=caller_stacklevel(),
+        )
+
     def _pipeline(
         self,
         messages: list[BaseMessage],
@@ -1272,6 +1301,7 @@ class ContextEngine:
         ``request_only``: see :meth:`compress`.
         ``slack``: the budget's pressure slack, when :meth:`_budget_and_slack` gave it."""
         budget = config or self.config
+        self._warn_latest_user_pin(messages, request_only)
         reserved = self.config.max_tokens - budget.max_tokens
         # the view drops its pressure notice rather than exceed max_tokens: what fits
         # without it is sent, not refused (the notice's room stays reserved for the

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import uuid
+import warnings
 from typing import Any
 
 import pytest
@@ -176,12 +177,18 @@ def test_developer_pins_past_the_limit_are_a_clear_error() -> None:
 def test_a_developer_pin_on_the_latest_user_message_takes_nothing_from_the_pin_limit() -> None:
     """The latest user message is never compressed, pin or not: a long pinned task
     statement must not exhaust the pin limit while it is the latest; once a later user
-    message follows it, it counts."""
+    message follows it, it counts, and the first call says so (once), not the error at
+    the next user message alone."""
     ac = AutoContext(AutoContextConfig(max_tokens=2_000), store=InMemoryStore())
     task = pin(HumanMessage("Migrate the billing tables; never drop a column. " * 30, id="t"))
     msgs = [SystemMessage("You are a careful agent.", id="s"), task]
-    out = ac.compress(msgs, thread_id="t")  # 335 tokens pinned, limit 250: not counted
+    with pytest.warns(UserWarning, match="once a later user message arrives") as seen:
+        out = ac.compress(msgs, thread_id="t")  # 335 tokens pinned, limit 250: not counted
+    assert [w.filename for w in seen if "pin limit" in str(w.message)] == [__file__]
     assert next(m for m in out.messages if m.id == "t").content == task.content
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once
+        ac.compress([*msgs, AIMessage("step", id="a0")], thread_id="t")
     later = [*msgs, AIMessage("on it", id="a"), HumanMessage("go on", id="u")]
     with pytest.raises(ContextBudgetError, match="pin limit of 250"):
         ac.compress(later, thread_id="t")
