@@ -1552,15 +1552,18 @@ class ContextEngine:
         state: Mapping[str, Any] | None,
         tools: Sequence[Any] | None,
         sent_for: Callable[[bool], list[Any]] | None = None,
+        request_only: Collection[str] = (),
     ) -> ModelCall:
         """:meth:`prepare_model_call`. ``sent_for``: the tools the call sends once it is
         known whether the package is shown (the middleware leaves the package's own out
-        until then), from the one engagement this call measures; default ``tools``."""
+        until then), from the one engagement this call measures; default ``tools``.
+        ``request_only``: as :meth:`compress` takes it (none is the latest user message
+        of the floor that moves the trigger and the warning)."""
         state = checked_state(state)
         msgs = merge_system_messages(as_messages(messages))  # one system message, in the view too
         owns_system = bool(msgs) and isinstance(msgs[0], SystemMessage)
         counted = self.with_own_tools(tools)  # what compress counted for this call
-        engaged, floor = self._engagement(msgs, state, counted)
+        engaged, floor = self._engagement(msgs, state, counted, request_only=request_only)
         if sent_for is not None:
             sent = sent_for(engaged)
         else:
@@ -1574,7 +1577,9 @@ class ContextEngine:
             state=state,
             agent_system_prompt=None if owns_system else self.system_prompt,
             # tags counted as this view shows them (hidden: as engagement measured it)
-            floor_tokens=self.floor_tokens(msgs, shown, counted) if floor is None else floor,
+            floor_tokens=(
+                self.floor_tokens(msgs, shown, counted, request_only) if floor is None else floor
+            ),
             unsent_tokens=self.counter.count_tools(counted) - self.counter.count_tools(sent),
         )
         call.engaged = engaged

@@ -528,6 +528,7 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         system message. The tools counted are those sent (the response format's too:
         ``create_agent`` adds them after this middleware)."""
         msgs, system = self._request_messages(request)
+        msgs, extra = _request_only(request, msgs)  # never the latest user message
         ac_state = _ac_state(request.state)
         # the tools compress counted (the request's, the package's own included): the
         # disclosure decides as the pipeline does, measured once; the view counts those
@@ -538,6 +539,7 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
                 ac_state,
                 self._counted_tools(request, self._offered(request)),
                 lambda engaged: self._counted_tools(request, self._sent_tools(request, engaged)),
+                request_only=extra,
             )
         except ContextBudgetError:
             # before_model ran without this request's system prompt/tools (the first call
@@ -640,9 +642,7 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         fitted = self.autocontext.compress(
             msgs, thread_id=thread_id, tools=tools, force=True, state=ac_state, request_only=extra
         )
-        call = self.autocontext.prepare_model_call(
-            fitted.messages, state=ac_state, tools=tools, thread_id=thread_id
-        )
+        call = self.autocontext._model_call(fitted.messages, ac_state, tools, request_only=extra)
         kept = _working(fitted)
         if kept is None or not extra:
             return call, kept
@@ -659,9 +659,7 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         fitted = await self.autocontext.acompress(
             msgs, thread_id=thread_id, tools=tools, force=True, state=ac_state, request_only=extra
         )
-        call = self.autocontext.prepare_model_call(
-            fitted.messages, state=ac_state, tools=tools, thread_id=thread_id
-        )
+        call = self.autocontext._model_call(fitted.messages, ac_state, tools, request_only=extra)
         kept = _working(fitted)
         if kept is None or not extra:
             return call, kept

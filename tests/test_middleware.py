@@ -1231,6 +1231,31 @@ async def test_a_request_only_user_message_is_not_the_latest_user_message_of_a_f
 
 
 @pytest.mark.parametrize("run_async", [False, True])
+async def test_a_request_only_user_message_does_not_raise_the_floor_of_an_unfitted_view(
+    run_async: bool,
+) -> None:
+    """A middleware before ours appends a retrieved document to every request as a
+    user message, the request under max_tokens (its view is not fitted in the call).
+    The view took the document for the latest user message: never compressible, it
+    moved the trigger and the memory-pressure warning up by most of its size, so a
+    request well past both was sent without the notice and without the package. The
+    document placed first or last in the request is judged alike."""
+
+    async def notices(where: str) -> list[bool]:
+        ac = AutoContext(CFG)
+        model = ReplyModel(reply=steps_then_answer(4, lines=3))
+        graph = agent(model, ac, extra=[_retrieve(190, where)])
+        run = {"messages": [HumanMessage("Why does the build fail?", id="u0")]}
+        await graph.ainvoke(run, THREAD) if run_async else graph.invoke(run, THREAD)
+        assert not ac.resolve_store().list_events("t")  # no view was fitted or compressed
+        return [any(m.id == NOTICE_ID for m in sent) for sent in model.seen]
+
+    first = await notices("first")
+    assert any(first)
+    assert await notices("last") == first
+
+
+@pytest.mark.parametrize("run_async", [False, True])
 async def test_a_request_only_document_folded_in_every_fitted_call_keeps_one_offload(
     run_async: bool,
 ) -> None:
