@@ -1256,6 +1256,34 @@ async def test_a_request_only_user_message_does_not_raise_the_floor_of_an_unfitt
 
 
 @pytest.mark.parametrize("run_async", [False, True])
+async def test_a_request_only_user_message_does_not_count_a_pinned_question_in_the_pin_limit(
+    run_async: bool,
+) -> None:
+    """A developer pins the user's long task statement (past the pin limit: free while
+    it is the latest user message) and a middleware before ours appends a retrieved
+    document to every request as a user message. Fitting the call's view took the
+    document for the latest user message in the pin check: the pinned question counted
+    against the limit and the call failed with ContextBudgetError."""
+    from langchain_autocontext import pin
+
+    ac, history, system = _fit_setup()
+    question = pin(HumanMessage("Why does the build fail?\n" + log_text(40, 9), id="u0"))
+    assert ac.counter.count_message(question) > ac.config.pin_limit
+    history[0] = question
+    store = InMemoryStore()
+    model = ReplyModel(reply=steps_then_answer(3))
+    graph = agent(model, ac, store, system=system, extra=[_retrieve(20)])
+    run = {"messages": history}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the pin's warning: a later user message would fail
+        out = await graph.ainvoke(run, THREAD) if run_async else graph.invoke(run, THREAD)
+    assert out["messages"][-1].content == "done after 3 calls"
+    assert len({e.seq for e in ac.resolve_store(store).list_events("t")}) > 1  # fitted
+    for sent in model.seen:
+        assert [m.content for m in sent if m.id == "u0"] == [question.content]
+
+
+@pytest.mark.parametrize("run_async", [False, True])
 async def test_a_request_only_document_folded_in_every_fitted_call_keeps_one_offload(
     run_async: bool,
 ) -> None:

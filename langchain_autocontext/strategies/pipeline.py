@@ -191,7 +191,7 @@ def _room_report(
             "saves room, and its calls: the next model call answers them; fewer tool calls "
             "per turn shrink it)"
         )
-    pinned = developer_pin_tokens(msgs, counter)  # the latest user's: above
+    pinned = developer_pin_tokens(msgs, counter, skip)  # the latest user's: above
     if pinned:
         n = sum(is_pinned(m) for i, m in enumerate(msgs) if i != lu)
         parts.append(
@@ -206,26 +206,25 @@ def _room_report(
     return "; ".join(parts)
 
 
-def developer_pin_tokens(messages: Sequence[BaseMessage], counter: Any) -> int:
-    """:func:`~.messages.pinned_tokens` without the latest user message: it is never
-    compressed, pin or not, so a developer's pin on it (a long task statement) takes
-    nothing the pin limit guards until a later user message follows it. The model's
-    pins are judged with it counted, so that they still fit the limit then."""
+def developer_pin_tokens(messages: Msgs, counter: Any, skip: Collection[str] = ()) -> int:
+    """:func:`~.messages.pinned_tokens` less the latest user message (none of the request-only
+    ``skip``): never compressed, a developer's pin on it (a long task statement) takes nothing
+    from the pin limit until a later user message follows. The model's pins count it."""
     used = pinned_tokens(messages, counter)
-    lu = latest_user_index(messages)
+    lu = latest_user_index(messages, skip)
     if lu is not None and is_pinned(messages[lu]):  # a user message is its own group
         used -= counter.count_message(messages[lu])
     return used
 
 
 def pinned_now(
-    messages: Sequence[BaseMessage], counter: Any, *, latest_user_free: bool = False
+    messages: Msgs, counter: Any, *, latest_user_free: bool = False, skip: Collection[str] = ()
 ) -> str:
     """`` Pinned now: <id> (<tokens>), …``: the pins of ``messages`` that count against
     the pin limit (``latest_user_free``: as :func:`developer_pin_tokens` counts them), so
     whoever must free room knows what to unpin (the model's tags do not show pins; the
     developer did not set the model's)."""
-    lu = latest_user_index(messages) if latest_user_free else None
+    lu = latest_user_index(messages, skip) if latest_user_free else None
     pinned = [m for i, m in enumerate(messages) if is_pinned(m) and i != lu]
     if not pinned:
         return ""
@@ -234,7 +233,7 @@ def pinned_now(
     return f" Pinned now: {shown}{more}."
 
 
-def _check_pins(msgs: Sequence[BaseMessage], limit: int, counter: TokenCounter) -> None:
+def _check_pins(msgs: Msgs, limit: int, counter: TokenCounter, skip: frozenset[str]) -> None:
     """Pins past the pin limit: a clear error that names them and says how to free room.
 
     The model's pins are refused before they pass it (counting the latest user message,
@@ -243,9 +242,9 @@ def _check_pins(msgs: Sequence[BaseMessage], limit: int, counter: TokenCounter) 
     ``pin_max_tokens`` lowered since, the thread resumed from its checkpoint)."""
     if not any(is_pinned(m) for m in msgs):
         return
-    used = developer_pin_tokens(msgs, counter)
+    used = developer_pin_tokens(msgs, counter, skip)
     if used > limit:
-        listed = pinned_now(msgs, counter, latest_user_free=True)
+        listed = pinned_now(msgs, counter, latest_user_free=True, skip=skip)
         raise ContextBudgetError(
             f"Pinned messages take {used} tokens with their tool-call groups (a pin keeps "
             f"the call and results it is paired with), more than the pin limit of {limit} "
@@ -329,7 +328,8 @@ def run_pipeline(
         return measured[1]
 
     msgs = list(messages)
-    _check_pins(msgs, config.model_copy(update={"max_tokens": configured}).pin_limit, counter)
+    limit = config.model_copy(update={"max_tokens": configured}).pin_limit
+    _check_pins(msgs, limit, counter, request_only)
     tokens = count(msgs)
     before = tokens
     if floor is None:
