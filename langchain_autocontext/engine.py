@@ -1767,19 +1767,37 @@ class ContextEngine:
 def _fingerprint(message: BaseMessage) -> int:
     """What an edit that reuses a message's id changes (its type, content, the ids and
     names of its tool calls), hashed: the archive memo's test for "archived with this
-    content". Cheap, as it runs on every remembered message of every call (a str
-    caches its hash); the arguments of a call are left out (their repr costs several times the rest), so
-    an edit of arguments alone is seen by the store's comparison only (an engine that
-    does not remember the id: another process, a restart)."""
+    content". Cheap, as it runs on every remembered message of every call: block
+    content is hashed through its values (:func:`_content_hash`), never rendered whole;
+    the arguments of a call are left out (hashing them costs several times the rest),
+    so an edit of arguments alone is seen by the store's comparison only (an engine
+    that does not remember the id: another process, a restart)."""
     content = message.content
     calls = message.tool_calls if isinstance(message, AIMessage) else None  # getattr: slow
     return hash(
         (
             message.type,
-            content if isinstance(content, str) else repr(content),
+            _content_hash(content),
             tuple((c.get("id"), c.get("name")) for c in calls) if calls else (),
         )
     )
+
+
+def _content_hash(value: Any) -> int:
+    """A hash of ``value`` (message content: str, blocks, their nested dicts and lists)
+    through its values: a str caches its hash, so a block's payload (a screenshot's
+    base64) costs one pass the first time and nothing after, where its ``repr`` was
+    rendered whole on every call."""
+    if isinstance(value, str):
+        return hash(value)
+    if isinstance(value, dict):
+        return hash(tuple((k, _content_hash(v)) for k, v in value.items()))
+    if isinstance(value, list | tuple):
+        return hash((type(value) is tuple, *map(_content_hash, value)))
+    try:
+        return hash(value)
+    except TypeError:  # not hashable (a set, an object of a provider's): as it prints
+        return hash(repr(value))
 
 
 #: The offload strategy of a working copy kept before an edit (:meth:`ContextEngine.keep_edited`).

@@ -1075,3 +1075,47 @@ def test_a_thread_deleted_elsewhere_is_archived_again(use_async: bool) -> None:
     assert store.history_count("t") == 0
     compress([*first, HumanMessage("beta", id="u2")])
     assert [e.id for e in store.iter_history("t")] == ["s", "u1", "a1", "u2"]
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_remembered_block_content_is_not_rendered_again_each_call(use_async: bool) -> None:
+    """The archive memo compares each remembered message with what it archived, on
+    every call: block content (a screenshot's base64, a provider's blocks) was rendered
+    whole each time (``repr``: ~30 ms a call for 20 one-MB screenshots, against 0.1 ms
+    without). It is not rendered again, and a block edited under its id is still
+    archived as a later version by the running engine."""
+    renders = 0
+
+    class Data(str):  # a block's payload that counts its renderings
+        def __repr__(self) -> str:
+            nonlocal renders
+            renders += 1
+            return super().__repr__()
+
+    def shot(k: int, data: str) -> ToolMessage:
+        image = {"type": "image", "base64": Data(data), "mime_type": "image/png"}
+        return ToolMessage([image], tool_call_id=f"c{k}", id=f"t{k}")
+
+    ac = AutoContext(AutoContextConfig(max_tokens=100_000), store=InMemoryStore())
+    store = ac.store
+    assert store is not None
+
+    def archive(messages: list[BaseMessage]) -> int:
+        if use_async:
+            return asyncio.run(ac.aarchive(messages, thread_id="t", store=store))
+        return ac.archive(messages, thread_id="t", store=store)
+
+    thread: list[BaseMessage] = [HumanMessage("look", id="u0")]
+    for k in range(3):
+        call = {"name": "screenshot", "args": {}, "id": f"c{k}", "type": "tool_call"}
+        thread += [AIMessage("", tool_calls=[call], id=f"a{k}"), shot(k, "QUJD" * 50)]
+    archive(thread)
+    renders = 0
+    for k in range(3):  # three more calls, each bringing a new message
+        assert archive([*thread, HumanMessage(f"next {k}", id=f"n{k}")]) == 1
+    assert renders == 0
+    # an edit of the block under its id: archived once, as a later version
+    edited = [*thread[:-1], shot(2, "RURJVA==")]
+    assert archive(edited) == 1 and archive(edited) == 0
+    versions = [e for e in store.iter_history("t") if e.version_of == "t2"]
+    assert [e.message.content[0]["base64"] for e in versions] == ["RURJVA=="]
