@@ -570,6 +570,9 @@ class _ThreadIndex:
     last_terms: Counter[str] = field(default_factory=Counter)
     #: each speaker's name (``message.name``, tools excepted) and the terms it names
     speakers: dict[str, frozenset[str]] = field(default_factory=dict)
+    #: each message id -> the key of its latest version (the id itself when never edited):
+    #: the content a rewrite by the package was made of (see :func:`_in_context`)
+    latest: dict[str, str] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def named(self, query: str) -> set[str]:
@@ -781,6 +784,7 @@ def _add_locked(index: _ThreadIndex, items: Iterable[Item]) -> None:
             of if isinstance(of, str) else None,
             _held(d.role, d.text),
         )
+        index.latest[of if isinstance(of, str) else key] = key  # items come in seq order
         if d.copy:
             index.noise.add(key)
         elif said_by and said_by not in index.speakers:
@@ -831,6 +835,9 @@ class SearchHit:
     _held: int | None = field(default=None, repr=False, compare=False)
     """What the hit holds (:func:`_held`), compared with its working copy's
     (:func:`mark_in_context`); ``None`` in a hit built elsewhere."""
+    _latest: bool | None = field(default=None, repr=False, compare=False)
+    """Whether the hit is its message's latest version (what a rewrite of the working
+    copy was made of); ``None`` in a hit built elsewhere (the first version counts)."""
 
 
 def snippet(text: str, query: str, width: int = 320, windows: int = 3) -> str:
@@ -1043,9 +1050,10 @@ def _in_context(hit: SearchHit, copy: BaseMessage | None) -> str:
 
     A message edited under its id has several contents in the history (the first under
     the id, each later one under its version key) and one in the context: the hit
-    holding that content is in it; the first version is in it "shortened" when the
-    working copy is this package's rewrite of it (a preview or summary, the model's
-    update). A hit built without a fingerprint is in it when its id is."""
+    holding that content is in it; when the working copy is this package's rewrite (a
+    preview or summary, the model's update), the version it was made of is in it
+    "shortened": the latest (the working copy is archived before it is rewritten). A
+    hit built without a fingerprint is in it when its id is."""
     if copy is None:
         return "no"
     rewritten = bool((marker(copy) or {}).get("kind")) or is_context_edit(copy)
@@ -1053,7 +1061,8 @@ def _in_context(hit: SearchHit, copy: BaseMessage | None) -> str:
         return "no" if hit.version_of is not None else "shortened" if rewritten else "yes"
     if not rewritten and hit._held == _held(_ROLE_OF.get(copy.type, copy.type), _search_text(copy)):
         return "yes"
-    return "shortened" if rewritten and hit.version_of is None else "no"
+    latest = hit.version_of is None if hit._latest is None else hit._latest
+    return "shortened" if rewritten and latest else "no"
 
 
 def _context_copies(working: Sequence[BaseMessage] | None) -> dict[str, BaseMessage]:
@@ -1094,6 +1103,7 @@ def _hits(
             agent=meta.agent,
             version_of=meta.version_of,
             _held=meta.held,
+            _latest=index.latest.get(meta.version_of or key) == key,
         )
         out.append(
             dataclasses.replace(

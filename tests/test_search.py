@@ -1072,3 +1072,28 @@ def test_an_edit_that_reuses_an_id_is_found_and_the_original_too() -> None:
         entry = store.get_history_message("t", hits[0].id)
         assert entry is not None and entry.message.content == content
         assert entry.message.id == hits[0].id and (entry.version_of or entry.id) == "u1"
+
+
+def test_the_version_a_rewrite_was_made_of_is_the_one_in_context_shortened() -> None:
+    """A message edited under its id (the developer's later version), then rewritten by
+    the package (here the model's update; a preview or summary alike): the rewrite was
+    made of the later version, yet the first version was said to be "in your context,
+    shortened" and the later one "not in your context"."""
+    from langchain_autocontext.messages import context_edit
+
+    store = OffloadStore(InMemoryStore())
+    store.append_history("t", [HumanMessage("codename REDFOX", id="x")])
+    store.append_history("t", [HumanMessage("codename BLUEBIRD", id="x")])  # an edit
+    rewrite = context_edit(HumanMessage("codename BLUEBIRD", id="x"), content="a codename")
+    states = {
+        word: {h.id: h.in_context for h in search_history(store, "t", word, 5, working=[rewrite])}
+        for word in ("REDFOX", "BLUEBIRD")
+    }
+    assert states["REDFOX"]["x"] == "no"
+    version = next(key for key in states["BLUEBIRD"] if key.startswith("x~"))
+    assert states["BLUEBIRD"][version] == "shortened"
+    # a message never edited under its id: its one version is the one rewritten
+    store.append_history("t", [HumanMessage("codename GREYHOUND", id="y")])
+    rewrite = context_edit(HumanMessage("codename GREYHOUND", id="y"), content="a codename")
+    hits = search_history(store, "t", "GREYHOUND", 5, working=[rewrite])
+    assert [(h.id, h.in_context) for h in hits if h.id == "y"] == [("y", "shortened")]
