@@ -66,7 +66,7 @@ from collections.abc import (
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any, Literal, TypeVar, cast
 
-from langchain_core.messages import BaseMessage, RemoveMessage
+from langchain_core.messages import AIMessage, BaseMessage, RemoveMessage
 from langgraph.config import get_config
 from langgraph.store.base import (
     BaseStore,
@@ -395,6 +395,18 @@ def _content_id(dumped: list[Any], *fields: Any) -> str:
     text = json.dumps(held, sort_keys=True, ensure_ascii=False, default=str)
     digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
     return str(uuid.UUID(bytes=digest[:16], version=4))
+
+
+def _holds(dumped: Any, message: BaseMessage) -> bool:
+    """Whether ``dumped`` (a stored version, as :func:`plain_json` wrote it) holds what
+    :func:`_version_digest` compares of ``message`` (type, content, tool calls), read
+    without serializing ``message``: most messages an archive call is handed unchanged
+    are compared here. False when in doubt (the digests decide)."""
+    data = dumped.get("data") if isinstance(dumped, dict) else None
+    if not isinstance(data, dict) or dumped.get("type") != message.type:
+        return False
+    calls = message.tool_calls if isinstance(message, AIMessage) else []
+    return data.get("content") == message.content and (data.get("tool_calls") or []) == calls
 
 
 def version_key(message_id: str, digest: str) -> str:
@@ -820,7 +832,13 @@ class OffloadStore(BaseStore):
         if not unique:
             return []
         ids = list(unique)
-        dumped = {mid: plain_json(dump_message(m), f"message {mid!r}") for mid, m in unique.items()}
+        dumped: dict[str, Any] = {}
+
+        def dump(mid: str) -> Any:  # serialized once, and only when compared or written
+            if mid not in dumped:
+                dumped[mid] = plain_json(dump_message(unique[mid]), f"message {mid!r}")
+            return dumped[mid]
+
         held: dict[str, Item] = {}
         meta: Result = None
         for n, chunk in enumerate(_chunks(ids, self.max_batch_ops)):
@@ -840,8 +858,11 @@ class OffloadStore(BaseStore):
         versions: dict[str, str] = {}
         for mid in ids:
             if mid in held and not is_context_edit(unique[mid]):  # not this package's edit
-                digest = _version_digest(dumped[mid])
-                if digest is not None and digest != _version_digest(held[mid].value.get("message")):
+                stored = held[mid].value.get("message")
+                if _holds(stored, unique[mid]):
+                    continue
+                digest = _version_digest(dump(mid))
+                if digest is not None and digest != _version_digest(stored):
                     versions[mid] = version_key(mid, digest)
         for chunk in _chunks(list(versions.values()), self.max_batch_ops):
             results = yield [GetOp(ns, key, False) for key in chunk]
@@ -856,7 +877,7 @@ class OffloadStore(BaseStore):
             return []
         values = [
             {
-                "message": dumped[mid],
+                "message": dump(mid),
                 "type": unique[mid].type,
                 "text": _search_text(unique[mid]),
                 **({"version_of": mid} if key != mid else {}),
