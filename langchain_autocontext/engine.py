@@ -71,6 +71,7 @@ from langchain_autocontext.strategies.base import (
 from langchain_autocontext.strategies.pipeline import (
     PipelineResult,
     adrive,
+    developer_pin_tokens,
     drive,
     floor_tokens,
     run_pipeline,
@@ -1267,8 +1268,8 @@ class ContextEngine:
         if lu is None or not is_pinned(messages[lu]) or str(messages[lu].id) in self._pin_warned:
             return
         used, limit = pinned_tokens(messages, self.counter), self.config.pin_limit
-        if used <= limit:
-            return
+        if used <= limit or developer_pin_tokens(messages, self.counter, request_only) > limit:
+            return  # within the limit, or past it already: the pipeline's error says so
         self._pin_warned.add(str(messages[lu].id))
         warnings.warn(
             f"langchain-autocontext: pinned messages take {used} tokens with the pinned "

@@ -172,6 +172,10 @@ def test_developer_pins_past_the_limit_are_a_clear_error() -> None:
     ]
     with pytest.raises(ContextBudgetError, match="pin limit of 50"):
         ac.compress(msgs, thread_id="t")
+    with warnings.catch_warnings():  # the error says it all: no warning of what comes later
+        warnings.simplefilter("error")
+        with pytest.raises(ContextBudgetError, match="pin limit of 50"):
+            ac.compress([*msgs[:2], pin(msgs[2])], thread_id="t2")
 
 
 def test_a_developer_pin_on_the_latest_user_message_takes_nothing_from_the_pin_limit() -> None:
