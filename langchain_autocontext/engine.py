@@ -1525,6 +1525,7 @@ class ContextEngine:
         state: Mapping[str, Any] | None = None,
         tools: Sequence[Any] | None = None,
         thread_id: str = "default",
+        request_only: Collection[str] = (),
     ) -> ModelCall:
         """The model's input view of the (already compressed) working messages.
 
@@ -1535,6 +1536,11 @@ class ContextEngine:
         ``tools`` the tool schemas sent with the call (default: :attr:`count_tools`);
         the warning and the moment the package shows itself count them with the
         package's own (:meth:`with_own_tools`), as :meth:`compress` counted them.
+        ``request_only``: the ids of messages sent with this call only, as
+        :meth:`compress` took them (another middleware's retrieved document): none is
+        the latest user message, which moves the memory-pressure warning and the moment
+        the package shows itself up with what cannot be compressed; pass the ids given
+        to :meth:`compress`, or this view judges both on other terms than it did.
 
         ``result.state_update`` is the new ``autocontext`` value (``{}`` when
         unchanged): persist it, e.g. ``return call.update(model.invoke(call.messages))``
@@ -1545,7 +1551,7 @@ class ContextEngine:
                 were not compressed with the same ``state`` (see :meth:`compress`).
         """
         del thread_id  # the view needs no store; kept for symmetry with the other calls
-        return self._model_call(messages, state, tools)
+        return self._model_call(messages, state, tools, request_only=request_only)
 
     def _model_call(
         self,

@@ -1119,3 +1119,23 @@ def test_remembered_block_content_is_not_rendered_again_each_call(use_async: boo
     assert archive(edited) == 1 and archive(edited) == 0
     versions = [e for e in store.iter_history("t") if e.version_of == "t2"]
     assert [e.message.content[0]["base64"] for e in versions] == ["RURJVA=="]
+
+
+def test_prepare_model_call_takes_the_request_only_ids_compress_took() -> None:
+    """A model node of one's own appends a retrieved document (a user message) to one
+    call only: ``compress(..., request_only=…)`` judged the call without it as the
+    latest user message, but ``prepare_model_call`` had no way to be told, took the
+    document for the user's question (never compressible), and moved the warning and
+    the moment the package shows itself up by its size: a view at 80 % of the budget
+    went without the memory-pressure notice and without the package's tags and tools."""
+    ac, store = make(AutoContextConfig(max_tokens=8_000))
+    doc = HumanMessage(
+        "Retrieved document:\n" + " ".join(f"fact{i} is {i * 7}." for i in range(900)),
+        id="doc-1",
+    )
+    sent = [SystemMessage("You are terse."), HumanMessage("Summarize the doc.", id="u1"), doc]
+    result = ac.compress(sent, thread_id="t", request_only={"doc-1"})
+    call = ac.prepare_model_call(result.messages, request_only={"doc-1"})
+    assert call.tokens > 0.75 * 8_000
+    assert call.pressure and call.engaged
+    assert "doc-1" not in [e.message.id for e in store.get_history("t")]  # no turn
