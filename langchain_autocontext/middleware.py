@@ -889,7 +889,9 @@ def _request_only(
     does not hold: another middleware added them to this request only (a retrieved
     document, each call anew). They are sent and counted, not archived: the history
     keeps the conversation, and one that compression folds into a summary or an offload
-    is kept in that offload's record."""
+    is kept in that offload's record. A message the state holds under the same id
+    (another middleware writes it there too) is conversation: the checkpoints keep it,
+    so it is archived before any compression takes it out of the state."""
     msgs = ensure_ids(msgs)
     held = {m.id for m in (request.state or {}).get("messages") or ()}
     extra = frozenset(str(m.id) for m in msgs if m.id not in held and m.id != _SYSTEM_STANDIN_ID)

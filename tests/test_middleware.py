@@ -1426,3 +1426,31 @@ async def test_the_model_call_measures_the_floor_once(
     assert measured == [1] * len(model.seen)  # never shown: the floor measured once each
     own = {t.name for t in ac.tools}
     assert not own & {getattr(t, "name", None) for t in model.bound}
+
+
+def test_a_document_another_middleware_also_writes_to_the_state_is_conversation() -> None:
+    """Request-only means the state does not hold the message's id. A document that
+    another middleware writes to the state under a stable id (and adds to the request)
+    is kept by the checkpoints, so it is a turn of the conversation: archived once,
+    one copy in the state, the tool pairs valid."""
+    from langchain.agents.middleware import AgentMiddleware
+
+    doc = "Retrieved: the build uses make.\n" + log_text(30, 3)
+
+    class Both(AgentMiddleware):
+        def before_model(self, state, runtime):
+            return {"messages": [HumanMessage(doc, id="doc-1")]}
+
+        def wrap_model_call(self, request, handler):
+            msgs = [m for m in request.messages if m.id != "doc-1"]
+            return handler(request.override(messages=[*msgs, HumanMessage(doc, id="doc-1")]))
+
+    ac, store = AutoContext(CFG), InMemoryStore()
+    model = ReplyModel(reply=steps_then_answer(8))
+    graph = agent(model, ac, store, extra=[Both()])
+    out = graph.invoke({"messages": [HumanMessage("Why does the build fail?", id="u0")]}, THREAD)
+    assert out["messages"][-1].content == "done after 8 calls"
+    archived = [e.message.id for e in ac.resolve_store(store).get_history("t")]
+    assert archived.count("doc-1") == 1
+    assert sum(text_of(m).startswith("Retrieved:") for m in out["messages"]) == 1
+    assert not find_violations(out["messages"])
