@@ -10,6 +10,11 @@
 Both keep one small record per session/thread in the store, in the namespace
 ``(prefix, thread, "surface")`` next to the thread's history, offloads and events:
 plain JSON, LangChain's own message dict format.
+
+Over 600 lines because the design's layout puts both chain surfaces here, sharing how
+new messages are named and stored, and the Runnable must recognise an input that
+continues one it saw (extended, with its oldest messages dropped by a window, with
+the template's messages after the history) to compress only what is new.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import json
 import uuid
 import warnings
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.chat_history import BaseChatMessageHistory
@@ -57,6 +63,12 @@ _RUNNABLE_KEY = "runnable"
 #: chains of different prompt templates sharing a thread (a ``RunnableParallel``) each
 #: extend their own, up to this many; the least recently used goes first.
 _RUNNABLE_RECORDS = 4
+#: How many of an input's last non-system messages a record keeps the prints and ids of
+#: (an input that drops messages from the front is recognised within them).
+_RUNNABLE_WINDOW = 256
+#: How many template messages after the history (an instruction) the Runnable recognises.
+_TRAIL = 4
+_PRINT_CHARS = 16
 _ID_NAMESPACE = uuid.UUID("6c1d3a52-8f0e-4f7b-9a43-3f1b8e2d7c10")
 
 
@@ -274,15 +286,83 @@ def _reissued(
     return out
 
 
-def _split_new(
-    work: list[BaseMessage], state: dict[str, Any]
-) -> tuple[list[BaseMessage], list[BaseMessage]]:
-    """``work`` as :meth:`AutoContextRunnable._plan` built it: the stored messages and the
-    tail that extends the last input (new by construction; none when the input did not
-    extend it). Takes the tail's length out of ``state``."""
-    fresh = int(state.pop("fresh", 0))
-    cut = len(work) - fresh
-    return work[:cut], work[cut:]
+@dataclass
+class _Plan:
+    """What :meth:`AutoContextRunnable._plan` made of an input: ``kept`` (its system
+    messages and the previous result it continues, or the whole input), ``fresh`` (the
+    messages it adds, new by construction), ``trail`` (the template's messages after
+    them, as archived before), the record's fields, which record it continues, and the
+    prints and ids of its non-system messages (the ids of those before ``fresh``)."""
+
+    kept: list[BaseMessage]
+    fresh: list[BaseMessage]
+    trail: list[BaseMessage]
+    state: dict[str, Any]
+    match: int | None
+    prints: list[str]
+    ids: list[str | None]
+
+    def work(self, held: Sequence[bool]) -> list[BaseMessage]:
+        """The messages to compress, ``fresh`` reissued where their id is taken (``held``:
+        those the thread's history holds)."""
+        self.fresh = _reissued([*self.kept, *self.trail], self.fresh, held)
+        return [*self.kept, *self.fresh, *self.trail]
+
+    def record(self, result: Sequence[BaseMessage]) -> dict[str, Any]:
+        """The record to store: the input's digests, the prints and ids of its last
+        :data:`_RUNNABLE_WINDOW` non-system messages, and what it was compressed to."""
+        ids = [*self.ids, *(m.id for m in self.fresh), *(m.id for m in self.trail)]
+        n = min(len(ids), len(self.prints), _RUNNABLE_WINDOW)
+        window = [[p, i] for p, i in zip(self.prints[-n:], ids[len(ids) - n :], strict=True)]
+        return {
+            **self.state,
+            "entries": len(self.prints),
+            "window": window,
+            "messages": _dumped(result),
+        }
+
+
+def _continued(
+    record: dict[str, Any], digests: Sequence[str], prints: Sequence[str]
+) -> tuple[int, int, int]:
+    """How an input (its hash chain ``digests`` and its non-system ``prints``) continues
+    ``record``: ``(overlap, dropped, trailing)``, the number of the record's non-system
+    messages it keeps, drops from the front, and repeats at its end after the messages it
+    adds (the template's messages after the history); overlap ``-1`` when it does not.
+
+    Kept, the record's messages are the first of the input's; the fewest dropped and
+    trailing win. Dropping takes the record's prints of all its messages and keeps two
+    of them at least (one, when it drops one: an input whose first message was the
+    last of the record's may start another conversation); the trailing ones are at
+    most :data:`_TRAIL`."""
+    inputs = int(record.get("inputs", 0))
+    window = [tuple(e) for e in record.get("window") or []]
+    total = record.get("entries")
+    cuts = record.get("cuts") or {}
+    if not inputs or not isinstance(total, int):  # a record of an earlier version
+        ok = 0 < inputs < len(digests) and digests[inputs] == record.get("digest")
+        return (inputs, 0, 0) if ok else (-1, 0, 0)
+    old = [p for p, _ in window]
+    lead = inputs - total  # the leading system message's entry
+    for t in range(min(_TRAIL, len(old), total) + 1):
+        if t and (len(prints) < total or prints[len(prints) - t :] != old[len(old) - t :]):
+            continue
+        n = inputs - t
+        expected = cuts.get(str(n)) if t else record.get("digest")
+        if n < len(digests) and digests[n] == expected and (n > lead or not t):
+            return total - t, 0, t
+    if len(old) != total:
+        return -1, 0, 0
+    for t in range(min(_TRAIL, total) + 1):
+        if t and prints[len(prints) - t :] != old[total - t :]:
+            continue
+        for d in range(1, total - t):
+            keep = total - t - d
+            if keep < min(d, 2) or keep > len(prints) - t:
+                continue
+            if list(prints[:keep]) == old[d : total - t]:
+                return keep, d, t
+    return -1, 0, 0
 
 
 def _kept_anyway(messages: list[BaseMessage], exc: ContextBudgetError) -> list[BaseMessage]:
@@ -348,8 +428,9 @@ class AutoContextRunnable(RunnableSerializable[Any, list[BaseMessage]]):
     else a thread of the call's own, ``run-<uuid4>``, with a warning: see
     :meth:`thread_of`). Chains usually send the whole conversation every call: the
     Runnable remembers, per thread in the store, the input it last saw and what it
-    made of it, and when the new input extends that input it compresses only the
-    extension onto its previous result — so work (and summarizer calls) is not
+    made of it, and when the new input continues that input (extends it, perhaps
+    dropping its oldest messages or repeating the template's messages after the
+    history) it compresses only the new messages onto its previous result — so work (and summarizer calls) is not
     repeated, and messages without an id get the same id every call (their
     originals are archived once). It remembers a few such inputs per thread, so that
     chains of different prompt templates sharing a thread (the branches of a
@@ -385,51 +466,56 @@ class AutoContextRunnable(RunnableSerializable[Any, list[BaseMessage]]):
 
     def _plan(
         self, messages: list[BaseMessage], thread_id: str, records: Sequence[dict[str, Any]]
-    ) -> tuple[list[BaseMessage], dict[str, Any], int | None]:
-        """The messages to compress (previous result + new tail), the input's digest, and
-        which of the thread's ``records`` (the inputs it last saw, and what it made of
-        each) the input extends (``None``: none, it is compressed whole).
+    ) -> _Plan:
+        """What to compress for ``messages``: the previous result of the record the input
+        continues (none: the input whole), the new messages, the template's trailing ones.
 
-        The digest is a hash chain over the input messages, so "the new input extends
-        that one" is checked from one stored string, whatever the length. The thread
-        keeps several records: two chains of different prompt templates on one thread
-        (the branches of a ``RunnableParallel``) each extend their own, where one record
-        made each call restart the other's compression. The longest one extended wins.
+        An input continues a record (the input it last saw, and what it made of it) when it
+        is that input with messages added, and also when, besides, it dropped messages
+        from the front (a ``trim_messages`` window, a chain that drops the oldest turn)
+        or repeats the template's trailing messages after the added ones (an instruction
+        after the history): only the added messages are compressed onto the previous
+        result, which loses the dropped ones (those not yet summarized), and the trailing
+        ones keep the ids they were archived under. The check that the input extends a
+        record is made from one hash chain over its messages, whatever its length; the
+        others compare the prints of the messages the record keeps (its last
+        :data:`_RUNNABLE_WINDOW`). The thread keeps several records: two chains of
+        different prompt templates on one thread (the branches of a
+        ``RunnableParallel``) each continue their own. The longest continued one wins.
         """
-        wanted = {int(r.get("inputs", 0)) for r in records} - {0}
-        at: dict[int, tuple[str, int]] = {}  # entries -> (digest, index after them)
-        chain = hashlib.sha256()
-        prints: list[bytes] = []
-        head = ""  # the first message that is not a system message: an input's start
         # The system messages may change from call to call (a template with the date or
         # retrieved context in it, a reminder after the history): they are not part of
         # the prefix the Runnable recognises, or every call would compress the whole
-        # conversation again. A leading one stands as one entry ("system"), later ones
-        # as none (a reminder after the history stood where the next message now is);
-        # the engine merges them into one, first, and the new ones take the old one's
-        # place.
+        # conversation again. A leading one stands as one entry ("system") of the chain,
+        # later ones as none (a reminder after the history stood where the next message
+        # now is); the engine merges them into one, first, and the new ones take the old
+        # one's place.
         lead = bool(messages) and _system(messages[0])
-        entries = 0
+        chain = hashlib.sha256()
+        digests = [""]  # the chain's digest after each number of entries
+        prints: list[bytes] = []
+        body: list[int] = []  # where the input's non-system messages are
+        if lead:
+            chain.update(b"system")
+            digests.append(chain.hexdigest())
         for k, m in enumerate(messages):
             fp = _fingerprint(m)
             prints.append(fp)
-            if k == 0 and lead:
-                chain.update(b"system")
-            elif _system(m):
+            if _system(m):
                 continue
-            else:
-                chain.update(fp)
-                head = head or fp.hex()
-            entries += 1
-            if entries in wanted:
-                at[entries] = (chain.hexdigest(), k + 1)
-        state = {"inputs": entries, "digest": chain.hexdigest(), "head": head}
-        extended = [
-            (int(r["inputs"]), j)
-            for j, r in enumerate(records)
-            if at.get(int(r.get("inputs", 0)), ("", 0))[0] == r.get("digest")
-        ]
-        match = max(extended)[1] if extended else None
+            body.append(k)
+            chain.update(fp)
+            digests.append(chain.hexdigest())
+        short = [prints[k].hex()[:_PRINT_CHARS] for k in body]
+        state: dict[str, Any] = {
+            "inputs": len(digests) - 1,
+            "digest": digests[-1],
+            "head": prints[body[0]].hex() if body else "",
+            "cuts": {
+                str(n): digests[n]
+                for n in range(max(1, len(digests) - 1 - _TRAIL), len(digests) - 1)
+            },
+        }
 
         # a later system message is named by its place among the system messages, not in
         # the input, where it moves on every call (a reminder after the history, the same
@@ -443,19 +529,31 @@ class AutoContextRunnable(RunnableSerializable[Any, list[BaseMessage]]):
             name = f"{thread_id}:{place}:{prints[k].hex()}"
             return m.model_copy(update={"id": str(uuid.uuid5(_ID_NAMESPACE, name))})
 
-        if match is None:
-            return [with_id(k, m) for k, m in enumerate(messages)], state, None
-        record = records[match]
-        prefix_end = at[int(record["inputs"])][1]
-        systems = [with_id(k, m) for k, m in enumerate(messages) if _system(m)]
-        tail = [
-            with_id(k, m) for k, m in enumerate(messages[prefix_end:], prefix_end) if not _system(m)
+        found = [
+            (overlap, j, d, t)
+            for j, r in enumerate(records)
+            for overlap, d, t in [_continued(r, digests, short)]
+            if overlap >= 0
         ]
-        stored = _stored_messages(record)
+        if not found:
+            ids = [with_id(k, m) for k, m in enumerate(messages)]
+            return _Plan(ids, [], [], state, None, short, [m.id for m in ids if not _system(m)])
+        overlap, match, d, t = max(found)
+        record = records[match]
+        window = [tuple(e) for e in record.get("window") or []]
+        gone = {i for _, i in window[:d]} | {i for _, i in window[len(window) - t :]}
+        stored = [m for m in _stored_messages(record) if not (m.id and m.id in gone)]
         if stored and _system(stored[0]):
             stored = stored[1:]  # this input's system messages take its place
-        state["fresh"] = len(tail)  # new by construction: they extend the last input
-        return [*systems, *stored, *tail], state, match
+        systems = [with_id(k, m) for k, m in enumerate(messages) if _system(m)]
+        added = body[overlap : len(body) - t]
+        trail = [
+            messages[k].model_copy(update={"id": i})
+            for k, (_, i) in zip(body[len(body) - t :], window[len(window) - t :], strict=True)
+        ]
+        fresh = [with_id(k, messages[k]) for k in added]  # new: they continue the record
+        kept = [i for _, i in window[d : len(window) - t]]
+        return _Plan([*systems, *stored], fresh, trail, state, match, short, kept)
 
     def _ns(self, store: OffloadStore, thread_id: str) -> tuple[str, str, str]:
         return surface_namespace(store, thread_id)
@@ -491,13 +589,11 @@ class AutoContextRunnable(RunnableSerializable[Any, list[BaseMessage]]):
         store = ac.resolve_store()
         with store.working_lock(thread_id):
             records = self._records(store.get(self._ns(store, thread_id), _RUNNABLE_KEY))
-            work, state, match = self._plan(messages, thread_id, records)
-            kept, new = _split_new(work, state)
-            held = [store.get_history_message(thread_id, str(m.id)) is not None for m in new]
-            work = [*kept, *_reissued(kept, new, held)]
+            plan = self._plan(messages, thread_id, records)
+            held = [store.get_history_message(thread_id, str(m.id)) is not None for m in plan.fresh]
+            work = plan.work(held)
             result = ac.compress(work, thread_id=thread_id, store=store, view=False)
-            record = {**state, "messages": _dumped(result.messages)}
-            value = self._kept(records, match, record)
+            value = self._kept(records, plan.match, plan.record(result.messages))
             store.put(self._ns(store, thread_id), _RUNNABLE_KEY, value, index=False, ttl=None)
         return result.messages
 
@@ -508,13 +604,14 @@ class AutoContextRunnable(RunnableSerializable[Any, list[BaseMessage]]):
         store = ac.resolve_store()
         async with store.aworking_lock(thread_id):
             records = self._records(await store.aget(self._ns(store, thread_id), _RUNNABLE_KEY))
-            work, state, match = self._plan(messages, thread_id, records)
-            kept, new = _split_new(work, state)
-            held = [await store.aget_history_message(thread_id, str(m.id)) is not None for m in new]
-            work = [*kept, *_reissued(kept, new, held)]
+            plan = self._plan(messages, thread_id, records)
+            held = [
+                await store.aget_history_message(thread_id, str(m.id)) is not None
+                for m in plan.fresh
+            ]
+            work = plan.work(held)
             result = await ac.acompress(work, thread_id=thread_id, store=store, view=False)
-            record = {**state, "messages": _dumped(result.messages)}
-            value = self._kept(records, match, record)
+            value = self._kept(records, plan.match, plan.record(result.messages))
             await store.aput(
                 self._ns(store, thread_id), _RUNNABLE_KEY, value, index=False, ttl=None
             )

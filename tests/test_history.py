@@ -682,6 +682,118 @@ def test_a_system_message_after_the_history_does_not_restart_the_runnable(remind
         assert offloads.history_count("r") == len(conversation) - 1 + 2
 
 
+def _runnable_chat(
+    chain: Any, store: InMemoryStore, turns: int, *, template_question: bool = False
+) -> Any:
+    """``turns`` turns of ``chain`` (ending in ``ac.as_runnable()``) and a fake chat model
+    on thread "w": what each call sent, the conversation, and the size of the Runnable's
+    store item after each call."""
+    import itertools
+    import json
+
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+
+    replies = itertools.cycle([f"Answer {_words(60)}"])
+    model = GenericFakeChatModel(messages=(AIMessage(r) for r in replies))
+    conversation: list[BaseMessage] = []
+    sent: list[list[BaseMessage]] = []
+    sizes: list[int] = []
+    prefix = OffloadStore.wrap(store).prefix
+    for turn in range(turns):
+        question = HumanMessage(f"Task {turn} {_words(60)}")
+        if template_question:  # the template adds the question after the history
+            run: dict[str, Any] = {"history": list(conversation), "question": question.content}
+        else:
+            run = {"messages": [*conversation, question]}
+        sent.append(chain.invoke(run, {"configurable": {"thread_id": "w"}}))
+        conversation += [question, model.invoke(sent[-1])]
+        items = store.search((prefix,), limit=1000)
+        sizes.append(sum(len(json.dumps(i.value)) for i in items if i.key == "runnable"))
+    return sent, conversation, sizes
+
+
+@pytest.mark.parametrize("window", ["trim_messages", "drop the oldest turn"])
+@pytest.mark.parametrize("fits", [True, False])
+def test_a_window_that_drops_the_oldest_messages_does_not_restart_the_runnable(
+    window: str, fits: bool
+) -> None:
+    """A ``trim_messages`` window (or a chain dropping the oldest turn) before the
+    Runnable: its input's first message changed every call, so the Runnable compressed
+    it from scratch every call (11 compressions in 16 turns of a window over the budget,
+    against 4), archived every message again under new ids (82 originals for 32
+    messages) and kept four dead records in the store (an item twice as large). It
+    continues its record now: the dropped messages leave the managed list, the others
+    keep their ids."""
+    from langchain_core.messages import trim_messages
+
+    store = InMemoryStore()
+    ac = AutoContext(max_tokens=1_500, store=store, self_management_tools=False)
+    keep = 6 if fits else 12  # messages of ~160 tokens: 8 of them are over the trigger
+    prompt = ChatPromptTemplate([("system", "Be terse."), MessagesPlaceholder("messages")])
+    if window == "trim_messages":
+        trim: Any = trim_messages(
+            max_tokens=keep,
+            token_counter=len,
+            strategy="last",
+            start_on="human",
+            include_system=True,
+        )
+        windowed = prompt | trim
+    else:
+        windowed = RunnableLambda(lambda run: {"messages": run["messages"][-keep:]}) | prompt
+    sent, conversation, sizes = _runnable_chat(windowed | ac.as_runnable(), store, 16)
+    offloads = OffloadStore.wrap(store)
+    for out in sent:
+        assert not find_violations(out) and ac.counter.count(out) <= 1_500
+    if fits:  # nothing to compress: the window as the chain sent it
+        assert not offloads.list_events("w")
+        last = windowed.invoke({"messages": conversation[:-1]})
+        last = last if isinstance(last, list) else last.to_messages()
+        assert [text_of(m) for m in sent[-1]] == [text_of(m) for m in last]
+    else:
+        assert len(offloads.list_events("w")) <= 5
+    # each message sent archived once: the system prompt, all but the last reply
+    assert offloads.history_count("w") == 1 + len(conversation) - 1
+    full = keep // 2  # the first call whose input is a full window
+    assert max(sizes[full:]) <= 1.5 * sizes[full]
+
+
+@pytest.mark.parametrize("role", ["human", "system"])
+def test_a_template_message_after_the_history_does_not_restart_the_runnable(role: str) -> None:
+    """A template with an instruction after the history and the question: a human one
+    stood where the next call's messages go, so the Runnable compressed the whole
+    conversation again every call (12 compressions in 16 turns, against 7) and archived
+    the question again each time. The instruction is recognised at the end of the next
+    call's input: the messages before it are compressed onto the previous result, and it
+    is archived once."""
+    store = InMemoryStore()
+    ac = AutoContext(max_tokens=1_500, store=store, self_management_tools=False)
+    prompt = ChatPromptTemplate(
+        [
+            ("system", "Be terse."),
+            MessagesPlaceholder("history"),
+            ("human", "{question}"),
+            (role, "Answer briefly."),
+        ]
+    )
+    sent, conversation, sizes = _runnable_chat(
+        prompt | ac.as_runnable(), store, 16, template_question=True
+    )
+    for out, question in zip(sent, conversation[::2], strict=True):
+        assert not find_violations(out) and ac.counter.count(out) <= 1_500
+        assert question.content in {text_of(m) for m in out[-2:]}
+        assert "Answer briefly." in text_of(out[-1] if role == "human" else out[0])
+    offloads = OffloadStore.wrap(store)
+    # 4 with a system instruction; a human one is the latest user message, a small one,
+    # so the trigger comes earlier (the question is compressed like the turns before it)
+    events = offloads.list_events("w")
+    assert len(events) <= (4 if role == "system" else 7)
+    assert all(e.tokens_before >= ac.config.trigger_tokens for e in events)
+    # each message sent archived once: the system prompt and the instruction too
+    assert offloads.history_count("w") == 2 + len(conversation) - 1
+    assert max(sizes[8:]) <= 1.5 * sizes[8]
+
+
 # --- a reply whose id an earlier one used ----------------------------------------------------
 def _same_reply_model():
     """A model that returns one reply object every turn (a cycled fake, a cached reply):
