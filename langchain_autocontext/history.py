@@ -308,6 +308,15 @@ class _Plan:
         self.fresh = _reissued([*self.kept, *self.trail], self.fresh, held)
         return [*self.kept, *self.fresh, *self.trail]
 
+    @property
+    def request_only(self) -> frozenset[str]:
+        """The ids of the template's messages after the history (``trail``, not its
+        system ones, which the engine merges into the first): sent with every call, not
+        said by the user, so a fixed instruction after the question is never taken for the
+        latest user message (the question is; see :meth:`ContextEngine.compress`). They
+        were archived when they were first seen, as the input's last messages."""
+        return frozenset(str(m.id) for m in self.trail if not _system(m))
+
     def record(self, result: Sequence[BaseMessage]) -> dict[str, Any]:
         """The record to store: the input's digests, the prints and ids of its last
         :data:`_RUNNABLE_WINDOW` non-system messages, and what it was compressed to."""
@@ -592,7 +601,13 @@ class AutoContextRunnable(RunnableSerializable[Any, list[BaseMessage]]):
             plan = self._plan(messages, thread_id, records)
             held = [store.get_history_message(thread_id, str(m.id)) is not None for m in plan.fresh]
             work = plan.work(held)
-            result = ac.compress(work, thread_id=thread_id, store=store, view=False)
+            result = ac.compress(
+                work,
+                thread_id=thread_id,
+                store=store,
+                view=False,
+                request_only=plan.request_only,
+            )
             value = self._kept(records, plan.match, plan.record(result.messages))
             store.put(self._ns(store, thread_id), _RUNNABLE_KEY, value, index=False, ttl=None)
         return result.messages
@@ -610,7 +625,13 @@ class AutoContextRunnable(RunnableSerializable[Any, list[BaseMessage]]):
                 for m in plan.fresh
             ]
             work = plan.work(held)
-            result = await ac.acompress(work, thread_id=thread_id, store=store, view=False)
+            result = await ac.acompress(
+                work,
+                thread_id=thread_id,
+                store=store,
+                view=False,
+                request_only=plan.request_only,
+            )
             value = self._kept(records, plan.match, plan.record(result.messages))
             await store.aput(
                 self._ns(store, thread_id), _RUNNABLE_KEY, value, index=False, ttl=None

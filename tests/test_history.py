@@ -784,14 +784,54 @@ def test_a_template_message_after_the_history_does_not_restart_the_runnable(role
         assert question.content in {text_of(m) for m in out[-2:]}
         assert "Answer briefly." in text_of(out[-1] if role == "human" else out[0])
     offloads = OffloadStore.wrap(store)
-    # 4 with a system instruction; a human one is the latest user message, a small one,
-    # so the trigger comes earlier (the question is compressed like the turns before it)
+    # 4, a human instruction as a system one: it is sent as request-only, so the
+    # question is the latest user message (taken for it, the small instruction brought
+    # the trigger earlier: 7)
     events = offloads.list_events("w")
-    assert len(events) <= (4 if role == "system" else 7)
+    assert len(events) <= 4
     assert all(e.tokens_before >= ac.config.trigger_tokens for e in events)
     # each message sent archived once: the system prompt and the instruction too
     assert offloads.history_count("w") == 2 + len(conversation) - 1
     assert max(sizes[8:]) <= 1.5 * sizes[8]
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_the_question_before_a_template_instruction_is_the_latest_user_message(mode: str) -> None:
+    """``[history, ("human", "{question}"), ("human", "Answer briefly.")]``: the engine took
+    the fixed instruction for the latest user message, so a long question (a pasted
+    report) was offloaded to a preview like any older message. The template's repeated
+    messages after the history are sent with every call, not said by the user: the
+    Runnable passes them as request-only, and the question is the message kept whole."""
+    import asyncio
+    import itertools
+
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+
+    store = InMemoryStore()
+    ac = AutoContext(max_tokens=8_000, store=store, self_management_tools=False)
+    prompt = ChatPromptTemplate(
+        [
+            ("system", "Be terse."),
+            MessagesPlaceholder("history"),
+            ("human", "{question}"),
+            ("human", "Answer briefly."),
+        ]
+    )
+    chain = prompt | ac.as_runnable()
+    model = GenericFakeChatModel(messages=itertools.cycle([AIMessage(f"Answer {_words(40)}")]))
+    history: list[BaseMessage] = []
+    for turn in range(8):
+        question = f"Report {turn}: " + " ".join(f"line{turn}x{k} ok" for k in range(450))
+        run = {"history": list(history), "question": question}
+        cfg: Any = {"configurable": {"thread_id": "q"}}
+        out = chain.invoke(run, cfg) if mode == "sync" else asyncio.run(chain.ainvoke(run, cfg))
+        assert not find_violations(out) and ac.counter.count(out) <= 8_000
+        assert question in {text_of(m) for m in out}, f"turn {turn}: the question was cut"
+        assert text_of(out[-1]) == "Answer briefly."
+        history += [HumanMessage(question), model.invoke(out)]
+    # the instruction is archived once (the first call's, when it was the latest message)
+    kinds = [e.message.content for e in OffloadStore.wrap(store).iter_history("q")]
+    assert kinds.count("Answer briefly.") == 1
 
 
 # --- a reply whose id an earlier one used ----------------------------------------------------
