@@ -23,13 +23,14 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from langchain_core.messages import (
     AIMessage,
     BaseMessage,
     MessageLikeRepresentation,
     SystemMessage,
+    ToolCall,
     convert_to_messages,
 )
 from langchain_core.runnables import RunnableConfig
@@ -248,9 +249,9 @@ def _checked_strategies(strategies: Any) -> list[Strategy] | None:
 class _ThreadMemo:
     """What an engine knows of one thread in one store."""
 
-    #: ids it archived there -> a fingerprint of the content last archived under each
-    #: (:func:`_fingerprint`: an edit that reuses an id is archived as a later version)
-    archived: dict[str, int] = field(default_factory=dict)
+    #: ids it archived there -> what it archived last under each (:class:`_Archived`:
+    #: an edit that reuses an id is archived as a later version)
+    archived: dict[str, _Archived] = field(default_factory=dict)
     #: offload id of a summary -> ids of the messages it replaced (records never change)
     spans: dict[str, frozenset[str]] = field(default_factory=dict)
     #: offload id of a summary -> offload ids of the summaries among those messages
@@ -752,9 +753,9 @@ class ContextEngine:
                 self._archived.popitem(last=False)
         return memo
 
-    def _archived_ids(self, store: OffloadStore, thread_id: str) -> dict[str, int]:
-        """The ids this engine archived in ``store`` for ``thread_id`` (with the
-        fingerprint of the content archived last under each)."""
+    def _archived_ids(self, store: OffloadStore, thread_id: str) -> dict[str, _Archived]:
+        """The ids this engine archived in ``store`` for ``thread_id`` (with what it
+        archived last under each)."""
         return self._memo(store, thread_id).archived
 
     def _unarchived(
@@ -767,7 +768,7 @@ class ContextEngine:
         return [
             m
             for m in messages
-            if (m.id not in seen or (not is_context_edit(m) and seen[m.id] != _fingerprint(m)))
+            if (m.id not in seen or (not is_context_edit(m) and not _still(seen, m)))
             and marker(m) is None  # after the memo: the call's one marker scan is elsewhere
         ]
 
@@ -819,7 +820,7 @@ class ContextEngine:
     def _mark_archived(
         self, store: OffloadStore, thread_id: str, messages: Sequence[BaseMessage]
     ) -> None:
-        self._archived_ids(store, thread_id).update((str(m.id), _fingerprint(m)) for m in messages)
+        self._archived_ids(store, thread_id).update((str(m.id), _archived(m)) for m in messages)
 
     def _settle_archived(
         self, store: OffloadStore, thread_id: str, originals: Sequence[BaseMessage]
@@ -1771,16 +1772,60 @@ class ContextEngine:
         return outcome.update(messages)
 
 
-def _fingerprint(message: BaseMessage) -> int:
-    """What an edit that reuses a message's id changes (its type, content, the ids and
-    names of its tool calls), hashed: the archive memo's test for "archived with this
-    content". Cheap, as it runs on every remembered message of every call: block
-    content is hashed through its values (:func:`_content_hash`), never rendered whole;
-    the arguments of a call are left out (hashing them costs several times the rest),
-    so an edit of arguments alone is seen by the store's comparison only (an engine
-    that does not remember the id: another process, a restart)."""
-    content = message.content
+class _Archived(NamedTuple):
+    """What the archive memo keeps of the content last archived under a message id."""
+
+    #: :func:`_fingerprint` of the message
+    fingerprint: int
+    #: its ``tool_calls`` list (``None`` without calls): the arguments were hashed from it
+    calls: list[ToolCall] | None
+    #: :func:`_content_hash` of the calls' arguments (0 without calls)
+    args: int
+
+
+def _args_hash(calls: list[ToolCall]) -> int:
+    return _content_hash([c.get("args") for c in calls])
+
+
+def _archived(message: BaseMessage) -> _Archived:
+    """The memo's record of ``message``, archived now."""
+    calls = message.tool_calls if isinstance(message, AIMessage) else None
+    if not calls:
+        return _Archived(_fingerprint(message, calls), None, 0)
+    return _Archived(_fingerprint(message, calls), calls, _args_hash(calls))
+
+
+def _still(seen: dict[str, _Archived], message: BaseMessage) -> bool:
+    """Whether ``message`` holds what the memo ``seen`` archived last under its id: the
+    memo's test for "archived with this content", run on every remembered message of
+    every call. Its type, content and calls' ids and names are compared by
+    :func:`_fingerprint`; the calls' arguments (an edit of them alone is a later version
+    too, as the store compares) are hashed only when the ``tool_calls`` list is another
+    object than the one hashed last (LangGraph's ``add_messages`` and a checkpoint load
+    give an edited message a new one), then remembered: hashing every call's arguments
+    on every call cost a third more than the rest. An edit of arguments in place, in the
+    very list the engine saw, is seen by the store's comparison only (an engine that does
+    not remember the id: another process, a restart)."""
+    mid = str(message.id)
+    held = seen[mid]
     calls = message.tool_calls if isinstance(message, AIMessage) else None  # getattr: slow
+    if held.fingerprint != _fingerprint(message, calls):
+        return False
+    if not calls or calls is held.calls:
+        return True
+    if _args_hash(calls) != held.args:
+        return False
+    seen[mid] = _Archived(held.fingerprint, calls, held.args)  # not hashed again
+    return True
+
+
+def _fingerprint(message: BaseMessage, calls: list[ToolCall] | None) -> int:
+    """What an edit that reuses a message's id changes (its type, content, the ids and
+    names of its tool calls), hashed (the calls' arguments: :func:`_still`). Cheap, as
+    it runs on every remembered message of every call: block content is hashed through
+    its values (:func:`_content_hash`), never rendered whole. ``calls``: its
+    ``tool_calls`` (``None`` for a message of another type than ``AIMessage``)."""
+    content = message.content
     return hash(
         (
             message.type,

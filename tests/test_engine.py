@@ -1139,3 +1139,43 @@ def test_prepare_model_call_takes_the_request_only_ids_compress_took() -> None:
     assert call.tokens > 0.75 * 8_000
     assert call.pressure and call.engaged
     assert "doc-1" not in [e.message.id for e in store.get_history("t")]  # no turn
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_an_edit_of_tool_call_arguments_alone_is_archived_by_the_running_engine(
+    use_async: bool,
+) -> None:
+    """A human-in-the-loop edit of a call's arguments (same id, same content, other
+    ``args``, as ``graph.update_state`` writes it before the tool runs): the store keeps
+    it as a later version when asked, but the running engine's archive memo compared
+    the call's id and name only, so it was archived by a restarted engine at the
+    earliest, after the messages that followed it. The same arguments in a new object
+    (a checkpoint load) are not archived again."""
+    ac = AutoContext(AutoContextConfig(max_tokens=100_000), store=InMemoryStore())
+    store = ac.store
+    assert store is not None
+
+    def archive(messages: list[BaseMessage]) -> int:
+        if use_async:
+            return asyncio.run(ac.aarchive(messages, thread_id="t", store=store))
+        return ac.archive(messages, thread_id="t", store=store)
+
+    def ask(command: str) -> AIMessage:
+        call = {"name": "sh", "args": {"command": command}, "id": "c1", "type": "tool_call"}
+        return AIMessage("Running it.", tool_calls=[call], id="a1")
+
+    user = HumanMessage("clean the build", id="u1")
+    assert archive([user, ask("rm -rf /")]) == 2
+    assert archive([user, ask("rm -rf /")]) == 0  # a new object, the same arguments
+    assert archive([user, ask("rm -rf build")]) == 1
+    assert archive([user, ask("rm -rf build")]) == 0
+    result = ToolMessage("removed", tool_call_id="c1", id="t1")
+    assert archive([user, ask("rm -rf build"), result]) == 1
+    held = [(e.id, e.version_of, e.message) for e in store.iter_history("t")]
+    assert [(key.split("~")[0], of) for key, of, _ in held] == [
+        ("u1", None),
+        ("a1", None),
+        ("a1", "a1"),
+        ("t1", None),
+    ]
+    assert held[2][2].tool_calls[0]["args"] == {"command": "rm -rf build"}
