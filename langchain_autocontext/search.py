@@ -559,6 +559,23 @@ class SearchFilter:
         return keep
 
 
+class HistorySize(NamedTuple):
+    """The size of a thread's history as the search tool tells it: its messages, each
+    counted once however often it was edited, and the later versions of edited ones
+    (``OffloadStore.history_count`` counts both together)."""
+
+    messages: int
+    versions: int = 0
+
+    def describe(self) -> str:
+        """``"12 messages"``, and ``" and 2 later versions of edited ones"`` when any."""
+        if self.versions == 1:
+            return f"{self.messages} messages and 1 later version of an edited one"
+        if self.versions:
+            return f"{self.messages} messages and {self.versions} later versions of edited ones"
+        return f"{self.messages} messages"
+
+
 @dataclass
 class _ThreadIndex:
     bm25: BM25Index
@@ -574,6 +591,11 @@ class _ThreadIndex:
     #: the content a rewrite by the package was made of (see :func:`_in_context`)
     latest: dict[str, str] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def size(self) -> HistorySize:
+        """The size of the history indexed: its messages, and the later versions of
+        edited ones apart."""
+        return HistorySize(len(self.latest), len(self.meta) - len(self.latest))
 
     def named(self, query: str) -> set[str]:
         """The speakers a query names by a word of their name ("What did Caroline's
@@ -1219,6 +1241,36 @@ def search_history(
     below 1, an unparseable date, ``after`` later than ``before``, a speaker that is
     neither a role nor a name of the thread, or an unknown language.
     """
+    return search_history_sized(
+        store,
+        thread_id,
+        query,
+        limit,
+        working=working,
+        exclude=exclude,
+        speaker=speaker,
+        after=after,
+        before=before,
+        language=language,
+    )[0]
+
+
+def search_history_sized(
+    store: OffloadStore,
+    thread_id: str,
+    query: str | None,
+    limit: int = 5,
+    *,
+    working: Sequence[BaseMessage] | None = None,
+    exclude: Iterable[str] = (),
+    speaker: str | None = None,
+    after: str | dt.date | None = None,
+    before: str | dt.date | None = None,
+    language: str = "english",
+) -> tuple[list[SearchHit], HistorySize]:
+    """:func:`search_history`, and the size of the history it searched (messages, and
+    later versions of edited ones apart: :class:`HistorySize`), as the search tool
+    tells the model."""
     filters = SearchFilter.parse(speaker, after, before)
     query, limit = _check(query, limit, filters)
     count = store.history_count(thread_id)
@@ -1243,7 +1295,7 @@ def search_history(
         semantic = [it.key for it in items]
     with index.lock:
         ranked = _rank(index, query, limit, semantic, frozenset(exclude), keep)
-        return _hits(index, ranked, query, working)
+        return _hits(index, ranked, query, working), index.size()
 
 
 async def asearch_history(
@@ -1260,6 +1312,36 @@ async def asearch_history(
     language: str = "english",
 ) -> list[SearchHit]:
     """Async twin of :func:`search_history`."""
+    return (
+        await asearch_history_sized(
+            store,
+            thread_id,
+            query,
+            limit,
+            working=working,
+            exclude=exclude,
+            speaker=speaker,
+            after=after,
+            before=before,
+            language=language,
+        )
+    )[0]
+
+
+async def asearch_history_sized(
+    store: OffloadStore,
+    thread_id: str,
+    query: str | None,
+    limit: int = 5,
+    *,
+    working: Sequence[BaseMessage] | None = None,
+    exclude: Iterable[str] = (),
+    speaker: str | None = None,
+    after: str | dt.date | None = None,
+    before: str | dt.date | None = None,
+    language: str = "english",
+) -> tuple[list[SearchHit], HistorySize]:
+    """Async twin of :func:`search_history_sized`."""
     filters = SearchFilter.parse(speaker, after, before)
     query, limit = _check(query, limit, filters)
     count = await store.ahistory_count(thread_id)
@@ -1285,32 +1367,35 @@ async def asearch_history(
         semantic = [it.key for it in hits]
     with index.lock:
         ranked = _rank(index, query, limit, semantic, frozenset(exclude), keep)
-        return _hits(index, ranked, query, working)
+        return _hits(index, ranked, query, working), index.size()
 
 
 def format_hits(
     query: str,
     hits: Sequence[SearchHit],
-    total: int,
+    total: int | HistorySize,
     filters: SearchFilter | None = None,
     *,
     more: int = 0,
 ) -> str:
-    """The search result as the model reads it (``filters``: those the search used;
-    ``more``: further hits left out for lack of room, said at the end)."""
+    """The search result as the model reads it (``total``: the number of messages
+    searched, or the :class:`HistorySize` of :func:`search_history_sized`; ``filters``:
+    those the search used; ``more``: further hits left out for lack of room, said at
+    the end)."""
+    size = total.describe() if isinstance(total, HistorySize) else f"{total} messages"
     where_ = filters.describe() if filters else ""
     what = " ".join(p for p in (repr(query) if query else "", f"({where_})" if where_ else "") if p)
     if not hits:
-        return f"No message of this conversation's history ({total} messages) matches {what}. " + (
+        return f"No message of this conversation's history ({size}) matches {what}. " + (
             "Try other keywords, a shorter identifier, or a part of it."
             if query
             else "Try another speaker or a wider time range."
         )
     if query:
-        head = f"{len(hits)} result(s) for {what} among {total} messages, best first"
+        head = f"{len(hits)} result(s) for {what} among {size}, best first"
     else:
         head = " ".join(p for p in (f"{len(hits)} message(s)", what) if p)
-        head += f" among {total} messages, newest first"
+        head += f" among {size}, newest first"
     lines = [head + (" (times UTC):" if any(h.time for h in hits) else ":")]
     for n, h in enumerate(hits, 1):
         who = h.role + (f" ({h.tool_name or h.speaker})" if h.tool_name or h.speaker else "")

@@ -73,11 +73,12 @@ from langchain_autocontext.messages import (
 )
 from langchain_autocontext.metadata import as_shown
 from langchain_autocontext.search import (
+    HistorySize,
     SearchFilter,
-    asearch_history,
+    asearch_history_sized,
     format_hits,
     mark_in_context,
-    search_history,
+    search_history_sized,
 )
 from langchain_autocontext.store import OffloadRecord, OffloadStore, offload_ref, running_agent
 from langchain_autocontext.view import instructions_text, normalize_state, resolve_message_ref
@@ -972,7 +973,12 @@ def _search_tool(engine: ContextEngine) -> StructuredTool:
         return [dataclasses.replace(h, agent=None) if h.agent == me else h for h in hits]
 
     def fitted(
-        call: _Call, query: str, hits: list[Any], total: int, filters: Any, text: str | None
+        call: _Call,
+        query: str,
+        hits: list[Any],
+        total: HistorySize,
+        filters: Any,
+        text: str | None,
     ) -> str:
         """The result with as many hits, best first, as the room under the trigger takes
         (at least one): a result past the trigger would itself be offloaded by the next
@@ -987,7 +993,7 @@ def _search_tool(engine: ContextEngine) -> StructuredTool:
             text = format_hits(query, hits[:shown], total, filters, more=len(hits) - shown)
         return text
 
-    def finish(call: _Call, query: str, hits: list[Any], total: int, filters: Any) -> str:
+    def finish(call: _Call, query: str, hits: list[Any], total: HistorySize, filters: Any) -> str:
         text: str | None
         text = format_hits(query, hits, total, filters)
         if call.lacks_room(engine.counter.count_text(text)):
@@ -995,7 +1001,9 @@ def _search_tool(engine: ContextEngine) -> StructuredTool:
             hits, text = mark_in_context(hits, call.messages), None  # "in your context" changed
         return fitted(call, query, hits, total, filters, text)
 
-    async def afinish(call: _Call, query: str, hits: list[Any], total: int, filters: Any) -> str:
+    async def afinish(
+        call: _Call, query: str, hits: list[Any], total: HistorySize, filters: Any
+    ) -> str:
         text: str | None
         text = format_hits(query, hits, total, filters)
         if call.lacks_room(engine.counter.count_text(text)):
@@ -1017,7 +1025,7 @@ def _search_tool(engine: ContextEngine) -> StructuredTool:
             return call.error(filters)
         engine.archive(call.messages, thread_id=call.thread_id, store=call.store)
         try:
-            hits = search_history(
+            hits, total = search_history_sized(
                 call.store,
                 call.thread_id,
                 query,
@@ -1031,7 +1039,6 @@ def _search_tool(engine: ContextEngine) -> StructuredTool:
             )
         except ValueError as exc:  # a speaker of no message
             return call.error(str(exc))
-        total = call.store.history_count(call.thread_id)
         return call.reply(finish(call, query.strip(), foreign(hits), total, filters))
 
     async def asearch(
@@ -1048,7 +1055,7 @@ def _search_tool(engine: ContextEngine) -> StructuredTool:
             return call.error(filters)
         await engine.aarchive(call.messages, thread_id=call.thread_id, store=call.store)
         try:
-            hits = await asearch_history(
+            hits, total = await asearch_history_sized(
                 call.store,
                 call.thread_id,
                 query,
@@ -1062,7 +1069,6 @@ def _search_tool(engine: ContextEngine) -> StructuredTool:
             )
         except ValueError as exc:  # a speaker of no message
             return call.error(str(exc))
-        total = await call.store.ahistory_count(call.thread_id)
         return call.reply(await afinish(call, query.strip(), foreign(hits), total, filters))
 
     return StructuredTool.from_function(

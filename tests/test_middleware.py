@@ -1454,3 +1454,29 @@ def test_a_document_another_middleware_also_writes_to_the_state_is_conversation(
     assert archived.count("doc-1") == 1
     assert sum(text_of(m).startswith("Retrieved:") for m in out["messages"]) == 1
     assert not find_violations(out["messages"])
+
+
+def test_the_search_tool_counts_an_edited_message_once_and_its_versions_apart() -> None:
+    """The search tool's "among N messages" counted every later version of a message
+    edited under its id as one more message: a thread of 8 messages, one edited twice
+    with ``graph.update_state``, was "among 10 messages"."""
+    store = InMemoryStore()
+    ac = AutoContext(CFG)
+    answers: list[str] = []
+
+    def reply(messages: list[BaseMessage], n: int) -> AIMessage:
+        if isinstance(messages[-1], ToolMessage):
+            answers.append(text_of(messages[-1]))
+        if text_of(messages[-1]) == "search it":
+            return call("search_history", {"query": "codename"}, n)
+        return AIMessage("noted")
+
+    graph = agent(ReplyModel(reply=reply), ac, store)
+    graph.invoke({"messages": [HumanMessage("codename REDFOX", id="n1")]}, THREAD)
+    for word in ("BLUEBIRD", "OSPREY"):
+        graph.update_state(THREAD, {"messages": [HumanMessage(f"codename {word}", id="n1")]})
+        graph.invoke({"messages": [HumanMessage("go on")]}, THREAD)
+    graph.invoke({"messages": [HumanMessage("search it")]}, THREAD)
+    # n1 and its reply, two turns of two, the search's turn and call: 8 messages
+    assert " among 8 messages and 2 later versions of edited ones, best first" in answers[0]
+    assert OffloadStore.wrap(store).history_count("t") >= 10
