@@ -74,6 +74,7 @@ from langchain_autocontext.messages import (
     tool_call_ids,
 )
 from langchain_autocontext.metadata import strip_message_tags, strip_tags
+from langchain_autocontext.store import made_of
 from langchain_autocontext.strategies.base import KIND_RECURSIVE
 from langchain_autocontext.strategies.pipeline import pinned_now
 from langchain_autocontext.tokens import resolve_counter
@@ -280,7 +281,7 @@ def update_op(
         return Edit(
             True, f"Message {mid} already has this content; nothing changed.", list(messages)
         )
-    updated = context_edit(target, content=new_text)
+    updated = made_of(context_edit(target, content=new_text), target)
     if (
         counter is not None
         and pin_limit is not None
@@ -840,7 +841,8 @@ def process_reply(
             if not text_of(cleaned).strip() and not tool_call_ids(cleaned):
                 done = ", ".join(r for r in receipts.values() if r) or "next user message set"
                 cleaned = cleaned.model_copy(update={"content": f"[context commands: {done}]"})
-            working[idx] = cleaned if cleaned is working[idx] else context_edit(cleaned)
+            if cleaned is not working[idx]:
+                working[idx] = made_of(context_edit(cleaned), working[idx])
 
     if errors:
         new_state["command_errors"] = [*(st.get("command_errors") or []), *errors]

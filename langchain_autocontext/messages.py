@@ -138,6 +138,12 @@ def is_context_edit(message: BaseMessage) -> bool:
     return isinstance(flag, str) and flag == _edit_digest(message)
 
 
+def is_rewrite(message: BaseMessage) -> bool:
+    """Whether ``message`` is this package's rewrite of a working copy under its id (a
+    preview, a summary: a marker with a ``kind``; the model's update: a context edit)."""
+    return bool((marker(message) or {}).get("kind")) or is_context_edit(message)
+
+
 def context_edit(message: _M, **update: Any) -> _M:
     """``message`` with ``update`` applied, flagged as this package's context edit
     (:data:`EDIT_KEY`, with the digest of what it holds); same id and type."""

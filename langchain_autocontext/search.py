@@ -58,12 +58,12 @@ from langgraph.store.base import Item
 from langchain_autocontext.errors import shown_value
 from langchain_autocontext.messages import (
     content_text,
-    is_context_edit,
+    is_rewrite,
     load_message,
-    marker,
     text_of,
 )
 from langchain_autocontext.store import (
+    MADE_OF_KEY,
     OffloadStore,
     _search_text,
     on_thread_deleted,
@@ -587,15 +587,16 @@ class _ThreadIndex:
     last_terms: Counter[str] = field(default_factory=Counter)
     #: each speaker's name (``message.name``, tools excepted) and the terms it names
     speakers: dict[str, frozenset[str]] = field(default_factory=dict)
-    #: each message id -> the key of its latest version (the id itself when never edited):
-    #: the content a rewrite by the package was made of (see :func:`_in_context`)
-    latest: dict[str, str] = field(default_factory=dict)
+    #: each edited message's id -> the keys of its later versions, in seq order (which
+    #: version a rewrite by the package was made of: see :func:`_in_context`)
+    later: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    versions: int = 0  # the later versions indexed (the values of ``later``, counted)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def size(self) -> HistorySize:
         """The size of the history indexed: its messages, and the later versions of
         edited ones apart."""
-        return HistorySize(len(self.latest), len(self.meta) - len(self.latest))
+        return HistorySize(len(self.meta) - self.versions, self.versions)
 
     def named(self, query: str) -> set[str]:
         """The speakers a query names by a word of their name ("What did Caroline's
@@ -806,7 +807,9 @@ def _add_locked(index: _ThreadIndex, items: Iterable[Item]) -> None:
             of if isinstance(of, str) else None,
             _held(d.role, d.text),
         )
-        index.latest[of if isinstance(of, str) else key] = key  # items come in seq order
+        if isinstance(of, str):  # items come in seq order
+            index.later[of] = (*index.later.get(of, ()), key)
+            index.versions += 1
         if d.copy:
             index.noise.add(key)
         elif said_by and said_by not in index.speakers:
@@ -857,9 +860,9 @@ class SearchHit:
     _held: int | None = field(default=None, repr=False, compare=False)
     """What the hit holds (:func:`_held`), compared with its working copy's
     (:func:`mark_in_context`); ``None`` in a hit built elsewhere."""
-    _latest: bool | None = field(default=None, repr=False, compare=False)
-    """Whether the hit is its message's latest version (what a rewrite of the working
-    copy was made of); ``None`` in a hit built elsewhere (the first version counts)."""
+    _later: tuple[str, ...] = field(default=(), repr=False, compare=False)
+    """The keys of its message's later versions (of which a rewrite of the working copy
+    may have been made); empty in a hit built elsewhere (the first version counts)."""
 
 
 def snippet(text: str, query: str, width: int = 320, windows: int = 3) -> str:
@@ -1074,17 +1077,31 @@ def _in_context(hit: SearchHit, copy: BaseMessage | None) -> str:
     the id, each later one under its version key) and one in the context: the hit
     holding that content is in it; when the working copy is this package's rewrite (a
     preview or summary, the model's update), the version it was made of is in it
-    "shortened": the latest (the working copy is archived before it is rewritten). A
-    hit built without a fingerprint is in it when its id is."""
+    "shortened" (:func:`_made_of`). A hit built without a fingerprint is in it when its
+    id is."""
     if copy is None:
         return "no"
-    rewritten = bool((marker(copy) or {}).get("kind")) or is_context_edit(copy)
+    rewritten = is_rewrite(copy)
     if hit._held is None:
         return "no" if hit.version_of is not None else "shortened" if rewritten else "yes"
-    if not rewritten and hit._held == _held(_ROLE_OF.get(copy.type, copy.type), _search_text(copy)):
-        return "yes"
-    latest = hit.version_of is None if hit._latest is None else hit._latest
-    return "shortened" if rewritten and latest else "no"
+    if not rewritten:
+        held = _held(_ROLE_OF.get(copy.type, copy.type), _search_text(copy))
+        return "yes" if hit._held == held else "no"
+    return "shortened" if hit.id == _made_of(hit, copy) else "no"
+
+
+def _made_of(hit: SearchHit, rewrite: BaseMessage) -> str:
+    """The key of the version of ``hit``'s message that ``rewrite``, this package's
+    rewrite of its working copy, was made of: the one it names
+    (:data:`~langchain_autocontext.store.MADE_OF_KEY`) when a later version, else the
+    first (the content it names is held under the id: a message edited back to its
+    first content); the latest for a rewrite naming none (written before it was named:
+    the working copy is archived before it is rewritten)."""
+    mid = hit.version_of or hit.id
+    named = rewrite.additional_kwargs.get(MADE_OF_KEY)
+    if isinstance(named, str):
+        return named if named in hit._later else mid
+    return hit._later[-1] if hit._later else mid
 
 
 def _context_copies(working: Sequence[BaseMessage] | None) -> dict[str, BaseMessage]:
@@ -1125,7 +1142,7 @@ def _hits(
             agent=meta.agent,
             version_of=meta.version_of,
             _held=meta.held,
-            _latest=index.latest.get(meta.version_of or key) == key,
+            _later=index.later.get(meta.version_of or key, ()),
         )
         out.append(
             dataclasses.replace(

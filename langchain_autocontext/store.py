@@ -86,6 +86,7 @@ from langchain_autocontext.messages import (
     UUID4_RE,
     dump_message,
     is_context_edit,
+    is_rewrite,
     load_message,
     sent_calls,
     text_of,
@@ -110,6 +111,7 @@ EVENTS: Kind = "events"
 META: Kind = "meta"
 
 _T = TypeVar("_T")
+_M = TypeVar("_M", bound=BaseMessage)
 #: A "sans-I/O" plan: yields lists of store ops, receives their results, returns a value.
 #: The same plan runs synchronously (``batch``) or asynchronously (``abatch``), which
 #: is how the ``a``-prefixed twins keep identical semantics.
@@ -423,6 +425,33 @@ def message_version_key(message: BaseMessage) -> str:
     digest = _version_digest(dumped)
     assert digest is not None  # pragma: no cover - dump_message writes type and data
     return version_key(str(message.id), digest)
+
+
+#: Key in ``additional_kwargs`` of this package's rewrite of a working copy under its id
+#: (:func:`~langchain_autocontext.messages.is_rewrite`): the history key of the version
+#: it was made of (:func:`made_of`), which search says is in the context "shortened".
+MADE_OF_KEY = "autocontext_made_of"
+
+
+def made_of(rewrite: _M, source: BaseMessage) -> _M:
+    """``rewrite`` (this package's rewrite of the working copy ``source``, same id)
+    naming the version it was made of under :data:`MADE_OF_KEY`: the one ``source``
+    names when it is a rewrite itself, else :func:`message_version_key` of ``source``
+    (a key the history holds when the content is a later version; the first version's
+    content is held under the id). The working copy is archived before it is
+    rewritten, so the version is in the history; which one it is cannot be told from
+    the history alone (a message edited back to an earlier content adds nothing)."""
+    if is_rewrite(source):
+        key = source.additional_kwargs.get(MADE_OF_KEY)
+        if not isinstance(key, str):
+            return rewrite
+    else:
+        key = message_version_key(source)
+    if rewrite.additional_kwargs.get(MADE_OF_KEY) == key:
+        return rewrite
+    return rewrite.model_copy(
+        update={"additional_kwargs": {**rewrite.additional_kwargs, MADE_OF_KEY: key}}
+    )
 
 
 def _chunks(seq: Sequence[_T], size: int) -> Iterator[Sequence[_T]]:

@@ -1480,3 +1480,48 @@ def test_the_search_tool_counts_an_edited_message_once_and_its_versions_apart() 
     # n1 and its reply, two turns of two, the search's turn and call: 8 messages
     assert " among 8 messages and 2 later versions of edited ones, best first" in answers[0]
     assert OffloadStore.wrap(store).history_count("t") >= 10
+
+
+def test_a_message_edited_back_is_in_context_shortened_as_the_version_updated() -> None:
+    """A message edited (``graph.update_state``) to a new content and back to its first
+    one, then updated by the model: the update was made of the first content, yet search
+    said the later version (the latest the history appended; the content edited back to
+    is held already) was "in your context as a shortened version", the first not. The
+    rewrite names the version it was made of."""
+    store = InMemoryStore()
+    ac = AutoContext(CFG.model_copy(update={"metadata_tags": True}))
+    answers: list[str] = []
+
+    def reply(messages: list[BaseMessage], n: int) -> AIMessage:
+        if isinstance(messages[-1], ToolMessage):
+            answers.append(text_of(messages[-1]))
+        said = text_of(messages[-1])
+        if said == "rename it":
+            return call("update_message", {"message_id": "x", "content": "a codename"}, n)
+        if said == "search it":
+            return call("search_history", {"query": "codename"}, n)
+        return AIMessage("noted")
+
+    graph = agent(ReplyModel(reply=reply), ac, store)
+    graph.invoke({"messages": [HumanMessage("codename REDFOX", id="x")]}, THREAD)
+    for word in ("BLUEBIRD", "REDFOX"):
+        graph.update_state(THREAD, {"messages": [HumanMessage(f"codename {word}", id="x")]})
+        graph.invoke({"messages": [HumanMessage("go on")]}, THREAD)
+    graph.invoke({"messages": [HumanMessage("rename it")]}, THREAD)
+    graph.invoke({"messages": [HumanMessage("search it")]}, THREAD)
+    found = re.finditer(r"id=(x\S*) \w+[^,\n]*, position \d+, ([^;\n]+)", answers[-1])
+    lines = {m[1]: m[2] for m in found}
+    version = next(key for key in lines if key.startswith("x~"))
+    assert lines == {
+        "x": "in your context as a shortened version",
+        version: "not in your context",
+    }, answers[-1]
+    # edited again to the later content and updated: that version is the one shortened
+    graph.update_state(THREAD, {"messages": [HumanMessage("codename BLUEBIRD", id="x")]})
+    graph.invoke({"messages": [HumanMessage("rename it")]}, THREAD)
+    graph.invoke({"messages": [HumanMessage("search it")]}, THREAD)
+    lines = {m[1]: m[2] for m in re.finditer(r"id=(x\S*) [^\n]*, ([^;\n]+)", answers[-1])}
+    assert lines == {
+        "x": "not in your context",
+        version: "in your context as a shortened version",
+    }, answers[-1]

@@ -7,6 +7,7 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage
 
 from langchain_autocontext.messages import atomic_groups, mark, marker, message_chars
+from langchain_autocontext.store import made_of
 from langchain_autocontext.strategies.base import (
     KIND_CURRENT,
     KIND_SUMMARIZED,
@@ -76,7 +77,7 @@ class CurrentRoundLargeMessages:
                 # the calls stay (their results answer them), long arguments as previews
                 update.update(shrunk_calls(original, keep, out.note))
             replaced = original.model_copy(update=update)
-            return [mark(replaced, KIND_SUMMARIZED, offload_id=out.offload_id)]
+            return [made_of(mark(replaced, KIND_SUMMARIZED, offload_id=out.offload_id), original)]
 
         return ctx.summary_job(
             i,

@@ -16,6 +16,7 @@ from langchain_autocontext.messages import (
     sent_calls,
     text_of,
 )
+from langchain_autocontext.store import made_of
 from langchain_autocontext.strategies.base import (
     KIND_OFFLOADED,
     Job,
@@ -159,6 +160,7 @@ class LargeMessageOffload:
             if calls and isinstance(original, AIMessage):
                 update.update(shrunk_calls(original, max(size, 32), out.note))
             replaced = original.model_copy(update=update)
-            return [mark(replaced, KIND_OFFLOADED, offload_id=out.offload_id, chars=chars)]
+            marked = mark(replaced, KIND_OFFLOADED, offload_id=out.offload_id, chars=chars)
+            return [made_of(marked, original)]
 
         return Job(i, i + 1, self.name, build, request=None, preview=preview), freed
