@@ -58,7 +58,9 @@ from langchain_core.messages import (
 from langchain_autocontext.config import AutoContextConfig
 from langchain_autocontext.errors import shown_value
 from langchain_autocontext.messages import (
+    AUTONOMOUS_KEY,
     atomic_groups,
+    autonomous_steps,
     context_edit,
     find_violations,
     is_pinned,
@@ -714,7 +716,8 @@ def process_reply(
     the reply by a short receipt (``[deleted ID]``, ``[updated ID]``); a malformed
     or refused command leaves its text as written and is reported to the model on
     its next turn (``state["command_errors"]``). ``<user>`` commands append the
-    next user message, at most ``config.max_autonomous_steps`` in a row.
+    next user message, at most ``config.max_autonomous_steps`` in a row (each carries
+    its step number, :data:`~langchain_autocontext.messages.AUTONOMOUS_KEY`).
     """
     msgs = list(messages)
     st = normalize_state(state)
@@ -790,9 +793,9 @@ def process_reply(
                 errors.append(f"{_short(cmd.raw)}: {edit.text}")
         user_cmds = [c for c in found if c.op == "user"]
         if user_cmds:
-            lu = latest_user_index(working)
-            continuing = lu is not None and working[lu].id == st.get("autonomous_last_id")
-            steps = int(st.get("autonomous_steps") or 0) if continuing else 0
+            # counted on the messages, which every surface keeps (a state schema without
+            # the package's key drops the state between calls: the loop ran unbounded)
+            steps = autonomous_steps(working)
             if tool_call_ids(reply):
                 errors.append(
                     "<user> was not applied: your reply also calls tools; write <user> only in "
@@ -805,10 +808,10 @@ def process_reply(
                 )
             else:
                 text = "\n\n".join(strip_tags(c.content or "") for c in user_cmds).strip()
-                human = HumanMessage(text, id=new_id())
+                human = HumanMessage(
+                    text, id=new_id(), additional_kwargs={AUTONOMOUS_KEY: steps + 1}
+                )
                 users.append(human)
-                new_state["autonomous_steps"] = steps + 1
-                new_state["autonomous_last_id"] = human.id
                 new_state["autonomous_pending"] = True
                 for c in user_cmds:
                     receipts[(c.start, c.end)] = ""

@@ -82,7 +82,7 @@ class AutoContextState(TypedDict):
 
     Inherit from it (or add an ``autocontext`` key to your own state, annotated with
     :func:`merge_autocontext` if parallel nodes may write it) so the working context,
-    memory-pressure flag and counters persist in checkpoints. Everything under
+    memory-pressure flag and pending command errors persist in checkpoints. Everything under
     ``autocontext`` is plain JSON.
     """
 
@@ -94,7 +94,7 @@ class AutoContextAgentState(AgentState):
     """``create_react_agent``'s state plus the package's ``autocontext`` key.
 
     Pass it as ``state_schema=`` so the working context, the memory-pressure flag
-    and the autonomous step count persist between turns.
+    and the command errors to report persist between turns.
     """
 
     autocontext: NotRequired[Annotated[dict[str, Any], merge_autocontext]]

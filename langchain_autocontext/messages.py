@@ -37,6 +37,7 @@ from langchain_autocontext.errors import InvariantViolationError
 
 __all__ = [
     "AC_KEY",
+    "AUTONOMOUS_KEY",
     "EDIT_KEY",
     "LEADING_BLOCK_TYPES",
     "PIN_KEY",
@@ -45,6 +46,7 @@ __all__ = [
     "UUID4_RE",
     "assert_valid_sequence",
     "atomic_groups",
+    "autonomous_steps",
     "clean_text",
     "context_edit",
     "dump_message",
@@ -102,6 +104,14 @@ PIN_KEY = "autocontext_pinned"
 #: is a digest of what the edit wrote: a copy edited since (a developer's
 #: ``model_copy`` of it, which keeps ``additional_kwargs``) is no longer the package's.
 EDIT_KEY = "autocontext_edited"
+
+
+#: Key in ``additional_kwargs`` of a user message a ``<user>`` command supplied: its
+#: step number in the autonomous run (1, 2, …). Kept on the message, which every surface
+#: keeps (a graph state without the package's ``autocontext`` key included), so the step
+#: limit holds everywhere. Not :data:`AC_KEY`: the message is the user's request the model
+#: works on (the latest user message), not something the package adds to the view.
+AUTONOMOUS_KEY = "autocontext_autonomous_step"
 
 
 def is_pinned(message: BaseMessage) -> bool:
@@ -520,6 +530,14 @@ def latest_user_index(
         if is_real_user(m) and not (request_only and m.id in request_only):
             return i
     return None
+
+
+def autonomous_steps(messages: Sequence[BaseMessage]) -> int:
+    """How many ``<user>`` commands in a row supplied the latest user message: its
+    :data:`AUTONOMOUS_KEY` step number, 0 when a real user wrote it (or there is none)."""
+    lu = latest_user_index(messages)
+    step = messages[lu].additional_kwargs.get(AUTONOMOUS_KEY) if lu is not None else None
+    return step if isinstance(step, int) and not isinstance(step, bool) and step > 0 else 0
 
 
 def round_starts(messages: Sequence[BaseMessage], request_only: Collection[str] = ()) -> list[int]:

@@ -142,7 +142,7 @@ class AutoContextMiddlewareState(AgentState[Any]):
     """The agent state plus the middleware's private ``autocontext`` key (plain JSON).
 
     The key holds the model's self-management state (working context, memory-pressure
-    flag, pending command errors, autonomous steps); every writer replaces the whole
+    flag, pending command errors); every writer replaces the whole
     dict. It is private: not part of the agent's input or output schema, but kept in
     checkpoints (``agent.get_state(config).values["autocontext"]``).
     """

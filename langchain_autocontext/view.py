@@ -21,8 +21,9 @@ stored. Before each call :func:`build_view` assembles the *input view*:
 
 Nothing here is persisted: the view is a list of copies. The per-thread state of
 the model's self-management (working context, pressure flag, pending command
-errors, autonomous step count) is plain JSON under the graph state key
-``autocontext``; see :data:`STATE_KEYS`.
+errors) is plain JSON under the graph state key ``autocontext``; see :data:`STATE_KEYS`.
+The autonomous step count is not in it: it is on the messages, which every surface keeps
+(:func:`~langchain_autocontext.messages.autonomous_steps`).
 
 Over 600 lines because the reserve the compression sets aside for the view
 (:func:`view_reserve`, :func:`pressure_slack`) is computed from the view's own notices.
@@ -83,10 +84,11 @@ STATE_KEYS = {
     "working_context": "the MemGPT working-context block (str)",
     "pressure_warned": "True after a memory-pressure notice, until the context falls back below",
     "command_errors": "errors of the last XML commands, shown to the model next turn (list[str])",
-    "autonomous_steps": "consecutive <user> commands since the last real user message (int)",
-    "autonomous_last_id": "id of the last user message supplied by a <user> command",
     "autonomous_pending": "True right after a <user> command: the model should be called again",
 }
+#: Keys earlier versions wrote (the autonomous step count, now on the ``<user>`` message:
+#: :data:`~langchain_autocontext.messages.AUTONOMOUS_KEY`); dropped on the next update.
+_RETIRED_KEYS = ("autonomous_steps", "autonomous_last_id")
 
 _NOTICE_KIND = "view_notice"
 _INSTRUCTIONS_KIND = "view_instructions"
@@ -129,9 +131,8 @@ def normalize_state(state: Mapping[str, Any] | None) -> dict[str, Any]:
         isinstance(errors, list) and all(isinstance(e, str) for e in errors)
     ):
         out["command_errors"] = [str(e) for e in errors] if isinstance(errors, list) else []
-    steps = out.get("autonomous_steps")
-    if steps is not None and (not isinstance(steps, int) or isinstance(steps, bool) or steps < 0):
-        out["autonomous_steps"] = 0
+    for key in _RETIRED_KEYS:
+        out.pop(key, None)
     return out
 
 

@@ -17,7 +17,7 @@ from langgraph.store.memory import InMemoryStore
 
 from langchain_autocontext import AutoContext, AutoContextConfig
 from langchain_autocontext.commands import code_spans, parse_commands, process_reply
-from langchain_autocontext.messages import find_violations
+from langchain_autocontext.messages import autonomous_steps, find_violations
 from langchain_autocontext.store import OffloadStore
 
 XML = AutoContextConfig(
@@ -297,12 +297,69 @@ def test_the_autonomous_loop_is_bounded(build) -> None:
         "continue after step 1",
         "continue after step 2",
     ]
-    assert saved(graph, cfg("loop"))["autonomous_steps"] == 3
+    assert autonomous_steps(out["messages"]) == 3
     assert "limit of 3 autonomous steps" in saved(graph, cfg("loop"))["command_errors"][0]
     # a real user message resets the count
     out = graph.invoke({"messages": [HumanMessage("new task")]}, cfg("loop"))
     assert len(model.seen) == 8
-    assert saved(graph, cfg("loop"))["autonomous_steps"] == 3
+    assert autonomous_steps(out["messages"]) == 3
+
+
+def _agent_of_schema(schema: str, ac: Any, model: Any, store: Any) -> Any:
+    """An agent whose state has the package's ``autocontext`` key (``"ac"``) or not
+    (``"plain"``): create_react_agent with its hooks, or a StateGraph with the node."""
+    import warnings
+
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.graph import START, MessagesState, StateGraph
+
+    from langchain_autocontext import AutoContextAgentState, AutoContextState
+
+    kind, keyed = schema.split("-")
+    if kind == "react":
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from langgraph.prebuilt import create_react_agent
+            from langgraph.prebuilt.chat_agent_executor import AgentState
+
+            return create_react_agent(
+                model,
+                ac.tools,
+                pre_model_hook=ac.pre_model_hook,
+                post_model_hook=ac.post_model_hook,
+                state_schema=AutoContextAgentState if keyed == "ac" else AgentState,
+                checkpointer=InMemorySaver(),
+                store=store,
+            )
+    g = StateGraph(AutoContextState if keyed == "ac" else MessagesState)
+    g.add_node("autocontext", ac.node())
+    g.add_node("model", ac.model_node(model))
+    g.add_node("commands", ac.command_node())
+    g.add_edge(START, "autocontext")
+    g.add_edge("autocontext", "model")
+    g.add_edge("model", "commands")
+    return g.compile(store=store, checkpointer=InMemorySaver())
+
+
+@pytest.mark.parametrize("schema", ["react-plain", "react-ac", "graph-plain", "graph-ac"])
+@pytest.mark.parametrize("mode", ["sync", "async"])
+async def test_the_autonomous_limit_holds_without_the_state_key(schema: str, mode: str) -> None:
+    # plain AgentState / MessagesState drop state["autocontext"] between calls: the step
+    # count lived there, and a model that always writes <user> ran until LangGraph's
+    # recursion limit
+    store = InMemoryStore()
+    ac = AutoContext(XML.model_copy(update={"max_autonomous_steps": 2}), store=store)
+    model = FunctionModel(respond=lambda view, n: AIMessage(f"step {n} <user>go on {n}</user>"))
+    graph = _agent_of_schema(schema, ac, model, store)
+    config = {**cfg("plain"), "recursion_limit": 50}
+    run = graph.invoke if mode == "sync" else None
+    for turn, expected_calls in (("task", 3), ("next task", 6)):  # a real user resets it
+        inp = {"messages": [HumanMessage(turn)]}
+        out = run(inp, config) if run else await graph.ainvoke(inp, config)
+        assert len(model.seen) == expected_calls
+    humans = [m.content for m in out["messages"] if isinstance(m, HumanMessage)]
+    assert humans == ["task", "go on 0", "go on 1", "next task", "go on 3", "go on 4"]
+    assert autonomous_steps(out["messages"]) == 2
 
 
 async def test_async_commands_and_loop(build) -> None:
