@@ -859,6 +859,37 @@ async def test_an_absorbed_summary_that_comes_back_still_takes_its_originals_pla
     assert not find_violations(again)
 
 
+class _UnwalkedSpan(frozenset):  # type: ignore[type-arg]
+    """A span that counts how often it is walked whole (membership tests are free)."""
+
+    walks = 0
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        type(self).walks += 1
+        return super().__iter__()
+
+
+def test_placing_a_long_thread_s_summary_walks_the_list_not_its_span() -> None:
+    """Every call placed the summaries of the working list by walking every id each one
+    stands for: a long thread's recursive summary stands for every message it ever
+    absorbed, so every call grew with the thread (at 12,000 history messages, a fifth of
+    an 8k agent's call). The list, a few dozen messages, is what is walked."""
+    from langchain_autocontext.messages import mark
+    from langchain_autocontext.strategies.base import KIND_RECURSIVE, place_summaries
+
+    kept = [HumanMessage("task", id="task"), AIMessage("late", id="late")]
+    originals = [AIMessage(f"old {k}", id=f"old{k}") for k in range(3)]
+    summary = mark(HumanMessage("[Summary]", id="s1"), KIND_RECURSIVE, offload_id="o1")
+    span = _UnwalkedSpan({f"old{k}" for k in range(50_000)} | {"gone"})
+    _UnwalkedSpan.walks = 0
+    placed = place_summaries([*originals, *kept, summary], {"o1": span})
+    assert [m.id for m in placed] == ["s1", "task", "late"]  # the originals dropped
+    assert _UnwalkedSpan.walks == 0
+    small = _UnwalkedSpan({"old0", "old2", "gone"})
+    placed = place_summaries([*originals, *kept, summary], {"o1": small})
+    assert [m.id for m in placed] == ["s1", "old1", "task", "late"]
+
+
 def test_a_message_after_a_summary_that_names_its_id_is_a_new_one_and_stays() -> None:
     """A model that returns one reply object every turn (a cycled fake, a cached reply)
     gives each reply the same id; LangGraph appends one whose namesake has left the

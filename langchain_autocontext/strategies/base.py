@@ -662,7 +662,12 @@ def place_summaries(
             continue
         if index is None:
             index = {msg.id: k for k, msg in enumerate(messages) if msg.id}
-        present = {index[x] for x in ids if index.get(x, i) < i}
+        # the smaller side is walked: a long thread's recursive summary stands for every
+        # id it ever absorbed, while the list holds a few dozen messages
+        if len(ids) <= len(index):
+            present = {index[x] for x in ids if index.get(x, i) < i}
+        else:
+            present = {k for x, k in index.items() if k < i and x in ids}
         if present:
             covers[i] = present
     out = messages
