@@ -448,7 +448,8 @@ class ContextEngine:
         #: else a tool the agent calls but this engine does not count is warned about once.
         self.tools_from_requests = False
         self._uncounted_warned = False
-        self._pin_warned: set[str] = set()  # latest user messages pinned past the limit
+        # latest user messages pinned past the limit, warned about (the newest 4,096)
+        self._pin_warned: OrderedDict[str, None] = OrderedDict()
         # A budget that can never hold what every call sends once the package shows
         # itself (the system prompt, the section, the tool schemas): say so now, not at
         # every call (max_tokens=256 held none of the package's 306 tokens of tools, which
@@ -1271,7 +1272,9 @@ class ContextEngine:
         used, limit = pinned_tokens(messages, self.counter), self.config.pin_limit
         if used <= limit or developer_pin_tokens(messages, self.counter, request_only) > limit:
             return  # within the limit, or past it already: the pipeline's error says so
-        self._pin_warned.add(str(messages[lu].id))
+        self._pin_warned[str(messages[lu].id)] = None
+        while len(self._pin_warned) > 4096:
+            self._pin_warned.popitem(last=False)
         warnings.warn(
             f"langchain-autocontext: pinned messages take {used} tokens with the pinned "
             f"latest user message {messages[lu].id!r}, more than the pin limit of {limit} "

@@ -198,6 +198,22 @@ def test_a_developer_pin_on_the_latest_user_message_takes_nothing_from_the_pin_l
         ac.compress(later, thread_id="t")
 
 
+def test_the_pin_warnings_an_engine_remembers_are_bounded() -> None:
+    """A long-running engine serving many threads, each with a pinned task statement
+    past the limit, remembered every message it had warned about for the life of the
+    process; it keeps the newest 4,096, and still warns once for each."""
+    ac = AutoContext(AutoContextConfig(max_tokens=2_000), store=InMemoryStore())
+    text = "Migrate the billing tables; never drop a column. " * 30
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        for k in range(4_200):
+            msgs = [SystemMessage("s", id="s"), pin(HumanMessage(text, id=f"t{k}"))]
+            ac.compress(msgs, thread_id=f"t{k}")
+        ac.compress(msgs, thread_id="t4199")  # the last one again: not said twice
+    assert sum("pin limit" in str(w.message) for w in seen) == 4_200
+    assert len(ac._pin_warned) == 4_096
+
+
 def test_the_model_s_pin_of_the_latest_user_message_counts_at_once() -> None:
     """The model's pins are judged with the latest user message counted: a pin of it
     left out would pass the limit as soon as the next user message arrives, and stop
