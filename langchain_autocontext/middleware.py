@@ -17,6 +17,9 @@ What runs where:
   (``model.profile["max_input_tokens"]``, see :meth:`AutoContext.use_model`).
 * ``after_model`` / ``aafter_model`` — strip tags the model copied into its output
   and apply its XML commands when ``xml_commands`` is on.
+* ``wrap_tool_call`` / ``awrap_tool_call`` and ``after_agent`` — archive the model's
+  replies once every ``after_model`` hook has run: before their tools run, and the
+  final answer when the run ends.
 * ``tools`` — the package's self-management tools, registered with the agent.
 * ``state_schema`` — declares the private ``autocontext`` state key (plain JSON).
 
@@ -49,9 +52,16 @@ from langchain.agents.middleware.types import (
     ModelRequest,
     ModelResponse,
     PrivateStateAttr,
+    ToolCallRequest,
     hook_config,
 )
-from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, SystemMessage
+from langchain_core.messages import (
+    AIMessage,
+    AnyMessage,
+    BaseMessage,
+    SystemMessage,
+    ToolMessage,
+)
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph.message import add_messages
 from langgraph.runtime import Runtime
@@ -855,31 +865,67 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         )
         return self._after(self._rewritten(update, messages, refit))
 
+    # --- wrap_tool_call: the reply that called a tool reaches the history before it runs -------
+    def wrap_tool_call(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], ToolMessage | Command[Any]],
+    ) -> ToolMessage | Command[Any]:
+        """Archive the reply whose tool call this is before the tool runs: a tool that
+        asks the human (``interrupt()``) ends the run there, and a user who then goes
+        back to an earlier checkpoint instead of resuming leaves that reply in the
+        abandoned checkpoint only (neither :meth:`after_agent` nor a next model call on
+        that branch comes). Every ``after_model`` hook has run by now, as in
+        :meth:`after_agent`; what is already archived is skipped."""
+        self._archive_state(request.state, request.runtime)
+        return handler(request)
+
+    async def awrap_tool_call(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
+    ) -> ToolMessage | Command[Any]:
+        """Async twin of :meth:`wrap_tool_call`."""
+        await self._aarchive_state(request.state, request.runtime)
+        return await handler(request)
+
     # --- after_agent: the run's last messages reach the history -------------------------------
     def after_agent(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
         """Archive what the run added since the last model call (its final answer):
         otherwise it would reach the history store only at the next model call. Here,
         not in ``after_model``: every middleware's ``after_model`` has run by now, so a
         redacting one's output (``PIIMiddleware``) is what the history keeps."""
-        ac = self.autocontext
-        ac.archive(
-            state["messages"],
-            thread_id=_thread_id(runtime, _ac_state(state)),
-            store=ac.resolve_store(),
-        )
+        self._archive_state(state, runtime)
         return None
 
     async def aafter_agent(
         self, state: AgentState[Any], runtime: Runtime[Any]
     ) -> dict[str, Any] | None:
         """Async twin of :meth:`after_agent`."""
+        await self._aarchive_state(state, runtime)
+        return None
+
+    def _archive_state(self, state: Any, runtime: Any) -> None:
+        """Archive the state's messages not yet in the thread's history."""
+        if not isinstance(state, dict) or not state.get("messages"):
+            return
+        ac = self.autocontext
+        ac.archive(
+            state["messages"],
+            thread_id=_thread_id(runtime, _ac_state(state)),  # type: ignore[arg-type]
+            store=ac.resolve_store(),
+        )
+
+    async def _aarchive_state(self, state: Any, runtime: Any) -> None:
+        """Async twin of :meth:`_archive_state`."""
+        if not isinstance(state, dict) or not state.get("messages"):
+            return
         ac = self.autocontext
         await ac.aarchive(
             state["messages"],
-            thread_id=_thread_id(runtime, _ac_state(state)),
+            thread_id=_thread_id(runtime, _ac_state(state)),  # type: ignore[arg-type]
             store=ac.resolve_store(),
         )
-        return None
 
 
 def _request_only(

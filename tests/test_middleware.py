@@ -642,6 +642,58 @@ async def test_the_final_answer_is_archived_when_the_run_ends() -> None:
         assert history[-1].id == final.id and history[-1].content == final.content
 
 
+@pytest.mark.parametrize("run_async", [False, True], ids=["sync", "async"])
+async def test_a_reply_whose_tool_interrupted_stays_in_the_history_after_a_rewind(
+    run_async: bool,
+) -> None:
+    """Time travel: a tool asked the human (``interrupt()``), and instead of resuming
+    the user went back to an earlier checkpoint and asked something else. The model's
+    reply that called the tool was in the abandoned checkpoint only: archived at the
+    run's end or at the next model call, neither of which came, it was in no history
+    (``search_history`` never found it). It is archived before its tools run, once
+    every ``after_model`` hook has run."""
+    from langgraph.types import interrupt
+
+    @tool
+    def ask_human(question: str) -> str:
+        """Ask the human a question."""
+        return str(interrupt(question))
+
+    def reply(messages: list[BaseMessage], n: int) -> AIMessage:
+        if "restore" in str(messages[-1].content):
+            return AIMessage(
+                "Restoring the quarterly ledger needs your approval.",
+                tool_calls=[{"name": "ask_human", "args": {"question": "ok?"}, "id": "q1"}],
+            )
+        return AIMessage(f"ok {n}")
+
+    store = OffloadStore(InMemoryStore())
+    ac = AutoContext(CFG, store=store)
+    graph = create_agent(
+        ReplyModel(reply=reply),
+        [ask_human],
+        system_prompt="sys",
+        middleware=[ac.middleware()],
+        checkpointer=InMemorySaver(),
+        store=store,
+    )
+
+    async def run(inp: Any, config: Any) -> dict[str, Any]:
+        return await graph.ainvoke(inp, config) if run_async else graph.invoke(inp, config)
+
+    await run({"messages": [HumanMessage("hello")]}, THREAD)
+    before = graph.get_state(THREAD).config
+    out = await run({"messages": [HumanMessage("restore the ledger")]}, THREAD)
+    assert "__interrupt__" in out
+    asked = out["messages"][-1]
+    await run({"messages": [HumanMessage("never mind")]}, before)  # the rewind
+    assert asked.id not in {m.id for m in graph.get_state(THREAD).values["messages"]}
+    archived = store.get_history_message("t", str(asked.id))
+    assert archived is not None and archived.message.tool_calls[0]["id"] == "q1"
+    hits = search_history(store, "t", "quarterly")
+    assert hits[0].id == asked.id and hits[0].in_context == "no"
+
+
 def test_a_redacting_middleware_before_ours_keeps_its_redaction_in_the_history() -> None:
     """PIIMiddleware redacts the reply in its after_model; ours (listed after it, as the
     docs ask) ran its after_model first, since after-hooks run in reverse, and archived
