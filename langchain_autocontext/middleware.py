@@ -799,16 +799,19 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         A message the request carried but the state never held (another middleware's
         request-only addition, a retrieved document) is not written to the state; when
         another middleware hid state messages from the request, the fit is not applied
-        (those messages would be lost) and the next ``before_model`` compresses."""
+        (those messages would be lost) and the next ``before_model`` compresses. Nor is
+        it when the state is not the one the fit was made from (a held fit waits per
+        thread, not per checkpoint: an ``after_model`` hook listed after this middleware
+        interrupted, and the user resumed an older checkpoint of the thread)."""
         cache_key, _ = self._keys(self._store(), thread_id)
         with self._lock:
             fitted = self._fitted.pop(cache_key, None)
         if fitted is None:
             return list(messages), False
         kept, sent, held = fitted
-        if not held <= sent:
-            return list(messages), False
         now = {m.id for m in messages}
+        if not held <= sent or not held <= now:
+            return list(messages), False
         working = [m for m in kept if m.id in now or m.id not in sent]
         ids = {m.id for m in working}
         added = [m for m in messages if m.id not in held and m.id not in sent and m.id not in ids]

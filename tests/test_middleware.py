@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import re
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, get_args, get_origin
 
 import pytest
@@ -692,6 +692,82 @@ async def test_a_reply_whose_tool_interrupted_stays_in_the_history_after_a_rewin
     assert archived is not None and archived.message.tool_calls[0]["id"] == "q1"
     hits = search_history(store, "t", "quarterly")
     assert hits[0].id == asked.id and hits[0].in_context == "no"
+
+
+def test_a_view_fitted_on_one_branch_is_not_applied_to_an_older_checkpoint_resumed() -> None:
+    """Time travel with a review after the model (``HumanInTheLoopMiddleware`` listed
+    after ours, so its ``after_model`` interrupts before ours runs). A view fitted in
+    the model call (an outer middleware grew the prompt) waits, per thread, for our
+    ``after_model``. The user resumed an *older* interrupted checkpoint instead of the
+    latest: the latest call's fitted view was written into that older branch, with a
+    summary of messages it never had (abandoned turns shown as in its context) beside
+    the originals the summary also stood for."""
+    from _builders import fetch
+    from langchain.agents.middleware import AgentMiddleware, HumanInTheLoopMiddleware
+    from langgraph.types import Command
+
+    from langchain_autocontext.messages import marker
+
+    @tool
+    def delete_file(path: str) -> str:
+        """Delete a file."""
+        return f"deleted {path}"
+
+    def asks_delete(messages: list[BaseMessage]) -> bool:
+        return any(m.type == "human" and "delete" in str(m.content) for m in messages[-2:])
+
+    class Policies(AgentMiddleware):  # a long policy text for requests to delete
+        def wrap_model_call(self, request, handler):
+            text = "policy clause. " * (1_000 if asks_delete(request.messages) else 10)
+            return handler(request.override(system_message=SystemMessage("sys " + text)))
+
+    def reply(messages: list[BaseMessage], n: int) -> AIMessage:
+        if messages[-1].type != "tool" and asks_delete(messages):
+            return AIMessage(
+                "", tool_calls=[{"name": "delete_file", "args": {"path": "/x"}, "id": f"d{n}"}]
+            )
+        if messages[-1].type == "human":
+            return AIMessage(
+                "",
+                tool_calls=[
+                    {"name": "fetch", "args": {"name": f"doc{n}", "size": 60}, "id": f"f{n}"}
+                ],
+            )
+        return AIMessage(f"ok {n}")
+
+    store = OffloadStore(InMemoryStore())
+    ac = AutoContext(AutoContextConfig(max_tokens=4_000), store=store)
+    review = HumanInTheLoopMiddleware({"delete_file": True})
+    graph = create_agent(
+        ReplyModel(reply=reply),
+        [fetch, delete_file],
+        system_prompt="sys",
+        middleware=[Policies(), ac.middleware(), review],
+        checkpointer=InMemorySaver(),
+        store=store,
+    )
+    approve = Command(resume={"decisions": [{"type": "approve"}]})
+    graph.invoke({"messages": [HumanMessage("fetch", id="u0")]}, THREAD)
+    assert "__interrupt__" in graph.invoke({"messages": [HumanMessage("delete", id="u1")]}, THREAD)
+    older = graph.get_state(THREAD)
+    graph.invoke(approve, THREAD)
+    for k in range(2, 14):
+        graph.invoke({"messages": [HumanMessage(f"fetch {k}", id=f"u{k}")]}, THREAD)
+    out = graph.invoke({"messages": [HumanMessage("delete", id="u99")]}, THREAD)
+    assert "__interrupt__" in out  # its call's view was fitted, with a summary of the turns
+    graph.invoke(approve, older.config)  # back to the older review
+
+    def covered(messages: Sequence[BaseMessage]) -> list[str]:
+        ids: list[str] = []
+        for m in messages:
+            oid = (marker(m) or {}).get("offload_id")
+            ids += covered(store.reload("t", oid).messages) if oid else [str(m.id)]
+        return ids
+
+    ids = covered(graph.get_state(THREAD).values["messages"])
+    assert len(ids) == len(set(ids)), ids
+    assert not {f"u{k}" for k in range(2, 14)} & set(ids)
+    assert {m.id for m in older.values["messages"]} <= set(ids)
 
 
 def test_a_redacting_middleware_before_ours_keeps_its_redaction_in_the_history() -> None:
