@@ -114,6 +114,11 @@ _MAX_THREADS = 4096
 #: A cache key of the middleware: the store (see :func:`_store_key`), the thread id and
 #: the running agent's name (``None`` when it has none).
 _CacheKey = tuple[Any, str, str, str | None]
+#: a view fitted in a model call: its working messages (None when the call fitted
+#: nothing) and the ids the request sent
+_Fit = tuple[list[BaseMessage] | None, frozenset[Any]]
+#: fitted views kept per cache key at once (parallel branches of one agent in a thread)
+_MAX_FITS = 64
 
 #: A token per live store backend, never reused (an ``id()`` is, once its object is gone).
 _BACKENDS: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
@@ -321,10 +326,11 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         # store, thread id and agent name (see _keys) -> the request shape last seen or
         # loaded for it (bounded)
         self._shapes: OrderedDict[_CacheKey, _RequestShape] = OrderedDict()
-        # cache key -> a view fitted in the model call, for after_model (see _hold)
-        self._fitted: OrderedDict[
-            _CacheKey, tuple[list[BaseMessage], frozenset[Any], frozenset[Any]]
-        ] = OrderedDict()
+        # cache key -> the ids of the state a model call was made from -> the working
+        # messages of the view it fitted (None: it fitted nothing) and the ids it sent,
+        # for after_model (see _hold); several per key: the branches of a fan-out (Send)
+        # run one agent, hence this middleware, on one thread at once
+        self._fitted: OrderedDict[_CacheKey, dict[frozenset[Any], _Fit]] = OrderedDict()
         self._last: tuple[Any, tuple[Any, ...], Any, _RequestShape] | None = None
         #: the last response format seen and the tools it adds (built once per format)
         self._format: tuple[Any, list[Any]] = (None, [])
@@ -481,7 +487,7 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     def before_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
         """Archive new originals and compress; replace ``messages`` when they changed."""
         thread_id, made = self._thread(runtime, state)
-        self._drop_fit(thread_id)
+        self._drop_fit(thread_id, state["messages"])
         msgs, tools = self._inputs(state["messages"], self._shape(thread_id))
         result = self.autocontext.compress(
             msgs, thread_id=thread_id, tools=tools, state=made or _ac_state(state)
@@ -493,7 +499,7 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     ) -> dict[str, Any] | None:
         """Async twin of :meth:`before_model`."""
         thread_id, made = self._thread(runtime, state)
-        self._drop_fit(thread_id)
+        self._drop_fit(thread_id, state["messages"])
         msgs, tools = self._inputs(state["messages"], await self._ashape(thread_id))
         result = await self.autocontext.acompress(
             msgs, thread_id=thread_id, tools=tools, state=made or _ac_state(state)
@@ -762,32 +768,62 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         request: ModelRequest[Any],
     ) -> None:
         """Keep the working messages of a view fitted in this call (``kept``) for
-        :meth:`after_model` to write to the state, with the ids the request sent (``msgs``)
-        and those the state held; a call that fitted nothing drops what an earlier one
+        :meth:`after_model` to write to the state, with the ids the request sent (``msgs``),
+        under the ids of the state the call was made from; a call that fitted nothing
+        leaves that it did (``None``), in place of what an earlier call of the same state
         left.
+
+        Kept by the state's ids, not only by thread and agent: the branches of a fan-out
+        (``Send``) run one agent on one thread at once, and each ``after_model`` must
+        take its own branch's fit, never another's (whose summary it would write into its
+        state), nor lose its own to another's.
 
         Not in this call's command: ``create_agent`` applies the reply the *outermost*
         ``wrap_model_call`` returns, then the commands, so a command carrying the fitted
         messages must repeat the reply, and would put back the reply as this middleware
         received it, undoing what an outer middleware changed in it."""
-        cache_key = self._drop_fit(thread_id)
-        if kept is None:
-            return
+        state_messages = (request.state or {}).get("messages") or ()
+        cache_key = self._drop_fit(thread_id, state_messages)
         sent = frozenset(m.id for m in ensure_ids(msgs) if m.id != _SYSTEM_STANDIN_ID)
-        held = frozenset(m.id for m in (request.state or {}).get("messages") or ())
+        held = frozenset(m.id for m in state_messages)
         with self._lock:
-            self._fitted[cache_key] = (kept, sent, held)
+            fits = self._fitted.setdefault(cache_key, {})
+            self._fitted.move_to_end(cache_key)
+            fits[held] = (kept, sent)
+            while len(fits) > _MAX_FITS:
+                del fits[next(iter(fits))]
             while len(self._fitted) > _MAX_THREADS:
                 self._fitted.popitem(last=False)
 
-    def _drop_fit(self, thread_id: str) -> _CacheKey:
-        """Forget a fitted view held for ``thread_id`` (a step's ``before_model`` and each
-        model call start afresh: what ``after_model`` applies is its own step's). Returns
+    def _drop_fit(self, thread_id: str, messages: Sequence[BaseMessage]) -> _CacheKey:
+        """Forget the fitted views held for ``thread_id`` that were made from the state
+        ``messages`` continue (a step's ``before_model`` and each model call start afresh:
+        what ``after_model`` applies is its own step's); another branch's stay. Returns
         the cache key."""
         cache_key, _ = self._keys(self._store(), thread_id)
+        now = {m.id for m in messages}
         with self._lock:
-            self._fitted.pop(cache_key, None)
+            fits = self._fitted.get(cache_key) or {}
+            for held in [h for h in fits if h <= now]:
+                del fits[held]
         return cache_key
+
+    def _take_fit(
+        self, cache_key: _CacheKey, messages: Sequence[BaseMessage]
+    ) -> tuple[frozenset[Any], _Fit] | None:
+        """The fit of the model call the state ``messages`` continue (the one made from
+        the largest state they hold), forgetting it and any earlier one."""
+        now = {m.id for m in messages}
+        with self._lock:
+            fits = self._fitted.get(cache_key) or {}
+            mine = [h for h in fits if h <= now]
+            if not mine:
+                return None
+            held = max(mine, key=len)
+            fit = fits[held]
+            for h in mine:
+                del fits[h]
+        return held, fit
 
     def _refit(
         self, messages: Sequence[BaseMessage], thread_id: str
@@ -804,14 +840,13 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         thread, not per checkpoint: an ``after_model`` hook listed after this middleware
         interrupted, and the user resumed an older checkpoint of the thread)."""
         cache_key, _ = self._keys(self._store(), thread_id)
-        with self._lock:
-            fitted = self._fitted.pop(cache_key, None)
-        if fitted is None:
+        taken = self._take_fit(cache_key, messages)
+        if taken is None:
             return list(messages), False
-        kept, sent, held = fitted
-        now = {m.id for m in messages}
-        if not held <= sent or not held <= now:
+        held, (kept, sent) = taken
+        if kept is None or not held <= sent:
             return list(messages), False
+        now = {m.id for m in messages}  # held <= now: _take_fit took a fit of this state
         working = [m for m in kept if m.id in now or m.id not in sent]
         ids = {m.id for m in working}
         added = [m for m in messages if m.id not in held and m.id not in sent and m.id not in ids]

@@ -553,3 +553,128 @@ def test_a_stateless_run_on_messages_state_keeps_its_own_thread() -> None:
         m for m in out["messages"] if isinstance(m, ToolMessage) and m.name == "search_history"
     ]
     assert found and "X1234567" not in str(found[0].content)
+
+
+def test_parallel_branches_of_one_agent_each_keep_their_own_fitted_view() -> None:
+    """``Send`` runs one ``create_agent`` node (one middleware) several times in a step.
+    A view fitted in the model call (a retrieved document another middleware adds) was
+    held for ``after_model`` per store, thread and agent name: the branches overwrote
+    each other's, and a branch wrote another's summary into its own state, whose model
+    was then shown the other branch's offload id (multi-agent review). Each branch's
+    ``after_model`` now takes the fit made from its own state."""
+    import re
+    import threading
+
+    from _builders import FunctionModel, call
+    from langchain.agents import create_agent
+    from langchain.agents.middleware import after_model, wrap_model_call
+    from langchain_core.messages import AIMessage, RemoveMessage
+    from langchain_core.tools import tool
+    from langgraph.graph import END, MessagesState
+    from langgraph.types import Send
+
+    @tool
+    def run(command: str) -> str:
+        """Run a shell command."""
+        return f"$ {command}\n" + "\n".join(f"test_{i} PASSED ({command})" for i in range(60))
+
+    def branch(messages: list[Any]) -> int:
+        return int(next(m.content for m in messages if str(m.content).startswith("task"))[4:])
+
+    # each step, the three branches' model calls end in the order task0, task1, task2, all
+    # before any branch's after_model, which then run in the same order
+    turn = {"call": 0, "after": 0}
+    cond = threading.Condition()
+    barrier = threading.Barrier(3, timeout=60)
+
+    def in_turn(kind: str, k: int) -> None:
+        with cond:
+            assert cond.wait_for(lambda: turn[kind] == k, timeout=60)
+
+    def next_turn(kind: str) -> None:
+        with cond:
+            turn[kind] = (turn[kind] + 1) % 3
+            cond.notify_all()
+
+    document = HumanMessage("Retrieved: " + " ".join(f"doc fact {i}." for i in range(500)))
+
+    @wrap_model_call
+    def retrieve(request: Any, handler: Any) -> Any:
+        k = branch(request.messages)
+        in_turn("call", k)
+        try:
+            return handler(request.override(messages=[*request.messages, document]))
+        finally:
+            next_turn("call")
+            barrier.wait()
+
+    @after_model
+    def in_order(state: Any, runtime: Any) -> None:  # runs before the package's after_model
+        in_turn("after", branch(state["messages"]))
+
+    @after_model
+    def done(state: Any, runtime: Any) -> None:  # runs after it
+        next_turn("after")
+
+    steps: dict[str, int] = {}
+
+    def respond(msgs: list[Any], n: int) -> AIMessage:
+        task = next(m.content for m in msgs if str(m.content).startswith("task"))
+        done = steps[task] = steps.get(task, -1) + 1
+        if done < 6:
+            return AIMessage("", tool_calls=[call("run", {"command": f"pytest -k {task}-{done}"})])
+        return AIMessage(f"finished {task}")
+
+    store = InMemoryStore()
+    model = FunctionModel(respond=respond)
+    ac = AutoContext(AutoContextConfig(max_tokens=3_000), store=store)
+    worker = create_agent(
+        model, [run], middleware=[done, retrieve, ac.middleware(), in_order], name="worker"
+    )
+    g = StateGraph(MessagesState)
+    g.add_node("worker", worker)
+    g.add_conditional_edges(
+        START,
+        lambda s: [Send("worker", {"messages": [HumanMessage(f"task{k}")]}) for k in range(3)],
+        ["worker"],
+    )
+    g.add_edge("worker", END)
+    app = g.compile(checkpointer=InMemorySaver(), store=store)
+    cfg = {"configurable": {"thread_id": "fan"}, "recursion_limit": 200}
+    written = []  # what each branch's steps wrote to its own state
+    for _, update in app.stream(
+        {"messages": [HumanMessage("Three tasks.")]}, cfg, stream_mode="updates", subgraphs=True
+    ):
+        written += [
+            v["messages"] for v in update.values() if isinstance(v, dict) and v.get("messages")
+        ]
+    out = app.get_state(cfg).values
+
+    assert {m.content for m in out["messages"] if isinstance(m, AIMessage) and m.content} == {
+        f"finished task{k}" for k in range(3)
+    }
+    ost = OffloadStore(store)
+
+    def foreign(messages: list[Any], own: str) -> list[str]:
+        """The strategies of the summaries in ``messages`` that stand for messages of a
+        branch other than ``own``."""
+        text = " ".join(str(m.content) for m in messages)
+        found = []
+        for ref in re.findall(r'offload_id="([0-9a-f]{8})', text):
+            record = ost.reload("fan", ref)
+            originals = " ".join(
+                f"{m.content} {getattr(m, 'tool_calls', '')}" for m in record.messages
+            )
+            found += [record.strategy] if set(re.findall(r"task\d", originals)) - {own} else []
+        return found
+
+    shown = 0
+    for request in model.seen:
+        assert not find_violations(request)
+        assert not foreign(request, f"task{branch(request)}")
+        shown += "offload_id=" in " ".join(str(m.content) for m in request)
+    assert shown  # the views did show summaries
+    for messages in written:
+        whole = [m for m in messages if not isinstance(m, RemoveMessage)]
+        if any(str(m.content).startswith("task") for m in whole):
+            assert not foreign(whole, f"task{branch(whole)}")
