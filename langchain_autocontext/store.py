@@ -544,7 +544,8 @@ def prefix_problem(prefix: Any) -> str | None:
 def running_agent() -> str | None:
     """The name of the LangChain agent whose run is executing here: ``create_agent``'s
     ``name``, which LangChain puts in the run's ``metadata["lc_agent_name"]`` (a
-    subagent run inside a tool has its own). None outside a run, or in an unnamed one.
+    named subagent run inside a tool has its own; an unnamed one inherits its caller's).
+    None outside a run, or in an unnamed agent that no named one runs.
     A subagent usually shares its caller's thread, so its events join the caller's:
     this tells them apart."""
     try:

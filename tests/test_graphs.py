@@ -678,3 +678,43 @@ def test_parallel_branches_of_one_agent_each_keep_their_own_fitted_view() -> Non
         whole = [m for m in messages if not isinstance(m, RemoveMessage)]
         if any(str(m.content).startswith("task") for m in whole):
             assert not foreign(whole, f"task{branch(whole)}")
+
+
+def test_an_unnamed_subagent_in_a_named_agents_tool_is_recorded_under_the_callers_name() -> None:
+    """LangChain's run metadata is inherited: an unnamed ``create_agent`` run inside a
+    named agent's tool runs with the caller's ``lc_agent_name``, so its history reads as
+    the caller's (docs/surfaces.md, "Several agents", says so; multi-agent review)."""
+    from _builders import FunctionModel, call
+    from langchain.agents import create_agent
+    from langchain_core.messages import AIMessage
+    from langchain_core.tools import tool
+
+    store = InMemoryStore()
+    ac = AutoContext(AutoContextConfig(max_tokens=8_000), store=store)
+    helper = create_agent(
+        FunctionModel(respond=lambda msgs, n: AIMessage("fixed")), [], middleware=[ac.middleware()]
+    )
+
+    @tool
+    def task(description: str) -> str:
+        """Hand a task to the helper."""
+        return helper.invoke({"messages": [HumanMessage(description)]})["messages"][-1].content
+
+    def lead_script(msgs: list[Any], n: int) -> AIMessage:
+        return (
+            AIMessage("", tool_calls=[call("task", {"description": "Fix it."})])
+            if n == 0
+            else AIMessage("done")
+        )
+
+    lead = create_agent(
+        FunctionModel(respond=lead_script),
+        [task],
+        middleware=[ac.middleware()],
+        checkpointer=InMemorySaver(),
+        store=store,
+        name="lead",
+    )
+    lead.invoke({"messages": [HumanMessage("Go.")]}, {"configurable": {"thread_id": "u"}})
+    agents = {e.message.content: e.agent for e in OffloadStore(store).iter_history("u")}
+    assert agents["Fix it."] == agents["fixed"] == "lead"
