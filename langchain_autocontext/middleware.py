@@ -19,7 +19,9 @@ What runs where:
   and apply its XML commands when ``xml_commands`` is on.
 * ``wrap_tool_call`` / ``awrap_tool_call`` and ``after_agent`` — archive the model's
   replies once every ``after_model`` hook has run: before their tools run, and the
-  final answer when the run ends.
+  final answer when the run ends; a tool that hands off to the parent graph
+  (``Command(graph=Command.PARENT)``) ends the agent's run before ``after_agent``, so
+  the messages the handoff adds are archived as it returns.
 * ``tools`` — the package's self-management tools, registered with the agent.
 * ``state_schema`` — declares the private ``autocontext`` state key (plain JSON).
 
@@ -59,6 +61,7 @@ from langchain_core.messages import (
     AIMessage,
     AnyMessage,
     BaseMessage,
+    RemoveMessage,
     SystemMessage,
     ToolMessage,
 )
@@ -99,6 +102,8 @@ from langchain_autocontext.tools import attach_tools
 from langchain_autocontext.view import state_in
 
 if TYPE_CHECKING:
+    from langchain.tools import ToolRuntime
+
     from langchain_autocontext.engine import CompressionResult
     from langchain_autocontext.view import ModelCall
 
@@ -170,7 +175,7 @@ def _ac_state(state: AgentState[Any]) -> dict[str, Any] | None:
     return state_in(cast("AutoContextMiddlewareState", state))  # type: ignore[return-value]
 
 
-def _run_config(runtime: Runtime[Any] | None) -> RunnableConfig:
+def _run_config(runtime: Runtime[Any] | ToolRuntime[Any, Any] | None) -> RunnableConfig:
     """The run's thread as a config (``{"configurable": {"thread_id": …}}`` or empty)."""
     info = getattr(runtime, "execution_info", None)
     value = getattr(info, "thread_id", None)
@@ -184,7 +189,7 @@ def _run_config(runtime: Runtime[Any] | None) -> RunnableConfig:
         return {}
 
 
-def _thread_id(runtime: Runtime[Any] | None, ac_state: Any = None) -> str:
+def _thread_id(runtime: Runtime[Any] | ToolRuntime[Any, Any] | None, ac_state: Any = None) -> str:
     """The run's thread: its ``thread_id``, else the per-run thread in the state."""
     return thread_id_of(_run_config(runtime), ac_state)
 
@@ -914,9 +919,20 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         back to an earlier checkpoint instead of resuming leaves that reply in the
         abandoned checkpoint only (neither :meth:`after_agent` nor a next model call on
         that branch comes). Every ``after_model`` hook has run by now, as in
-        :meth:`after_agent`; what is already archived is skipped."""
+        :meth:`after_agent`; what is already archived is skipped. A tool that hands off
+        to the parent graph (``Command(goto=…, graph=Command.PARENT)``, the supervisor
+        pattern's handoff) ends the agent's graph without :meth:`after_agent`: the
+        messages the handoff adds are archived as it returns, under this agent's name
+        (else the next agent's model call would archive them under its own, or, handed
+        off to ``END``, nothing would this turn)."""
         self._archive_state(request.state, request.runtime)
-        return handler(request)
+        result = handler(request)
+        handed = _handed_off(request, result)
+        if handed:
+            ac = self.autocontext
+            thread_id = _thread_id(request.runtime, _ac_state(request.state))
+            ac.archive(handed, thread_id=thread_id, store=ac.resolve_store())
+        return result
 
     async def awrap_tool_call(
         self,
@@ -925,7 +941,13 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     ) -> ToolMessage | Command[Any]:
         """Async twin of :meth:`wrap_tool_call`."""
         await self._aarchive_state(request.state, request.runtime)
-        return await handler(request)
+        result = await handler(request)
+        handed = _handed_off(request, result)
+        if handed:
+            ac = self.autocontext
+            thread_id = _thread_id(request.runtime, _ac_state(request.state))
+            await ac.aarchive(handed, thread_id=thread_id, store=ac.resolve_store())
+        return result
 
     # --- after_agent: the run's last messages reach the history -------------------------------
     def after_agent(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
@@ -964,6 +986,32 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             thread_id=_thread_id(runtime, _ac_state(state)),  # type: ignore[arg-type]
             store=ac.resolve_store(),
         )
+
+
+def _handed_off(request: ToolCallRequest, result: Any) -> list[BaseMessage]:
+    """The messages to archive when ``result`` hands off to the parent graph: the
+    agent's state (its last reply) and the messages the handoff adds (its tool result),
+    none otherwise. A message the handoff adds without an id gets the id it is archived
+    under, so the next agent, which receives it, finds it archived."""
+    if not (isinstance(result, Command) and result.graph == Command.PARENT):
+        return []
+    held = list((request.state or {}).get("messages") or ())
+    update = result.update if isinstance(result.update, dict) else {}
+    added = update.get("messages")
+    added = added if isinstance(added, list) else [added] if added is not None else []
+    ids = {m.id for m in held}
+    new = [
+        m
+        for m in added
+        if isinstance(m, BaseMessage)
+        and not isinstance(m, RemoveMessage)
+        and (m.id is None or m.id not in ids)
+    ]
+    named = ensure_ids([*held, *new])
+    for m, with_id in zip(new, named[len(held) :], strict=True):
+        if m.id is None:
+            m.id = with_id.id
+    return named
 
 
 def _request_only(

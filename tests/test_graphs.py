@@ -718,3 +718,48 @@ def test_an_unnamed_subagent_in_a_named_agents_tool_is_recorded_under_the_caller
     lead.invoke({"messages": [HumanMessage("Go.")]}, {"configurable": {"thread_id": "u"}})
     agents = {e.message.content: e.agent for e in OffloadStore(store).iter_history("u")}
     assert agents["Fix it."] == agents["fixed"] == "lead"
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+async def test_an_agent_that_hands_off_archives_its_last_reply_under_its_own_name(
+    mode: str,
+) -> None:
+    """A handoff tool (``Command(goto=…, graph=Command.PARENT)``) leaves the agent's
+    graph before its ``after_agent``: its last reply reached the history only at the next
+    agent's model call, under that agent's name (the researcher's report read as the
+    supervisor's), and, handed off to ``END``, not at all until the thread's next turn
+    (multi-agent review). The middleware now archives the agent's messages, the handoff's
+    result included, when one of its tools hands off."""
+    from _builders import FunctionModel, call, handoff
+    from langchain.agents import create_agent
+    from langchain_core.messages import AIMessage
+    from langgraph.graph import END, MessagesState
+
+    def supervisor(msgs: list[Any], n: int) -> AIMessage:
+        return AIMessage("Delegating.", tool_calls=[call("transfer_to_researcher", {})])
+
+    def researcher(msgs: list[Any], n: int) -> AIMessage:
+        return AIMessage("Report: X is 42.", tool_calls=[call(f"transfer_to_{END}", {})])
+
+    store = InMemoryStore()
+    g = StateGraph(MessagesState)
+    for name, respond, dest in (
+        ("supervisor", supervisor, "researcher"),
+        ("researcher", researcher, END),
+    ):
+        ac = AutoContext(AutoContextConfig(max_tokens=4_000), store=store)
+        agent = create_agent(
+            FunctionModel(respond=respond), [handoff(dest)], middleware=[ac.middleware()], name=name
+        )
+        g.add_node(name, agent, destinations=(dest,))
+    g.add_edge(START, "supervisor")
+    app = g.compile(checkpointer=InMemorySaver(), store=store)
+    cfg = {"configurable": {"thread_id": "handoff"}}
+    inputs = {"messages": [HumanMessage("Research X.")]}
+    out = app.invoke(inputs, cfg) if mode == "sync" else await app.ainvoke(inputs, cfg)
+
+    history = {e.id: e for e in OffloadStore(store).iter_history("handoff")}
+    assert [m.content for m in out["messages"] if m.id not in history] == []
+    who = {str(e.message.content): e.agent for e in history.values()}
+    assert who["Delegating."] == who["Transferred to researcher"] == "supervisor"
+    assert who["Report: X is 42."] == who[f"Transferred to {END}"] == "researcher"
