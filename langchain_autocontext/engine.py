@@ -50,6 +50,7 @@ from langchain_autocontext.errors import (
     caller_stacklevel,
 )
 from langchain_autocontext.messages import (
+    content_hash,
     ensure_ids,
     is_context_edit,
     is_pinned,
@@ -1782,12 +1783,12 @@ class _Archived(NamedTuple):
     fingerprint: int
     #: its ``tool_calls`` list (``None`` without calls): the arguments were hashed from it
     calls: list[ToolCall] | None
-    #: :func:`_content_hash` of the calls' arguments (0 without calls)
+    #: :func:`content_hash` of the calls' arguments (0 without calls)
     args: int
 
 
 def _args_hash(calls: list[ToolCall]) -> int:
-    return _content_hash([c.get("args") for c in calls])
+    return content_hash([c.get("args") for c in calls])
 
 
 def _archived(message: BaseMessage) -> _Archived:
@@ -1826,33 +1827,16 @@ def _fingerprint(message: BaseMessage, calls: list[ToolCall] | None) -> int:
     """What an edit that reuses a message's id changes (its type, content, the ids and
     names of its tool calls), hashed (the calls' arguments: :func:`_still`). Cheap, as
     it runs on every remembered message of every call: block content is hashed through
-    its values (:func:`_content_hash`), never rendered whole. ``calls``: its
+    its values (:func:`content_hash`), never rendered whole. ``calls``: its
     ``tool_calls`` (``None`` for a message of another type than ``AIMessage``)."""
     content = message.content
     return hash(
         (
             message.type,
-            _content_hash(content),
+            content_hash(content),
             tuple((c.get("id"), c.get("name")) for c in calls) if calls else (),
         )
     )
-
-
-def _content_hash(value: Any) -> int:
-    """A hash of ``value`` (message content: str, blocks, their nested dicts and lists)
-    through its values: a str caches its hash, so a block's payload (a screenshot's
-    base64) costs one pass the first time and nothing after, where its ``repr`` was
-    rendered whole on every call."""
-    if isinstance(value, str):
-        return hash(value)
-    if isinstance(value, dict):
-        return hash(tuple((k, _content_hash(v)) for k, v in value.items()))
-    if isinstance(value, list | tuple):
-        return hash((type(value) is tuple, *map(_content_hash, value)))
-    try:
-        return hash(value)
-    except TypeError:  # not hashable (a set, an object of a provider's): as it prints
-        return hash(repr(value))
 
 
 #: The offload strategy of a working copy kept before an edit (:meth:`ContextEngine.keep_edited`).

@@ -48,6 +48,7 @@ __all__ = [
     "atomic_groups",
     "autonomous_steps",
     "clean_text",
+    "content_hash",
     "context_edit",
     "dump_message",
     "dump_messages",
@@ -112,6 +113,26 @@ EDIT_KEY = "autocontext_edited"
 #: limit holds everywhere. Not :data:`AC_KEY`: the message is the user's request the model
 #: works on (the latest user message), not something the package adds to the view.
 AUTONOMOUS_KEY = "autocontext_autonomous_step"
+
+
+def content_hash(value: Any) -> int:
+    """A hash of ``value`` (message content: str, blocks, their nested dicts and lists;
+    a message's tool calls) through its values, for in-process memos of what a message
+    holds: a str caches its hash, so a block's payload (a screenshot's base64) costs one
+    pass the first time and nothing after, where its ``repr`` or JSON was rendered whole
+    on every call. Other values are hashed with their type (``1``, ``1.0`` and ``True``,
+    equal in Python, are different JSON); unhashable ones (a set, an object of a
+    provider's) as they print."""
+    if isinstance(value, str):
+        return hash(value)
+    if isinstance(value, dict):
+        return hash(tuple((k, content_hash(v)) for k, v in value.items()))
+    if isinstance(value, list | tuple):
+        return hash((type(value) is tuple, *map(content_hash, value)))
+    try:
+        return hash((type(value), value))
+    except TypeError:
+        return hash(repr(value))
 
 
 def is_pinned(message: BaseMessage) -> bool:
