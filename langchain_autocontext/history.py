@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 import uuid
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,7 +44,7 @@ from pydantic import field_validator
 
 from langchain_autocontext.engine import ContextEngine, run_thread
 from langchain_autocontext.errors import ContextBudgetError
-from langchain_autocontext.messages import dump_messages, is_pinned, load_messages
+from langchain_autocontext.messages import content_hash, dump_messages, is_pinned, load_messages
 from langchain_autocontext.metadata import strip_message_tags
 from langchain_autocontext.store import OffloadStore, encode_thread_id, plain_json, revive
 from langchain_autocontext.tools import attach_tools
@@ -69,6 +70,12 @@ _RUNNABLE_WINDOW = 256
 #: How many template messages after the history (an instruction) the Runnable recognises.
 _TRAIL = 4
 _PRINT_CHARS = 16
+#: How many messages' prints this process remembers (:func:`_fingerprint`), for every
+#: thread and Runnable: about 5 MB. A thread's messages are found again on its next
+#: call; past this many, the oldest half is forgotten and computed again when sent.
+_PRINTS_KEPT = 32_768
+_PRINTS: dict[int, bytes] = {}
+_PRINTS_LOCK = threading.Lock()
 _ID_NAMESPACE = uuid.UUID("6c1d3a52-8f0e-4f7b-9a43-3f1b8e2d7c10")
 
 
@@ -331,10 +338,31 @@ class _Plan:
         }
 
 
+def _chain(lead: bool, prints: Sequence[bytes], wanted: set[int]) -> dict[int, str]:
+    """The input's hash chain: its digest after ``n`` entries for each ``n`` in ``wanted``
+    (and ``""`` after none); the entries are the leading system message (``lead``) and
+    the ``prints`` of the non-system messages."""
+    chain = hashlib.sha256()
+    out = {0: ""}
+    n = 0
+    if lead:
+        chain.update(b"system")
+        n = 1
+        if n in wanted:
+            out[n] = chain.hexdigest()
+    for fp in prints:
+        chain.update(fp)
+        n += 1
+        if n in wanted:
+            out[n] = chain.hexdigest()
+    return out
+
+
 def _continued(
-    record: dict[str, Any], digests: Sequence[str], prints: Sequence[str]
+    record: dict[str, Any], digests: Mapping[int, str], prints: Sequence[str]
 ) -> tuple[int, int, int]:
-    """How an input (its hash chain ``digests`` and its non-system ``prints``) continues
+    """How an input (its hash chain ``digests``, see :func:`_chain`, holding the digests
+    at the record's end and the few before it, and its non-system ``prints``) continues
     ``record``: ``(overlap, dropped, trailing)``, the number of the record's non-system
     messages it keeps, drops from the front, and repeats at its end after the messages it
     adds (the template's messages after the history); overlap ``-1`` when it does not.
@@ -349,7 +377,7 @@ def _continued(
     total = record.get("entries")
     cuts = record.get("cuts") or {}
     if not inputs or not isinstance(total, int):  # a record of an earlier version
-        ok = 0 < inputs < len(digests) and digests[inputs] == record.get("digest")
+        ok = inputs > 0 and inputs in digests and digests[inputs] == record.get("digest")
         return (inputs, 0, 0) if ok else (-1, 0, 0)
     old = [p for p, _ in window]
     lead = inputs - total  # the leading system message's entry
@@ -358,7 +386,7 @@ def _continued(
             continue
         n = inputs - t
         expected = cuts.get(str(n)) if t else record.get("digest")
-        if n < len(digests) and digests[n] == expected and (n > lead or not t):
+        if n in digests and digests[n] == expected and (n > lead or not t):
             return total - t, 0, t
     if len(old) != total:
         return -1, 0, 0
@@ -392,7 +420,57 @@ def _kept_anyway(messages: list[BaseMessage], exc: ContextBudgetError) -> list[B
 # --- the Runnable ------------------------------------------------------------------------------
 def _fingerprint(message: BaseMessage) -> bytes:
     """What identifies a message of an input: role, id, content, tool calls, name, pin
-    (pinning a message already sent changes what may be compressed)."""
+    (pinning a message already sent changes what may be compressed). Stored in the
+    Runnable's records, so the same in every process: a SHA-256 over the message's JSON.
+
+    Remembered in this process (:data:`_PRINTS`) under :func:`_print_key`, which is
+    computed from the same fields on every call: a chain sends its whole conversation
+    every call, and serializing and hashing every message of it made the Runnable's
+    work grow with the thread (a fifth of a second a call at 3,000 messages) where the
+    engine's stays flat. The key is read afresh from the message each time, so a message
+    changed in place (its content reassigned, a block appended to its content list, a
+    call's arguments edited, its pin set in ``additional_kwargs``) has another key and
+    is serialized again; the same content in a new object (a conversation rebuilt from
+    the app's database) has the same key and is not."""
+    key = _print_key(message)
+    found = _PRINTS.get(key)
+    if found is None:
+        found = _PRINTS[key] = _serialized_print(message)
+        if len(_PRINTS) > _PRINTS_KEPT:
+            with _PRINTS_LOCK:  # the oldest half goes (a thread still sending them
+                for stale in list(_PRINTS)[: len(_PRINTS) // 2]:  # serializes them again)
+                    _PRINTS.pop(stale, None)
+    return found
+
+
+def _print_key(message: BaseMessage) -> int:
+    """An in-process hash of what :func:`_serialized_print` reads (:func:`content_hash`
+    of the content and tool calls: a str caches its hash, so a message seen before costs
+    a few lookups, not a pass over its text). Two states of a message that serialize
+    differently have different keys but for a 64-bit hash collision, the same odds the
+    engine's archive memo takes. A value of a content block that is neither JSON nor
+    hashable by value (an object of a provider's, serialized by ``str``) is compared by
+    its hash (most objects: their identity), so a change in place inside such an object
+    is not seen: the input passes for the one the record saw, whose result holds what
+    the store kept of the object (its description: :func:`~langchain_autocontext.store.plain_json`)."""
+    fields = message.__dict__  # pydantic fields; faster than attribute access
+    content = fields["content"]
+    calls = fields.get("tool_calls")  # an AIMessage's
+    return hash(
+        (
+            fields["type"],
+            fields["id"],
+            content if type(content) is str else content_hash(content),  # the same hash
+            fields.get("tool_call_id"),
+            fields["name"],
+            is_pinned(message),
+            content_hash(calls) if calls else 0,
+        )
+    )
+
+
+def _serialized_print(message: BaseMessage) -> bytes:
+    """:func:`_fingerprint`, computed: the message's fields as JSON, hashed."""
     h = hashlib.sha256()
     content = message.content
     text = content if isinstance(content, str) else json.dumps(content, sort_keys=True, default=str)
@@ -500,37 +578,34 @@ class AutoContextRunnable(RunnableSerializable[Any, list[BaseMessage]]):
         # now is); the engine merges them into one, first, and the new ones take the old
         # one's place.
         lead = bool(messages) and _system(messages[0])
-        chain = hashlib.sha256()
-        digests = [""]  # the chain's digest after each number of entries
-        prints: list[bytes] = []
-        body: list[int] = []  # where the input's non-system messages are
-        if lead:
-            chain.update(b"system")
-            digests.append(chain.hexdigest())
+        prints = [_fingerprint(m) for m in messages]
+        # where the input's system messages are (and their place among them), and the others
+        places: dict[int, int] = {}
+        body: list[int] = []
         for k, m in enumerate(messages):
-            fp = _fingerprint(m)
-            prints.append(fp)
-            if _system(m):
-                continue
-            body.append(k)
-            chain.update(fp)
-            digests.append(chain.hexdigest())
-        short = [prints[k].hex()[:_PRINT_CHARS] for k in body]
+            if isinstance(m, SystemMessage):
+                places[k] = len(places)
+            else:
+                body.append(k)
+        entries = lead + len(body)
+        # the chain's digest after a number of entries: at the end, the record's cuts, and
+        # where a record ends (the others are never compared: not rendered)
+        wanted = set(range(max(1, entries - _TRAIL), entries + 1))
+        for r in records:
+            end = int(r.get("inputs", 0))
+            wanted.update(range(max(0, end - _TRAIL), end + 1))
+        digests = _chain(lead, [prints[k] for k in body], wanted)
+        short = [prints[k][: _PRINT_CHARS // 2].hex() for k in body]
         state: dict[str, Any] = {
-            "inputs": len(digests) - 1,
-            "digest": digests[-1],
+            "inputs": entries,
+            "digest": digests[entries],
             "head": prints[body[0]].hex() if body else "",
-            "cuts": {
-                str(n): digests[n]
-                for n in range(max(1, len(digests) - 1 - _TRAIL), len(digests) - 1)
-            },
+            "cuts": {str(n): digests[n] for n in range(max(1, entries - _TRAIL), entries)},
         }
 
         # a later system message is named by its place among the system messages, not in
         # the input, where it moves on every call (a reminder after the history, the same
         # every call, is archived once)
-        places = {k: j for j, k in enumerate(k for k, m in enumerate(messages) if _system(m))}
-
         def with_id(k: int, m: BaseMessage) -> BaseMessage:
             if m.id:
                 return m
@@ -554,7 +629,7 @@ class AutoContextRunnable(RunnableSerializable[Any, list[BaseMessage]]):
         stored = [m for m in _stored_messages(record) if not (m.id and m.id in gone)]
         if stored and _system(stored[0]):
             stored = stored[1:]  # this input's system messages take its place
-        systems = [with_id(k, m) for k, m in enumerate(messages) if _system(m)]
+        systems = [with_id(k, messages[k]) for k in places]
         added = body[overlap : len(body) - t]
         trail = [
             messages[k].model_copy(update={"id": i})

@@ -19,6 +19,7 @@ from langchain_core.messages import (
     BaseMessage,
     HumanMessage,
     SystemMessage,
+    ToolMessage,
 )
 from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
 from langchain_core.runnables import RunnableLambda
@@ -33,7 +34,7 @@ from langchain_autocontext import (
     ExtractiveSummarizer,
     OffloadStore,
 )
-from langchain_autocontext.messages import find_violations, marker, text_of
+from langchain_autocontext.messages import find_violations, is_pinned, marker, text_of
 from langchain_autocontext.strategies.pipeline import minimal_context
 
 CFG = AutoContextConfig(max_tokens=4000, token_ratio=0.6, target_ratio=0.4, last_keep=4)
@@ -900,3 +901,113 @@ def test_the_runnable_keeps_a_reply_that_reuses_an_id(mode: str) -> None:
         conversation.append(model.invoke(sent))
     kinds = "".join(e.message.type[0] for e in OffloadStore(store).iter_history(f"r-{mode}"))
     assert kinds == "s" + "ha" * 13 + "h"
+
+
+def _counting_serializations(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count the Runnable's full serializations of a message (JSON and SHA-256 of it)."""
+    from langchain_autocontext import history
+
+    count = [0]
+    serialize = history._serialized_print
+
+    def counted(message: BaseMessage) -> bytes:
+        count[0] += 1
+        return serialize(message)
+
+    monkeypatch.setattr(history, "_serialized_print", counted)
+    return count
+
+
+@pytest.mark.parametrize("rebuilt", [False, True], ids=["same objects", "rebuilt objects"])
+def test_a_long_chain_serializes_only_what_each_call_adds(
+    monkeypatch: pytest.MonkeyPatch, rebuilt: bool
+) -> None:
+    """A chain sends its whole conversation every call: the Runnable serialized and
+    hashed every message of it every call (its work grew with the thread, a fifth of a
+    second a call at 3,000 messages, where the engine's stays flat). It serializes only
+    the messages it has not seen now, whether the app resends the same objects or
+    rebuilds equal ones (from its database) every call."""
+    count = _counting_serializations(monkeypatch)
+    store = InMemoryStore()
+    ac = AutoContext(max_tokens=2_000, store=store, self_management_tools=False)
+    chain = ChatPromptTemplate([("system", "terse"), MessagesPlaceholder("messages")]) | (
+        ac.as_runnable()
+    )
+    model = _same_reply_model()
+    cfg = {"configurable": {"thread_id": f"long-{rebuilt}"}}
+    conversation: list[BaseMessage] = []
+    per_call = []
+    for k in range(30):
+        conversation.append(HumanMessage(f"Note {k} " + "word " * 40))
+        sent_in = [m.model_copy(deep=True) for m in conversation] if rebuilt else conversation
+        before = count[0]
+        sent = chain.invoke({"messages": sent_in}, cfg)
+        per_call.append(count[0] - before)
+        assert sent[-1].content.startswith(f"Note {k}")
+        conversation.append(model.invoke(sent))
+    assert OffloadStore.wrap(store).list_events(f"long-{rebuilt}")  # it compressed
+    # the question and the previous reply (the system prompt, once)
+    assert max(per_call[1:]) <= 2, per_call
+    kinds = "".join(
+        e.message.type[0]
+        for e in OffloadStore(store).iter_history(cfg["configurable"]["thread_id"])
+    )
+    assert kinds == "s" + "ha" * 29 + "h"
+
+
+def _set_pin(message: BaseMessage) -> None:
+    from langchain_autocontext.messages import PIN_KEY
+
+    message.additional_kwargs[PIN_KEY] = True
+
+
+_IN_PLACE = {
+    "content reassigned": lambda c: setattr(c[0], "content", "Note 0, rewritten"),
+    "block appended": lambda c: c[1].content.append({"type": "text", "text": "and more"}),
+    "args edited": lambda c: c[1].tool_calls[0]["args"].update(n=2),
+    "args 1 to True": lambda c: c[1].tool_calls[0]["args"].update(n=True),
+    "pinned": lambda c: _set_pin(c[0]),
+}
+
+
+@pytest.mark.parametrize("change", list(_IN_PLACE))
+def test_a_message_changed_in_place_is_seen_by_the_runnable(
+    monkeypatch: pytest.MonkeyPatch, change: str
+) -> None:
+    """The Runnable remembers what it serialized of each message: one changed in place in
+    the conversation the app resends (the same objects) is serialized again, so the
+    input does not pass for the one it saw (the previous result, holding the message as
+    it was, is not sent again): the model sees the change."""
+    count = _counting_serializations(monkeypatch)
+    ac = AutoContext(max_tokens=8_000, store=InMemoryStore(), self_management_tools=False)
+    chain = ChatPromptTemplate([("system", "terse"), MessagesPlaceholder("messages")]) | (
+        ac.as_runnable()
+    )
+    call = {"name": "sh", "args": {"n": 1}, "id": "call-1", "type": "tool_call"}
+    conversation: list[BaseMessage] = [
+        HumanMessage("Note 0"),
+        AIMessage([{"type": "text", "text": "running"}], tool_calls=[call]),
+        ToolMessage("ok", tool_call_id="call-1"),
+        AIMessage("done"),
+    ]
+    cfg = {"configurable": {"thread_id": "in-place"}}
+    for k in range(1, 6):
+        conversation += [HumanMessage(f"Note {k}"), AIMessage(f"Answer {k}")]
+        chain.invoke({"messages": conversation}, cfg)
+    before = count[0]
+    assert chain.invoke({"messages": conversation}, cfg)  # nothing new: nothing serialized
+    assert count[0] == before
+    _IN_PLACE[change](conversation)
+    sent = chain.invoke({"messages": conversation}, cfg)
+    question, reply = sent[1], sent[2]
+    assert question.type == "human" and reply.type == "ai"
+    if change == "content reassigned":
+        assert question.content == "Note 0, rewritten"
+    elif change == "block appended":
+        assert "and more" in text_of(reply)
+    elif change == "pinned":
+        assert is_pinned(question)
+    else:
+        n = reply.tool_calls[0]["args"]["n"]
+        assert (type(n), n) == ((int, 2) if change == "args edited" else (bool, True))
+    assert count[0] == before + 1  # the changed message only
