@@ -121,14 +121,17 @@ def content_hash(value: Any) -> int:
     holds: a str caches its hash, so a block's payload (a screenshot's base64) costs one
     pass the first time and nothing after, where its ``repr`` or JSON was rendered whole
     on every call. Other values are hashed with their type (``1``, ``1.0`` and ``True``,
-    equal in Python, are different JSON); unhashable ones (a set, an object of a
-    provider's) as they print."""
+    equal in Python, are different JSON); numbers by their text (CPython hashes ``-1``
+    and ``-2`` alike, and integers ``2**61 - 1`` apart); unhashable ones (a set, an
+    object of a provider's) as they print."""
     if isinstance(value, str):
         return hash(value)
     if isinstance(value, dict):
         return hash(tuple((k, content_hash(v)) for k, v in value.items()))
     if isinstance(value, list | tuple):
         return hash((type(value) is tuple, *map(content_hash, value)))
+    if isinstance(value, int | float):
+        return hash((type(value), repr(value)))
     try:
         return hash((type(value), value))
     except TypeError:

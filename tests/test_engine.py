@@ -1210,3 +1210,25 @@ def test_an_edit_of_tool_call_arguments_alone_is_archived_by_the_running_engine(
         ("t1", None),
     ]
     assert held[2][2].tool_calls[0]["args"] == {"command": "rm -rf build"}
+
+
+def test_an_edit_of_a_tool_call_argument_from_minus_one_to_minus_two_is_archived() -> None:
+    """CPython hashes -1 and -2 (and -1.0, -2.0) alike: the running engine's archive memo,
+    hashing the arguments by value, took ``{"offset": -1}`` edited to ``{"offset": -2}``
+    for the content it had archived, and the edit never reached the history."""
+    ac = AutoContext(AutoContextConfig(max_tokens=100_000), store=InMemoryStore())
+    store = ac.store
+    assert store is not None
+
+    def ask(offset: float, mid: str) -> AIMessage:
+        call = {"name": "read", "args": {"offset": offset}, "id": mid, "type": "tool_call"}
+        return AIMessage("Reading.", tool_calls=[call], id=mid)
+
+    user = HumanMessage("read the log's tail", id="u1")
+    assert ac.archive([user, ask(-1, "a1")], thread_id="t", store=store) == 2
+    assert ac.archive([user, ask(-2, "a1")], thread_id="t", store=store) == 1
+    assert ac.archive([user, ask(-2, "a1"), ask(-1.0, "a2")], thread_id="t", store=store) == 1
+    assert ac.archive([user, ask(-2, "a1"), ask(-2.0, "a2")], thread_id="t", store=store) == 1
+    versions = [e.message for e in store.iter_history("t") if isinstance(e.message, AIMessage)]
+    latest = {str(m.id).split("~")[0]: m.tool_calls[0]["args"] for m in versions}
+    assert latest == {"a1": {"offset": -2}, "a2": {"offset": -2.0}}
