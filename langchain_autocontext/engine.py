@@ -1781,8 +1781,12 @@ class _Archived(NamedTuple):
 
     #: :func:`_fingerprint` of the message
     fingerprint: int
-    #: its ``tool_calls`` list (``None`` without calls): the arguments were hashed from it
-    calls: list[ToolCall] | None
+    #: the message whose ``tool_calls`` the arguments were hashed from, weakly (``None``
+    #: without calls, or for a message that cannot be weakly referenced): the memo of an
+    #: idle thread keeps no message, no call and no argument alive
+    owner: weakref.ref[BaseMessage] | None
+    #: ``id()`` of that message's ``tool_calls`` list when hashed (compared while it lives)
+    calls: int
     #: :func:`content_hash` of the calls' arguments (0 without calls)
     args: int
 
@@ -1791,12 +1795,21 @@ def _args_hash(calls: list[ToolCall]) -> int:
     return content_hash([c.get("args") for c in calls])
 
 
+def _hashed(fingerprint: int, message: BaseMessage, calls: list[ToolCall], args: int) -> _Archived:
+    """The memo's record of ``message``, whose ``calls`` hash to ``args``."""
+    try:
+        owner: weakref.ref[BaseMessage] | None = weakref.ref(message)
+    except TypeError:
+        owner = None
+    return _Archived(fingerprint, owner, id(calls), args)
+
+
 def _archived(message: BaseMessage) -> _Archived:
     """The memo's record of ``message``, archived now."""
     calls = message.tool_calls if isinstance(message, AIMessage) else None
     if not calls:
-        return _Archived(_fingerprint(message, calls), None, 0)
-    return _Archived(_fingerprint(message, calls), calls, _args_hash(calls))
+        return _Archived(_fingerprint(message, calls), None, 0, 0)
+    return _hashed(_fingerprint(message, calls), message, calls, _args_hash(calls))
 
 
 def _still(seen: dict[str, _Archived], message: BaseMessage) -> bool:
@@ -1804,22 +1817,29 @@ def _still(seen: dict[str, _Archived], message: BaseMessage) -> bool:
     memo's test for "archived with this content", run on every remembered message of
     every call. Its type, content and calls' ids and names are compared by
     :func:`_fingerprint`; the calls' arguments (an edit of them alone is a later version
-    too, as the store compares) are hashed only when the ``tool_calls`` list is another
-    object than the one hashed last (LangGraph's ``add_messages`` and a checkpoint load
-    give an edited message a new one), then remembered: hashing every call's arguments
-    on every call cost a third more than the rest. An edit of arguments in place, in the
-    very list the engine saw, is seen by the store's comparison only (an engine that does
-    not remember the id: another process, a restart)."""
+    too, as the store compares) are hashed only when the message or its ``tool_calls``
+    list is another object than the one hashed last (LangGraph's ``add_messages`` and a
+    checkpoint load give an edited message a new one), then remembered: hashing every
+    call's arguments on every call cost a third more than the rest. The memo holds the
+    message weakly and the list by its ``id()`` (held, the lists kept every call's
+    arguments of an idle thread alive: a file written whole, previewed in the state).
+    An edit of arguments in place, in the very list the engine saw, is seen by the
+    store's comparison only (an engine that does not remember the id: another process,
+    a restart), as is a list replaced twice in the same message (the third list may
+    take the first one's address)."""
     mid = str(message.id)
     held = seen[mid]
     calls = message.tool_calls if isinstance(message, AIMessage) else None  # getattr: slow
     if held.fingerprint != _fingerprint(message, calls):
         return False
-    if not calls or calls is held.calls:
+    if not calls:
+        return True
+    owner = held.owner() if held.owner is not None else None
+    if owner is message and id(calls) == held.calls:
         return True
     if _args_hash(calls) != held.args:
         return False
-    seen[mid] = _Archived(held.fingerprint, calls, held.args)  # not hashed again
+    seen[mid] = _hashed(held.fingerprint, message, calls, held.args)  # not hashed again
     return True
 
 

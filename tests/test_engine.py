@@ -1232,3 +1232,31 @@ def test_an_edit_of_a_tool_call_argument_from_minus_one_to_minus_two_is_archived
     versions = [e.message for e in store.iter_history("t") if isinstance(e.message, AIMessage)]
     latest = {str(m.id).split("~")[0]: m.tool_calls[0]["args"] for m in versions}
     assert latest == {"a1": {"offset": -2}, "a2": {"offset": -2.0}}
+
+
+def test_the_archive_memo_keeps_no_tool_call_arguments_alive() -> None:
+    """The running engine's archive memo kept a reference to every archived call's
+    ``tool_calls`` list (to skip hashing its arguments when the list comes back): an idle
+    thread held the arguments of every call in its working list for the life of the
+    engine, also those the state keeps only as previews (a file written whole), with up
+    to 4,096 threads remembered. The memo keeps hashes, and holds no argument alive."""
+    import gc
+    import weakref
+
+    class Payload:  # an argument value whose life can be watched
+        def __str__(self) -> str:
+            return "x" * 40_000
+
+    ac = AutoContext(AutoContextConfig(max_tokens=100_000), store=InMemoryStore())
+    payload = Payload()
+    alive = weakref.ref(payload)
+    call = {"name": "write", "args": {"content": payload}, "id": "c1", "type": "tool_call"}
+    messages: list[BaseMessage] = [
+        HumanMessage("write the file", id="u1"),
+        AIMessage("", tool_calls=[call], id="a1"),
+        ToolMessage("written", tool_call_id="c1", id="t1"),
+    ]
+    ac.compress(messages, thread_id="t", store=ac.store)
+    del messages, call, payload
+    gc.collect()
+    assert alive() is None
