@@ -925,26 +925,27 @@ class ContextEngine:
     ) -> int:
         """:meth:`archive`; ``summaries``: the offload ids of the summaries in
         ``messages`` (:func:`summary_offload_ids`), when the caller found them already."""
-        fresh = self._revalidate(store, thread_id, messages)  # before the spans: it may forget
-        todo = self._unknown_spans(store, thread_id, messages, summaries)
-        spans = self._memo(store, thread_id).spans
-        while todo:  # each summary's record, then those of the summaries it absorbed
-            oid = todo.pop()
-            if oid in spans:
-                continue
-            try:
-                record: OffloadRecord | None = store.reload(thread_id, oid)
-            except OffloadNotFoundError:  # written under another thread or store
-                record = None
-            todo += self._learn_span(store, thread_id, oid, record)
-        # cleaned as compress cleans its input: a reply archived after the model call
-        # (the middleware's after_agent, the package's tools) has not been through it
-        new = [sanitize_message(m) for m in fresh]
-        if not new:
-            return 0
-        written = store.append_history(thread_id, new)
-        self._mark_archived(store, thread_id, fresh)  # as they come: compared so next time
-        return len(written)
+        with store.archive_lock(thread_id):  # the calls of one reply archive it once
+            fresh = self._revalidate(store, thread_id, messages)  # before the spans: it may forget
+            todo = self._unknown_spans(store, thread_id, messages, summaries)
+            spans = self._memo(store, thread_id).spans
+            while todo:  # each summary's record, then those of the summaries it absorbed
+                oid = todo.pop()
+                if oid in spans:
+                    continue
+                try:
+                    record: OffloadRecord | None = store.reload(thread_id, oid)
+                except OffloadNotFoundError:  # written under another thread or store
+                    record = None
+                todo += self._learn_span(store, thread_id, oid, record)
+            # cleaned as compress cleans its input: a reply archived after the model call
+            # (the middleware's after_agent, the package's tools) has not been through it
+            new = [sanitize_message(m) for m in fresh]
+            if not new:
+                return 0
+            written = store.append_history(thread_id, new)
+            self._mark_archived(store, thread_id, fresh)  # as they come: compared so next time
+            return len(written)
 
     async def aarchive(
         self, messages: Sequence[BaseMessage], *, thread_id: str, store: OffloadStore
@@ -960,26 +961,27 @@ class ContextEngine:
         store: OffloadStore,
     ) -> int:
         """Async twin of :meth:`_archive`."""
-        fresh = await self._arevalidate(store, thread_id, messages)  # before the spans
-        todo = self._unknown_spans(store, thread_id, messages, summaries)
-        spans = self._memo(store, thread_id).spans
-        while todo:  # each summary's record, then those of the summaries it absorbed
-            oid = todo.pop()
-            if oid in spans:
-                continue
-            try:
-                record: OffloadRecord | None = await store.areload(thread_id, oid)
-            except OffloadNotFoundError:  # written under another thread or store
-                record = None
-            todo += self._learn_span(store, thread_id, oid, record)
-        # cleaned as compress cleans its input: a reply archived after the model call
-        # (the middleware's after_agent, the package's tools) has not been through it
-        new = [sanitize_message(m) for m in fresh]
-        if not new:
-            return 0
-        written = await store.aappend_history(thread_id, new)
-        self._mark_archived(store, thread_id, fresh)  # as they come: compared so next time
-        return len(written)
+        async with store.aarchive_lock(thread_id):  # see _archive
+            fresh = await self._arevalidate(store, thread_id, messages)  # before the spans
+            todo = self._unknown_spans(store, thread_id, messages, summaries)
+            spans = self._memo(store, thread_id).spans
+            while todo:  # each summary's record, then those of the summaries it absorbed
+                oid = todo.pop()
+                if oid in spans:
+                    continue
+                try:
+                    record: OffloadRecord | None = await store.areload(thread_id, oid)
+                except OffloadNotFoundError:  # written under another thread or store
+                    record = None
+                todo += self._learn_span(store, thread_id, oid, record)
+            # cleaned as compress cleans its input: a reply archived after the model call
+            # (the middleware's after_agent, the package's tools) has not been through it
+            new = [sanitize_message(m) for m in fresh]
+            if not new:
+                return 0
+            written = await store.aappend_history(thread_id, new)
+            self._mark_archived(store, thread_id, fresh)  # as they come: compared so next time
+            return len(written)
 
     def _edited(self, message: BaseMessage, entry: HistoryEntry) -> bool:
         """Whether the working ``message`` is not what the history holds under its id

@@ -771,6 +771,23 @@ class OffloadStore(BaseStore):
         async with _SURFACE_LOCKS.ahold(self._surface_key(thread_id)):
             yield
 
+    @contextmanager
+    def archive_lock(self, thread_id: str) -> Iterator[None]:
+        """Hold while comparing a thread's messages with what an engine remembers
+        archiving and appending the rest (:meth:`AutoContext.archive`): the parallel tool
+        calls of one reply each archive it before their tool runs, and would otherwise
+        all find it new, each reading the store and planning an append; one that waits
+        finds it remembered. Not reentrant; separate from the locks of the store's own
+        writes and from :meth:`working_lock`."""
+        with _STORE_LOCKS.hold(("archive", self._lock_key(thread_id, HISTORY))):
+            yield
+
+    @asynccontextmanager
+    async def aarchive_lock(self, thread_id: str) -> AsyncIterator[None]:
+        """Async twin of :meth:`archive_lock` (the same locks, polled)."""
+        async with _STORE_LOCKS.ahold(("archive", self._lock_key(thread_id, HISTORY))):
+            yield
+
     @asynccontextmanager
     async def _alocked(self, thread_id: str, kind: Kind) -> AsyncIterator[None]:
         async with _STORE_LOCKS.ahold(self._lock_key(thread_id, kind)):

@@ -694,6 +694,70 @@ async def test_a_reply_whose_tool_interrupted_stays_in_the_history_after_a_rewin
     assert hits[0].id == asked.id and hits[0].in_context == "no"
 
 
+@pytest.mark.parametrize("run_async", [False, True], ids=["sync", "async"])
+async def test_the_parallel_tool_calls_of_one_reply_archive_it_once(run_async: bool) -> None:
+    """Each tool call archives the reply before its tool runs; the calls of one reply
+    run at once, and each found the reply new: one history read and one append planned
+    per call (40 calls of one reply: 90 store round trips in a turn, against 12 for one
+    call). The store is read as often whether the reply calls one tool or twelve."""
+    import asyncio
+    import threading
+    import time
+
+    class Counting(InMemoryStore):
+        """Counts round trips; each a little slow, as a database's is."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.trips = 0
+            self.guard = threading.Lock()
+
+        def batch(self, ops: Any) -> Any:
+            with self.guard:
+                self.trips += 1
+            time.sleep(0.002)
+            return super().batch(ops)
+
+        async def abatch(self, ops: Any) -> Any:
+            self.trips += 1
+            await asyncio.sleep(0.002)
+            return await super().abatch(ops)
+
+    @tool
+    def look(k: int) -> str:
+        """Look something up."""
+        return f"found {k}"
+
+    async def trips(calls: int) -> int:
+        def reply(messages: list[BaseMessage], n: int) -> AIMessage:
+            if n == 0:
+                return AIMessage(
+                    "Looking.",
+                    tool_calls=[
+                        {"name": "look", "args": {"k": k}, "id": f"c{k}", "type": "tool_call"}
+                        for k in range(calls)
+                    ],
+                )
+            return AIMessage("done")
+
+        store = Counting()
+        ac = AutoContext(CFG, store=store)
+        graph = create_agent(
+            ReplyModel(reply=reply),
+            [look],
+            system_prompt="sys",
+            middleware=[ac.middleware()],
+            checkpointer=InMemorySaver(),
+            store=store,
+        )
+        inp = {"messages": [HumanMessage("look")]}
+        await graph.ainvoke(inp, THREAD) if run_async else graph.invoke(inp, THREAD)
+        assert len(OffloadStore.wrap(store).get_history("t")) == 3 + calls
+        return store.trips
+
+    assert await trips(12) == await trips(1)
+
+
 def test_a_view_fitted_on_one_branch_is_not_applied_to_an_older_checkpoint_resumed() -> None:
     """Time travel with a review after the model (``HumanInTheLoopMiddleware`` listed
     after ours, so its ``after_model`` interrupts before ours runs). A view fitted in
