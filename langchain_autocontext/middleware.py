@@ -122,6 +122,9 @@ _CacheKey = tuple[Any, str, str, str | None]
 #: a view fitted in a model call: its working messages (None when the call fitted
 #: nothing) and the ids the request sent
 _Fit = tuple[list[BaseMessage] | None, frozenset[Any]]
+#: what a fit is kept under: the agent's run in the graph (:func:`_branch`) and the ids
+#: of the state the call was made from
+_FitKey = tuple[str, frozenset[Any]]
 #: fitted views kept per cache key at once (parallel branches of one agent in a thread)
 _MAX_FITS = 64
 
@@ -192,6 +195,23 @@ def _run_config(runtime: Runtime[Any] | ToolRuntime[Any, Any] | None) -> Runnabl
 def _thread_id(runtime: Runtime[Any] | ToolRuntime[Any, Any] | None, ac_state: Any = None) -> str:
     """The run's thread: its ``thread_id``, else the per-run thread in the state."""
     return thread_id_of(_run_config(runtime), ac_state)
+
+
+def _branch(runtime: Runtime[Any] | None) -> str:
+    """The agent's run in the graph that a hook runs in: the checkpoint namespace of the
+    agent's graph (the hook's own without its node's last segment). ``""`` at the top
+    level; each branch of a fan-out (``Send``) its own (``worker:<task id>``), the same
+    for the model call and the hooks around it, and on a resume of its task."""
+    info = getattr(runtime, "execution_info", None)
+    ns = getattr(info, "checkpoint_ns", None)
+    if not isinstance(ns, str):
+        try:
+            from langgraph.config import get_config
+
+            ns = get_config().get("configurable", {}).get("checkpoint_ns", "")
+        except RuntimeError:  # outside a runnable context
+            return ""
+    return str(ns).rpartition("|")[0]
 
 
 def _format_tools(fmt: Any) -> list[Any]:
@@ -331,11 +351,12 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         # store, thread id and agent name (see _keys) -> the request shape last seen or
         # loaded for it (bounded)
         self._shapes: OrderedDict[_CacheKey, _RequestShape] = OrderedDict()
-        # cache key -> the ids of the state a model call was made from -> the working
-        # messages of the view it fitted (None: it fitted nothing) and the ids it sent,
-        # for after_model (see _hold); several per key: the branches of a fan-out (Send)
-        # run one agent, hence this middleware, on one thread at once
-        self._fitted: OrderedDict[_CacheKey, dict[frozenset[Any], _Fit]] = OrderedDict()
+        # cache key -> the agent's run and the ids of the state a model call was made
+        # from -> the working messages of the view it fitted (None: it fitted nothing)
+        # and the ids it sent, for after_model (see _hold); several per key: the
+        # branches of a fan-out (Send) run one agent, hence this middleware, on one
+        # thread at once
+        self._fitted: OrderedDict[_CacheKey, dict[_FitKey, _Fit]] = OrderedDict()
         self._last: tuple[Any, tuple[Any, ...], Any, _RequestShape] | None = None
         #: the last response format seen and the tools it adds (built once per format)
         self._format: tuple[Any, list[Any]] = (None, [])
@@ -492,7 +513,7 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     def before_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
         """Archive new originals and compress; replace ``messages`` when they changed."""
         thread_id, made = self._thread(runtime, state)
-        self._drop_fit(thread_id, state["messages"])
+        self._drop_fit(thread_id, _branch(runtime), state["messages"])
         msgs, tools = self._inputs(state["messages"], self._shape(thread_id))
         result = self.autocontext.compress(
             msgs, thread_id=thread_id, tools=tools, state=made or _ac_state(state)
@@ -504,7 +525,7 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     ) -> dict[str, Any] | None:
         """Async twin of :meth:`before_model`."""
         thread_id, made = self._thread(runtime, state)
-        self._drop_fit(thread_id, state["messages"])
+        self._drop_fit(thread_id, _branch(runtime), state["messages"])
         msgs, tools = self._inputs(state["messages"], await self._ashape(thread_id))
         result = await self.autocontext.acompress(
             msgs, thread_id=thread_id, tools=tools, state=made or _ac_state(state)
@@ -778,60 +799,63 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         leaves that it did (``None``), in place of what an earlier call of the same state
         left.
 
-        Kept by the state's ids, not only by thread and agent: the branches of a fan-out
-        (``Send``) run one agent on one thread at once, and each ``after_model`` must
-        take its own branch's fit, never another's (whose summary it would write into its
-        state), nor lose its own to another's.
+        Kept by the agent's run in the graph (:func:`_branch`) and the state's ids, not
+        only by thread and agent: the branches of a fan-out (``Send``) run one agent on
+        one thread at once, from states that may hold the same ids (one state sent to
+        each), and each ``after_model`` must take its own branch's fit, never another's
+        (whose summary it would write into its state), nor lose its own to another's.
 
         Not in this call's command: ``create_agent`` applies the reply the *outermost*
         ``wrap_model_call`` returns, then the commands, so a command carrying the fitted
         messages must repeat the reply, and would put back the reply as this middleware
         received it, undoing what an outer middleware changed in it."""
         state_messages = (request.state or {}).get("messages") or ()
-        cache_key = self._drop_fit(thread_id, state_messages)
+        branch = _branch(request.runtime)
+        cache_key = self._drop_fit(thread_id, branch, state_messages)
         sent = frozenset(m.id for m in ensure_ids(msgs) if m.id != _SYSTEM_STANDIN_ID)
         held = frozenset(m.id for m in state_messages)
         with self._lock:
             fits = self._fitted.setdefault(cache_key, {})
             self._fitted.move_to_end(cache_key)
-            fits[held] = (kept, sent)
+            fits[branch, held] = (kept, sent)
             while len(fits) > _MAX_FITS:
                 del fits[next(iter(fits))]
             while len(self._fitted) > _MAX_THREADS:
                 self._fitted.popitem(last=False)
 
-    def _drop_fit(self, thread_id: str, messages: Sequence[BaseMessage]) -> _CacheKey:
-        """Forget the fitted views held for ``thread_id`` that were made from the state
-        ``messages`` continue (a step's ``before_model`` and each model call start afresh:
-        what ``after_model`` applies is its own step's); another branch's stay. Returns
-        the cache key."""
+    def _drop_fit(self, thread_id: str, branch: str, messages: Sequence[BaseMessage]) -> _CacheKey:
+        """Forget the fitted views held for ``thread_id`` in the agent's run ``branch``
+        that were made from the state ``messages`` continue (a step's ``before_model``
+        and each model call start afresh: what ``after_model`` applies is its own
+        step's); another branch's stay. Returns the cache key."""
         cache_key, _ = self._keys(self._store(), thread_id)
         now = {m.id for m in messages}
         with self._lock:
             fits = self._fitted.get(cache_key) or {}
-            for held in [h for h in fits if h <= now]:
-                del fits[held]
+            for key in [k for k in fits if k[0] == branch and k[1] <= now]:
+                del fits[key]
         return cache_key
 
     def _take_fit(
-        self, cache_key: _CacheKey, messages: Sequence[BaseMessage]
+        self, cache_key: _CacheKey, branch: str, messages: Sequence[BaseMessage]
     ) -> tuple[frozenset[Any], _Fit] | None:
-        """The fit of the model call the state ``messages`` continue (the one made from
-        the largest state they hold), forgetting it and any earlier one."""
+        """The fit of the model call the state ``messages`` continue in the agent's run
+        ``branch`` (the one made from the largest state they hold), forgetting it and
+        any earlier one."""
         now = {m.id for m in messages}
         with self._lock:
             fits = self._fitted.get(cache_key) or {}
-            mine = [h for h in fits if h <= now]
+            mine = [k for k in fits if k[0] == branch and k[1] <= now]
             if not mine:
                 return None
-            held = max(mine, key=len)
-            fit = fits[held]
-            for h in mine:
-                del fits[h]
-        return held, fit
+            key = max(mine, key=lambda k: len(k[1]))
+            fit = fits[key]
+            for k in mine:
+                del fits[k]
+        return key[1], fit
 
     def _refit(
-        self, messages: Sequence[BaseMessage], thread_id: str
+        self, messages: Sequence[BaseMessage], thread_id: str, branch: str
     ) -> tuple[list[BaseMessage], bool]:
         """The state's messages with a view fitted in the last model call applied (the
         fitted working messages, then what the model node added: the reply as the outer
@@ -845,7 +869,7 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         thread, not per checkpoint: an ``after_model`` hook listed after this middleware
         interrupted, and the user resumed an older checkpoint of the thread)."""
         cache_key, _ = self._keys(self._store(), thread_id)
-        taken = self._take_fit(cache_key, messages)
+        taken = self._take_fit(cache_key, branch, messages)
         if taken is None:
             return list(messages), False
         held, (kept, sent) = taken
@@ -884,7 +908,7 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         """Strip tags the model copied into its reply; apply its XML commands when enabled.
         A view fitted in the model call reaches the state first (see :meth:`_hold`)."""
         thread_id = _thread_id(runtime, _ac_state(state))
-        messages, refit = self._refit(state["messages"], thread_id)
+        messages, refit = self._refit(state["messages"], thread_id, _branch(runtime))
         update = self.autocontext.after_model_call(
             messages,
             state=_ac_state(state),
@@ -899,7 +923,7 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     ) -> dict[str, Any] | None:
         """Async twin of :meth:`after_model`."""
         thread_id = _thread_id(runtime, _ac_state(state))
-        messages, refit = self._refit(state["messages"], thread_id)
+        messages, refit = self._refit(state["messages"], thread_id, _branch(runtime))
         update = await self.autocontext.aafter_model_call(
             messages,
             state=_ac_state(state),

@@ -680,6 +680,64 @@ def test_parallel_branches_of_one_agent_each_keep_their_own_fitted_view() -> Non
             assert not foreign(whole, f"task{branch(whole)}")
 
 
+def test_parallel_branches_from_one_state_each_write_their_own_fitted_view() -> None:
+    """``Send`` the same state to one ``create_agent`` node three times (three answers
+    to choose from): the branches' model calls were made from states with the same ids,
+    so their fitted views were held under one key. The last call's replaced the
+    others', the first branch's ``after_model`` took it and the other two found none:
+    their states kept what their views had summarized, and the ids those views showed
+    named nothing in them. Each branch now writes the view fitted in its own call."""
+    import threading
+
+    from _builders import FunctionModel, log_text
+    from langchain.agents import create_agent
+    from langchain.agents.middleware import wrap_model_call
+    from langchain_core.messages import AIMessage, ToolMessage
+    from langgraph.graph import END, MessagesState
+    from langgraph.types import Send
+
+    barrier = threading.Barrier(3, timeout=60)
+    document = HumanMessage("Retrieved: " + " ".join(f"doc fact {i}." for i in range(700)))
+
+    @wrap_model_call
+    def retrieve(request: Any, handler: Any) -> Any:
+        # every branch's model call ends before any branch's after_model runs
+        response = handler(request.override(messages=[document, *request.messages]))
+        barrier.wait()
+        return response
+
+    history: list[Any] = [HumanMessage("Fix the build.", id="u0")]
+    for k in range(4):
+        history += [
+            AIMessage("", id=f"a{k}", tool_calls=[{"name": "sh", "args": {}, "id": f"c{k}"}]),
+            ToolMessage(log_text(20, k), tool_call_id=f"c{k}", id=f"t{k}"),
+        ]
+    store = InMemoryStore()
+    ac = AutoContext(AutoContextConfig(max_tokens=3_000), store=store)
+    worker = create_agent(
+        FunctionModel(respond=lambda msgs, n: AIMessage(f"answer {n}")),
+        [],
+        middleware=[retrieve, ac.middleware()],
+        name="worker",
+    )
+    g = StateGraph(MessagesState)
+    g.add_node("worker", worker)
+    g.add_conditional_edges(
+        START, lambda s: [Send("worker", {"messages": s["messages"]}) for _ in range(3)], ["worker"]
+    )
+    g.add_edge("worker", END)
+    app = g.compile(checkpointer=InMemorySaver(), store=store)
+    cfg = {"configurable": {"thread_id": "same"}}
+    fitted = []  # per branch: whether its after_model wrote the fitted view
+    for namespace, update in app.stream(
+        {"messages": history}, cfg, stream_mode="updates", subgraphs=True
+    ):
+        for node, value in update.items():
+            if node == "AutoContextMiddleware.after_model" and namespace:
+                fitted.append(bool(value and value.get("messages")))
+    assert fitted == [True, True, True]
+
+
 def test_an_unnamed_subagent_in_a_named_agents_tool_is_recorded_under_the_callers_name() -> None:
     """LangChain's run metadata is inherited: an unnamed ``create_agent`` run inside a
     named agent's tool runs with the caller's ``lc_agent_name``, so its history reads as
