@@ -65,7 +65,8 @@ _RUNNABLE_KEY = "runnable"
 #: extend their own, up to this many; the least recently used goes first.
 _RUNNABLE_RECORDS = 4
 #: How many of an input's last non-system messages a record keeps the prints and ids of
-#: (an input that drops messages from the front is recognised within them).
+#: (an input that drops messages from the front is recognised by them: they stand in it
+#: as a run, or its first messages are the last of them).
 _RUNNABLE_WINDOW = 256
 #: How many template messages after the history (an instruction) the Runnable recognises.
 _TRAIL = 4
@@ -298,8 +299,10 @@ class _Plan:
     """What :meth:`AutoContextRunnable._plan` made of an input: ``kept`` (its system
     messages and the previous result it continues, or the whole input), ``fresh`` (the
     messages it adds, new by construction), ``trail`` (the template's messages after
-    them, as archived before), the record's fields, which record it continues, and the
-    prints and ids of its non-system messages (the ids of those before ``fresh``)."""
+    them, as archived before), the record's fields, which record it continues, the
+    prints of its non-system messages and the ids of its last ones before ``fresh`` (all
+    of them, or from the record's window on), and where the others of the previous
+    result stand among its non-system messages (``older``: id -> index)."""
 
     kept: list[BaseMessage]
     fresh: list[BaseMessage]
@@ -308,6 +311,7 @@ class _Plan:
     match: int | None
     prints: list[str]
     ids: list[str | None]
+    older: dict[str, int]
 
     def work(self, held: Sequence[bool]) -> list[BaseMessage]:
         """The messages to compress, ``fresh`` reissued where their id is taken (``held``:
@@ -326,14 +330,27 @@ class _Plan:
 
     def record(self, result: Sequence[BaseMessage]) -> dict[str, Any]:
         """The record to store: the input's digests, the prints and ids of its last
-        :data:`_RUNNABLE_WINDOW` non-system messages, and what it was compressed to."""
+        :data:`_RUNNABLE_WINDOW` non-system messages, what it was compressed to, and
+        where the messages of that result from before the window stand in the input
+        (``older``: an input that drops them takes them out; as many as the result
+        holds, so the record does not grow with the input).
+
+        The ids are those of the input's last messages: it is continued from the
+        record's window (at least its last :data:`_RUNNABLE_WINDOW`, or all of them) or
+        new, so there are as many as the window takes."""
         ids = [*self.ids, *(m.id for m in self.fresh), *(m.id for m in self.trail)]
         n = min(len(ids), len(self.prints), _RUNNABLE_WINDOW)
         window = [[p, i] for p, i in zip(self.prints[-n:], ids[len(ids) - n :], strict=True)]
+        start = len(self.prints) - n
+        first = len(self.prints) - len(ids)  # the index of ids[0]
+        places = dict(self.older)
+        places.update((i, first + j) for j, i in enumerate(ids[: len(ids) - n]) if i)
+        older = [[places[str(m.id)], m.id] for m in result if places.get(str(m.id), start) < start]
         return {
             **self.state,
             "entries": len(self.prints),
             "window": window,
+            "older": older,
             "messages": _dumped(result),
         }
 
@@ -368,10 +385,14 @@ def _continued(
     adds (the template's messages after the history); overlap ``-1`` when it does not.
 
     Kept, the record's messages are the first of the input's; the fewest dropped and
-    trailing win. Dropping takes the record's prints of all its messages and keeps two
-    of them at least (one, when it drops one: an input whose first message was the
-    last of the record's may start another conversation); the trailing ones are at
-    most :data:`_TRAIL`."""
+    trailing win. Dropping keeps two of them at least (one, when it drops one: an input
+    whose first message was the last of the record's may start another conversation)
+    and is checked against the record's window (the prints of its last
+    :data:`_RUNNABLE_WINDOW` messages): the kept ones in it are the input's, and when
+    the window is not all of the record's messages and the input keeps all of it, the
+    messages before it are taken as the record's without a check (the window stands in
+    the input as a run, at the place of the record's messages it keeps). The trailing
+    ones are at most :data:`_TRAIL`."""
     inputs = int(record.get("inputs", 0))
     window = [tuple(e) for e in record.get("window") or []]
     total = record.get("entries")
@@ -388,16 +409,20 @@ def _continued(
         expected = cuts.get(str(n)) if t else record.get("digest")
         if n in digests and digests[n] == expected and (n > lead or not t):
             return total - t, 0, t
-    if len(old) != total:
-        return -1, 0, 0
-    for t in range(min(_TRAIL, total) + 1):
-        if t and prints[len(prints) - t :] != old[total - t :]:
+    start = total - len(old)  # the index of the window's first message in the record's
+    if start and not isinstance(record.get("older"), list):
+        return -1, 0, 0  # an earlier version's: the messages before its window are unknown
+    for t in range(min(_TRAIL, len(old)) + 1):
+        if t and prints[len(prints) - t :] != old[len(old) - t :]:
             continue
         for d in range(1, total - t):
             keep = total - t - d
             if keep < min(d, 2) or keep > len(prints) - t:
                 continue
-            if list(prints[:keep]) == old[d : total - t]:
+            first = max(d, start)  # the first of the record's messages kept and in its window
+            if prints[first - d] != old[first - start]:
+                continue
+            if list(prints[first - d : keep]) == old[first - start : len(old) - t]:
                 return keep, d, t
     return -1, 0, 0
 
@@ -621,11 +646,18 @@ class AutoContextRunnable(RunnableSerializable[Any, list[BaseMessage]]):
         ]
         if not found:
             ids = [with_id(k, m) for k, m in enumerate(messages)]
-            return _Plan(ids, [], [], state, None, short, [m.id for m in ids if not _system(m)])
+            body_ids = [m.id for m in ids if not _system(m)]
+            return _Plan(ids, [], [], state, None, short, body_ids, {})
         overlap, match, d, t = max(found)
         record = records[match]
         window = [tuple(e) for e in record.get("window") or []]
-        gone = {i for _, i in window[:d]} | {i for _, i in window[len(window) - t :]}
+        # the index of the window's first message (an earlier version's record, without
+        # "entries", is only ever extended: d is 0)
+        start = max(0, int(record.get("entries") or 0) - len(window))
+        older = {str(i): int(k) for k, i in record.get("older") or []}
+        dropped = max(0, d - start)  # of the window's messages
+        gone = {i for _, i in window[:dropped]} | {i for _, i in window[len(window) - t :]}
+        gone |= {i for i, k in older.items() if k < d}
         stored = [m for m in _stored_messages(record) if not (m.id and m.id in gone)]
         if stored and _system(stored[0]):
             stored = stored[1:]  # this input's system messages take its place
@@ -636,8 +668,9 @@ class AutoContextRunnable(RunnableSerializable[Any, list[BaseMessage]]):
             for k, (_, i) in zip(body[len(body) - t :], window[len(window) - t :], strict=True)
         ]
         fresh = [with_id(k, messages[k]) for k in added]  # new: they continue the record
-        kept = [i for _, i in window[d : len(window) - t]]
-        return _Plan([*systems, *stored], fresh, trail, state, match, short, kept)
+        kept = [i for _, i in window[dropped : len(window) - t]]
+        moved = {i: k - d for i, k in older.items() if k >= d}
+        return _Plan([*systems, *stored], fresh, trail, state, match, short, kept, moved)
 
     def _ns(self, store: OffloadStore, thread_id: str) -> tuple[str, str, str]:
         return surface_namespace(store, thread_id)

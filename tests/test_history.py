@@ -1011,3 +1011,59 @@ def test_a_message_changed_in_place_is_seen_by_the_runnable(
         n = reply.tool_calls[0]["args"]["n"]
         assert (type(n), n) == ((int, 2) if change == "args edited" else (bool, True))
     assert count[0] == before + 1  # the changed message only
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize("fits", [True, False], ids=["fits", "over the budget"])
+def test_a_window_over_more_than_256_messages_does_not_restart_the_runnable(
+    use_async: bool, fits: bool
+) -> None:
+    """A ``trim_messages`` window of 300 id-less messages before the Runnable: a record
+    keeps the prints of its last 256 messages only, and the drop was recognised only from
+    the prints of all of them, so every call restarted: every message of the window was
+    named again by its new place and archived again (301, 601, 901… originals) and, over
+    the budget, compressed from scratch. The window continues its record now: each turn
+    archives what it adds, compresses only when the budget needs it, and the record
+    stays the same size."""
+    import json
+
+    from langchain_core.messages import trim_messages
+
+    store = InMemoryStore()
+    budget = {"max_tokens": 200_000, "msg_threshold": 1_000} if fits else {"max_tokens": 6_000}
+    ac = AutoContext(**budget, store=store, self_management_tools=False)
+    prompt = ChatPromptTemplate([("system", "Be terse."), MessagesPlaceholder("messages")])
+    trim = trim_messages(
+        max_tokens=300, token_counter=len, strategy="last", start_on="human", include_system=True
+    )
+    chain = prompt | trim | ac.as_runnable()
+    cfg: Any = {"configurable": {"thread_id": "big"}}
+    conversation: list[BaseMessage] = []
+    for k in range(160):  # past the window: its first message is dropped from the start
+        conversation += [HumanMessage(f"Question {k} {_words(6)}"), AIMessage(f"Answer {k}")]
+    offloads = OffloadStore.wrap(store)
+    counts, sizes, events = [], [], []
+    for k in range(10):
+        conversation.append(HumanMessage(f"Task {k} {_words(6)}"))
+        run = {"messages": conversation}
+        sent = asyncio.run(chain.ainvoke(run, cfg)) if use_async else chain.invoke(run, cfg)
+        assert not find_violations(sent) and ac.counter.count(sent) <= ac.config.max_tokens
+        assert sent[-1].content == conversation[-1].content
+        conversation.append(AIMessage(f"Reply {k}"))
+        counts.append(offloads.history_count("big"))
+        events.append(len(offloads.list_events("big")))
+        items = store.search((offloads.prefix,), limit=1000)
+        sizes.append(sum(len(json.dumps(i.value)) for i in items if i.key == "runnable"))
+    # the first call archives its window (and the system prompt); each later one the
+    # previous reply and the new question
+    assert [c - counts[0] for c in counts] == [2 * k for k in range(10)], counts
+    window = (prompt | trim).invoke({"messages": conversation[:-1]})
+    if fits:
+        assert events[-1] == 0
+        assert [m.content for m in sent] == [m.content for m in window]
+    else:
+        assert events[0] >= 1 and events[-1] - events[0] <= 3, events
+        # the dropped messages left the managed list (what a summary holds aside)
+        said = {m.content for m in window}
+        assert all(m.content in said for m in sent[1:] if not marker(m))
+    assert max(sizes) <= 1.2 * sizes[0], sizes
