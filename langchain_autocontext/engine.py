@@ -847,9 +847,7 @@ class ContextEngine:
         remember only its ids (:meth:`_settle_archived`). Returns how many were new.
         ``summaries``: the offload ids of the summaries among them, when the call found
         them already (:attr:`_Call.summaries`)."""
-        archived = self._archive(originals, summaries, thread_id, store)
-        self._settle_archived(store, thread_id, originals)
-        return archived
+        return self._archive(originals, summaries, thread_id, store, settle=True)
 
     async def _aarchive_input(
         self,
@@ -860,9 +858,7 @@ class ContextEngine:
         summaries: Sequence[str] | None = None,
     ) -> int:
         """Async twin of :meth:`_archive_input`."""
-        archived = await self._aarchive(originals, summaries, thread_id, store)
-        self._settle_archived(store, thread_id, originals)
-        return archived
+        return await self._aarchive(originals, summaries, thread_id, store, settle=True)
 
     def _unknown_spans(
         self,
@@ -922,9 +918,15 @@ class ContextEngine:
         summaries: Sequence[str] | None,
         thread_id: str,
         store: OffloadStore,
+        *,
+        settle: bool = False,
     ) -> int:
         """:meth:`archive`; ``summaries``: the offload ids of the summaries in
-        ``messages`` (:func:`summary_offload_ids`), when the caller found them already."""
+        ``messages`` (:func:`summary_offload_ids`), when the caller found them already;
+        ``settle``: ``messages`` are a call's whole input, after which the memo keeps
+        only their ids (:meth:`_settle_archived`). The memo is read and rewritten under
+        the archive lock only: another caller's archive of the thread, marking what it
+        wrote, must not run while it is filtered (the dict changed size while iterated)."""
         with store.archive_lock(thread_id):  # the calls of one reply archive it once
             fresh = self._revalidate(store, thread_id, messages)  # before the spans: it may forget
             todo = self._unknown_spans(store, thread_id, messages, summaries)
@@ -941,10 +943,10 @@ class ContextEngine:
             # cleaned as compress cleans its input: a reply archived after the model call
             # (the middleware's after_agent, the package's tools) has not been through it
             new = [sanitize_message(m) for m in fresh]
-            if not new:
-                return 0
-            written = store.append_history(thread_id, new)
+            written = store.append_history(thread_id, new) if new else []
             self._mark_archived(store, thread_id, fresh)  # as they come: compared so next time
+            if settle:
+                self._settle_archived(store, thread_id, messages)
             return len(written)
 
     async def aarchive(
@@ -959,6 +961,8 @@ class ContextEngine:
         summaries: Sequence[str] | None,
         thread_id: str,
         store: OffloadStore,
+        *,
+        settle: bool = False,
     ) -> int:
         """Async twin of :meth:`_archive`."""
         async with store.aarchive_lock(thread_id):  # see _archive
@@ -977,10 +981,10 @@ class ContextEngine:
             # cleaned as compress cleans its input: a reply archived after the model call
             # (the middleware's after_agent, the package's tools) has not been through it
             new = [sanitize_message(m) for m in fresh]
-            if not new:
-                return 0
-            written = await store.aappend_history(thread_id, new)
+            written = await store.aappend_history(thread_id, new) if new else []
             self._mark_archived(store, thread_id, fresh)  # as they come: compared so next time
+            if settle:
+                self._settle_archived(store, thread_id, messages)
             return len(written)
 
     def _edited(self, message: BaseMessage, entry: HistoryEntry) -> bool:

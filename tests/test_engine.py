@@ -1260,3 +1260,47 @@ def test_the_archive_memo_keeps_no_tool_call_arguments_alive() -> None:
     del messages, call, payload
     gc.collect()
     assert alive() is None
+
+
+def test_a_compress_and_an_archive_of_one_thread_at_once_do_not_collide() -> None:
+    """A call's compress archives its whole input, then keeps in the engine's memo only
+    the ids of that input; a tool call of another branch on the same thread (each
+    archives the reply before its tool runs) marks what it archived in the same memo.
+    The compress filtered the memo after leaving the archive lock: the other caller's
+    marks changed the dict while it was iterated, and the model call failed with
+    ``RuntimeError: dictionary changed size during iteration``. A stress run (threads
+    switched as often as the interpreter can), which found it in a round or two."""
+    import sys
+    import threading
+
+    ac = AutoContext(AutoContextConfig(max_tokens=10**7), store=InMemoryStore())
+    store = ac.resolve_store()
+    working: list[BaseMessage] = [HumanMessage(f"m{i}", id=f"m{i}") for i in range(2_000)]
+    ac.compress(working, thread_id="t", store=store)
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def tool_calls() -> None:
+        k = 0
+        try:
+            while not done.is_set():
+                ac.archive([AIMessage("x", id=f"r{k}")], thread_id="t", store=store)
+                k += 1
+        except Exception as exc:  # reported below
+            errors.append(exc)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    other = threading.Thread(target=tool_calls)
+    other.start()
+    try:
+        for _ in range(8):
+            ac.compress(working, thread_id="t", store=store)
+            if errors:
+                break
+    finally:
+        done.set()
+        other.join(timeout=60)  # a deadlock fails the test, never hangs it
+        sys.setswitchinterval(interval)
+    assert not other.is_alive()
+    assert not errors
