@@ -748,8 +748,11 @@ class ContextEngine:
             ref = weakref.ref(backend)
         except TypeError:
             return _ThreadMemo()
-        memo = _ThreadMemo()
-        with self._lock:
+        with self._lock:  # two first callers of a thread: the second takes the first's memo
+            entry = self._archived.get(key)
+            if entry is not None and entry[0]() is backend:
+                return entry[1]
+            memo = _ThreadMemo()
             self._archived[key] = (ref, memo)
             while len(self._archived) > 4096:
                 self._archived.popitem(last=False)

@@ -1262,6 +1262,30 @@ def test_the_archive_memo_keeps_no_tool_call_arguments_alive() -> None:
     assert alive() is None
 
 
+def test_two_first_archives_of_a_thread_at_once_share_one_memo() -> None:
+    """Two callers archiving a thread the engine has not seen yet, at once (two branches
+    of a fan-out, a reply's parallel tool calls): each looked the thread's memo up, found
+    none, and made its own; the second replaced the first, whose ids were then read from
+    the store again. Held at the engine's lock, both find it missing; the second must
+    take the memo the first made."""
+    import threading
+    import time
+
+    ac = AutoContext(AutoContextConfig(max_tokens=8_000), store=InMemoryStore())
+    store = ac.resolve_store()
+    memos: list[Any] = []
+    with ac._lock:  # both callers pass the lookup before either makes the memo
+        callers = [
+            threading.Thread(target=lambda: memos.append(ac._memo(store, "t"))) for _ in range(2)
+        ]
+        for c in callers:
+            c.start()
+        time.sleep(0.05)  # both are waiting on the lock
+    for c in callers:
+        c.join(timeout=10)
+    assert len(memos) == 2 and memos[0] is memos[1]
+
+
 def test_a_compress_and_an_archive_of_one_thread_at_once_do_not_collide() -> None:
     """A call's compress archives its whole input, then keeps in the engine's memo only
     the ids of that input; a tool call of another branch on the same thread (each
