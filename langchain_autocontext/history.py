@@ -376,10 +376,11 @@ def _chain(lead: bool, prints: Sequence[bytes], wanted: set[int]) -> dict[int, s
 
 
 def _continued(
-    record: dict[str, Any], digests: Mapping[int, str], prints: Sequence[str]
+    record: dict[str, Any], digests: Mapping[int, str], prints: Sequence[str], lead: bool
 ) -> tuple[int, int, int]:
     """How an input (its hash chain ``digests``, see :func:`_chain`, holding the digests
-    at the record's end and the few before it, and its non-system ``prints``) continues
+    at the record's end and the few before it, its non-system ``prints``, and whether it
+    has a leading system message, ``lead``) continues
     ``record``: ``(overlap, dropped, trailing)``, the number of the record's non-system
     messages it keeps, drops from the front, and repeats at its end after the messages it
     adds (the template's messages after the history); overlap ``-1`` when it does not.
@@ -398,16 +399,18 @@ def _continued(
     total = record.get("entries")
     cuts = record.get("cuts") or {}
     if not inputs or not isinstance(total, int):  # a record of an earlier version
+        # only ever extended; its entries count the leading system message as the
+        # input's do (the digests match), its messages do not
         ok = inputs > 0 and inputs in digests and digests[inputs] == record.get("digest")
-        return (inputs, 0, 0) if ok else (-1, 0, 0)
+        return (inputs - lead, 0, 0) if ok else (-1, 0, 0)
     old = [p for p, _ in window]
-    lead = inputs - total  # the leading system message's entry
+    system = inputs - total  # the record's leading system message's entry
     for t in range(min(_TRAIL, len(old), total) + 1):
         if t and (len(prints) < total or prints[len(prints) - t :] != old[len(old) - t :]):
             continue
         n = inputs - t
         expected = cuts.get(str(n)) if t else record.get("digest")
-        if n in digests and digests[n] == expected and (n > lead or not t):
+        if n in digests and digests[n] == expected and (n > system or not t):
             return total - t, 0, t
     start = total - len(old)  # the index of the window's first message in the record's
     if start and not isinstance(record.get("older"), list):
@@ -641,7 +644,7 @@ class AutoContextRunnable(RunnableSerializable[Any, list[BaseMessage]]):
         found = [
             (overlap, j, d, t)
             for j, r in enumerate(records)
-            for overlap, d, t in [_continued(r, digests, short)]
+            for overlap, d, t in [_continued(r, digests, short, lead)]
             if overlap >= 0
         ]
         if not found:
@@ -668,7 +671,10 @@ class AutoContextRunnable(RunnableSerializable[Any, list[BaseMessage]]):
             for k, (_, i) in zip(body[len(body) - t :], window[len(window) - t :], strict=True)
         ]
         fresh = [with_id(k, messages[k]) for k in added]  # new: they continue the record
-        kept = [i for _, i in window[dropped : len(window) - t]]
+        if isinstance(record.get("entries"), int):
+            kept = [i for _, i in window[dropped : len(window) - t]]
+        else:  # an earlier version's, extended: its messages are named as it named them
+            kept = [with_id(k, messages[k]).id for k in body[:overlap]]
         moved = {i: k - d for i, k in older.items() if k >= d}
         return _Plan([*systems, *stored], fresh, trail, state, match, short, kept, moved)
 

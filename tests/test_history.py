@@ -1067,3 +1067,49 @@ def test_a_window_over_more_than_256_messages_does_not_restart_the_runnable(
         said = {m.content for m in window}
         assert all(m.content in said for m in sent[1:] if not marker(m))
     assert max(sizes) <= 1.2 * sizes[0], sizes
+
+
+# --- a record an earlier version of the Runnable wrote ---------------------------------------
+def _as_an_earlier_version_wrote_it(store: Any, thread_id: str) -> None:
+    """Rewrite the thread's Runnable records as the version before windows wrote them
+    (``inputs``, ``digest``, ``head``, ``messages``: the same digest, no window)."""
+    offloads = OffloadStore.wrap(store)
+    ns = (offloads.prefix, thread_id, "surface")
+    item = store.get(ns, "runnable")
+    old = ("inputs", "digest", "head", "messages")
+    records = [{k: r[k] for k in old} for r in item.value["records"]]
+    store.put(ns, "runnable", {"records": records}, index=False, ttl=None)
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+def test_a_record_of_the_earlier_version_is_continued_without_losing_a_message(
+    tmp_path: Path, use_async: bool, backend: str
+) -> None:
+    """The first call after an upgrade extended the record the earlier version wrote, which
+    counts the template's system message among its entries: the first message the input
+    added was skipped (never sent to the model, never archived). It is continued message
+    for message now, and a window that drops messages later takes them out."""
+    store: Any = open_sqlite(tmp_path / "old.db") if backend == "sqlite" else InMemoryStore()
+    ac = AutoContext(max_tokens=200_000, store=store, self_management_tools=False)
+    chain = ChatPromptTemplate([("system", "Be terse."), MessagesPlaceholder("messages")]) | (
+        ac.as_runnable()
+    )
+    cfg: Any = {"configurable": {"thread_id": "upgraded"}}
+    conversation: list[BaseMessage] = [HumanMessage("q0"), AIMessage("a0"), HumanMessage("q1")]
+
+    def call(messages: list[BaseMessage]) -> list[str]:
+        run = {"messages": messages}
+        out = asyncio.run(chain.ainvoke(run, cfg)) if use_async else chain.invoke(run, cfg)
+        return [m.content for m in out]
+
+    call(conversation)
+    _as_an_earlier_version_wrote_it(store, "upgraded")
+    conversation += [AIMessage("a1"), HumanMessage("q2")]
+    assert call(conversation) == ["Be terse.", "q0", "a0", "q1", "a1", "q2"]
+    conversation += [AIMessage("a2"), HumanMessage("q3")]
+    assert call(conversation[2:]) == ["Be terse.", "q1", "a1", "q2", "a2", "q3"]
+    said = [e.message.content for e in OffloadStore.wrap(store).iter_history("upgraded")]
+    assert said == ["Be terse.", "q0", "a0", "q1", "a1", "q2", "a2", "q3"]
+    if backend == "sqlite":
+        store.conn.close()
