@@ -415,19 +415,36 @@ def _continued(
     start = total - len(old)  # the index of the window's first message in the record's
     if start and not isinstance(record.get("older"), list):
         return -1, 0, 0  # an earlier version's: the messages before its window are unknown
+    joined = ""  # the input's prints in one string, to find the window in as a run
     for t in range(min(_TRAIL, len(old)) + 1):
         if t and prints[len(prints) - t :] != old[len(old) - t :]:
             continue
-        for d in range(1, total - t):
-            keep = total - t - d
-            if keep < min(d, 2) or keep > len(prints) - t:
-                continue
-            first = max(d, start)  # the first of the record's messages kept and in its window
-            if prints[first - d] != old[first - start]:
-                continue
-            if list(prints[first - d : keep]) == old[first - start : len(old) - t]:
-                return keep, d, t
+        run = old[: len(old) - t]  # the window's messages an input keeping them all has
+        if start and run:  # dropping d <= start: the run stands in the input at start - d
+            joined = joined or "".join(prints)
+            found = _last_run(joined, "".join(run), min(start - 1 + len(run), len(prints) - t))
+            if found >= 0 and found + len(run) >= min(start - found, 2):
+                return found + len(run), start - found, t
+        for i in range(1, len(run)):  # dropping start + i: the input starts with run[i:]
+            keep = len(run) - i
+            fits = min(start + i, 2) <= keep <= len(prints) - t
+            if fits and prints[0] == run[i] and prints[:keep] == run[i:]:  # first one first
+                return keep, start + i, t
     return -1, 0, 0
+
+
+def _last_run(joined: str, run: str, end: int) -> int:
+    """The last index of the input (its prints, ``joined``) where ``run`` (prints too)
+    stands ending at its ``end``-th message at the latest (``-1``: nowhere): found at C
+    speed, where a check per candidate index made a call's work grow with the input."""
+    width = _PRINT_CHARS
+    stop = end * width
+    while stop >= len(run):
+        at = joined.rfind(run, 0, stop)
+        if at < 0 or at % width == 0:
+            return at if at < 0 else at // width
+        stop = at + len(run) - 1  # a match across the prints' boundaries: look before it
+    return -1
 
 
 def _kept_anyway(messages: list[BaseMessage], exc: ContextBudgetError) -> list[BaseMessage]:

@@ -1113,3 +1113,72 @@ def test_a_record_of_the_earlier_version_is_continued_without_losing_a_message(
     assert said == ["Be terse.", "q0", "a0", "q1", "a1", "q2", "a2", "q3"]
     if backend == "sqlite":
         store.conn.close()
+
+
+# --- what recognising an input costs -------------------------------------------------------------
+def _lines_run_by(function: Any) -> Any:
+    """A context manager counting the lines ``function`` runs (a deterministic measure of
+    its work, where a timing would not be): ``with counter as lines: …; lines[0]``."""
+    import contextlib
+    import sys
+
+    @contextlib.contextmanager
+    def counting() -> Any:
+        lines = [0]
+        code = function.__code__
+
+        def local(frame: Any, event: str, arg: Any) -> Any:
+            if event == "line":
+                lines[0] += 1
+            return local
+
+        def tracer(frame: Any, event: str, arg: Any) -> Any:
+            return local if frame.f_code is code else None
+
+        previous = sys.gettrace()
+        sys.settrace(tracer)
+        try:
+            yield lines
+        finally:
+            sys.settrace(previous)
+
+    return counting()
+
+
+@pytest.mark.parametrize("content", ["distinct", "repeated"])
+def test_the_other_templates_record_costs_a_call_the_same_however_long_the_thread(
+    content: str,
+) -> None:
+    """Two templates on one thread (a ``RunnableParallel``, each with its own few-shot
+    example): each call looked for its input in the other template's record as in a
+    window that dropped 1, 2, 3… of its messages, a few lines of Python for every message
+    of the record (3,691 lines a turn at 600 messages, 14,491 at 2,400), and with id-less
+    repeated messages (an agent loop's "continue", "ok") a comparison of the record's last
+    256 for many of them. The window is looked for as one run in the input now, at C
+    speed."""
+    from langchain_autocontext import history
+
+    def lines_per_call(n: int) -> int:
+        ac = AutoContext(max_tokens=6_000, store=InMemoryStore(), self_management_tools=False)
+        runnable = ac.as_runnable()
+        templates = [
+            ChatPromptTemplate([("system", "Be terse."), *shots, MessagesPlaceholder("m")])
+            for shots in ([("human", "Example: 2+2?"), ("ai", "4")], [("human", "Is 2+2=5?")])
+        ]
+        conversation: list[BaseMessage] = []
+        for k in range(n // 2):
+            if content == "repeated":
+                conversation += [HumanMessage("continue"), AIMessage("ok")]
+            else:
+                conversation += [HumanMessage(f"Question {k}"), AIMessage(f"Answer {k}")]
+        cfg: Any = {"configurable": {"thread_id": "two"}}
+        for template in templates:
+            runnable.invoke(template.invoke({"m": conversation}), cfg)
+        conversation += [HumanMessage("next"), AIMessage("done")]
+        with _lines_run_by(history._continued) as lines:
+            for template in templates:
+                runnable.invoke(template.invoke({"m": conversation}), cfg)
+        return lines[0]
+
+    short, long = lines_per_call(600), lines_per_call(2_400)
+    assert long <= short + 100, (short, long)
