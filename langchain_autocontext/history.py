@@ -330,7 +330,8 @@ class _Plan:
 
     def record(self, result: Sequence[BaseMessage]) -> dict[str, Any]:
         """The record to store: the input's digests, the prints and ids of its last
-        :data:`_RUNNABLE_WINDOW` non-system messages, what it was compressed to, and
+        :data:`_RUNNABLE_WINDOW` non-system messages, the prints of as many of its first
+        ones before those (``front``), what it was compressed to, and
         where the messages of that result from before the window stand in the input
         (``older``: an input that drops them takes them out; as many as the result
         holds, so the record does not grow with the input).
@@ -350,6 +351,7 @@ class _Plan:
             **self.state,
             "entries": len(self.prints),
             "window": window,
+            "front": self.prints[: min(start, _RUNNABLE_WINDOW)],
             "older": older,
             "messages": _dumped(result),
         }
@@ -391,9 +393,12 @@ def _continued(
     and is checked against the record's window (the prints of its last
     :data:`_RUNNABLE_WINDOW` messages): the kept ones in it are the input's, and when
     the window is not all of the record's messages and the input keeps all of it, the
-    messages before it are taken as the record's without a check (the window stands in
-    the input as a run, at the place of the record's messages it keeps). The trailing
-    ones are at most :data:`_TRAIL`."""
+    window stands in the input as a run, at the place of the record's messages it
+    keeps, and the input starts with the rest of the record's ``front`` (the prints of
+    as many of its first messages before the window) that it keeps: only the messages
+    between the two are taken as the record's without a check (another template's
+    input, whose few-shot examples are fewer, holds the conversation's last messages
+    too). The trailing ones are at most :data:`_TRAIL`."""
     inputs = int(record.get("inputs", 0))
     window = [tuple(e) for e in record.get("window") or []]
     total = record.get("entries")
@@ -415,14 +420,27 @@ def _continued(
     start = total - len(old)  # the index of the window's first message in the record's
     if start and not isinstance(record.get("older"), list):
         return -1, 0, 0  # an earlier version's: the messages before its window are unknown
+    front = list(record.get("front") or [])[:start]  # the prints of its first messages
     joined = ""  # the input's prints in one string, to find the window in as a run
     for t in range(min(_TRAIL, len(old)) + 1):
         if t and prints[len(prints) - t :] != old[len(old) - t :]:
             continue
         run = old[: len(old) - t]  # the window's messages an input keeping them all has
         if start and run:  # dropping d <= start: the run stands in the input at start - d
+            # fewer than the front's: the input starts with the rest of the front
+            for d in range(1, len(front)):
+                keep = start - d + len(run)
+                if (
+                    keep <= len(prints) - t
+                    and prints[0] == front[d]
+                    and prints[: len(front) - d] == front[d:]
+                    and prints[start - d : keep] == run
+                ):
+                    return keep, d, t
+            # as many or more (the messages between the front and the window unchecked)
+            last = min(start - max(1, len(front)) + len(run), len(prints) - t)
             joined = joined or "".join(prints)
-            found = _last_run(joined, "".join(run), min(start - 1 + len(run), len(prints) - t))
+            found = _last_run(joined, "".join(run), last)
             if found >= 0 and found + len(run) >= min(start - found, 2):
                 return found + len(run), start - found, t
         for i in range(1, len(run)):  # dropping start + i: the input starts with run[i:]
@@ -610,7 +628,7 @@ class AutoContextRunnable(RunnableSerializable[Any, list[BaseMessage]]):
         result, which loses the dropped ones (those not yet summarized), and the trailing
         ones keep the ids they were archived under. The check that the input extends a
         record is made from one hash chain over its messages, whatever its length; the
-        others compare the prints of the messages the record keeps (its last
+        others compare the prints of the messages the record keeps (its first and last
         :data:`_RUNNABLE_WINDOW`). The thread keeps several records: two chains of
         different prompt templates on one thread (the branches of a
         ``RunnableParallel``) each continue their own. The longest continued one wins.

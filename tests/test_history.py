@@ -1182,3 +1182,48 @@ def test_the_other_templates_record_costs_a_call_the_same_however_long_the_threa
 
     short, long = lines_per_call(600), lines_per_call(2_400)
     assert long <= short + 100, (short, long)
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize("content", ["distinct", "repeated"])
+def test_two_templates_on_a_long_thread_each_send_their_own_examples(
+    use_async: bool, content: str
+) -> None:
+    """Two templates on one thread (a ``RunnableParallel``), one with a longer few-shot
+    prefix, over a conversation of more than 256 messages: the window of the first's
+    record (its last 256 messages, the conversation's) stood in the second's input as a
+    run, and the messages before it were taken as the record's without a check, so the
+    second's input was taken for the first's with its first message dropped: its own
+    example ("Is 2+2=5?") was never sent nor archived, and the other's answer ("4") was
+    sent in its place. The record keeps the prints of its first 256 messages too: a
+    window that drops messages must keep those of them it keeps as they were."""
+    from langchain_core.runnables import RunnableParallel
+
+    store = InMemoryStore()
+    ac = AutoContext(
+        max_tokens=200_000, msg_threshold=100_000, store=store, self_management_tools=False
+    )
+    templates = {
+        name: ChatPromptTemplate([("system", "Be terse."), *shots, MessagesPlaceholder("m")])
+        for name, shots in [
+            ("answer", [("human", "Example: 2+2?"), ("ai", "4")]),
+            ("critique", [("human", "Is 2+2=5?")]),
+        ]
+    }
+    both = RunnableParallel({name: t | ac.as_runnable() for name, t in templates.items()})
+    conversation: list[BaseMessage] = []
+    for k in range(150):
+        if content == "repeated":
+            conversation += [HumanMessage("continue"), AIMessage("ok")]
+        else:
+            conversation += [HumanMessage(f"Question {k}"), AIMessage(f"Answer {k}")]
+    cfg: Any = {"configurable": {"thread_id": "two"}}
+    for turn in range(3):
+        conversation += [HumanMessage(f"Task {turn}"), AIMessage(f"Done {turn}")]
+        run = {"m": conversation}
+        out = asyncio.run(both.ainvoke(run, cfg)) if use_async else both.invoke(run, cfg)
+        for name, template in templates.items():
+            want = [m.content for m in template.invoke(run).to_messages()]
+            assert [m.content for m in out[name]] == want, (turn, name)
+    said = [e.message.content for e in OffloadStore.wrap(store).iter_history("two")]
+    assert "Is 2+2=5?" in said
