@@ -32,8 +32,10 @@ from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.messages import (
     AIMessage,
     BaseMessage,
+    ChatMessage,
     HumanMessage,
     SystemMessage,
+    ToolMessage,
     convert_to_messages,
     message_chunk_to_message,
 )
@@ -483,8 +485,10 @@ def _kept_anyway(messages: list[BaseMessage], exc: ContextBudgetError) -> list[B
 # --- the Runnable ------------------------------------------------------------------------------
 def _fingerprint(message: BaseMessage) -> bytes:
     """What identifies a message of an input: role, id, content, tool calls, name, pin
-    (pinning a message already sent changes what may be compressed). Stored in the
-    Runnable's records, so the same in every process: a SHA-256 over the message's JSON.
+    (pinning a message already sent changes what may be compressed), and where set
+    (:func:`_rare_fields`) a ``ChatMessage``'s role, a tool result's status and artifact,
+    an AI message's invalid tool calls. Stored in the Runnable's records, so the same in
+    every process: a SHA-256 over the message's JSON.
 
     Remembered in this process (:data:`_PRINTS`) under :func:`_print_key`, which is
     computed from the same fields on every call: a chain sends its whole conversation
@@ -519,6 +523,8 @@ def _print_key(message: BaseMessage) -> int:
     fields = message.__dict__  # pydantic fields; faster than attribute access
     content = fields["content"]
     calls = fields.get("tool_calls")  # an AIMessage's
+    invalid = fields.get("invalid_tool_calls")  # an AIMessage's
+    artifact = fields.get("artifact")  # a ToolMessage's
     return hash(
         (
             fields["type"],
@@ -528,6 +534,10 @@ def _print_key(message: BaseMessage) -> int:
             fields["name"],
             is_pinned(message),
             content_hash(calls) if calls else 0,
+            fields.get("role"),  # a ChatMessage's
+            fields.get("status"),  # a ToolMessage's
+            content_hash(artifact) if artifact is not None else 0,
+            content_hash(invalid) if invalid else 0,
         )
     )
 
@@ -540,10 +550,33 @@ def _serialized_print(message: BaseMessage) -> bytes:
     extra: list[Any] = [getattr(message, "tool_call_id", None), message.name, is_pinned(message)]
     if isinstance(message, AIMessage) and message.tool_calls:
         extra.append(message.tool_calls)
+    rare = _rare_fields(message)
+    if rare:  # a str after the list above: no print of a message without them is changed
+        extra.append(json.dumps(rare, sort_keys=True, default=str))
     for part in (message.type, message.id or "", text, json.dumps(extra, default=str)):
         h.update(part.encode("utf-8", "surrogatepass"))
         h.update(b"\x00")
     return h.digest()
+
+
+def _rare_fields(message: BaseMessage) -> dict[str, Any]:
+    """The fields a print reads besides the common ones, where they are not their
+    defaults: a ``ChatMessage``'s ``role``, a ``ToolMessage``'s ``status`` (not
+    ``"success"``) and ``artifact`` (not None), an AI message's ``invalid_tool_calls``.
+    Left out where they are defaults, so the prints of the messages that do not use them
+    (the ids of id-less ones are derived from them, and records hold them) are those
+    earlier versions computed."""
+    rare: dict[str, Any] = {}
+    if isinstance(message, ChatMessage):
+        rare["role"] = message.role
+    elif isinstance(message, ToolMessage):
+        if message.status != "success":
+            rare["status"] = message.status
+        if message.artifact is not None:
+            rare["artifact"] = message.artifact
+    elif isinstance(message, AIMessage) and message.invalid_tool_calls:
+        rare["invalid_tool_calls"] = message.invalid_tool_calls
+    return rare
 
 
 def _system(message: BaseMessage) -> bool:

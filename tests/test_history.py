@@ -17,6 +17,7 @@ from langchain_core.messages import (
     AIMessage,
     AIMessageChunk,
     BaseMessage,
+    ChatMessage,
     HumanMessage,
     SystemMessage,
     ToolMessage,
@@ -1011,6 +1012,116 @@ def test_a_message_changed_in_place_is_seen_by_the_runnable(
         n = reply.tool_calls[0]["args"]["n"]
         assert (type(n), n) == ((int, 2) if change == "args edited" else (bool, True))
     assert count[0] == before + 1  # the changed message only
+
+
+_CALL = {"name": "sh", "args": {"n": 1}, "id": "call-1", "type": "tool_call"}
+_BAD_CALL = {
+    "name": "sh",
+    "args": "{oops",
+    "id": "call-2",
+    "error": "bad JSON",
+    "type": "invalid_tool_call",
+}
+
+
+def _rare_conversation(ids: bool, **change: Any) -> list[BaseMessage]:
+    """A conversation using the fields few messages set (``change`` sets one of them)."""
+    messages: list[BaseMessage] = [
+        HumanMessage("q0"),
+        AIMessage("running", tool_calls=[_CALL], invalid_tool_calls=change.get("invalid", [])),
+        ToolMessage(
+            "ok",
+            tool_call_id="call-1",
+            status=change.get("status", "success"),
+            artifact=change.get("artifact"),
+        ),
+        ChatMessage("a note", role=change.get("role", "user")),
+        AIMessage("done"),
+        HumanMessage("q1"),
+    ]
+    return (
+        [m.model_copy(update={"id": f"m{k}"}) for k, m in enumerate(messages)] if ids else messages
+    )
+
+
+_RARE_CHANGES = {
+    "tool status": {"status": "error"},
+    "tool artifact": {"artifact": {"rows": 3}},
+    "chat role": {"role": "developer"},
+    "invalid tool calls": {"invalid": [_BAD_CALL]},
+}
+
+
+@pytest.mark.parametrize("ids", [False, True], ids=["id-less", "with ids"])
+@pytest.mark.parametrize("change", list(_RARE_CHANGES))
+def test_a_change_to_a_rarely_set_field_alone_is_seen_by_the_runnable(
+    change: str, ids: bool
+) -> None:
+    """A message's print left out a ``ChatMessage``'s role, a ``ToolMessage``'s status
+    and artifact and an AI message's ``invalid_tool_calls``: an input changed in one of
+    them only passed for the one the Runnable saw, and its previous result, holding the
+    message as it was, was sent again (a failed tool reported as a success)."""
+    ac = AutoContext(max_tokens=8_000, store=InMemoryStore(), self_management_tools=False)
+    chain = ChatPromptTemplate([("system", "terse"), MessagesPlaceholder("messages")]) | (
+        ac.as_runnable()
+    )
+    cfg = {"configurable": {"thread_id": "rare"}}
+    chain.invoke({"messages": _rare_conversation(ids)}, cfg)
+    for _ in range(2):  # changed, then continued as changed
+        sent = chain.invoke({"messages": _rare_conversation(ids, **_RARE_CHANGES[change])}, cfg)
+        reply = next(m for m in sent if isinstance(m, AIMessage))
+        result = next(m for m in sent if isinstance(m, ToolMessage))
+        note = next(m for m in sent if isinstance(m, ChatMessage))
+        seen = {
+            "tool status": result.status,
+            "tool artifact": result.artifact,
+            "chat role": note.role,
+            "invalid tool calls": reply.invalid_tool_calls,
+        }
+        assert seen[change] == next(iter(_RARE_CHANGES[change].values())), sent
+
+
+#: The window of the record the version before ``ChatMessage.role``, ``ToolMessage.status``
+#: and ``artifact`` and ``invalid_tool_calls`` were read wrote for the input of
+#: :func:`test_a_record_written_before_the_rare_fields_were_read_is_continued` (the
+#: prints of its id-less messages and the ids derived from them).
+_WINDOW_BEFORE_RARE_FIELDS = [
+    ["2ca3bfd1d7609dbd", "fe4b3120-6766-5967-8c26-4868aa01f261"],
+    ["75328edd7c4d021e", "44c72ac9-2468-5013-b5fc-9eba71245b85"],
+    ["c4f3aa4504425787", "54782a21-571a-55e2-8271-52882b0f47d5"],
+    ["1f7dc95429796ac8", "646832fe-90b3-5327-9610-61aa0fd8170f"],
+    ["0e2f820ff18fa246", "264b66d0-acab-580f-aa01-cc09f34ab9bd"],
+]
+
+
+def test_a_record_written_before_the_rare_fields_were_read_is_continued() -> None:
+    """Prints name id-less messages and are stored in records: reading the rarely set
+    fields left the prints of messages that keep them at their defaults (the common
+    case) as they were, so a thread's record from before is continued after an
+    upgrade, not restarted with every id-less message archived again under a new id."""
+    store = InMemoryStore()
+    ac = AutoContext(max_tokens=8_000, store=store, self_management_tools=False)
+    chain = ChatPromptTemplate([("system", "terse"), MessagesPlaceholder("messages")]) | (
+        ac.as_runnable()
+    )
+    cfg = {"configurable": {"thread_id": "t"}}
+    conversation: list[BaseMessage] = [
+        HumanMessage("q0"),
+        AIMessage("running", tool_calls=[_CALL]),
+        ToolMessage("ok", tool_call_id="call-1"),
+        AIMessage("a0"),
+        HumanMessage("q1"),
+    ]
+    chain.invoke({"messages": conversation}, cfg)
+    offloads = OffloadStore.wrap(store)
+    item = store.get((offloads.prefix, "t", "surface"), "runnable")
+    assert item is not None
+    assert item.value["records"][0]["window"] == _WINDOW_BEFORE_RARE_FIELDS
+    archived = offloads.history_count("t")
+    conversation += [AIMessage("a1"), HumanMessage("q2")]
+    sent = chain.invoke({"messages": conversation}, cfg)
+    assert [m.id for m in sent[1:6]] == [i for _, i in _WINDOW_BEFORE_RARE_FIELDS]
+    assert offloads.history_count("t") == archived + 2  # only the added ones
 
 
 @pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
