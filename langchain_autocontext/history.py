@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import threading
 import uuid
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -49,6 +48,7 @@ from langchain_autocontext.errors import ContextBudgetError
 from langchain_autocontext.messages import content_hash, dump_messages, is_pinned, load_messages
 from langchain_autocontext.metadata import strip_message_tags
 from langchain_autocontext.store import OffloadStore, encode_thread_id, plain_json, revive
+from langchain_autocontext.tokens import _LRU
 from langchain_autocontext.tools import attach_tools
 
 __all__ = [
@@ -73,12 +73,11 @@ _RUNNABLE_WINDOW = 256
 #: How many template messages after the history (an instruction) the Runnable recognises.
 _TRAIL = 4
 _PRINT_CHARS = 16
-#: How many messages' prints this process remembers (:func:`_fingerprint`), for every
+#: How many messages' prints this process remembers (:func:`_fingerprints`), for every
 #: thread and Runnable: about 5 MB. A thread's messages are found again on its next
-#: call; past this many, the oldest half is forgotten and computed again when sent.
+#: call; past this many, the least recently sent are forgotten (computed again if sent).
 _PRINTS_KEPT = 32_768
-_PRINTS: dict[int, bytes] = {}
-_PRINTS_LOCK = threading.Lock()
+_PRINTS = _LRU(_PRINTS_KEPT)
 _ID_NAMESPACE = uuid.UUID("6c1d3a52-8f0e-4f7b-9a43-3f1b8e2d7c10")
 
 
@@ -483,14 +482,16 @@ def _kept_anyway(messages: list[BaseMessage], exc: ContextBudgetError) -> list[B
 
 
 # --- the Runnable ------------------------------------------------------------------------------
-def _fingerprint(message: BaseMessage) -> bytes:
-    """What identifies a message of an input: role, id, content, tool calls, name, pin
+def _fingerprints(messages: Sequence[BaseMessage]) -> list[bytes]:
+    """What identifies each message of an input: role, id, content, tool calls, name, pin
     (pinning a message already sent changes what may be compressed), and where set
     (:func:`_rare_fields`) a ``ChatMessage``'s role, a tool result's status and artifact,
     an AI message's invalid tool calls. Stored in the Runnable's records, so the same in
     every process: a SHA-256 over the message's JSON.
 
-    Remembered in this process (:data:`_PRINTS`) under :func:`_print_key`, which is
+    Remembered in this process (:data:`_PRINTS`, least recently used out, each found
+    one refreshed: a thread resending its conversation keeps it however many one-off
+    messages other threads send) under :func:`_print_key`, which is
     computed from the same fields on every call: a chain sends its whole conversation
     every call, and serializing and hashing every message of it made the Runnable's
     work grow with the thread (a fifth of a second a call at 3,000 messages) where the
@@ -499,15 +500,15 @@ def _fingerprint(message: BaseMessage) -> bytes:
     call's arguments edited, its pin set in ``additional_kwargs``) has another key and
     is serialized again; the same content in a new object (a conversation rebuilt from
     the app's database) has the same key and is not."""
-    key = _print_key(message)
-    found = _PRINTS.get(key)
-    if found is None:
-        found = _PRINTS[key] = _serialized_print(message)
-        if len(_PRINTS) > _PRINTS_KEPT:
-            with _PRINTS_LOCK:  # the oldest half goes (a thread still sending them
-                for stale in list(_PRINTS)[: len(_PRINTS) // 2]:  # serializes them again)
-                    _PRINTS.pop(stale, None)
-    return found
+    keys = [_print_key(m) for m in messages]
+    prints: list[bytes | None] = _PRINTS.get_many(keys)  # one lock for the input
+    out = []
+    for key, found, message in zip(keys, prints, messages, strict=True):
+        if found is None:  # serialized outside the lock; another thread may do it too
+            found = _serialized_print(message)
+            _PRINTS.put(key, found)
+        out.append(found)
+    return out
 
 
 def _print_key(message: BaseMessage) -> int:
@@ -543,7 +544,7 @@ def _print_key(message: BaseMessage) -> int:
 
 
 def _serialized_print(message: BaseMessage) -> bytes:
-    """:func:`_fingerprint`, computed: the message's fields as JSON, hashed."""
+    """A message's :func:`_fingerprints`, computed: its fields as JSON, hashed."""
     h = hashlib.sha256()
     content = message.content
     text = content if isinstance(content, str) else json.dumps(content, sort_keys=True, default=str)
@@ -674,7 +675,7 @@ class AutoContextRunnable(RunnableSerializable[Any, list[BaseMessage]]):
         # now is); the engine merges them into one, first, and the new ones take the old
         # one's place.
         lead = bool(messages) and _system(messages[0])
-        prints = [_fingerprint(m) for m in messages]
+        prints = _fingerprints(messages)
         # where the input's system messages are (and their place among them), and the others
         places: dict[int, int] = {}
         body: list[int] = []

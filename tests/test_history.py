@@ -956,6 +956,39 @@ def test_a_long_chain_serializes_only_what_each_call_adds(
     assert kinds == "s" + "ha" * 29 + "h"
 
 
+def test_a_thread_resending_its_conversation_keeps_its_prints_past_the_cache_size(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The process-wide cache of prints dropped its oldest-inserted half when full and
+    never refreshed a hit: a thread resending its conversation every call lost its
+    prints to other threads' one-off messages and serialized them all again. The cache
+    keeps the most recently sent (a small one here: what the process sends past it)."""
+    from langchain_autocontext import history
+    from langchain_autocontext.tokens import _LRU
+
+    monkeypatch.setattr(history, "_PRINTS", _LRU(8))
+    count = _counting_serializations(monkeypatch)
+    ac = AutoContext(max_tokens=8_000, store=InMemoryStore(), self_management_tools=False)
+    chain = ChatPromptTemplate([("system", "terse"), MessagesPlaceholder("messages")]) | (
+        ac.as_runnable()
+    )
+    steady = [HumanMessage("q0"), AIMessage("a0"), HumanMessage("q1")]
+    cfg = {"configurable": {"thread_id": "steady"}}
+    chain.invoke({"messages": steady}, cfg)
+    resent = []
+    for k in range(12):  # another thread's one-off messages between two of its calls
+        one_off = [HumanMessage(f"once {k}"), AIMessage(f"once more {k}")]
+        chain.invoke({"messages": one_off}, {"configurable": {"thread_id": f"once-{k}"}})
+        before = count[0]
+        assert [m.content for m in chain.invoke({"messages": steady}, cfg)][1:] == [
+            "q0",
+            "a0",
+            "q1",
+        ]
+        resent.append(count[0] - before)
+    assert resent == [0] * 12
+
+
 def _set_pin(message: BaseMessage) -> None:
     from langchain_autocontext.messages import PIN_KEY
 
