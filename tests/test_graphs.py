@@ -738,6 +738,101 @@ def test_parallel_branches_from_one_state_each_write_their_own_fitted_view() -> 
     assert fitted == [True, True, True]
 
 
+@pytest.mark.parametrize("mode", ["sync", "async"])
+async def test_parallel_branches_from_one_state_compress_it_alike(mode: str) -> None:
+    """``Send`` the same state to one ``create_agent`` node three times, the branches'
+    ``before_model`` hooks running at once (a barrier): they share the middleware, the
+    engine's per-thread memo and the store, yet each compresses the state as a fresh
+    thread does, the fresh offload ids aside (reproducibility, prompt caching). A branch
+    that starts after a sibling's model call counts the system prompt and tools that call
+    taught the middleware (docs/surfaces.md): a difference of knowledge, not of timing."""
+    import asyncio
+    import re
+    import threading
+
+    from _builders import FunctionModel, call, log_text
+    from langchain.agents import create_agent
+    from langchain.agents.middleware import AgentMiddleware
+    from langchain_core.messages import AIMessage, RemoveMessage, ToolMessage
+    from langgraph.graph import END, MessagesState
+    from langgraph.types import Send
+
+    history: list[Any] = []
+    for r in range(3):
+        history.append(HumanMessage(f"Fix build {r}.", id=f"u{r}"))
+        for k in range(r * 100, r * 100 + 40):
+            history += [
+                AIMessage(
+                    f"step {k}", id=f"a{k}", tool_calls=[call("sh", {"cmd": f"make {k}"}, f"c{k}")]
+                ),
+                ToolMessage(log_text(60, k), tool_call_id=f"c{k}", id=f"t{k}"),
+            ]
+        if r < 2:
+            history.append(AIMessage(f"done {r}", id=f"f{r}"))
+
+    def app(branches: int) -> Any:
+        barrier = threading.Barrier(branches, timeout=60)
+        abarrier: list[asyncio.Barrier] = []
+
+        class AtOnce(AgentMiddleware):  # listed first: its before_model runs first
+            def before_model(self, state: Any, runtime: Any) -> None:
+                barrier.wait()
+
+            async def abefore_model(self, state: Any, runtime: Any) -> None:
+                abarrier[:] = abarrier or [asyncio.Barrier(branches)]
+                await asyncio.wait_for(abarrier[0].wait(), 60)
+
+        store = InMemoryStore()
+        ac = AutoContext(AutoContextConfig(max_tokens=8_000), store=store)
+        worker = create_agent(
+            FunctionModel(respond=lambda msgs, n: AIMessage("answer")),
+            [],
+            middleware=[AtOnce(), ac.middleware()],
+            system_prompt="You are a careful build engineer. " * 100,
+            name="worker",
+        )
+        g = StateGraph(MessagesState)
+        g.add_node("worker", worker)
+        g.add_conditional_edges(
+            START,
+            lambda s: [Send("worker", {"messages": s["messages"]}) for _ in range(branches)],
+            ["worker"],
+        )
+        g.add_edge("worker", END)
+        return g.compile(checkpointer=InMemorySaver(), store=store)
+
+    offload_id = re.compile(r'offload_id="[0-9a-f-]+"')
+
+    async def compressed(branches: int) -> list[list[tuple[str, Any, str]]]:
+        """What each branch's package ``before_model`` wrote, offload ids aside."""
+        cfg = {"configurable": {"thread_id": "same"}}
+        run = app(branches)
+        given = ({"messages": history}, cfg)
+        if mode == "async":
+            updates = [u async for u in run.astream(*given, stream_mode="updates", subgraphs=True)]
+        else:
+            updates = list(run.stream(*given, stream_mode="updates", subgraphs=True))
+        out = []
+        for namespace, update in updates:
+            value = update.get("AutoContextMiddleware.before_model")
+            if namespace and value and value.get("messages"):
+                kept = [m for m in value["messages"] if not isinstance(m, RemoveMessage)]
+                out.append(
+                    [
+                        (m.type, m.id if m.id in ids else None, offload_id.sub("X", str(m.content)))
+                        for m in kept
+                    ]
+                )
+        return out
+
+    ids = {m.id for m in history}
+    branches = await compressed(3)
+    (fresh,) = await compressed(1)
+    assert len(branches) == 3
+    assert len(fresh) < len(history)  # it compressed
+    assert all(b == fresh for b in branches)
+
+
 def test_an_unnamed_subagent_in_a_named_agents_tool_is_recorded_under_the_callers_name() -> None:
     """LangChain's run metadata is inherited: an unnamed ``create_agent`` run inside a
     named agent's tool runs with the caller's ``lc_agent_name``, so its history reads as
