@@ -951,11 +951,7 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         off to ``END``, nothing would this turn)."""
         self._archive_state(request.state, request.runtime)
         result = handler(request)
-        handed = _handed_off(request, result)
-        if handed:
-            ac = self.autocontext
-            thread_id = _thread_id(request.runtime, _ac_state(request.state))
-            ac.archive(handed, thread_id=thread_id, store=ac.resolve_store())
+        self._archive_state(request.state, request.runtime, _handed_off(request, result))
         return result
 
     async def awrap_tool_call(
@@ -966,11 +962,7 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         """Async twin of :meth:`wrap_tool_call`."""
         await self._aarchive_state(request.state, request.runtime)
         result = await handler(request)
-        handed = _handed_off(request, result)
-        if handed:
-            ac = self.autocontext
-            thread_id = _thread_id(request.runtime, _ac_state(request.state))
-            await ac.aarchive(handed, thread_id=thread_id, store=ac.resolve_store())
+        await self._aarchive_state(request.state, request.runtime, _handed_off(request, result))
         return result
 
     # --- after_agent: the run's last messages reach the history -------------------------------
@@ -989,24 +981,35 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         await self._aarchive_state(state, runtime)
         return None
 
-    def _archive_state(self, state: Any, runtime: Any) -> None:
-        """Archive the state's messages not yet in the thread's history."""
-        if not isinstance(state, dict) or not state.get("messages"):
+    def _archive_state(
+        self, state: Any, runtime: Any, messages: Sequence[BaseMessage] | None = None
+    ) -> None:
+        """Archive the state's messages (or ``messages``, in the state's thread: a
+        handoff's) not yet in the thread's history."""
+        if not isinstance(state, dict):
+            return
+        messages = state.get("messages") if messages is None else messages
+        if not messages:
             return
         ac = self.autocontext
         ac.archive(
-            state["messages"],
+            messages,
             thread_id=_thread_id(runtime, _ac_state(state)),  # type: ignore[arg-type]
             store=ac.resolve_store(),
         )
 
-    async def _aarchive_state(self, state: Any, runtime: Any) -> None:
+    async def _aarchive_state(
+        self, state: Any, runtime: Any, messages: Sequence[BaseMessage] | None = None
+    ) -> None:
         """Async twin of :meth:`_archive_state`."""
-        if not isinstance(state, dict) or not state.get("messages"):
+        if not isinstance(state, dict):
+            return
+        messages = state.get("messages") if messages is None else messages
+        if not messages:
             return
         ac = self.autocontext
         await ac.aarchive(
-            state["messages"],
+            messages,
             thread_id=_thread_id(runtime, _ac_state(state)),  # type: ignore[arg-type]
             store=ac.resolve_store(),
         )
