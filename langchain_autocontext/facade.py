@@ -66,7 +66,8 @@ class AutoContext(ContextEngine):
         """A compiled subgraph (measure → strategies → commit) to put before the model node.
 
         The parent state needs a ``messages`` key with the ``add_messages`` reducer
-        (``MessagesState``, :class:`~langchain_autocontext.AutoContextState`); add
+        (``MessagesState``, :class:`~langchain_autocontext.AutoContextState`; a state
+        kept by another reducer is refused with a ``ValueError``); add
         ``autocontext: dict`` to persist the package's own state.
         """
         return graph.build_node(self, name=name)

@@ -10,16 +10,18 @@ module calls the engine; the engine does not know it.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, NotRequired, TypeAlias
 
-from langchain_core.messages import AnyMessage, BaseMessage
+from langchain_core.messages import AnyMessage, BaseMessage, RemoveMessage
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.prebuilt.chat_agent_executor import AgentState
 from langgraph.types import Command
+from pydantic import BaseModel
 from typing_extensions import TypedDict
 
 from langchain_autocontext.engine import (
@@ -30,10 +32,10 @@ from langchain_autocontext.engine import (
     run_thread,
     thread_id_of,
 )
-from langchain_autocontext.messages import remove_all
+from langchain_autocontext.messages import ensure_ids, remove_all
 from langchain_autocontext.metadata import as_shown
 from langchain_autocontext.strategies.pipeline import PipelineResult, adrive, drive
-from langchain_autocontext.view import state_in
+from langchain_autocontext.view import ModelCall, state_in
 
 __all__ = [
     "AutoContextAgentState",
@@ -41,10 +43,12 @@ __all__ = [
     "NodeUpdate",
     "build_node",
     "command_node",
+    "graph_state",
     "hook_update",
     "merge_autocontext",
     "model_node",
     "pre_model_hook",
+    "state_messages",
 ]
 
 
@@ -70,6 +74,73 @@ def merge_autocontext(
             f"{type(right).__name__}: write a dict (or None to leave it as it is)"
         )
     return dict(right if right is not None else state_in({"autocontext": left}) or {})
+
+
+def graph_state(state: Any) -> Mapping[str, Any]:
+    """The graph state a surface receives, as a mapping: a ``TypedDict`` state as it is;
+    a pydantic model or a dataclass state (which LangGraph hands to nodes as an instance)
+    by its fields."""
+    if isinstance(state, Mapping):
+        return state
+    if isinstance(state, BaseModel):
+        return {name: getattr(state, name) for name in type(state).model_fields}
+    if dataclasses.is_dataclass(state) and not isinstance(state, type):
+        return {f.name: getattr(state, f.name) for f in dataclasses.fields(state)}
+    if state is None:
+        return {}
+    raise TypeError(
+        f"langchain-autocontext: a graph state is a dict, a pydantic model or a dataclass; "
+        f"got a {type(state).__name__}"
+    )
+
+
+_REDUCER_HELP = (
+    "The package's graph surfaces (ac.node(), the hooks, ac.model_node(), "
+    "ac.command_node()) replace and edit the state's messages by id with RemoveMessage, "
+    "which only LangGraph's add_messages reducer applies: declare the key as "
+    "`messages: Annotated[list[AnyMessage], add_messages]` (MessagesState, "
+    "AutoContextState), not with operator.add or without a reducer."
+)
+
+
+def state_messages(state: Mapping[str, Any], *, required: bool = False) -> list[Any]:
+    """The state's ``messages``, checked for what only a reducer other than LangGraph's
+    ``add_messages`` leaves in it.
+
+    ``add_messages`` applies a ``RemoveMessage`` and merges a message written again under
+    its id, so a state it keeps never holds a ``RemoveMessage`` and never holds a message
+    without an id next to the copy the package wrote of it with its derived id. Another
+    reducer (``operator.add``) or none keeps both, and the model would see the
+    conversation twice: refused with a ``ValueError`` naming the cause.
+
+    ``required``: the state must have the key (the model node: a state whose messages
+    live under another name would send the model nothing).
+    """
+    if required and "messages" not in state:
+        raise ValueError(
+            "langchain-autocontext: the graph state has no 'messages' key (its keys: "
+            f"{sorted(state)}). The package's graph surfaces read and write the "
+            "conversation under `messages`; name your key so, or manage another key in a "
+            "node of your own with ac.compress(…) and ac.prepare_model_call(…)."
+        )
+    messages = list(state.get("messages") or [])
+    removal = next((m for m in messages if isinstance(m, RemoveMessage)), None)
+    if removal is not None:
+        raise ValueError(
+            f"langchain-autocontext: the state's messages hold a RemoveMessage "
+            f"(id={removal.id!r}): its reducer kept the deletion as a message instead of "
+            f"applying it. {_REDUCER_HELP}"
+        )
+    if not all(isinstance(m, BaseMessage) and m.id for m in messages):
+        given = [m for m in messages if isinstance(m, BaseMessage)]
+        ids = {m.id for m in given if m.id}
+        if any(not g.id and f.id in ids for g, f in zip(given, ensure_ids(given), strict=True)):
+            raise ValueError(
+                "langchain-autocontext: the state's messages hold a message twice, once "
+                "without an id and once with the id the package gave it: its reducer "
+                f"appended the package's write instead of merging it by id. {_REDUCER_HELP}"
+            )
+    return messages
 
 
 #: What the command node returns: a state update, or ``Command(update=…, goto=…)`` after a
@@ -129,12 +200,13 @@ def build_node(
     """A compiled subgraph (measure → strategies → commit) to put before the model node.
 
     The parent state needs a ``messages`` key with the ``add_messages`` reducer
-    (``MessagesState``, :class:`AutoContextState`); add ``autocontext: dict`` to
-    persist the package's own state.
+    (``MessagesState``, :class:`AutoContextState`; a state kept by another reducer is
+    refused, see :func:`state_messages`); add ``autocontext: dict`` to persist the
+    package's own state.
     """
 
     def archivable(state: _NodeState) -> tuple[list[BaseMessage], bool, bool, list[Any]]:
-        return engine._prepare_all(state.get("messages") or [])
+        return engine._prepare_all(state_messages(state))
 
     def measured(
         state: _NodeState, msgs: list[BaseMessage], ids_assigned: bool, virtual: bool, thread: str
@@ -230,18 +302,20 @@ def pre_model_hook(engine: ContextEngine) -> RunnableLambda[Any, dict[str, Any]]
     at the thread's next model call.
     """
 
-    def hook(state: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
-        thread, made = run_thread(config, state_in(state), state.get("messages"))
+    def hook(state: Any, config: RunnableConfig) -> dict[str, Any]:
+        state = graph_state(state)
+        messages = state_messages(state)
+        thread, made = run_thread(config, state_in(state), messages)
         ac_state = made or state_in(state)
-        result = engine.compress(state.get("messages") or [], thread_id=thread, state=ac_state)
+        result = engine.compress(messages, thread_id=thread, state=ac_state)
         return hook_update(engine, result, ac_state, made is not None)
 
-    async def ahook(state: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
-        thread, made = run_thread(config, state_in(state), state.get("messages"))
+    async def ahook(state: Any, config: RunnableConfig) -> dict[str, Any]:
+        state = graph_state(state)
+        messages = state_messages(state)
+        thread, made = run_thread(config, state_in(state), messages)
         ac_state = made or state_in(state)
-        result = await engine.acompress(
-            state.get("messages") or [], thread_id=thread, state=ac_state
-        )
+        result = await engine.acompress(messages, thread_id=thread, state=ac_state)
         return hook_update(engine, result, ac_state, made is not None)
 
     return RunnableLambda(hook, afunc=ahook, name="autocontext_pre_model_hook")
@@ -284,21 +358,25 @@ def command_node(
             return Command(update=update, goto=loop_to)
         return update
 
-    def run(state: dict[str, Any], config: RunnableConfig) -> NodeUpdate:
+    def run(state: Any, config: RunnableConfig) -> NodeUpdate:
+        state = graph_state(state)
+        messages = state_messages(state)
         return finish(
             engine.after_model_call(
-                state.get("messages") or [],
+                messages,
                 state=state_in(state),
-                thread_id=thread_id_of(config, state_in(state), state.get("messages")),
+                thread_id=thread_id_of(config, state_in(state), messages),
             )
         )
 
-    async def arun(state: dict[str, Any], config: RunnableConfig) -> NodeUpdate:
+    async def arun(state: Any, config: RunnableConfig) -> NodeUpdate:
+        state = graph_state(state)
+        messages = state_messages(state)
         return finish(
             await engine.aafter_model_call(
-                state.get("messages") or [],
+                messages,
                 state=state_in(state),
-                thread_id=thread_id_of(config, state_in(state), state.get("messages")),
+                thread_id=thread_id_of(config, state_in(state), messages),
             )
         )
 
@@ -317,20 +395,21 @@ def model_node(
     """
     engine.learn_tools(bound_tools(model))
 
-    def call(state: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
-        view = engine.prepare_model_call(
-            state.get("messages") or [],
+    def prepared(state: Any, config: RunnableConfig) -> ModelCall:
+        state = graph_state(state)
+        messages = state_messages(state, required=True)
+        return engine.prepare_model_call(
+            messages,
             state=state_in(state),
-            thread_id=thread_id_of(config, state_in(state), state.get("messages")),
+            thread_id=thread_id_of(config, state_in(state), messages),
         )
+
+    def call(state: Any, config: RunnableConfig) -> dict[str, Any]:
+        view = prepared(state, config)
         return view.update(model.invoke(view.messages, config))
 
-    async def acall(state: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
-        view = engine.prepare_model_call(
-            state.get("messages") or [],
-            state=state_in(state),
-            thread_id=thread_id_of(config, state_in(state), state.get("messages")),
-        )
+    async def acall(state: Any, config: RunnableConfig) -> dict[str, Any]:
+        view = prepared(state, config)
         return view.update(await model.ainvoke(view.messages, config))
 
     return RunnableLambda(call, afunc=acall, name="autocontext_model")

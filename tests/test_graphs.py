@@ -3,20 +3,30 @@
 from __future__ import annotations
 
 import itertools
+import operator
 import typing
 import warnings
-from typing import Any
+from typing import Annotated, Any, NotRequired
 
 import pytest
 from _builders import ScriptedModel, bash
-from langchain_core.messages import HumanMessage, SystemMessage
+from langchain_core.messages import AnyMessage, HumanMessage, SystemMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, StateGraph
-from langgraph.prebuilt import ToolNode, tools_condition
+from langgraph.graph.message import add_messages
+from langgraph.managed import RemainingSteps
+from langgraph.prebuilt import ToolNode, create_react_agent, tools_condition
 from langgraph.store.memory import InMemoryStore
 from langgraph.types import Command
+from pydantic import BaseModel, Field
+from typing_extensions import TypedDict
 
-from langchain_autocontext import AutoContext, AutoContextConfig, AutoContextState
+from langchain_autocontext import (
+    AutoContext,
+    AutoContextConfig,
+    AutoContextState,
+    merge_autocontext,
+)
 from langchain_autocontext.messages import find_violations
 from langchain_autocontext.store import OffloadStore
 
@@ -916,3 +926,121 @@ async def test_an_agent_that_hands_off_archives_its_last_reply_under_its_own_nam
     who = {str(e.message.content): e.agent for e in history.values()}
     assert who["Delegating."] == who["Transferred to researcher"] == "supervisor"
     assert who["Report: X is 42."] == who[f"Transferred to {END}"] == "researcher"
+
+
+class TicketModel(BaseModel):  # a pydantic state schema
+    messages: Annotated[list[AnyMessage], add_messages]
+    autocontext: Annotated[dict[str, Any], merge_autocontext] = Field(default_factory=dict)
+    ticket: str = ""
+
+
+class ReactModel(BaseModel):  # create_react_agent's state, as a pydantic model
+    messages: Annotated[list[AnyMessage], add_messages]
+    remaining_steps: RemainingSteps = 25
+    autocontext: Annotated[dict[str, Any], merge_autocontext] = Field(default_factory=dict)
+
+
+class AddState(TypedDict):  # messages appended with operator.add, not add_messages
+    messages: Annotated[list[AnyMessage], operator.add]
+    autocontext: NotRequired[Annotated[dict[str, Any], merge_autocontext]]
+
+
+class PlainState(TypedDict):  # messages without a reducer
+    messages: list[AnyMessage]
+    autocontext: NotRequired[Annotated[dict[str, Any], merge_autocontext]]
+
+
+class ChatState(TypedDict):  # the conversation under another key
+    chat: Annotated[list[AnyMessage], add_messages]
+    autocontext: NotRequired[dict[str, Any]]
+
+
+def _own_loop_graph(schema: Any, ac: AutoContext, model: ScriptedModel, store: Any) -> Any:
+    """The documented loop (node → model node → command node → tools) on ``schema``."""
+    g = StateGraph(schema)
+    g.add_node("autocontext", ac.node())
+    g.add_node("model", ac.model_node(model))
+    g.add_node("commands", ac.command_node())
+    g.add_node("tools", ToolNode([bash]))
+    g.add_edge(START, "autocontext")
+    g.add_edge("autocontext", "model")
+    g.add_edge("model", "commands")
+    g.add_conditional_edges("commands", tools_condition)
+    g.add_edge("tools", "autocontext")
+    return g.compile(store=store, checkpointer=InMemorySaver())
+
+
+def test_a_pydantic_state_runs_the_node_model_node_and_command_node() -> None:
+    """LangGraph hands a pydantic state to nodes as a model instance, not a dict: the
+    model node and the command node read it by its fields (they called ``state.get``)."""
+
+    store = InMemoryStore()
+    ac = AutoContext(CFG, tools=[bash])
+    model = ScriptedModel(steps=30)
+    graph = _own_loop_graph(TicketModel, ac, model, store)
+    config = {"configurable": {"thread_id": "p"}, "recursion_limit": 500}
+    start = [SystemMessage("You are a coder."), HumanMessage("fix it")]
+    out = graph.invoke({"messages": start, "ticket": "T-9"}, config)
+    assert out["messages"][-1].content == "finished after 30 steps"
+    assert out["ticket"] == "T-9"
+    check_inputs(model, ac)
+    assert OffloadStore.wrap(store).list_events("p")
+
+
+def test_a_pydantic_state_runs_the_react_hooks() -> None:
+
+    ac = AutoContext(CFG, tools=[bash], system_prompt="You are a coder.")
+    model = ScriptedModel(steps=30)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        agent = create_react_agent(
+            model,
+            [bash],
+            prompt="You are a coder.",
+            pre_model_hook=ac.pre_model_hook,
+            post_model_hook=ac.post_model_hook,
+            state_schema=ReactModel,
+            checkpointer=InMemorySaver(),
+        )
+    config = {"configurable": {"thread_id": "pr"}, "recursion_limit": 500}
+    out = agent.invoke({"messages": [HumanMessage("fix it")]}, config)
+    assert out["messages"][-1].content == "finished after 30 steps"
+    check_inputs(model, ac)
+
+
+@pytest.mark.parametrize("reducer", ["operator.add", "none"])
+def test_a_messages_key_without_add_messages_is_refused_before_the_model_sees_it_twice(
+    reducer: str,
+) -> None:
+    """The graph surfaces write the messages by id and with ``RemoveMessage``: with
+    ``operator.add`` the node's write of the ids it gave was appended (the model saw the
+    question twice) and a compression's ``RemoveMessage`` became a message of the state
+    (a ``ValueError`` from the offload step, naming no cause). Now a clear ``ValueError``
+    names the reducer, before the model is called with such a state."""
+    State = AddState if reducer == "operator.add" else PlainState
+    ac = AutoContext(CFG, tools=[bash])
+    model = ScriptedModel(steps=40)
+    graph = _own_loop_graph(State, ac, model, InMemoryStore())
+    config = {"configurable": {"thread_id": "r"}, "recursion_limit": 500}
+    with pytest.raises(ValueError, match="add_messages"):
+        graph.invoke({"messages": [HumanMessage("fix it")]}, config)
+    for sent in model.seen:  # what reached the model was never doubled
+        ids = [m.id for m in sent]
+        assert len(ids) == len(set(ids))
+        assert [m.content for m in sent if isinstance(m, HumanMessage)] == ["fix it"]
+
+
+def test_a_state_whose_messages_key_has_another_name_is_refused() -> None:
+    """The surfaces read ``messages``: under another key the model node sent the model
+    no conversation at all, silently."""
+    ac = AutoContext(CFG)
+    model = ScriptedModel(steps=0)
+    g = StateGraph(ChatState)
+    g.add_node("autocontext", ac.node())
+    g.add_node("model", ac.model_node(model))
+    g.add_edge(START, "autocontext")
+    g.add_edge("autocontext", "model")
+    graph = g.compile()
+    with pytest.raises(ValueError, match="no 'messages' key"):
+        graph.invoke({"chat": [HumanMessage("hi")]}, {"configurable": {"thread_id": "c"}})
+    assert model.seen == []
