@@ -808,8 +808,18 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         Not in this call's command: ``create_agent`` applies the reply the *outermost*
         ``wrap_model_call`` returns, then the commands, so a command carrying the fitted
         messages must repeat the reply, and would put back the reply as this middleware
-        received it, undoing what an outer middleware changed in it."""
+        received it, undoing what an outer middleware changed in it.
+
+        Nor kept when the request changed a message the state holds under the same id
+        (``ContextEditingMiddleware`` clearing old tool results): what a middleware
+        edits for one request is not the conversation, and the fit, made of the edited
+        copies, would write them into the state."""
         state_messages = (request.state or {}).get("messages") or ()
+        if kept is not None and _edited_in_request(msgs, state_messages):
+            # another middleware changed state messages for this request only (a context
+            # edit): the fit is made of its copies, which are not the conversation; the
+            # next before_model compresses the state's own
+            kept = None
         branch = _branch(request.runtime)
         cache_key = self._drop_fit(thread_id, branch, state_messages)
         sent = frozenset(m.id for m in ensure_ids(msgs) if m.id != _SYSTEM_STANDIN_ID)
@@ -863,7 +873,8 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
 
         A message the request carried but the state never held (another middleware's
         request-only addition, a retrieved document) is not written to the state; when
-        another middleware hid state messages from the request, the fit is not applied
+        another middleware hid state messages from the request (or edited them, see
+        :meth:`_hold`), the fit is not applied
         (those messages would be lost) and the next ``before_model`` compresses. Nor is
         it when the state is not the one the fit was made from (a held fit waits per
         thread, not per checkpoint: an ``after_model`` hook listed after this middleware
@@ -1055,6 +1066,21 @@ def _request_only(
     held = {m.id for m in (request.state or {}).get("messages") or ()}
     extra = frozenset(str(m.id) for m in msgs if m.id not in held and m.id != _SYSTEM_STANDIN_ID)
     return msgs, extra
+
+
+def _edited_in_request(msgs: Sequence[BaseMessage], state: Sequence[BaseMessage]) -> bool:
+    """Whether a request message (``msgs``) under an id the ``state`` holds is not the
+    state's message (type, content, tool calls): another middleware edited it for the
+    request only."""
+    held = {m.id: m for m in state}
+    for m in msgs:
+        own = held.get(m.id)
+        if own is None or own is m:
+            continue
+        calls = getattr(m, "tool_calls", None), getattr(own, "tool_calls", None)
+        if m.type != own.type or m.content != own.content or calls[0] != calls[1]:
+            return True
+    return False
 
 
 def _new_spans(kept: Sequence[BaseMessage], sent: Sequence[BaseMessage]) -> list[str]:

@@ -1541,6 +1541,46 @@ def test_a_fitted_view_is_not_applied_when_an_outer_middleware_hid_state_message
     assert_fits(model, ac)
 
 
+@pytest.mark.parametrize("run_async", [False, True])
+async def test_a_context_edit_of_an_outer_middleware_is_not_written_to_the_state(
+    run_async: bool,
+) -> None:
+    """LangChain's ``ContextEditingMiddleware`` before ours clears old tool results in the
+    request only, under their ids: a view fitted in that call was written to the state
+    with the cleared copies, so the conversation lost the tool outputs for good (every
+    later call sent ``[cleared]``, whether or not the edit would still clear them)."""
+    from langchain.agents.middleware import ClearToolUsesEdit, ContextEditingMiddleware
+
+    cfg = CFG.model_copy(update={"token_ratio": 0.75, "target_ratio": 0.7})
+    system = "You follow these rules.\n" + log_text(110, 7)  # not counted in before_model
+    history: list[BaseMessage] = []
+    for k in range(8):
+        history += [
+            HumanMessage(f"question {k}", id=f"u{k}"),
+            call("sh", {"command": f"make {k}"}, k).model_copy(update={"id": f"a{k}"}),
+            ToolMessage(log_text(30, k), tool_call_id=f"c{k}", id=f"t{k}"),
+            AIMessage(f"answer {k}", id=f"f{k}"),
+        ]
+    history.append(HumanMessage("one more", id="u8"))
+    ac = AutoContext(cfg)
+    model = ReplyModel(reply=lambda m, n: AIMessage("finished"))
+    edit = ContextEditingMiddleware(edits=[ClearToolUsesEdit(trigger=100, keep=6)])
+    graph = agent(model, ac, system=system, extra=[edit])
+    run = {"messages": history}
+    out = await graph.ainvoke(run, THREAD) if run_async else graph.invoke(run, THREAD)
+    assert any(text_of(m) == "[cleared]" for m in model.seen[0])  # the edit was sent
+    assert not [m.id for m in out["messages"] if text_of(m) == "[cleared]"]
+    assert not [m.id for m in out["messages"] if "context_editing" in m.response_metadata]
+    assert not find_violations(out["messages"])
+    assert_fits(model, ac)
+    # the next turn compresses the state's own messages and still fits
+    more = {"messages": [HumanMessage("and then?")]}
+    out = await graph.ainvoke(more, THREAD) if run_async else graph.invoke(more, THREAD)
+    assert not [m.id for m in out["messages"] if text_of(m) == "[cleared]"]
+    assert out["messages"][-1].content == "finished"
+    assert_fits(model, ac)
+
+
 def test_the_request_shape_is_stored_as_json_every_backend_takes(tmp_path) -> None:
     """The middleware's record of the request (system prompt, tool schemas) went to the
     store as it came: a lone surrogate in the system prompt stopped the run on SQLite
