@@ -84,6 +84,7 @@ from langchain_autocontext.engine import (
 from langchain_autocontext.errors import ContextBudgetError, is_context_overflow
 from langchain_autocontext.history import surface_namespace
 from langchain_autocontext.messages import (
+    content_hash,
     dump_message,
     ensure_ids,
     load_message,
@@ -127,6 +128,11 @@ _Fit = tuple[list[BaseMessage] | None, frozenset[Any]]
 _FitKey = tuple[str, frozenset[Any]]
 #: fitted views kept per cache key at once (parallel branches of one agent in a thread)
 _MAX_FITS = 64
+#: a view fitted in a model call that did not return yet, for another attempt at the
+#: same request (a ``ModelRetryMiddleware`` or ``ModelFallbackMiddleware`` listed before
+#: this one calls it again): the config it was fitted under, what it was fitted from
+#: (:func:`_attempt_of`) and the fit
+_Attempt = tuple[AutoContextConfig, tuple[Any, ...], "ModelCall", list[BaseMessage] | None]
 
 #: A token per live store backend, never reused (an ``id()`` is, once its object is gone).
 _BACKENDS: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
@@ -357,6 +363,9 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         # branches of a fan-out (Send) run one agent, hence this middleware, on one
         # thread at once
         self._fitted: OrderedDict[_CacheKey, dict[_FitKey, _Fit]] = OrderedDict()
+        # cache key and the agent's run -> the view fitted in a model call that has not
+        # returned yet (see _attempt): another attempt at the same request reuses it
+        self._attempts: OrderedDict[tuple[_CacheKey, str], _Attempt] = OrderedDict()
         self._last: tuple[Any, tuple[Any, ...], Any, _RequestShape] | None = None
         #: the last response format seen and the tools it adds (built once per format)
         self._format: tuple[Any, list[Any]] = (None, [])
@@ -387,6 +396,8 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             dropped = {id(self._shapes.pop(k)) for k in gone}
             for k in [k for k in self._fitted if k[:3] == where]:
                 del self._fitted[k]
+            for a in [a for a in self._attempts if a[0][:3] == where]:
+                del self._attempts[a]
             if self._last is not None and id(self._last[3]) in dropped:
                 self._last = None
 
@@ -681,16 +692,20 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         the conversation."""
         tools = self._counted_tools(request, list(request.tools))
         msgs, extra = _request_only(request, msgs)
+        branch, made_of = _branch(request.runtime), _attempt_of(msgs, tools, ac_state, extra)
+        again = self._attempt(thread_id, branch, made_of)
+        if again is not None:
+            return again
         fitted = self.autocontext.compress(
             msgs, thread_id=thread_id, tools=tools, force=True, state=ac_state, request_only=extra
         )
         call = self.autocontext._model_call(fitted.messages, ac_state, tools, request_only=extra)
         kept = _working(fitted)
-        if kept is None or not extra:
-            return call, kept
-        store = self._store()
-        spans = {oid: store.reload(thread_id, oid) for oid in _new_spans(kept, msgs)}
-        return call, _conversation(kept, extra, spans)
+        if kept is not None and extra:
+            store = self._store()
+            spans = {oid: store.reload(thread_id, oid) for oid in _new_spans(kept, msgs)}
+            kept = _conversation(kept, extra, spans)
+        return self._attempted(thread_id, branch, made_of, (call, kept))
 
     async def _afit(
         self, request: ModelRequest[Any], msgs: list[BaseMessage], thread_id: str, ac_state: Any
@@ -698,16 +713,20 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         """Async twin of :meth:`_fit`."""
         tools = self._counted_tools(request, list(request.tools))
         msgs, extra = _request_only(request, msgs)
+        branch, made_of = _branch(request.runtime), _attempt_of(msgs, tools, ac_state, extra)
+        again = self._attempt(thread_id, branch, made_of)
+        if again is not None:
+            return again
         fitted = await self.autocontext.acompress(
             msgs, thread_id=thread_id, tools=tools, force=True, state=ac_state, request_only=extra
         )
         call = self.autocontext._model_call(fitted.messages, ac_state, tools, request_only=extra)
         kept = _working(fitted)
-        if kept is None or not extra:
-            return call, kept
-        store = self._store()
-        spans = {oid: await store.areload(thread_id, oid) for oid in _new_spans(kept, msgs)}
-        return call, _conversation(kept, extra, spans)
+        if kept is not None and extra:
+            store = self._store()
+            spans = {oid: await store.areload(thread_id, oid) for oid in _new_spans(kept, msgs)}
+            kept = _conversation(kept, extra, spans)
+        return self._attempted(thread_id, branch, made_of, (call, kept))
 
     @staticmethod
     def _overflow_event(error: BaseException, call: ModelCall, ac_state: Any) -> dict[str, Any]:
@@ -844,7 +863,40 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             fits = self._fitted.get(cache_key) or {}
             for key in [k for k in fits if k[0] == branch and k[1] <= now]:
                 del fits[key]
+            self._attempts.pop((cache_key, branch), None)  # the call returned, or a new step
         return cache_key
+
+    def _attempt(
+        self, thread_id: str, branch: str, made_of: tuple[Any, ...]
+    ) -> tuple[ModelCall, list[BaseMessage] | None] | None:
+        """The view fitted for this very request in an earlier attempt at the model call
+        (one that raised: a middleware before this one retries it, or sends it to a
+        fallback model): fitting it again would summarize and offload the same messages
+        again (the summarizer paid twice, one more set of offload records and events per
+        attempt). ``None`` when the request, the state or the budget differ."""
+        cache_key, _ = self._keys(self._store(), thread_id)
+        with self._lock:
+            held = self._attempts.get((cache_key, branch))
+        if held is None or held[0] is not self.autocontext.config or held[1] != made_of:
+            return None
+        return held[2], held[3]
+
+    def _attempted(
+        self,
+        thread_id: str,
+        branch: str,
+        made_of: tuple[Any, ...],
+        fit: tuple[ModelCall, list[BaseMessage] | None],
+    ) -> tuple[ModelCall, list[BaseMessage] | None]:
+        """Keep ``fit`` for another attempt at the same request (see :meth:`_attempt`)
+        until the call returns (:meth:`_hold`) or the next step starts."""
+        cache_key, _ = self._keys(self._store(), thread_id)
+        with self._lock:
+            self._attempts[cache_key, branch] = (self.autocontext.config, made_of, *fit)
+            self._attempts.move_to_end((cache_key, branch))
+            while len(self._attempts) > _MAX_THREADS:
+                self._attempts.popitem(last=False)
+        return fit
 
     def _take_fit(
         self, cache_key: _CacheKey, branch: str, messages: Sequence[BaseMessage]
@@ -1081,6 +1133,30 @@ def _edited_in_request(msgs: Sequence[BaseMessage], state: Sequence[BaseMessage]
         if m.type != own.type or m.content != own.content or calls[0] != calls[1]:
             return True
     return False
+
+
+def _attempt_of(
+    msgs: Sequence[BaseMessage], tools: Sequence[Any], ac_state: Any, extra: frozenset[str]
+) -> tuple[Any, ...]:
+    """What a view is fitted from (see :meth:`AutoContextMiddleware._attempt`): each
+    message's id, type, content, tool calls and flags (a pin), the tools counted (the
+    same objects in every attempt at a request), the package's state and the
+    request-only ids."""
+    return (
+        tuple(
+            (
+                m.id,
+                m.type,
+                content_hash(m.content),
+                content_hash(getattr(m, "tool_calls", None)),
+                content_hash(m.additional_kwargs),
+            )
+            for m in msgs
+        ),
+        tuple(id(t) for t in tools),
+        json.dumps(ac_state, sort_keys=True, default=str),
+        extra,
+    )
 
 
 def _new_spans(kept: Sequence[BaseMessage], sent: Sequence[BaseMessage]) -> list[str]:

@@ -1581,6 +1581,57 @@ async def test_a_context_edit_of_an_outer_middleware_is_not_written_to_the_state
     assert_fits(model, ac)
 
 
+class FailsFirst(ReplyModel):
+    """A ``ReplyModel`` whose first attempt at each call raises a transient error."""
+
+    attempts: int = 0
+
+    def _generate(self, messages, stop=None, run_manager=None, **kw):
+        self.attempts += 1
+        if self.attempts % 2:
+            raise RuntimeError("503 Service Unavailable")
+        return super()._generate(messages, stop, run_manager, **kw)
+
+
+@pytest.mark.parametrize("run_async", [False, True])
+@pytest.mark.parametrize("outer", ["retry", "fallback"])
+async def test_a_retried_model_call_fits_its_view_once(outer: str, run_async: bool) -> None:
+    """``ModelRetryMiddleware`` / ``ModelFallbackMiddleware`` before ours call its
+    ``wrap_model_call`` again when the model raises: a view fitted in the call was fitted
+    anew at each attempt, the same messages summarized and offloaded again (with an LLM
+    summarizer, paid again), one more compression event and set of offload records per
+    attempt."""
+    from langchain.agents.middleware import ModelFallbackMiddleware, ModelRetryMiddleware
+
+    def replies(m: list[BaseMessage], n: int) -> AIMessage:
+        return AIMessage("finished")
+
+    def run(model: ReplyModel, extra: list[Any]) -> tuple[Any, OffloadStore]:
+        ac, _history, system = _fit_setup()
+        raw = InMemoryStore()
+        return agent(model, ac, raw, system=system, extra=extra), OffloadStore(raw)
+
+    calm, calm_store = run(ReplyModel(reply=replies), [])
+    calm.invoke({"messages": _fit_setup()[1]}, THREAD)
+    if outer == "retry":
+        extra: list[Any] = [
+            ModelRetryMiddleware(
+                max_retries=2, initial_delay=0, jitter=False, retry_on=(RuntimeError,)
+            )
+        ]
+    else:
+        extra = [ModelFallbackMiddleware(ReplyModel(reply=replies))]
+    model = FailsFirst(reply=replies)
+    graph, store = run(model, extra)
+    go = {"messages": _fit_setup()[1]}
+    out = await graph.ainvoke(go, THREAD) if run_async else graph.invoke(go, THREAD)
+    assert model.attempts >= 1 and out["messages"][-1].content == "finished"
+    assert [e.kind for e in store.list_events("t")] == [e.kind for e in calm_store.list_events("t")]
+    assert len(store.list_offloads("t")) == len(calm_store.list_offloads("t")) > 0
+    assert store.history_count("t") == calm_store.history_count("t")
+    assert not find_violations(out["messages"])
+
+
 def test_the_request_shape_is_stored_as_json_every_backend_takes(tmp_path) -> None:
     """The middleware's record of the request (system prompt, tool schemas) went to the
     store as it came: a lone surrogate in the system prompt stopped the run on SQLite
