@@ -5,7 +5,10 @@ averages, over the calls whose unmanaged context exceeds the budget, the tokens 
 part of the request: messages by kind (the package's summaries, previews and markers by
 their marker kind), tool schemas and reply priming, and what the view adds (tags, the
 generated section). For this package it also counts the calls that changed the prompt
-prefix without a compression event.
+prefix without a compression event. For every system, the facts a next action needed
+and the request lacked, by where they were last seen (the assistant's text, its tool-call
+arguments, a tool result) and what became of that message (summarized or evicted,
+offloaded with a preview).
 
     python benchmarks/composition.py --budget 8000 --limit 12
     python benchmarks/composition.py --chats --budget 8000   # LoCoMo, at every session's end
@@ -94,7 +97,27 @@ def composition(system: str, budget: int, limit: int, data: Path) -> tuple[dict,
                 cache["facts only in masked previews"] += sum(
                     f in masked and f not in rest for f in needed
                 )
+                shown = {m.id: m for m in runner.context_messages(sent) if m.id}
+                for fact in needed:
+                    if fact not in masked and fact not in rest:
+                        source = msgs[facts.last_seen[fact]]
+                        cache[f"missed: {miss_kind(fact, source, shown.get(source.id))}"] += 1
     return {k: round(v / max(calls, 1)) for k, v in parts.most_common()}, dict(cache)
+
+
+def miss_kind(fact: str, source: Any, shown: Any) -> str:
+    """Where a fact the next action needs and the request lacks was last seen, and what
+    became of that message: ``shown`` is the message the request holds under the
+    source's id (``None``: summarized into another message, or evicted)."""
+    if source.type == "ai":
+        in_text = fact in cp.text_of(source)
+        part = "the assistant's text" if in_text else "the assistant's tool-call arguments"
+    else:
+        part = "a tool result" if source.type == "tool" else f"a {source.type} message"
+    if shown is None:
+        return f"{part}, summarized or evicted"
+    kind = (marker(shown) or {}).get("kind")
+    return f"{part}, {'offloaded (preview kept)' if kind == 'offloaded' else kind or 'verbatim'}"
 
 
 def chat_composition(system: str, budget: int, data: Path) -> dict[str, float]:
@@ -243,6 +266,14 @@ def main(argv: list[str] | None = None) -> int:
                 f"  facts the next actions reuse, found only in masked previews: {only:,} of "
                 f"{cache['facts needed']:,} ({only / cache['facts needed']:.2%})"
             )
+            misses = sorted(
+                ((k, v) for k, v in cache.items() if k.startswith("missed: ")),
+                key=lambda kv: -kv[1],
+            )
+            total = sum(v for _, v in misses)
+            print(f"  facts missed: {total:,}; last seen in, and what became of that message:")
+            for key, value in misses:
+                print(f"    {key.removeprefix('missed: '):58s} {value:6,} ({value / total:.0%})")
     return 0
 
 

@@ -639,6 +639,30 @@ def test_composition_splits_masked_messages_and_finds_what_only_their_previews_h
     assert 0 < parts["offloaded: the notes (size, offload id)"] < parts["offloaded"]
     assert counts["facts needed"] > 0
     assert 0 <= counts.get("facts only in masked previews", 0) < counts["facts needed"]
+    missed = {k: v for k, v in counts.items() if k.startswith("missed: ")}
+    assert 0 < sum(missed.values()) < counts["facts needed"]
+    # at 8k the package summarizes or evicts some of the agent's own calls
+    assert missed["missed: the assistant's tool-call arguments, summarized or evicted"] > 0
+
+
+def test_a_missed_fact_is_told_by_where_it_was_last_seen_and_what_became_of_it() -> None:
+    from langchain_core.messages import AIMessage, ToolMessage
+
+    from langchain_autocontext.messages import mark
+
+    kind = _load("composition").miss_kind
+    call = AIMessage(
+        "I will look at widget_core.py",
+        tool_calls=[{"name": "bash", "args": {"command": "cat util_x9.py"}, "id": "c1"}],
+        id="a1",
+    )
+    result = ToolMessage("def helper_q7(): ...", tool_call_id="c1", id="t1")
+    masked = mark(ToolMessage("def helper_q7", tool_call_id="c1", id="t1"), "offloaded")
+    assert kind("util_x9.py", call, None) == (
+        "the assistant's tool-call arguments, summarized or evicted"
+    )
+    assert kind("widget_core.py", call, call) == "the assistant's text, verbatim"
+    assert kind("helper_q7", result, masked) == "a tool result, offloaded (preview kept)"
 
 
 def test_fact_density_weighs_each_kind_and_size_of_message(tmp_path: Path) -> None:
