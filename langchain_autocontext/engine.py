@@ -1582,6 +1582,10 @@ class ContextEngine:
         of the floor that moves the trigger and the warning)."""
         state = checked_state(state)
         msgs = merge_system_messages(as_messages(messages))  # one system message, in the view too
+        # calls and results paired, in the view too: a middleware listed before the
+        # package's may cut a call from its result (a trim to the last messages); what
+        # the repair drops stays in the state and the history
+        msgs = repair_tool_pairs(msgs)
         owns_system = bool(msgs) and isinstance(msgs[0], SystemMessage)
         counted = self.with_own_tools(tools)  # what compress counted for this call
         engaged, floor = self._engagement(msgs, state, counted, request_only=request_only)

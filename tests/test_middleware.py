@@ -1808,3 +1808,31 @@ def test_a_message_edited_back_is_in_context_shortened_as_the_version_updated() 
         "x": "not in your context",
         version: "in your context as a shortened version",
     }, answers[-1]
+
+
+@pytest.mark.parametrize("run_async", [False, True])
+async def test_a_tool_result_an_outer_middleware_cut_from_its_call_is_not_sent(
+    run_async: bool,
+) -> None:
+    """A middleware before ours (the documented order) that trims the request to its
+    last messages (or applies a summary cut-off recorded against older state, as
+    deepagents' summarization does once ours has compressed the state) can cut a tool
+    call from its result: the view sent what it was handed, an orphan tool result
+    first, which providers reject."""
+    from langchain.agents.middleware import AgentMiddleware
+
+    class LastFive(AgentMiddleware):
+        def wrap_model_call(self, request, handler):
+            return handler(request.override(messages=request.messages[-5:]))
+
+        async def awrap_model_call(self, request, handler):
+            return await handler(request.override(messages=request.messages[-5:]))
+
+    ac = AutoContext(AutoContextConfig(max_tokens=20_000))
+    model = ReplyModel(reply=steps_then_answer(5, lines=3))
+    graph = agent(model, ac, extra=[LastFive()])
+    run = {"messages": [HumanMessage("go")]}
+    out = await graph.ainvoke(run, THREAD) if run_async else graph.invoke(run, THREAD)
+    assert out["messages"][-1].content == "done after 5 calls"
+    assert any(isinstance(m, ToolMessage) for sent in model.seen for m in sent)
+    assert_fits(model, ac)
