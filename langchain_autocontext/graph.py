@@ -14,7 +14,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, NotRequired, TypeAlias
 
-from langchain_core.messages import AnyMessage, BaseMessage, RemoveMessage
+from langchain_core.messages import AnyMessage, BaseMessage
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
@@ -32,7 +32,7 @@ from langchain_autocontext.engine import (
     run_thread,
     thread_id_of,
 )
-from langchain_autocontext.messages import ensure_ids, remove_all
+from langchain_autocontext.messages import remove_all, state_messages
 from langchain_autocontext.metadata import as_shown
 from langchain_autocontext.strategies.pipeline import PipelineResult, adrive, drive
 from langchain_autocontext.view import ModelCall, state_in
@@ -92,55 +92,6 @@ def graph_state(state: Any) -> Mapping[str, Any]:
         f"langchain-autocontext: a graph state is a dict, a pydantic model or a dataclass; "
         f"got a {type(state).__name__}"
     )
-
-
-_REDUCER_HELP = (
-    "The package's graph surfaces (ac.node(), the hooks, ac.model_node(), "
-    "ac.command_node()) replace and edit the state's messages by id with RemoveMessage, "
-    "which only LangGraph's add_messages reducer applies: declare the key as "
-    "`messages: Annotated[list[AnyMessage], add_messages]` (MessagesState, "
-    "AutoContextState), not with operator.add or without a reducer."
-)
-
-
-def state_messages(state: Mapping[str, Any], *, required: bool = False) -> list[Any]:
-    """The state's ``messages``, checked for what only a reducer other than LangGraph's
-    ``add_messages`` leaves in it.
-
-    ``add_messages`` applies a ``RemoveMessage`` and merges a message written again under
-    its id, so a state it keeps never holds a ``RemoveMessage`` and never holds a message
-    without an id next to the copy the package wrote of it with its derived id. Another
-    reducer (``operator.add``) or none keeps both, and the model would see the
-    conversation twice: refused with a ``ValueError`` naming the cause.
-
-    ``required``: the state must have the key (the model node: a state whose messages
-    live under another name would send the model nothing).
-    """
-    if required and "messages" not in state:
-        raise ValueError(
-            "langchain-autocontext: the graph state has no 'messages' key (its keys: "
-            f"{sorted(state)}). The package's graph surfaces read and write the "
-            "conversation under `messages`; name your key so, or manage another key in a "
-            "node of your own with ac.compress(…) and ac.prepare_model_call(…)."
-        )
-    messages = list(state.get("messages") or [])
-    removal = next((m for m in messages if isinstance(m, RemoveMessage)), None)
-    if removal is not None:
-        raise ValueError(
-            f"langchain-autocontext: the state's messages hold a RemoveMessage "
-            f"(id={removal.id!r}): its reducer kept the deletion as a message instead of "
-            f"applying it. {_REDUCER_HELP}"
-        )
-    if not all(isinstance(m, BaseMessage) and m.id for m in messages):
-        given = [m for m in messages if isinstance(m, BaseMessage)]
-        ids = {m.id for m in given if m.id}
-        if any(not g.id and f.id in ids for g, f in zip(given, ensure_ids(given), strict=True)):
-            raise ValueError(
-                "langchain-autocontext: the state's messages hold a message twice, once "
-                "without an id and once with the id the package gave it: its reducer "
-                f"appended the package's write instead of merging it by id. {_REDUCER_HELP}"
-            )
-    return messages
 
 
 #: What the command node returns: a state update, or ``Command(update=…, goto=…)`` after a

@@ -77,6 +77,7 @@ __all__ = [
     "round_starts",
     "sanitize_message",
     "sent_calls",
+    "state_messages",
     "text_of",
     "tool_call_ids",
     "tool_call_names",
@@ -263,6 +264,58 @@ def ensure_ids(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
         previous = m.id  # type: ignore[assignment]
         out.append(m)
     return out
+
+
+_REDUCER_HELP = (
+    "The package's surfaces on a graph state (ac.node(), the hooks, ac.model_node(), "
+    "ac.command_node(), ac.middleware()) replace and edit the state's messages by id "
+    "with RemoveMessage, "
+    "which only LangGraph's add_messages reducer applies: declare the key as "
+    "`messages: Annotated[list[AnyMessage], add_messages]` (MessagesState, "
+    "AutoContextState), not with operator.add or without a reducer."
+)
+
+
+def state_messages(state: Mapping[str, Any], *, required: bool = False) -> list[Any]:
+    """The state's ``messages``, checked for what only a reducer other than LangGraph's
+    ``add_messages`` leaves in it.
+
+    ``add_messages`` applies a ``RemoveMessage`` and merges a message written again under
+    its id, so a state it keeps never holds a ``RemoveMessage`` and never holds a message
+    without an id next to the copy the package wrote of it with its derived id. Another
+    reducer (``operator.add``) or none keeps both, and the model would see the
+    conversation twice: refused with a ``ValueError`` naming the cause. Every surface
+    that reads a graph state's messages (the graph nodes and hooks, the agent
+    middleware) reads them through this one check.
+
+    ``required``: the state must have the key (the model node: a state whose messages
+    live under another name would send the model nothing).
+    """
+    if required and "messages" not in state:
+        raise ValueError(
+            "langchain-autocontext: the graph state has no 'messages' key (its keys: "
+            f"{sorted(state)}). The package's graph surfaces read and write the "
+            "conversation under `messages`; name your key so, or manage another key in a "
+            "node of your own with ac.compress(…) and ac.prepare_model_call(…)."
+        )
+    messages = list(state.get("messages") or [])
+    removal = next((m for m in messages if isinstance(m, RemoveMessage)), None)
+    if removal is not None:
+        raise ValueError(
+            f"langchain-autocontext: the state's messages hold a RemoveMessage "
+            f"(id={removal.id!r}): its reducer kept the deletion as a message instead of "
+            f"applying it. {_REDUCER_HELP}"
+        )
+    if not all(isinstance(m, BaseMessage) and m.id for m in messages):
+        given = [m for m in messages if isinstance(m, BaseMessage)]
+        ids = {m.id for m in given if m.id}
+        if any(not g.id and f.id in ids for g, f in zip(given, ensure_ids(given), strict=True)):
+            raise ValueError(
+                "langchain-autocontext: the state's messages hold a message twice, once "
+                "without an id and once with the id the package gave it: its reducer "
+                f"appended the package's write instead of merging it by id. {_REDUCER_HELP}"
+            )
+    return messages
 
 
 def mark(message: BaseMessage, kind: str, **info: Any) -> BaseMessage:

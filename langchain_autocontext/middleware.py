@@ -90,6 +90,7 @@ from langchain_autocontext.messages import (
     load_message,
     remove_all,
     sanitize_message,
+    state_messages,
 )
 from langchain_autocontext.store import (
     OffloadStore,
@@ -505,10 +506,15 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         return msgs, (shape.tools if shape is not None else None)
 
     @staticmethod
-    def _thread(runtime: Runtime[Any], state: Any) -> tuple[str, dict[str, Any] | None]:
-        """The run's thread, and the state to persist when a run without ``thread_id``
-        got a thread of its own (:func:`~langchain_autocontext.engine.run_thread`)."""
-        return run_thread(_run_config(runtime), _ac_state(state), state.get("messages"))
+    def _thread(
+        runtime: Runtime[Any], state: Any
+    ) -> tuple[list[BaseMessage], str, dict[str, Any] | None]:
+        """The state's messages (:func:`~langchain_autocontext.messages.state_messages`:
+        a state not kept by ``add_messages`` is refused), the run's thread, and the state
+        to persist when a run without ``thread_id`` got a thread of its own
+        (:func:`~langchain_autocontext.engine.run_thread`)."""
+        messages = state_messages(state)
+        return messages, *run_thread(_run_config(runtime), _ac_state(state), messages)
 
     @staticmethod
     def _compressed(
@@ -523,9 +529,9 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     # --- before_model: compression ------------------------------------------------------------
     def before_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
         """Archive new originals and compress; replace ``messages`` when they changed."""
-        thread_id, made = self._thread(runtime, state)
-        self._drop_fit(thread_id, _branch(runtime), state["messages"])
-        msgs, tools = self._inputs(state["messages"], self._shape(thread_id))
+        messages, thread_id, made = self._thread(runtime, state)
+        self._drop_fit(thread_id, _branch(runtime), messages)
+        msgs, tools = self._inputs(messages, self._shape(thread_id))
         result = self.autocontext.compress(
             msgs, thread_id=thread_id, tools=tools, state=made or _ac_state(state)
         )
@@ -535,9 +541,9 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         self, state: AgentState[Any], runtime: Runtime[Any]
     ) -> dict[str, Any] | None:
         """Async twin of :meth:`before_model`."""
-        thread_id, made = self._thread(runtime, state)
-        self._drop_fit(thread_id, _branch(runtime), state["messages"])
-        msgs, tools = self._inputs(state["messages"], await self._ashape(thread_id))
+        messages, thread_id, made = self._thread(runtime, state)
+        self._drop_fit(thread_id, _branch(runtime), messages)
+        msgs, tools = self._inputs(messages, await self._ashape(thread_id))
         result = await self.autocontext.acompress(
             msgs, thread_id=thread_id, tools=tools, state=made or _ac_state(state)
         )
@@ -615,7 +621,10 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
 
         A request the provider rejects as too long (:func:`~.errors.is_context_overflow`)
         is compressed a quarter lower and sent once more; the provider's reported input
-        tokens calibrate later budgets (:meth:`AutoContext.calibrate`)."""
+        tokens calibrate later budgets (:meth:`AutoContext.calibrate`). A state whose
+        messages ``add_messages`` does not keep is refused before the model is called
+        (:func:`~langchain_autocontext.messages.state_messages`)."""
+        state_messages(request.state or {})
         thread_id = _thread_id(request.runtime, _ac_state(request.state))
         self.autocontext.use_model(request.model)  # the budget, unless max_tokens was given
         self._learn(request, thread_id)
@@ -648,6 +657,7 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse]],
     ) -> ModelResponse | AIMessage | ExtendedModelResponse:
         """Async twin of :meth:`wrap_model_call`."""
+        state_messages(request.state or {})
         thread_id = _thread_id(request.runtime, _ac_state(request.state))
         self.autocontext.use_model(request.model)  # the budget, unless max_tokens was given
         await self._alearn(request, thread_id)
@@ -971,7 +981,7 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         """Strip tags the model copied into its reply; apply its XML commands when enabled.
         A view fitted in the model call reaches the state first (see :meth:`_hold`)."""
         thread_id = _thread_id(runtime, _ac_state(state))
-        messages, refit = self._refit(state["messages"], thread_id, _branch(runtime))
+        messages, refit = self._refit(state_messages(state), thread_id, _branch(runtime))
         update = self.autocontext.after_model_call(
             messages,
             state=_ac_state(state),
@@ -986,7 +996,7 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     ) -> dict[str, Any] | None:
         """Async twin of :meth:`after_model`."""
         thread_id = _thread_id(runtime, _ac_state(state))
-        messages, refit = self._refit(state["messages"], thread_id, _branch(runtime))
+        messages, refit = self._refit(state_messages(state), thread_id, _branch(runtime))
         update = await self.autocontext.aafter_model_call(
             messages,
             state=_ac_state(state),
@@ -1051,7 +1061,7 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         handoff's) not yet in the thread's history."""
         if not isinstance(state, dict):
             return
-        messages = state.get("messages") if messages is None else messages
+        messages = state_messages(state) if messages is None else messages
         if not messages:
             return
         ac = self.autocontext
@@ -1067,7 +1077,7 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         """Async twin of :meth:`_archive_state`."""
         if not isinstance(state, dict):
             return
-        messages = state.get("messages") if messages is None else messages
+        messages = state_messages(state) if messages is None else messages
         if not messages:
             return
         ac = self.autocontext

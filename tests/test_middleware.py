@@ -11,17 +11,25 @@ when a call's view would not fit.
 from __future__ import annotations
 
 import hashlib
+import operator
 import re
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Any, get_args, get_origin
+from typing import Annotated, Any, get_args, get_origin
 
 import pytest
 from _builders import log_text, sh
 from langchain.agents import create_agent
-from langchain.agents.middleware import before_model
+from langchain.agents.middleware import AgentState, before_model
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages import (
+    AIMessage,
+    AnyMessage,
+    BaseMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
@@ -1836,3 +1844,39 @@ async def test_a_tool_result_an_outer_middleware_cut_from_its_call_is_not_sent(
     assert out["messages"][-1].content == "done after 5 calls"
     assert any(isinstance(m, ToolMessage) for sent in model.seen for m in sent)
     assert_fits(model, ac)
+
+
+class _AddState(AgentState):  # messages appended with operator.add, not add_messages
+    messages: Annotated[list[AnyMessage], operator.add]
+
+
+class _PlainState(AgentState):  # messages without a reducer
+    messages: list[AnyMessage]
+
+
+@pytest.mark.parametrize("schema", [_AddState, _PlainState], ids=["operator.add", "no reducer"])
+@pytest.mark.parametrize("run_async", [False, True])
+async def test_a_state_whose_messages_are_not_kept_by_add_messages_is_refused(
+    schema: Any, run_async: bool
+) -> None:
+    """``create_agent(state_schema=…)`` whose ``messages`` are appended with
+    ``operator.add`` (or kept without a reducer) keeps the middleware's
+    ``RemoveMessage`` and its copy of each message next to the original: refused with
+    the graph surfaces' error naming ``add_messages``, before the model is called with
+    such a state (it failed later, archiving, with an unrelated "has no id" error)."""
+    ac = AutoContext(CFG)
+    model = ReplyModel(reply=steps_then_answer(3))
+    graph = create_agent(
+        model,
+        [sh],
+        system_prompt="Be brief.",
+        middleware=[ac.middleware()],
+        state_schema=schema,
+        checkpointer=InMemorySaver(),
+        store=InMemoryStore(),
+    )
+    inp = {"messages": [HumanMessage("fix the build")]}
+    with pytest.raises(ValueError, match="reducer") as refused:
+        await graph.ainvoke(inp, THREAD) if run_async else graph.invoke(inp, THREAD)
+    assert "add_messages" in str(refused.value)
+    assert not model.seen
