@@ -79,7 +79,7 @@ from langchain_autocontext.strategies.pipeline import (
     run_pipeline,
 )
 from langchain_autocontext.summarizers import LLMSummarizer, Summarizer, resolve_summarizer
-from langchain_autocontext.tokens import TokenCounter, resolve_counter
+from langchain_autocontext.tokens import _LRU, TokenCounter, resolve_counter
 from langchain_autocontext.view import (
     ModelCall,
     augment_system,
@@ -244,6 +244,11 @@ def _checked_strategies(strategies: Any) -> list[Strategy] | None:
                 "FifoEviction() from langchain_autocontext.strategies."
             )
     return out
+
+
+#: Threads an engine remembers (:class:`_ThreadMemo`), the least recently used dropped
+#: first: one forgotten costs a read of every id of its next input.
+_MEMO_THREADS = 4096
 
 
 @dataclass
@@ -440,10 +445,8 @@ class ContextEngine:
         #: (id of the store's backend, its prefix, thread) -> (a weak reference to that
         #: backend, what this engine knows of the thread there): the reference tells a new
         #: store that got a freed one's address from the old one, whose memo would
-        #: otherwise skip its archiving
-        self._archived: OrderedDict[
-            tuple[int, str, str], tuple[weakref.ref[BaseStore], _ThreadMemo]
-        ] = OrderedDict()
+        #: otherwise skip its archiving. The least recently used thread goes first.
+        self._archived = _LRU(_MEMO_THREADS)
         self._tools: list[BaseTool] | None = None
         #: The surface tells the engine which tools each request sends (the middleware);
         #: else a tool the agent calls but this engine does not count is warned about once.
@@ -741,8 +744,8 @@ class ContextEngine:
         each time."""
         backend = store.backend
         key = (id(backend), store.prefix, thread_id)
-        entry = self._archived.get(key)
-        if entry is not None and entry[0]() is backend:
+        entry: tuple[weakref.ref[BaseStore], _ThreadMemo] | None = self._archived.get(key)
+        if entry is not None and entry[0]() is backend:  # a hit: used most recently now
             return entry[1]
         try:
             ref = weakref.ref(backend)
@@ -753,9 +756,7 @@ class ContextEngine:
             if entry is not None and entry[0]() is backend:
                 return entry[1]
             memo = _ThreadMemo()
-            self._archived[key] = (ref, memo)
-            while len(self._archived) > 4096:
-                self._archived.popitem(last=False)
+            self._archived.put(key, (ref, memo))
         return memo
 
     def _archived_ids(self, store: OffloadStore, thread_id: str) -> dict[str, _Archived]:
@@ -791,7 +792,7 @@ class ContextEngine:
         process, or elsewhere: :meth:`_revalidate`), so the ids it remembers archiving
         are not in the store any more."""
         with self._lock:
-            self._archived.pop((id(store.backend), store.prefix, thread_id), None)
+            self._archived.pop((id(store.backend), store.prefix, thread_id))
 
     def _revalidate(
         self, store: OffloadStore, thread_id: str, messages: Sequence[BaseMessage]

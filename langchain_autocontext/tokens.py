@@ -308,6 +308,11 @@ class _LRU:
         with self._lock:
             self._data[key] = value
 
+    def pop(self, key: Hashable) -> Any:
+        """Drop ``key``; its value, or ``None`` when absent."""
+        with self._lock:
+            return self._data.pop(key, None)
+
     def clear(self) -> None:
         with self._lock:
             self._data.clear()

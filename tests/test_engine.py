@@ -1328,3 +1328,42 @@ def test_a_compress_and_an_archive_of_one_thread_at_once_do_not_collide() -> Non
         sys.setswitchinterval(interval)
     assert not other.is_alive()
     assert not errors
+
+
+class _HistoryReads(InMemoryStore):
+    """Counts the reads of history items (one per key asked for)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+
+    def batch(self, ops: Any) -> Any:
+        ops = list(ops)
+        self.reads += sum(
+            type(op).__name__ == "GetOp" and op.namespace[-1:] == ("history",) for op in ops
+        )
+        return super().batch(ops)
+
+
+def test_a_thread_in_use_keeps_its_archive_memo_while_other_threads_come(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The engine remembers what it archived for a bounded number of threads. It dropped
+    the one it had met first, however often it was used: a long conversation, served
+    between thousands of one-off threads, lost its memo each time that many were met, and
+    its next call read every id of its input from the store again (62 reads instead of 2
+    at 4,096 threads). A thread's call now keeps its memo, the least recently used goes."""
+    import langchain_autocontext.engine as engine_module
+
+    monkeypatch.setattr(engine_module, "_MEMO_THREADS", 8)  # 4,096: the same, slower
+    store = _HistoryReads()
+    ac = AutoContext(AutoContextConfig(max_tokens=100_000), store=store)
+    hot: list[BaseMessage] = [HumanMessage(f"message {i}", id=f"h{i}") for i in range(30)]
+    ac.compress(hot, thread_id="hot")
+    for i in range(40):
+        ac.compress([HumanMessage("one-off", id=f"c{i}")], thread_id=f"one-off {i}")
+        if i % 4 == 3:  # the long conversation goes on, between the others
+            hot.append(AIMessage(f"reply {i}", id=f"r{i}"))
+            before = store.reads
+            ac.compress(hot, thread_id="hot")
+            assert store.reads - before <= 2, i  # the new id, and one remembered as witness
