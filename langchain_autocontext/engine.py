@@ -249,6 +249,9 @@ def _checked_strategies(strategies: Any) -> list[Strategy] | None:
 #: Threads an engine remembers (:class:`_ThreadMemo`), the least recently used dropped
 #: first: one forgotten costs a read of every id of its next input.
 _MEMO_THREADS = 4096
+#: Inputs of a thread whose ids its memo keeps (:meth:`_ThreadMemo.settle`): up to this
+#: many branches of a fan-out of one thread, each calling in turn, keep each other's.
+_SETTLED_INPUTS = 32
 
 
 @dataclass
@@ -266,6 +269,25 @@ class _ThreadMemo:
     #: through the summaries it absorbed (kept for those only: the next summary, which
     #: absorbs one of them, builds on it instead of walking the whole chain again)
     closures: dict[str, frozenset[str]] = field(default_factory=dict)
+    #: id in ``archived`` -> the number of the last settle (:meth:`settle`) that kept it
+    settled: dict[str, int] = field(default_factory=dict)
+    settles: int = 0  # the settles so far
+
+    def settle(self, ids: Iterable[str]) -> None:
+        """After archiving a call's whole input (``ids``): forget what is archived under
+        an id that none of the thread's last :data:`_SETTLED_INPUTS` inputs held (one
+        archived since the previous settle counts as held by this one). The next input is
+        this one compressed plus what arrives, so ids summarized away would only pile up
+        over a long thread; the inputs before count too, as the branches of a fan-out
+        (``Send``) of one thread take turns here, each with its own messages."""
+        self.settles += 1
+        now, seen = self.settles, self.settled
+        seen.update((i, now) for i in ids)
+        for i in self.archived:
+            seen.setdefault(i, now)
+        oldest = now - _SETTLED_INPUTS
+        self.settled = {i: n for i, n in seen.items() if n > oldest and i in self.archived}
+        self.archived = {i: fp for i, fp in self.archived.items() if i in self.settled}
 
     def closure(self, root: str) -> frozenset[str]:
         """Every message id the summary ``root`` stands for: those it replaced, and
@@ -831,13 +853,10 @@ class ContextEngine:
     def _settle_archived(
         self, store: OffloadStore, thread_id: str, originals: Sequence[BaseMessage]
     ) -> None:
-        """After archiving the whole working list: remember only its ids. The next
-        input is this list compressed plus what arrives, so ids summarized away would
-        only pile up over a long thread; one that comes back (an older checkpoint)
-        costs a look in the store, which skips what it holds."""
-        memo = self._memo(store, thread_id)
-        ids = {m.id for m in originals}
-        memo.archived = {i: fp for i, fp in memo.archived.items() if i in ids}
+        """After archiving the whole working list: remember only the ids of the thread's
+        latest inputs (:meth:`_ThreadMemo.settle`). One that comes back (an older
+        checkpoint) costs a look in the store, which skips what it holds."""
+        self._memo(store, thread_id).settle(str(m.id) for m in originals)
 
     def _archive_input(
         self,
@@ -848,7 +867,7 @@ class ContextEngine:
         summaries: Sequence[str] | None = None,
     ) -> int:
         """Archive a call's whole input (the originals of :meth:`_prepare_all`), then
-        remember only its ids (:meth:`_settle_archived`). Returns how many were new.
+        remember only the ids of the thread's latest inputs (:meth:`_settle_archived`). Returns how many were new.
         ``summaries``: the offload ids of the summaries among them, when the call found
         them already (:attr:`_Call.summaries`)."""
         return self._archive(originals, summaries, thread_id, store, settle=True)
@@ -928,7 +947,7 @@ class ContextEngine:
         """:meth:`archive`; ``summaries``: the offload ids of the summaries in
         ``messages`` (:func:`summary_offload_ids`), when the caller found them already;
         ``settle``: ``messages`` are a call's whole input, after which the memo keeps
-        only their ids (:meth:`_settle_archived`). The memo is read and rewritten under
+        only the ids of the thread's latest inputs (:meth:`_settle_archived`). The memo is read and rewritten under
         the archive lock only: another caller's archive of the thread, marking what it
         wrote, must not run while it is filtered (the dict changed size while iterated)."""
         with store.archive_lock(thread_id):  # the calls of one reply archive it once

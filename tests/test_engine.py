@@ -1367,3 +1367,24 @@ def test_a_thread_in_use_keeps_its_archive_memo_while_other_threads_come(
             before = store.reads
             ac.compress(hot, thread_id="hot")
             assert store.reads - before <= 2, i  # the new id, and one remembered as witness
+
+
+def test_branches_of_one_thread_calling_in_turn_keep_each_others_archive_memo() -> None:
+    """The branches of a fan-out (``Send``) of one thread share the engine's memo of
+    what it archived there, and each call kept in it only the ids of its own input: each
+    branch's call forgot the others' messages, whose next call read every id of its input
+    from the store again (4 reads at the second step here, 14 at the twelfth). The ids of
+    the thread's latest inputs are kept."""
+    store = _HistoryReads()
+    ac = AutoContext(AutoContextConfig(max_tokens=100_000), store=store)
+    shared = HumanMessage("three tasks", id="u0")
+    branches: list[list[BaseMessage]] = [
+        [shared, HumanMessage(f"task {b}", id=f"task{b}")] for b in range(3)
+    ]
+    for step in range(12):
+        for b, branch in enumerate(branches):
+            branch.append(AIMessage(f"step {step} of task {b}", id=f"a{b}-{step}"))
+            before = store.reads
+            ac.compress(branch, thread_id="fan")
+            if step:  # after a branch's first call: its new id, and one witness
+                assert store.reads - before <= 2, (step, b)

@@ -1044,3 +1044,71 @@ def test_a_state_whose_messages_key_has_another_name_is_refused() -> None:
     with pytest.raises(ValueError, match="no 'messages' key"):
         graph.invoke({"chat": [HumanMessage("hi")]}, {"configurable": {"thread_id": "c"}})
     assert model.seen == []
+
+
+def test_parallel_branches_of_one_agent_read_the_history_no_more_than_separate_runs() -> None:
+    """Three ``Send`` branches of one ``create_agent`` worker on one thread share the
+    engine's memo of what it archived there; each model call kept in it only its own
+    input's ids, so each branch's next call read every id of its input from the store
+    again: the history reads grew with the square of the steps (573 for three branches
+    of 10 steps, against 43 for one). They grow as three separate runs' do now."""
+    import threading
+
+    from _builders import FunctionModel, call
+    from langchain.agents import create_agent
+    from langchain_core.messages import AIMessage
+    from langchain_core.tools import tool
+    from langgraph.graph import END, MessagesState
+    from langgraph.store.base import GetOp
+    from langgraph.types import Send
+
+    class HistoryReads(InMemoryStore):
+        def __init__(self) -> None:
+            super().__init__()
+            self.reads = 0
+            self.guard = threading.Lock()
+
+        def batch(self, ops: Any) -> Any:
+            ops = list(ops)
+            with self.guard:
+                self.reads += sum(
+                    isinstance(op, GetOp) and op.namespace[-1:] == ("history",) for op in ops
+                )
+            return super().batch(ops)
+
+    @tool
+    def run(command: str) -> str:
+        """Run a command."""
+        return f"ok {command}"
+
+    def reads(branches: int) -> int:
+        steps: dict[str, int] = {}
+
+        def respond(msgs: list[Any], n: int) -> AIMessage:
+            task = next(str(m.content) for m in msgs if str(m.content).startswith("task"))
+            done = steps[task] = steps.get(task, -1) + 1
+            if done < 10:
+                return AIMessage("", tool_calls=[call("run", {"command": f"{task}-{done}"})])
+            return AIMessage(f"finished {task}")
+
+        store = HistoryReads()
+        ac = AutoContext(AutoContextConfig(max_tokens=100_000), store=store)
+        worker = create_agent(
+            FunctionModel(respond=respond), [run], middleware=[ac.middleware()], name="worker"
+        )
+        g = StateGraph(MessagesState)
+        g.add_node("worker", worker)
+        g.add_conditional_edges(
+            START,
+            lambda s: [
+                Send("worker", {"messages": [HumanMessage(f"task{k}")]}) for k in range(branches)
+            ],
+            ["worker"],
+        )
+        g.add_edge("worker", END)
+        app = g.compile(checkpointer=InMemorySaver(), store=store)
+        cfg = {"configurable": {"thread_id": "fan"}, "recursion_limit": 200}
+        app.invoke({"messages": [HumanMessage("Tasks.")]}, cfg)
+        return store.reads
+
+    assert reads(3) <= 3 * reads(1) + 6
