@@ -66,6 +66,7 @@ from langchain_autocontext.store import (
     MADE_OF_KEY,
     OffloadStore,
     _search_text,
+    _SharedLock,
     on_thread_deleted,
     revive,
     stored_agent,
@@ -591,7 +592,9 @@ class _ThreadIndex:
     #: version a rewrite by the package was made of: see :func:`_in_context`)
     later: dict[str, tuple[str, ...]] = field(default_factory=dict)
     versions: int = 0  # the later versions indexed (the values of ``later``, counted)
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    #: taken by searches in threads and in coroutines: a coroutine awaits it (a sync
+    #: search ranking a long history keeps no event loop waiting)
+    lock: _SharedLock = field(default_factory=_SharedLock)
 
     def size(self) -> HistorySize:
         """The size of the history indexed: its messages, and the later versions of
@@ -1171,7 +1174,20 @@ def _last_indexed(
     empty): the store is asked for that key to revalidate the cache."""
     index = _CACHE.get(store, thread_id, language=language)
     with index.lock:  # a key is in ``meta`` once the add that put it in ``keys`` is done
-        return index, (index.bm25.keys[-1] if len(index.bm25) else None)
+        return index, _last_key(index)
+
+
+async def _alast_indexed(
+    store: OffloadStore, thread_id: str, language: str
+) -> tuple[_ThreadIndex, str | None]:
+    """Async twin of :func:`_last_indexed`."""
+    index = _CACHE.get(store, thread_id, language=language)
+    async with index.lock.ahold():
+        return index, _last_key(index)
+
+
+def _last_key(index: _ThreadIndex) -> str | None:
+    return index.bm25.keys[-1] if len(index.bm25) else None
 
 
 def _refreshed(
@@ -1362,17 +1378,18 @@ async def asearch_history_sized(
     filters = SearchFilter.parse(speaker, after, before)
     query, limit = _check(query, limit, filters)
     count = await store.ahistory_count(thread_id)
-    index, key = _last_indexed(store, thread_id, check_language(language))
+    index, key = await _alast_indexed(store, thread_id, check_language(language))
     last = await store.aget_history_message(thread_id, key) if key is not None else None
     index, start = _refreshed(store, thread_id, count, index, key, last)
     if count > start:
         items = await store.aget_history_items(thread_id, start=start, end=count)
-        with _bulk(count - start):
-            _add(index, items)
+        async with index.lock.ahold():  # see _add
+            with _bulk(count - start):
+                _add_locked(index, items)
     # The index is shared by every search of the thread: read it under its lock, or a
     # concurrent search adding newer messages is seen half-way (a key without its
     # length or meta: IndexError, KeyError; a dict changing size while iterated).
-    with index.lock:
+    async with index.lock.ahold():
         keep = filters.matcher(index) if filters else None
     semantic: list[str] = []
     if store.index_config and query:
@@ -1382,7 +1399,7 @@ async def asearch_history_sized(
             limit=_semantic_limit(limit, filters),
         )
         semantic = [it.key for it in hits]
-    with index.lock:
+    async with index.lock.ahold():
         ranked = _rank(index, query, limit, semantic, frozenset(exclude), keep)
         return _hits(index, ranked, query, working), index.size()
 

@@ -26,7 +26,8 @@ digit string copy of ``seq``, because backends compare filter values differently
 
 Concurrency: the counters are read-modify-write. Writers of one thread of one
 backend inside one process are serialized by lock striping (sync and async callers,
-and every wrapper of the backend, share the locks; a cancelled async writer keeps its
+and every wrapper of the backend, share the locks, which an async caller awaits
+without blocking its event loop; a cancelled async writer keeps its
 lock until its write has landed); LangGraph runs one run per thread at a time, so several processes
 writing the same thread at once are not expected. If that happens anyway, the
 worst case is two items with the same ``seq`` (ordered by key then): history
@@ -150,6 +151,74 @@ def offload_ref(offload_id: str) -> str:
     return offload_id
 
 
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+class _SharedLock:
+    """A lock that threads and coroutines share. A thread takes it with ``with lock:``
+    (blocking, as a ``threading.Lock``); a coroutine with ``async with lock.ahold()``,
+    which waits on its event loop without blocking it: woken by the release, not polled,
+    and never holding the lock once cancelled. Not reentrant."""
+
+    __slots__ = ("_guard", "_lock", "_waiters")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._guard = threading.Lock()  # guards _waiters
+        #: the coroutines waiting: each one's loop and the future it awaits
+        self._waiters: set[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = set()
+
+    def locked(self) -> bool:
+        return self._lock.locked()
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        return self._lock.acquire(blocking, timeout)
+
+    def release(self) -> None:
+        """Release, and wake every waiting coroutine: each tries again (threads waiting
+        in :meth:`acquire` are woken by the lock itself)."""
+        self._lock.release()
+        with self._guard:
+            waiters, self._waiters = self._waiters, set()
+        for loop, waiter in waiters:
+            with contextlib.suppress(RuntimeError):  # its loop is closed: nobody waits
+                loop.call_soon_threadsafe(_wake, waiter)
+
+    def __enter__(self) -> _SharedLock:
+        self._lock.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    async def aacquire(self) -> None:
+        """Take the lock from a coroutine (see the class)."""
+        loop = asyncio.get_running_loop()
+        while not self._lock.acquire(blocking=False):
+            entry = (loop, loop.create_future())
+            with self._guard:
+                self._waiters.add(entry)
+            try:
+                # released between the try above and the registration: no wake comes
+                if self._lock.acquire(blocking=False):
+                    return
+                await entry[1]
+            finally:
+                with self._guard:
+                    self._waiters.discard(entry)
+
+    @asynccontextmanager
+    async def ahold(self) -> AsyncIterator[None]:
+        """Hold the lock from a coroutine (see the class)."""
+        await self.aacquire()
+        try:
+            yield
+        finally:
+            self.release()
+
+
 class _KeyedLocks:
     """One lock per key, alive while someone holds or waits for it.
 
@@ -163,11 +232,11 @@ class _KeyedLocks:
 
     def __init__(self) -> None:
         self._guard = threading.Lock()
-        self._entries: dict[Hashable, tuple[threading.Lock, int]] = {}  # key -> lock, users
+        self._entries: dict[Hashable, tuple[_SharedLock, int]] = {}  # key -> lock, users
 
-    def _checkout(self, key: Hashable) -> threading.Lock:
+    def _checkout(self, key: Hashable) -> _SharedLock:
         with self._guard:
-            lock, users = self._entries.get(key) or (threading.Lock(), 0)
+            lock, users = self._entries.get(key) or (_SharedLock(), 0)
             self._entries[key] = (lock, users + 1)
             return lock
 
@@ -192,7 +261,7 @@ class _KeyedLocks:
     async def ahold(self, key: Hashable) -> AsyncIterator[None]:
         lock = self._checkout(key)
         try:
-            async with _polled(lock):
+            async with lock.ahold():
                 yield
         finally:
             self._checkin(key)
@@ -512,18 +581,6 @@ async def _finished(pending: asyncio.Future[_T]) -> _T:
         raise
 
 
-@asynccontextmanager
-async def _polled(lock: threading.Lock) -> AsyncIterator[None]:
-    """Hold a threading lock (shared with sync callers) from a coroutine: polled, so the
-    event loop never blocks and a cancelled waiter never holds it."""
-    while not lock.acquire(blocking=False):
-        await asyncio.sleep(0.001)
-    try:
-        yield
-    finally:
-        lock.release()
-
-
 def prefix_problem(prefix: Any) -> str | None:
     """What is wrong with ``prefix`` as the first element of the package's namespaces
     (``None``: nothing). LangGraph's stores reject a '.' in a namespace label and
@@ -766,7 +823,7 @@ class OffloadStore(BaseStore):
 
     @asynccontextmanager
     async def aworking_lock(self, thread_id: str) -> AsyncIterator[None]:
-        """Async twin of :meth:`working_lock` (the same locks, polled so the event loop
+        """Async twin of :meth:`working_lock` (the same locks, awaited so the event loop
         never blocks and a cancelled waiter never holds one)."""
         async with _SURFACE_LOCKS.ahold(self._surface_key(thread_id)):
             yield
@@ -784,7 +841,7 @@ class OffloadStore(BaseStore):
 
     @asynccontextmanager
     async def aarchive_lock(self, thread_id: str) -> AsyncIterator[None]:
-        """Async twin of :meth:`archive_lock` (the same locks, polled)."""
+        """Async twin of :meth:`archive_lock` (the same locks, awaited)."""
         async with _STORE_LOCKS.ahold(("archive", self._lock_key(thread_id, HISTORY))):
             yield
 

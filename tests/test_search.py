@@ -1097,3 +1097,53 @@ def test_the_version_a_rewrite_was_made_of_is_the_one_in_context_shortened() -> 
     rewrite = context_edit(HumanMessage("codename GREYHOUND", id="y"), content="a codename")
     hits = search_history(store, "t", "GREYHOUND", 5, working=[rewrite])
     assert [(h.id, h.in_context) for h in hits if h.id == "y"] == [("y", "shortened")]
+
+
+async def test_an_async_search_waiting_for_a_sync_search_of_its_thread_blocks_no_loop() -> None:
+    """A thread's searches share its index, read under one lock. A sync search (a sync
+    tool, in a worker thread) held it while it ranked; an async search of the same thread
+    waited for it in the event loop's own thread, blocking it: no other coroutine of the
+    process ran meanwhile (here the sync search waits for one, which never ran). The
+    async search now waits on the loop."""
+    import asyncio
+    import threading
+    from collections.abc import Iterator, Sequence
+    from typing import Any
+
+    from langchain_core.messages import BaseMessage
+
+    store = OffloadStore(InMemoryStore())
+    store.append_history(
+        "t", [HumanMessage(f"invoice {i} was paid", id=f"m{i}") for i in range(20)]
+    )
+    search_history(store, "t", "invoice")  # indexed: both searches below only rank
+    inside, go_on = threading.Event(), threading.Event()
+    told: list[bool] = []
+
+    class Working(Sequence[BaseMessage]):
+        """The working messages of the sync search: it reads them under the index lock,
+        and waits there until a coroutine tells it to go on."""
+
+        def __getitem__(self, i: Any) -> Any:
+            raise IndexError(i)
+
+        def __len__(self) -> int:
+            return 1
+
+        def __iter__(self) -> Iterator[BaseMessage]:
+            inside.set()
+            told.append(go_on.wait(timeout=10))  # a blocked loop fails the test, not hangs it
+            return iter(())
+
+    sync_search = threading.Thread(
+        target=lambda: search_history(store, "t", "invoice", working=Working())
+    )
+    sync_search.start()
+    await asyncio.to_thread(inside.wait, 10)
+    searching = asyncio.ensure_future(asearch_history(store, "t", "invoice"))
+    for _ in range(20):  # the async search goes as far as it can: to the lock
+        await asyncio.sleep(0)
+    go_on.set()  # another coroutine's work
+    hits = await searching
+    await asyncio.to_thread(sync_search.join, 10)
+    assert told == [True] and hits

@@ -1118,6 +1118,53 @@ async def test_one_sessions_working_lock_still_excludes_its_writers() -> None:
         pass
 
 
+def test_an_async_waiter_for_a_lock_sleeps_until_the_release_wakes_it() -> None:
+    """A coroutine waiting for a thread's lock that a sync caller holds (the chat
+    history's working lock, held across a summarizer call: seconds) polled it every
+    millisecond: its event loop woke a thousand times a second for nothing. It sleeps
+    until the release wakes it: here the holder lets go once the loop woke 50 times,
+    or after half a second: the loop woke a few times (53 when polled)."""
+    import selectors
+
+    wakes = threading.Condition()
+    count = 0
+
+    class CountingSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
+        def select(self, timeout: float | None = None) -> Any:
+            nonlocal count
+            with wakes:
+                count += 1
+                wakes.notify_all()
+            return super().select(timeout)
+
+    store = OffloadStore(InMemoryStore())
+    held, waiting = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        with store.working_lock("s"):
+            held.set()
+            waiting.wait(timeout=10)
+            with wakes:
+                start = count
+                wakes.wait_for(lambda: count - start >= 50, timeout=0.5)
+
+    async def waiter() -> int:
+        waiting.set()
+        async with store.aworking_lock("s"):
+            return count
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    held.wait(timeout=10)
+    loop = asyncio.SelectorEventLoop(CountingSelector())
+    try:
+        woke = loop.run_until_complete(waiter())
+    finally:
+        loop.close()
+        thread.join(timeout=10)
+    assert woke < 10
+
+
 def test_a_slow_writer_of_one_thread_blocks_no_other_threads_writer() -> None:
     """Every other thread's append lands while one thread's history write is held."""
     store = OffloadStore()
