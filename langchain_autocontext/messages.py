@@ -39,6 +39,7 @@ __all__ = [
     "AC_KEY",
     "AUTONOMOUS_KEY",
     "EDIT_KEY",
+    "FOREIGN_SUMMARY_KWARGS",
     "LEADING_BLOCK_TYPES",
     "PIN_KEY",
     "REASONING_BLOCK_TYPES",
@@ -56,6 +57,7 @@ __all__ = [
     "find_violations",
     "group_start",
     "is_context_edit",
+    "is_foreign_summary",
     "is_pinned",
     "is_real_user",
     "latest_user_index",
@@ -77,6 +79,7 @@ __all__ = [
     "round_starts",
     "sanitize_message",
     "sent_calls",
+    "speaker_role",
     "state_messages",
     "text_of",
     "tool_call_ids",
@@ -338,9 +341,58 @@ def marker(message: BaseMessage) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
+#: ``additional_kwargs`` entries by which another library marks the summary it writes in
+#: the user role: LangChain's ``SummarizationMiddleware`` (``langchain.agents.middleware``)
+#: writes ``HumanMessage("Here is a summary of the conversation to date: …",
+#: additional_kwargs={"lc_source": "summarization"})`` in place of the messages it removed.
+#: (LangMem's ``summarize_messages``/``SummarizationNode`` write theirs as a system message.)
+FOREIGN_SUMMARY_KWARGS: Mapping[str, str] = {"lc_source": "summarization"}
+
+
+def is_foreign_summary(extra: Mapping[str, Any] | BaseMessage) -> bool:
+    """Whether a message (or its ``additional_kwargs``, as stored) is a summary another
+    library wrote (:data:`FOREIGN_SUMMARY_KWARGS`): the user did not say it. It is kept,
+    archived and searchable like any message, but it is no user turn (see
+    :func:`is_real_user`) and the history shows it in the ``system`` role
+    (:func:`speaker_role`)."""
+    if isinstance(extra, BaseMessage):
+        extra = extra.additional_kwargs
+    return isinstance(extra, Mapping) and any(
+        extra.get(k) == v for k, v in FOREIGN_SUMMARY_KWARGS.items()
+    )
+
+
 def is_real_user(message: BaseMessage) -> bool:
-    """A human message written by the user (not a summary/notice of this package)."""
-    return isinstance(message, HumanMessage) and marker(message) is None
+    """A human message written by the user: not a summary or notice of this package,
+    nor a summary another library wrote in the user role (:func:`is_foreign_summary`).
+    The latest one is the request the model works on; each opens a round."""
+    return (
+        isinstance(message, HumanMessage)
+        and marker(message) is None
+        and not is_foreign_summary(message)
+    )
+
+
+#: LangChain message types (``message.type``, a chunk's class name) and the role each is.
+_ROLE_OF = {
+    "human": "user",
+    "HumanMessageChunk": "user",
+    "ai": "assistant",
+    "AIMessageChunk": "assistant",
+    "ToolMessageChunk": "tool",
+    "SystemMessageChunk": "system",
+}
+
+
+def speaker_role(kind: str, extra: Any = None) -> str:
+    """The role (``user``, ``assistant``, ``tool``, ``system``) of a message of type
+    ``kind`` (``message.type``) with ``additional_kwargs`` ``extra``, as the history
+    shows and filters it: a summary another library wrote in the user role
+    (:func:`is_foreign_summary`) is ``system``, not the user's words."""
+    role = _ROLE_OF.get(kind, kind)
+    if role == "user" and is_foreign_summary(extra):
+        return "system"
+    return role
 
 
 # --- content ----------------------------------------------------------------------

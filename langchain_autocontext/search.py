@@ -60,6 +60,7 @@ from langchain_autocontext.messages import (
     content_text,
     is_rewrite,
     load_message,
+    speaker_role,
     text_of,
 )
 from langchain_autocontext.store import (
@@ -661,17 +662,6 @@ def _drop_index(store: OffloadStore, thread_id: str) -> None:
 on_thread_deleted(_drop_index)
 
 
-#: LangChain message types (``message.type``) and the role each one is.
-_ROLE_OF = {
-    "human": "user",
-    "HumanMessageChunk": "user",
-    "ai": "assistant",
-    "AIMessageChunk": "assistant",
-    "ToolMessageChunk": "tool",
-    "SystemMessageChunk": "system",
-}
-
-
 class _Doc(NamedTuple):
     """What the index keeps of one history message."""
 
@@ -687,7 +677,7 @@ def _doc_of_message(message: BaseMessage) -> _Doc:
     name = message.name.strip() if isinstance(message.name, str) else None
     return _Doc(
         _search_text(message),
-        _ROLE_OF.get(message.type, message.type),
+        speaker_role(message.type, message.additional_kwargs),
         name or None,
         isinstance(message, ToolMessage),
         _is_copy(message),
@@ -721,7 +711,7 @@ def _doc_of_item(value: dict[str, Any]) -> _Doc:
         )
     return _Doc(
         text,
-        _ROLE_OF.get(kind, kind),
+        speaker_role(kind, data.get("additional_kwargs")),
         name or None,
         tool,
         copy,
@@ -1088,7 +1078,7 @@ def _in_context(hit: SearchHit, copy: BaseMessage | None) -> str:
     if hit._held is None:
         return "no" if hit.version_of is not None else "shortened" if rewritten else "yes"
     if not rewritten:
-        held = _held(_ROLE_OF.get(copy.type, copy.type), _search_text(copy))
+        held = _held(speaker_role(copy.type, copy.additional_kwargs), _search_text(copy))
         return "yes" if hit._held == held else "no"
     return "shortened" if hit.id == _made_of(hit, copy) else "no"
 

@@ -68,6 +68,7 @@ from langchain_autocontext.messages import (
     pin,
     pinned_tokens,
     remove_all,
+    speaker_role,
     text_of,
     tool_call_ids,
 )
@@ -582,7 +583,7 @@ _TRUNCATION_NOTE = (
 
 
 def _render_message(m: BaseMessage, n: int, total: int) -> str:
-    role = {"human": "user", "ai": "assistant"}.get(m.type, m.type)
+    role = speaker_role(m.type, m.additional_kwargs)
     head = f"--- message {n}/{total}: {role} id={m.id}"
     if isinstance(m, ToolMessage):
         head += f" (result of {m.name or 'tool'} call {m.tool_call_id})"

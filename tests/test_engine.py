@@ -246,6 +246,29 @@ def test_round_summary_keeps_user_messages() -> None:
     assert_recoverable(store, "t", msgs, res.messages)
 
 
+def test_a_summary_of_summarization_middleware_opens_no_round() -> None:
+    """LangChain's ``SummarizationMiddleware`` leaves its summary first, as a
+    ``HumanMessage`` marked ``lc_source: summarization``; what follows it until the next
+    user message did not answer it. It opened a round: its messages were summarized as
+    "the messages that answered the user message above", the summary kept as the user's
+    request (and, when no user message follows, kept whole as the latest one)."""
+    lc_summary = HumanMessage(
+        "Here is a summary of the conversation to date:\n\nthe user asked for X",
+        additional_kwargs={"lc_source": "summarization"},
+        id="lc-summary",
+    )
+    msgs = chat_rounds(3)
+    msgs[1] = lc_summary  # in place of the first request, before that round's work
+    cfg = AutoContextConfig(max_tokens=100_000, target_ratio=0.01, token_ratio=0.5)
+    ac, store = make(cfg, [RoundSummary()])
+    res = ac.compress(msgs, thread_id="t", force=True)
+    rounds = [m for m in res.messages if (marker(m) or {}).get("kind") == "round_summary"]
+    assert len(rounds) == 1  # the user's round before the current one; none of the summary
+    assert [m.id for m in res.messages[:4]] == [m.id for m in msgs[:4]]
+    assert not find_violations(res.messages)
+    assert_recoverable(store, "t", msgs, res.messages)
+
+
 def test_current_round_large_and_compression() -> None:
     msgs = coding_run(6, output_lines=30)
     cfg = AutoContextConfig(

@@ -1880,3 +1880,70 @@ async def test_a_state_whose_messages_are_not_kept_by_add_messages_is_refused(
         await graph.ainvoke(inp, THREAD) if run_async else graph.invoke(inp, THREAD)
     assert "add_messages" in str(refused.value)
     assert not model.seen
+
+
+# --- LangChain's SummarizationMiddleware beside the package --------------------------------------
+class LongSummaries(BaseChatModel):
+    """A summarizer for ``SummarizationMiddleware``: a long summary (more than the budget)."""
+
+    @property
+    def _llm_type(self) -> str:
+        return "long-summaries"
+
+    def _generate(self, messages, stop=None, run_manager=None, **kw):
+        summary = "Summary ZEBRA of the work so far.\n" + log_text(150)
+        return ChatResult(generations=[ChatGeneration(message=AIMessage(summary))])
+
+
+@pytest.mark.parametrize("run_async", [False, True])
+async def test_a_summarization_middleware_summary_is_not_a_user_turn(run_async: bool) -> None:
+    """``SummarizationMiddleware`` before ours writes its summary as a ``HumanMessage``
+    (``additional_kwargs={"lc_source": "summarization"}``). The package took it for a
+    user turn: once it had summarized the user's request away (mid tool loop) it became
+    the latest user message, never compressed, and a summary larger than the budget
+    stopped the run with a ContextBudgetError naming "the latest user message"; it was
+    archived, found under ``speaker="user"`` and reloaded as the user's words. It is
+    compressed like any other message now, and stays searchable and reloadable, as a
+    summary (role ``system``), not as the user's."""
+    from langchain.agents.middleware import SummarizationMiddleware
+
+    reload: list[str] = []
+
+    def reply(messages: list[BaseMessage], n: int) -> AIMessage:
+        if text_of(messages[-1]) == "reload it":
+            return call("reload_offloaded", {"offload_id": reload[0]}, n)
+        if isinstance(messages[-1], ToolMessage) and messages[-1].name == "reload_offloaded":
+            return AIMessage("reloaded")
+        if n % 3 == 2:
+            return AIMessage(f"answer {n}")
+        return call("sh", {"command": f"make {n}", "lines": 5}, n)
+
+    ac = AutoContext(AutoContextConfig(max_tokens=3000))
+    raw = InMemoryStore()
+    model = ReplyModel(reply=reply)
+    lc = SummarizationMiddleware(
+        model=LongSummaries(), trigger=("messages", 6), keep=("messages", 2)
+    )
+    graph = agent(model, ac, raw, extra=[lc])
+
+    async def ask(text: str) -> list[BaseMessage]:
+        go = {"messages": [HumanMessage(text)]}
+        out = await graph.ainvoke(go, THREAD) if run_async else graph.invoke(go, THREAD)
+        return out["messages"]
+
+    for question in ("question alpha", "question beta"):
+        assert text_of((await ask(question))[-1]).startswith("answer")
+    assert_fits(model, ac)
+    store = OffloadStore(raw)
+    (hit, *_) = search_history(store, "t", "ZEBRA")
+    assert hit.role == "system" and "ZEBRA" in hit.snippet  # found, not as the user's words
+    said = [h.snippet for h in search_history(store, "t", "question ZEBRA", speaker="user")]
+    assert said and all("ZEBRA" not in s for s in said), said
+    # compressed like any message: the model reloads it, as the summary it is
+    reload.extend(
+        r.offload_id for r in store.list_offloads("t") if any(m.id == hit.id for m in r.messages)
+    )
+    assert reload
+    await ask("reload it")
+    shown = text_of(model.seen[-1][-1])
+    assert f"system id={hit.id}" in shown and "ZEBRA" in shown, shown

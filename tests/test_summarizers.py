@@ -709,6 +709,21 @@ def test_render_transcript_cuts_the_largest_messages_to_fit() -> None:
     assert "A" * 50_000 + "TAIL" in render_transcript(msgs)
 
 
+def test_a_summary_another_library_wrote_is_not_shown_as_the_user() -> None:
+    """LangChain's ``SummarizationMiddleware`` writes its summary in the user role
+    (``lc_source: summarization``). A summarizer read it as the user's words: ``user:``
+    in an LLM summarizer's transcript, ``- user`` in the offline summary."""
+    lc_summary = HumanMessage(
+        "Here is a summary of the conversation to date:\n\nthe user asked for X",
+        additional_kwargs={"lc_source": "summarization"},
+    )
+    msgs = [lc_summary, HumanMessage("and now Y?"), AIMessage("Y is done.")]
+    text = render_transcript(msgs)
+    assert "[1] system:" in text and "[2] user:" in text, text
+    out = ExtractiveSummarizer().summarize(request(msgs, strategy="recursive")).text
+    assert "- user" in out and "- system" in out, out
+
+
 # --- LLMSummarizer: calls, usage, output cap --------------------------------------------------------
 def test_fake_list_model_reports_calls_and_input_tokens() -> None:
     """The benchmark double: a fixed 150-word summary, counting calls and input tokens."""

@@ -15,6 +15,7 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
 from langchain_autocontext.messages import (
+    is_foreign_summary,
     marker,
     result_tool_name,
     sent_calls,
@@ -34,7 +35,8 @@ def tool_calls_of(message: BaseMessage) -> list[dict[str, Any]]:
 
 def _role(message: BaseMessage) -> str:
     if isinstance(message, HumanMessage):
-        return "user"
+        # another library's summary in the user role (SummarizationMiddleware's) is no user turn
+        return "system" if is_foreign_summary(message) else "user"
     if isinstance(message, AIMessage):
         return "assistant"
     if isinstance(message, ToolMessage):
