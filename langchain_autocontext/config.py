@@ -256,7 +256,13 @@ class AutoContextConfig(BaseModel):
     )
     plan_note_tools: tuple[str, ...] = Field(
         default=("write_todos", "update_plan", "todo_write"),
-        description="Tools whose calls are plan notes: strategy 1 mentions them in one line.",
+        description="Tools whose calls are plan notes (a todo list). The latest plan note, "
+        "the newest call of these tools alone with its result, is the agent's current plan "
+        "(TodoListMiddleware never shows the model its todos again): it is kept verbatim as "
+        "a pin is, while it fits the room the pins leave under the pin limit, without "
+        "counting against that limit (a larger one is compressed as any tool call; the last "
+        "resorts before ContextBudgetError may compress it). Older plan notes are "
+        "superseded: strategy 1 mentions them in one line.",
     )
 
     # --- summarizer behaviour ---

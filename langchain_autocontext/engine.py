@@ -1176,13 +1176,21 @@ class ContextEngine:
         request_only: Collection[str] = (),
     ) -> int:
         """Tokens of what no strategy compresses in ``messages`` (system prompt, tool
-        schemas, latest user message, pending call, pins), counted as the pipeline
-        counts them: the ``floor`` of :meth:`AutoContextConfig.thresholds`. ``tools``:
+        schemas, latest user message, pending call, pins, the plan note kept as a pin),
+        counted as the pipeline counts them: the ``floor`` of :meth:`AutoContextConfig.thresholds`. ``tools``:
         the tool schemas the pipeline counts (default :attr:`count_tools`);
         ``request_only``: as :meth:`compress` takes it (none is the latest user message)."""
         tags = (shown or self.config).tags_mode
         counted = self.count_tools if tools is None else list(tools)
-        return floor_tokens(list(messages), self.counter, counted, tags, request_only)
+        return floor_tokens(
+            list(messages),
+            self.counter,
+            counted,
+            tags,
+            request_only,
+            plan_note_tools=self.config.plan_note_tools,
+            pin_limit=self.config.pin_limit,
+        )
 
     def with_own_tools(self, tools: Sequence[Any] | None) -> list[Any]:
         """The tool schemas the pipeline counts for a call that sends ``tools``: those

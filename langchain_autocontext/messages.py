@@ -60,6 +60,7 @@ __all__ = [
     "is_foreign_summary",
     "is_pinned",
     "is_real_user",
+    "latest_plan_note",
     "latest_user_index",
     "leading_blocks",
     "load_message",
@@ -741,6 +742,29 @@ def pinned_group_indices(messages: Sequence[BaseMessage], start: int = 0) -> lis
         for k in range(a, b)
         if not isinstance(messages[k], SystemMessage)
     ]
+
+
+def latest_plan_note(
+    messages: Sequence[BaseMessage], tools: Collection[str], start: int = 0
+) -> tuple[int, int] | None:
+    """The newest tool-call group (from ``start`` on) that calls only ``tools``
+    (``config.plan_note_tools``: a todo list's ``write_todos``), with its results, as a
+    half-open span: the agent's current plan, which ``TodoListMiddleware`` keeps in the
+    state but never shows the model again. ``None`` when there is none, or when it was
+    compressed already (a message of it carries the package's marker)."""
+    if not tools:
+        return None
+    for a in range(len(messages) - 1, start - 1, -1):
+        m = messages[a]
+        if not isinstance(m, AIMessage) or not m.tool_calls:
+            continue
+        if not all(tc["name"] in tools for tc in m.tool_calls):
+            continue
+        b = a + 1
+        while b < len(messages) and isinstance(messages[b], ToolMessage):
+            b += 1
+        return None if any(marker(messages[i]) for i in range(a, b)) else (a, b)
+    return None
 
 
 def pinned_tokens(messages: Sequence[BaseMessage], counter: Any) -> int:

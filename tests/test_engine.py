@@ -102,11 +102,96 @@ def test_tool_run_plan_note_tools_are_one_line() -> None:
     msgs += tool_group("write_todos", {"todos": ["SECRET-PLAN-DETAIL " * 20]}, ["ok"])
     msgs += tool_group("bash", {"command": "ls"}, [log_text(40)])
     msgs += tool_group("bash", {"command": "cat a.py"}, [log_text(40)])
+    latest = tool_group("write_todos", {"todos": ["CURRENT-PLAN-DETAIL " * 20]}, ["ok"])
+    msgs += latest
+    msgs += tool_group("bash", {"command": "ls"}, [log_text(40)])
+    msgs += tool_group("bash", {"command": "cat a.py"}, [log_text(40)])
     msgs += [AIMessage("done", id=uid())]
     res = ac.compress(msgs, thread_id="t", force=True)
-    text = next(m.content for m in res.messages if (marker(m) or {}).get("kind") == "tool_run")
-    assert "write_todos" in text
-    assert "SECRET-PLAN-DETAIL" not in text
+    runs = [m.content for m in res.messages if (marker(m) or {}).get("kind") == "tool_run"]
+    assert runs and "write_todos" in runs[0]  # the superseded plan: one line
+    assert all("SECRET-PLAN-DETAIL" not in text for text in runs)
+    # the current plan stays verbatim (kept as a pin)
+    assert [m.id for m in latest] == [m.id for m in res.messages if m.id in {x.id for x in latest}]
+    assert all(m in res.messages for m in latest)
+
+
+def _planning_thread(rounds: int) -> tuple[list[BaseMessage], list[BaseMessage]]:
+    """A thread whose agent rewrote its todo list (a large one, ``write_todos``'s result
+    repeating it as ``TodoListMiddleware``'s does) among long tool outputs; with
+    ``rounds=2`` the latest plan is in the first, finished round. Returns the thread and
+    the latest plan note."""
+    msgs: list[BaseMessage] = [SystemMessage("s", id=uid()), HumanMessage("task", id=uid())]
+    latest: list[BaseMessage] = []
+    for version in range(2):
+        todos = [f"PLAN{version}-ITEM{k} " + "detail " * 30 for k in range(8)]
+        latest = tool_group("write_todos", {"todos": todos}, [f"Updated todo list to {todos}"])
+        msgs += latest
+        for k in range(6):
+            msgs += tool_group("bash", {"command": f"make {version}-{k}"}, [log_text(40, k)])
+    if rounds == 2:
+        msgs += [AIMessage("first part done", id=uid()), HumanMessage("go on", id=uid())]
+        for k in range(6):
+            msgs += tool_group("bash", {"command": f"make more {k}"}, [log_text(40, k)])
+    return msgs, latest
+
+
+@pytest.mark.parametrize(
+    ("strategy", "rounds"),
+    [
+        (ToolRunCompression(), 1),
+        (LargeMessageOffload(keep_last=True), 1),
+        (LargeMessageOffload(keep_last=False), 1),
+        (RoundSummary(), 2),
+        (CurrentRoundLargeMessages(), 1),
+        (CurrentRoundCompression(), 1),
+        (FifoEviction(), 1),
+    ],
+    ids=lambda v: getattr(v, "name", "") + str(getattr(v, "keep_last", "")) or str(v),
+)
+def test_every_strategy_keeps_the_latest_plan_note_verbatim(strategy, rounds) -> None:
+    """The agent's current todo list (its latest ``write_todos`` call, with its result)
+    is what it needs next: no strategy compresses it while it fits the room pins may
+    take; the plan it superseded is compressed."""
+    cfg = AutoContextConfig(
+        max_tokens=8_000,
+        last_keep=2,
+        min_consecutive_tool_messages=2,
+        target_ratio=0.05,
+        large_payload_threshold=400,
+        pin_max_tokens=2_000,
+    )
+    ac, store = make(cfg, [strategy])
+    msgs, latest = _planning_thread(rounds)
+    res = ac.compress(msgs, thread_id="t", force=True)
+    assert res.events, "nothing was compressed"
+    kept = {m.id: m for m in res.messages}
+    for m in latest:
+        assert m.id in kept and kept[m.id].content == m.content and not marker(kept[m.id])
+        assert getattr(kept[m.id], "tool_calls", None) == getattr(m, "tool_calls", None)
+    assert not find_violations(res.messages)
+    assert_recoverable(store, "t", msgs, res.messages)
+
+
+def test_a_plan_note_past_the_pin_room_is_compressed_and_the_pins_keep_their_limit() -> None:
+    """The plan note is kept only in the room the pins leave under the pin limit: one
+    larger is compressed as any tool call, never a ContextBudgetError."""
+    msgs, latest = _planning_thread(1)
+    base = dict(max_tokens=8_000, last_keep=2, min_consecutive_tool_messages=2)
+    size = sum(make(AutoContextConfig(**base))[0].counter.count_message(m) for m in latest)
+    for room, kept in ((size, True), (size - 1, False)):
+        cfg = AutoContextConfig(**base, target_ratio=0.05, pin_max_tokens=room)
+        ac, _ = make(cfg, [ToolRunCompression(), FifoEviction()])
+        res = ac.compress(msgs, thread_id="t", force=True)
+        assert all(m in res.messages for m in latest) is kept
+    # a developer's pin takes the room first
+    note = pin(AIMessage("a short note", id=uid()))
+    cfg = AutoContextConfig(**base, target_ratio=0.05, pin_max_tokens=size)
+    res = make(cfg, [ToolRunCompression(), FifoEviction()])[0].compress(
+        [*msgs[:2], note, *msgs[2:]], thread_id="t", force=True
+    )
+    assert not any(m in res.messages for m in latest)
+    assert note in res.messages
 
 
 def test_offload_keeps_last_keep_then_offload_all() -> None:

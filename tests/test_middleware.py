@@ -10,6 +10,7 @@ when a call's view would not fit.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import operator
 import re
@@ -1947,3 +1948,86 @@ async def test_a_summarization_middleware_summary_is_not_a_user_turn(run_async: 
     await ask("reload it")
     shown = text_of(model.seen[-1][-1])
     assert f"system id={hit.id}" in shown and "ZEBRA" in shown, shown
+
+
+# --- plan notes (TodoListMiddleware) ------------------------------------------------------------
+def _todos(version: int, items: int = 6) -> list[dict[str, str]]:
+    return [
+        {"content": f"plan v{version} step {k}: PLAN{version}-ITEM{k}", "status": "pending"}
+        for k in range(items)
+    ]
+
+
+def _planning_reply(plans: int, steps: int, items: int = 6) -> Reply:
+    """``write_todos`` with a new plan, then ``steps`` shell commands, ``plans`` times."""
+
+    def reply(messages: list[BaseMessage], n: int) -> AIMessage:
+        version, k = divmod(n, steps + 1)
+        if version >= plans:
+            return AIMessage("all done")
+        if k == 0:
+            return call("write_todos", {"todos": _todos(version, items)}, n)
+        return call("sh", {"command": f"make {n}", "lines": 40}, n)
+
+    return reply
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_the_latest_todo_list_stays_in_view_through_compactions(mode: str) -> None:
+    """TodoListMiddleware never puts ``state["todos"]`` in the prompt: the model sees its
+    plan only in its latest ``write_todos`` call. That call stays verbatim through every
+    compaction, while the plans it superseded are compressed."""
+    from langchain.agents.middleware import TodoListMiddleware
+
+    ac, store = AutoContext(CFG), InMemoryStore()
+    model = ReplyModel(reply=_planning_reply(plans=3, steps=10))
+    graph = create_agent(
+        model,
+        [sh],
+        system_prompt="Be brief.",
+        middleware=[TodoListMiddleware(), ac.middleware()],
+        checkpointer=InMemorySaver(),
+        store=store,
+    )
+    go = {"messages": [HumanMessage("fix the build")]}
+    if mode == "sync":
+        graph.invoke(go, THREAD)
+    else:
+        asyncio.run(graph.ainvoke(go, THREAD))
+    assert_fits(model, ac)
+    events = OffloadStore.wrap(store).list_events("t")
+    assert len(events) >= 3  # several compactions
+    last = "\n".join(f"{text_of(m)} {getattr(m, 'tool_calls', '')}" for m in model.seen[-1])
+    for k in range(6):  # the current plan, whole
+        assert f"PLAN2-ITEM{k}" in last
+    for old in (0, 1):  # the superseded plans, not verbatim
+        assert f"PLAN{old}-ITEM5" not in last
+    # while a plan was current, every request showed it whole
+    for n, sent in enumerate(model.seen):
+        version = min(n // 11, 2) if n % 11 else (n // 11) - 1
+        if version < 0:
+            continue
+        shown = "\n".join(f"{text_of(m)} {getattr(m, 'tool_calls', '')}" for m in sent)
+        assert f"PLAN{version}-ITEM5" in shown, n
+
+
+def test_a_todo_list_larger_than_the_pin_room_is_compressed_without_error() -> None:
+    """A plan note that does not fit the room pins may take is not kept: it is
+    compressed as any other tool call, and no ContextBudgetError is raised."""
+    from langchain.agents.middleware import TodoListMiddleware
+
+    ac = AutoContext(CFG.model_copy(update={"pin_max_tokens": 60}))
+    model = ReplyModel(reply=_planning_reply(plans=2, steps=10, items=12))
+    graph = create_agent(
+        model,
+        [sh],
+        system_prompt="Be brief.",
+        middleware=[TodoListMiddleware(), ac.middleware()],
+        checkpointer=InMemorySaver(),
+        store=InMemoryStore(),
+    )
+    out = graph.invoke({"messages": [HumanMessage("fix the build")]}, THREAD)
+    assert text_of(out["messages"][-1]) == "all done"
+    assert_fits(model, ac)
+    last = "\n".join(f"{text_of(m)} {getattr(m, 'tool_calls', '')}" for m in model.seen[-1])
+    assert "PLAN1-ITEM11" not in last  # too large to keep: compressed as before

@@ -192,6 +192,10 @@ class PassContext:
     #: documents, see :meth:`~langchain_autocontext.engine.ContextEngine.compress`):
     #: compressible like any other, never the latest user message nor a round's start.
     request_only: frozenset[str] = frozenset()
+    #: Indices of the latest plan note while it is kept as a pin (the pipeline's
+    #: :func:`~langchain_autocontext.strategies.pipeline.kept_plan_note`): protected as
+    #: pinned messages are, so each strategy leaves it verbatim.
+    plan_note: frozenset[int] = frozenset()
 
     # The messages do not change during a pass: what is found by scanning them is
     # found once (``protected`` runs per message; a scan per call made a pass over a
@@ -321,7 +325,8 @@ class PassContext:
 
     def protected(self, i: int) -> bool:
         """System message, the latest user message, a pending last tool call, and
-        pinned messages (with the tool calls or results paired with them)."""
+        pinned messages (with the tool calls or results paired with them; the latest
+        plan note while it is kept as a pin)."""
         return (
             i == self.system_index
             or i == self.latest_user
@@ -340,8 +345,9 @@ class PassContext:
     @cached_property
     def pinned_indices(self) -> frozenset[int]:
         """Indices of pinned messages and of every message in their tool-call group
-        (a pinned call keeps its results, a pinned result its call)."""
-        return frozenset(pinned_group_indices(self.messages, self.body_start))
+        (a pinned call keeps its results, a pinned result its call), and of the plan
+        note kept as a pin (:attr:`plan_note`)."""
+        return frozenset(pinned_group_indices(self.messages, self.body_start)) | self.plan_note
 
     @cached_property
     def kept_results(self) -> frozenset[int]:

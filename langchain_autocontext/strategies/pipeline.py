@@ -3,6 +3,11 @@
 The pipeline is a generator that *yields* its I/O (offload writes, summarizer
 calls, event records) and receives the results, so one body of logic serves the
 sync driver (:func:`drive`) and the async one (:func:`adrive`).
+
+Over 600 lines because what no strategy may compress is decided here, beside the run
+that sets it aside and checks it: the floor, the pins and their limit, and the plan
+note kept in the room the pins leave (the engine reads the floor from here too); a
+module of their own would split the pin limit from the one error that enforces it.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from langchain_autocontext.errors import ContextBudgetError, InvariantViolationE
 from langchain_autocontext.messages import (
     assert_valid_sequence,
     is_pinned,
+    latest_plan_note,
     latest_user_index,
     marker,
     open_loop_index,
@@ -55,6 +61,7 @@ __all__ = [
     "developer_pin_tokens",
     "drive",
     "floor_tokens",
+    "kept_plan_note",
     "pinned_now",
     "run_pipeline",
 ]
@@ -138,9 +145,12 @@ def _check_pass(before: Msgs, after: Msgs, strategy: str, skip: frozenset[str]) 
         raise InvariantViolationError(f"strategy {strategy!r} dropped the latest user message")
 
 
-def minimal_context(messages: Msgs, skip: Collection[str] = ()) -> list[BaseMessage]:
+def minimal_context(
+    messages: Msgs, skip: Collection[str] = (), plan_note: Collection[int] = ()
+) -> list[BaseMessage]:
     """What can never be compressed: system message, latest user message (none of the
-    request-only ``skip``), pending call, and pinned messages with their tool-call groups."""
+    request-only ``skip``), pending call, and pinned messages with their tool-call groups;
+    ``plan_note``: the indices of the plan note kept as a pin (:func:`kept_plan_note`)."""
     keep: list[int] = []
     if messages and isinstance(messages[0], SystemMessage):
         keep.append(0)
@@ -148,16 +158,26 @@ def minimal_context(messages: Msgs, skip: Collection[str] = ()) -> list[BaseMess
         if idx is not None and idx not in keep:
             keep.append(idx)
     keep.extend(i for i in pinned_group_indices(messages) if i not in keep)
+    keep.extend(i for i in plan_note if i not in keep)
     return [messages[i] for i in sorted(keep)]
 
 
 def floor_tokens(
-    messages: Msgs, counter: TokenCounter, tools: Any, tags: bool | str, skip: Collection[str] = ()
+    messages: Msgs,
+    counter: TokenCounter,
+    tools: Any,
+    tags: bool | str,
+    skip: Collection[str] = (),
+    *,
+    plan_note_tools: Collection[str] = (),
+    pin_limit: int = 0,
 ) -> int:
     """Tokens of :func:`minimal_context` as sent (tool schemas and tags included, the
     tags naming each message by the short id the view shows): the ``floor`` that
-    :meth:`AutoContextConfig.thresholds` sets aside."""
-    return counter.count(minimal_context(as_shown(messages, tags), skip), tools, tags=tags)
+    :meth:`AutoContextConfig.thresholds` sets aside. ``plan_note_tools`` and
+    ``pin_limit``: the config's, for the plan note kept as a pin (:func:`kept_plan_note`)."""
+    kept = kept_plan_note(messages, counter, plan_note_tools, pin_limit, skip)
+    return counter.count(minimal_context(as_shown(messages, tags), skip, kept), tools, tags=tags)
 
 
 def _room_report(
@@ -215,6 +235,30 @@ def developer_pin_tokens(messages: Msgs, counter: Any, skip: Collection[str] = (
     if lu is not None and is_pinned(messages[lu]):  # a user message is its own group
         used -= counter.count_message(messages[lu])
     return used
+
+
+def kept_plan_note(
+    messages: Msgs,
+    counter: Any,
+    tools: Collection[str],
+    limit: int,
+    skip: Collection[str] = (),
+) -> list[int]:
+    """Indices of the latest plan note (:func:`~.messages.latest_plan_note`) when it is kept
+    as a pin: what the agent needs next, its current plan, which no strategy compresses
+    then. Only while it fits the room the pins leave under the pin ``limit``
+    (:func:`developer_pin_tokens`): it never counts against that limit, and a larger one
+    is compressed as any tool call (empty list). One that is pinned already is a pin."""
+    span = latest_plan_note(messages, tools)
+    if span is None:
+        return []
+    kept = range(*span)
+    if any(is_pinned(messages[i]) for i in kept):
+        return []
+    size = sum(counter.count_message(messages[i]) for i in kept)
+    if size > limit - developer_pin_tokens(messages, counter, skip):
+        return []
+    return list(kept)
 
 
 def pinned_now(
@@ -333,7 +377,15 @@ def run_pipeline(
     tokens = count(msgs)
     before = tokens
     if floor is None:
-        floor = floor_tokens(msgs, counter, tools, tags, request_only)
+        floor = floor_tokens(
+            msgs,
+            counter,
+            tools,
+            tags,
+            request_only,
+            plan_note_tools=config.plan_note_tools,
+            pin_limit=limit,
+        )
     triggered = force or config.due(tokens, len(msgs), floor, headroom)
     if not triggered:
         return PipelineResult(msgs, before, tokens, triggered=False)
@@ -376,6 +428,12 @@ def run_pipeline(
             floor_tokens=floor,
             tag_costs=tag_costs(msgs),
             request_only=request_only,
+            # the last resorts may compress the plan note, as they do the protected tail
+            plan_note=frozenset(
+                kept_plan_note(msgs, counter, config.plan_note_tools, limit, request_only)
+                if keep_tail
+                else ()
+            ),
         )
         jobs = strategy.plan(ctx)
         if not jobs:
