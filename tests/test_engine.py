@@ -194,6 +194,30 @@ def test_a_plan_note_past_the_pin_room_is_compressed_and_the_pins_keep_their_lim
     assert note in res.messages
 
 
+def test_a_kept_plan_note_never_makes_the_context_impossible_to_fit() -> None:
+    """The plan note is kept while there is room: a system prompt and request that leave
+    too little for it get it compressed, never a ContextBudgetError that blames what can
+    never be compressed (the plan note can be)."""
+    msgs, latest = _planning_thread(1)
+    counter = make(AutoContextConfig(max_tokens=8_000))[0].counter
+    plan = sum(counter.count_message(m) for m in latest)
+    budget = 4 * plan
+    system = SystemMessage("Follow the rules. " * 10_000, id=uid())
+    # the system prompt and the request leave less than the plan note's size
+    while counter.count([system, msgs[1]]) > budget - plan // 2:
+        system = SystemMessage(str(system.content)[:-200], id=system.id)
+    cfg = AutoContextConfig(max_tokens=budget, pin_max_tokens=plan)
+    for run in ("sync", "async"):
+        ac, _ = make(cfg)
+        thread = [system, *msgs[1:]]
+        if run == "sync":
+            res = ac.compress(thread, thread_id="t")
+        else:
+            res = asyncio.run(ac.acompress(thread, thread_id="t"))
+        assert res.tokens_after <= budget
+        assert not all(m in res.messages for m in latest)
+
+
 def test_offload_keeps_last_keep_then_offload_all() -> None:
     big = log_text(200)
     msgs = [SystemMessage("s", id=uid()), HumanMessage("task", id=uid())]

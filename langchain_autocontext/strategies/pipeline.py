@@ -389,7 +389,9 @@ def run_pipeline(
     triggered = force or config.due(tokens, len(msgs), floor, headroom)
     if not triggered:
         return PipelineResult(msgs, before, tokens, triggered=False)
-    if floor > hard:
+    # the plan note kept as a pin is set aside while there is room for it; the last
+    # resorts compress it, so it never makes a context impossible to fit
+    if floor > hard and floor_tokens(msgs, counter, tools, tags, request_only) > hard:
         raise ContextBudgetError(
             f"What can never be compressed (system prompt, tool schemas, latest user "
             f"message, pinned messages) alone counts {floor + reserved_tokens} tokens, more "
