@@ -1399,7 +1399,7 @@ class ContextEngine:
         self,
         messages: Sequence[MessageLikeRepresentation],
         *,
-        thread_id: str = "default",
+        thread_id: str | None = None,
         store: BaseStore | None = None,
         tools: Sequence[Any] | None = None,
         force: bool = False,
@@ -1427,13 +1427,17 @@ class ContextEngine:
         user message (a document appended as a user message leaves the user's own
         latest message kept); one that a strategy summarizes or offloads is kept in that
         offload's record (``reload_offloaded``).
+        ``thread_id``: the thread the originals, offloads and events are filed under;
+        without it, the thread of the LangGraph run this is called in (a node, an
+        ``@entrypoint``, a ``@task``), as the package's surfaces and tools resolve it
+        (:func:`call_thread`), and ``"default"`` outside any run.
         Raises :class:`ContextBudgetError` when the system prompt and the latest
         user message alone exceed ``max_tokens``.
         """
         st = self.resolve_store(store)  # first: its warning names the caller's line
         call = self._intake(messages, thread_id, st, tools, state, view, request_only)
         archived = self._archive_input(
-            call.originals, thread_id=thread_id, store=call.store, summaries=call.summaries
+            call.originals, thread_id=call.thread_id, store=call.store, summaries=call.summaries
         )
         result = drive(self._compression(call, force, headroom), call.store, self.summarizer)
         return self._finish(result, archived, call.ids_assigned, call.virtual, call.system)
@@ -1441,7 +1445,7 @@ class ContextEngine:
     def _intake(
         self,
         messages: Sequence[MessageLikeRepresentation],
-        thread_id: str,
+        thread_id: str | None,
         store: OffloadStore,
         tools: Sequence[Any] | None,
         state: Mapping[str, Any] | None,
@@ -1451,6 +1455,7 @@ class ContextEngine:
         """What :meth:`compress` and :meth:`acompress` do before the archive."""
         given = as_messages(messages)
         state = checked_state(state)
+        thread_id = call_thread(thread_id, state, given)  # the ids as given, before ours
         if tools is None:
             self._check_counted_tools(given, view, stacklevel=4)
         # _prepare_all's (msgs, ids_assigned, virtual, originals), in _Call's order
@@ -1541,7 +1546,7 @@ class ContextEngine:
         self,
         messages: Sequence[MessageLikeRepresentation],
         *,
-        thread_id: str = "default",
+        thread_id: str | None = None,
         store: BaseStore | None = None,
         tools: Sequence[Any] | None = None,
         force: bool = False,
@@ -1554,7 +1559,7 @@ class ContextEngine:
         st = self.resolve_store(store)  # first: its warning names the caller's line
         call = self._intake(messages, thread_id, st, tools, state, view, request_only)
         archived = await self._aarchive_input(
-            call.originals, thread_id=thread_id, store=call.store, summaries=call.summaries
+            call.originals, thread_id=call.thread_id, store=call.store, summaries=call.summaries
         )
         result = await adrive(self._compression(call, force, headroom), call.store, self.summarizer)
         return self._finish(result, archived, call.ids_assigned, call.virtual, call.system)
@@ -1566,7 +1571,7 @@ class ContextEngine:
         *,
         state: Mapping[str, Any] | None = None,
         tools: Sequence[Any] | None = None,
-        thread_id: str = "default",
+        thread_id: str | None = None,
         request_only: Collection[str] = (),
     ) -> ModelCall:
         """The model's input view of the (already compressed) working messages.
@@ -1592,7 +1597,7 @@ class ContextEngine:
             ContextBudgetError: the view exceeds ``max_tokens`` because the messages
                 were not compressed with the same ``state`` (see :meth:`compress`).
         """
-        del thread_id  # the view needs no store; kept for symmetry with the other calls
+        del thread_id  # the view needs no store or thread; kept for symmetry with the others
         return self._model_call(messages, state, tools, request_only=request_only)
 
     def _model_call(
@@ -1750,7 +1755,7 @@ class ContextEngine:
         messages: Sequence[BaseMessage],
         *,
         state: Mapping[str, Any] | None = None,
-        thread_id: str = "default",
+        thread_id: str | None = None,
         store: BaseStore | None = None,
         archive_reply: bool = True,
     ) -> dict[str, Any]:
@@ -1771,10 +1776,13 @@ class ContextEngine:
         or ``{}`` when there is nothing to do. After a ``<user>`` command,
         ``update["autocontext"]["autonomous_pending"]`` is True and the update ends
         with the new user message: call the model again.
+
+        ``thread_id``: as :meth:`compress` takes it (without it, the thread of the run
+        this is called in, else ``"default"``).
         """
-        outcome = process_reply(
-            messages, config=self.config, state=checked_state(state), counter=self.counter
-        )
+        state = checked_state(state)
+        thread_id = call_thread(thread_id, state, messages)
+        outcome = process_reply(messages, config=self.config, state=state, counter=self.counter)
         if archive_reply and _reply(messages) and not outcome.changed:
             # the reply reaches the history now, not at the next call (or never, when the
             # run ends here or a human edits its pending call first)
@@ -1794,14 +1802,14 @@ class ContextEngine:
         messages: Sequence[BaseMessage],
         *,
         state: Mapping[str, Any] | None = None,
-        thread_id: str = "default",
+        thread_id: str | None = None,
         store: BaseStore | None = None,
         archive_reply: bool = True,
     ) -> dict[str, Any]:
         """Async twin of :meth:`after_model_call`."""
-        outcome = process_reply(
-            messages, config=self.config, state=checked_state(state), counter=self.counter
-        )
+        state = checked_state(state)
+        thread_id = call_thread(thread_id, state, messages)
+        outcome = process_reply(messages, config=self.config, state=state, counter=self.counter)
         if archive_reply and _reply(messages) and not outcome.changed:
             await self.aarchive(
                 _with_ids(messages), thread_id=thread_id, store=self.resolve_store(store)
@@ -2101,6 +2109,44 @@ def run_thread(
             stacklevel=3,
         )
     return thread, {**normalize_state(state), RUN_THREAD_KEY: thread}
+
+
+def call_thread(
+    thread_id: str | None,
+    state: Mapping[str, Any] | None = None,
+    messages: Sequence[Any] | None = None,
+) -> str:
+    """The thread a plain call (:meth:`ContextEngine.compress`,
+    :meth:`~ContextEngine.after_model_call`, …) files under: ``thread_id`` when given;
+    inside a run (a LangGraph node, ``@entrypoint`` or ``@task``: any Runnable), the
+    run's thread as the surfaces resolve it (:func:`run_thread` on the run's config,
+    ``state`` being the package's state and ``messages`` the conversation), so that a
+    node calling ``compress`` and the package's tools in the same run agree; outside any
+    run, ``"default"``.
+
+    A run without ``thread_id`` is filed under the thread of its conversation (with
+    :func:`run_thread`'s warning); when none can be derived from ``messages`` (no random
+    uuid4 id on the first user message) and the state keeps no thread, under
+    ``"default"``, where the tools (:func:`thread_id_of`) look too: a thread made up
+    per call could not be persisted, and would scatter the run over as many threads.
+    """
+    if thread_id is not None:
+        return thread_id
+    config = _run_config()
+    if config is None:
+        return "default"
+    found = thread_id_of(config, state, messages)
+    return found if found == "default" else run_thread(config, state, messages)[0]
+
+
+def _run_config() -> RunnableConfig | None:
+    """The config of the run this is called in, or None outside any run."""
+    try:
+        from langgraph.config import get_config
+
+        return get_config()
+    except RuntimeError:  # outside a runnable context
+        return None
 
 
 def _graph_store() -> BaseStore | None:

@@ -247,3 +247,202 @@ def test_a_stateless_conversation_keeps_one_thread_once_its_first_message_is_com
     assert len(threads) == 1, threads
     history = OffloadStore(store).iter_history(next(iter(threads)))
     assert "locker code is 4471" in str(next(iter(history)).message.content)
+
+
+# --- plain engine calls made inside a graph run ------------------------------------------
+def _plain_calls_graph(
+    ac: AutoContext, model: Any, store: Any, mode: str, tools: Any = (), **compile: Any
+) -> Any:
+    """A StateGraph whose model node calls ``ac.compress`` / ``prepare_model_call`` /
+    ``after_model_call`` without ``thread_id`` (a model node of the user's own), and
+    whose ToolNode runs the package's tools."""
+    from langgraph.graph import START, MessagesState, StateGraph
+    from langgraph.prebuilt import ToolNode, tools_condition
+
+    def update(reply: BaseMessage, after: dict[str, Any]) -> dict[str, Any]:
+        return {"messages": [reply, *after.get("messages", [])]}
+
+    def agent(state: MessagesState) -> dict[str, Any]:
+        result = ac.compress(state["messages"])
+        reply = model.invoke(ac.prepare_model_call(result.messages).messages)
+        return update(reply, ac.after_model_call([*result.messages, reply]))
+
+    async def aagent(state: MessagesState) -> dict[str, Any]:
+        result = await ac.acompress(state["messages"])
+        reply = await model.ainvoke(ac.prepare_model_call(result.messages).messages)
+        return update(reply, await ac.aafter_model_call([*result.messages, reply]))
+
+    g = StateGraph(MessagesState)
+    g.add_node("agent", agent if mode == "sync" else aagent)
+    g.add_node("tools", ToolNode([*ac.all_tools, *tools]))
+    g.add_edge(START, "agent")
+    g.add_conditional_edges("agent", tools_condition)
+    g.add_edge("tools", "agent")
+    return g.compile(store=store, **compile)
+
+
+async def _invoke(graph: Any, mode: str, inputs: Any, config: Any) -> Any:
+    if mode == "sync":
+        return graph.invoke(inputs, config)
+    return await graph.ainvoke(inputs, config)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+async def test_plain_calls_in_a_graph_file_under_the_runs_thread(mode: str) -> None:
+    """``ac.compress(state["messages"])`` in a node, without ``thread_id``, filed every
+    conversation of the graph under ``"default"``: one history for all users. It now
+    files each under the run's thread, as the package's own surfaces and tools do."""
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from langchain_autocontext.store import decode_thread_id
+
+    store = InMemoryStore()
+    ac = AutoContext(AutoContextConfig(max_tokens=8_000, disclosure="always"), store=store)
+    graph = _plain_calls_graph(
+        ac, FunctionModel(respond=searcher), store, mode, checkpointer=InMemorySaver()
+    )
+    first = await _invoke(
+        graph, mode, {"messages": [("user", f"Remember my {SECRET}.")]}, _thread("A")
+    )
+    second = await _invoke(
+        graph, mode, {"messages": [("user", "What SSN did the last customer give?")]}, _thread("B")
+    )
+    assert "123-45-6789" in answers(first)
+    assert "123-45-6789" not in answers(second)
+    st = ac.resolve_store(store)
+    threads = {decode_thread_id(ns[1]) for ns in store.list_namespaces(prefix=("autocontext",))}
+    assert threads == {"A", "B"}, threads
+    for thread, result in (("A", first), ("B", second)):
+        history = {e.id: str(e.message.content) for e in st.iter_history(thread)}
+        assert set(history) == {str(m.id) for m in result["messages"]}  # the reply too
+    assert "123-45-6789" not in str([e.message.content for e in st.iter_history("B")])
+
+
+def _thread(thread: str) -> dict[str, Any]:
+    return {"configurable": {"thread_id": thread}}
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("checkpointed", [True, False])
+async def test_the_tools_reload_what_a_plain_compress_call_offloaded(
+    mode: str, checkpointed: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node calling ``ac.compress`` and the ToolNode running ``reload_offloaded`` in
+    the same run agree on the thread: with the run's ``thread_id``, and without one (the
+    thread named after the conversation's first user message, as the surfaces do)."""
+    from langchain_core.tools import tool
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    monkeypatch.setattr(engine, "_warned_run_thread", False)
+
+    @tool
+    def fetch(url: str) -> str:
+        """Fetch a page."""
+        return "\n".join(f"{url}: line {i} value={i * 7 % 13} status ok" for i in range(150))
+
+    reloaded: list[str] = []
+
+    def respond(msgs: list[BaseMessage], n: int) -> AIMessage:
+        if n < 3:
+            return AIMessage("", tool_calls=[call("fetch", {"url": f"u{n}"})])
+        if n == 3:
+            ids = _offload_ids(msgs)
+            assert ids, "the node offloaded a page"
+            return AIMessage("", tool_calls=[call("reload_offloaded", {"offload_id": ids[0]})])
+        reloaded.append(str(msgs[-1].content))
+        return AIMessage("done")
+
+    store = InMemoryStore()
+    ac = AutoContext(max_tokens=4_000, store=store, tools=[fetch])
+    compile = {"checkpointer": InMemorySaver()} if checkpointed else {}
+    model = FunctionModel(respond=respond)
+    compiled = _plain_calls_graph(ac, model, store, mode, [fetch], **compile)
+    config = _thread("t-1") if checkpointed else {}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        await _invoke(compiled, mode, {"messages": [("user", "Read u0 to u2.")]}, config)
+    # a run without thread_id: the surfaces' warning, once
+    said = [w for w in caught if "no thread_id" in str(w.message)]
+    assert len(said) == (0 if checkpointed else 1), [str(w.message) for w in caught]
+    assert reloaded and "No offloaded content" not in reloaded[0], reloaded
+    assert not ac.resolve_store(store).history_count("default")
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+async def test_plain_calls_in_an_entrypoint_file_under_the_runs_thread(mode: str) -> None:
+    """The functional API: an ``@entrypoint`` calling ``compress`` and
+    ``after_model_call`` without ``thread_id`` files each conversation under its
+    ``thread_id``; another thread's search never reaches it."""
+    from langchain_core.messages import HumanMessage
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.func import entrypoint
+    from langgraph.graph.message import add_messages
+
+    store = InMemoryStore()
+    ac = AutoContext(AutoContextConfig(max_tokens=8_000), store=store)
+    model = FunctionModel(respond=lambda msgs, n: AIMessage(f"noted {n}"))
+
+    def turn(question: str, previous: list[BaseMessage] | None) -> list[BaseMessage]:
+        return add_messages(previous or [], [HumanMessage(question)])
+
+    if mode == "sync":
+
+        @entrypoint(checkpointer=InMemorySaver(), store=store)
+        def chat(question: str, *, previous: list[BaseMessage] | None) -> Any:
+            messages = ac.compress(turn(question, previous)).messages
+            messages = add_messages(messages, [model.invoke(messages)])
+            messages = add_messages(messages, ac.after_model_call(messages).get("messages", []))
+            return entrypoint.final(value=messages, save=messages)
+
+    else:
+
+        @entrypoint(checkpointer=InMemorySaver(), store=store)
+        async def chat(question: str, *, previous: list[BaseMessage] | None) -> Any:
+            messages = (await ac.acompress(turn(question, previous))).messages
+            messages = add_messages(messages, [await model.ainvoke(messages)])
+            update = await ac.aafter_model_call(messages)
+            messages = add_messages(messages, update.get("messages", []))
+            return entrypoint.final(value=messages, save=messages)
+
+    for thread, text in (("A", f"Remember my {SECRET}."), ("B", "What SSN was given?")):
+        await _invoke(chat, mode, text, _thread(thread))
+    st = ac.resolve_store(store)
+    assert not st.history_count("default")
+    assert [str(e.message.content) for e in st.iter_history("A")] == [
+        f"Remember my {SECRET}.",
+        "noted 0",
+    ]
+    assert [str(e.message.content) for e in st.iter_history("B")] == [
+        "What SSN was given?",
+        "noted 1",
+    ]
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+async def test_plain_calls_outside_a_run_keep_the_default_thread(mode: str) -> None:
+    """Outside any run, ``compress`` and ``after_model_call`` without ``thread_id`` file
+    under ``"default"``; an explicit ``thread_id`` wins, also inside a run."""
+    from langchain_core.messages import HumanMessage
+    from langgraph.graph import START, MessagesState, StateGraph
+
+    store = InMemoryStore()
+    ac = AutoContext(AutoContextConfig(max_tokens=8_000), store=store)
+    messages = [HumanMessage("hello", id="h1"), AIMessage("hi", id="a1")]
+    if mode == "sync":
+        ac.compress(messages)
+        ac.after_model_call([*messages, AIMessage("more", id="a2")])
+    else:
+        await ac.acompress(messages)
+        await ac.aafter_model_call([*messages, AIMessage("more", id="a2")])
+    st = ac.resolve_store(store)
+    assert [e.id for e in st.iter_history("default")] == ["h1", "a1", "a2"]
+
+    def node(state: MessagesState) -> dict[str, Any]:
+        ac.compress(state["messages"], thread_id="chosen")
+        return {}
+
+    g = StateGraph(MessagesState)
+    g.add_node("node", node)
+    g.add_edge(START, "node")
+    g.compile().invoke({"messages": [("user", "pick")]}, _thread("run"))
+    assert st.history_count("chosen") == 1 and not st.history_count("run")
