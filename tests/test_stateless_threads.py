@@ -207,6 +207,13 @@ def test_a_stateless_conversation_is_filed_by_its_first_user_message() -> None:
     # a thread_id, or a thread already kept in the state, wins
     assert engine.run_thread({"configurable": {"thread_id": "t"}}, None, convo) == ("t", None)
     assert engine.run_thread(None, {"run_thread": "run-x"}, convo) == ("run-x", None)
+    # another library's summary in the user's role (SummarizationMiddleware's) is not the
+    # conversation's first user message: its id is new each time it summarizes again
+    foreign = {"lc_source": "summarization"}
+    summary = HumanMessage("summary", id=str(uuid.uuid4()), additional_kwargs=foreign)
+    resummarized = summary.model_copy(update={"id": str(uuid.uuid4())})
+    assert engine.run_thread(None, None, [summary, *convo])[0] == a
+    assert engine.run_thread(None, None, [resummarized, *convo])[0] == a
 
 
 def test_a_stateless_conversation_keeps_one_thread_once_its_first_message_is_compressed(

@@ -30,6 +30,7 @@ from langchain_core.messages import (
 from langchain_autocontext.messages import (
     atomic_groups,
     group_start,
+    is_foreign_summary,
     latest_user_index,
     mark,
     marker,
@@ -738,13 +739,16 @@ def replacement_summary(
 def conversation_origin(messages: Sequence[BaseMessage]) -> str | None:
     """The id of the first user message of the conversation ``messages`` hold: the
     first user message's, whether verbatim, offloaded or summarized in place (either
-    keeps its id), or the one a recursive summary that evicted it names. ``None``
+    keeps its id), or the one a recursive summary that evicted it names (another
+    library's summary in the user's role is none). ``None``
     when none is there. A thread derived from it stays the same after compression
     (the engine's stateless conversations)."""
     for m in messages:
         info = marker(m)
         if info is None:
-            if isinstance(m, HumanMessage):
+            # another library's summary in the user's role is no user message: its id
+            # is new each time that library summarizes again
+            if isinstance(m, HumanMessage) and not is_foreign_summary(m):
                 return m.id
             continue
         kind = info.get("kind")
