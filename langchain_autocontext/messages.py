@@ -750,16 +750,21 @@ def latest_plan_note(
     """The newest tool-call group (from ``start`` on) that calls only ``tools``
     (``config.plan_note_tools``: a todo list's ``write_todos``), with its results, as a
     half-open span: the agent's current plan, which ``TodoListMiddleware`` keeps in the
-    state but never shows the model again. ``None`` when there is none, or when it was
-    compressed already (a message of it carries the package's marker)."""
+    state but never shows the model again. ``None`` when there is none, when it was
+    compressed already (a message of it carries the package's marker), or when the
+    newest call of ``tools`` came with calls of other tools (no note alone: an older
+    note is superseded, not the current plan)."""
     if not tools:
         return None
     for a in range(len(messages) - 1, start - 1, -1):
         m = messages[a]
         if not isinstance(m, AIMessage) or not m.tool_calls:
             continue
-        if not all(tc["name"] in tools for tc in m.tool_calls):
+        named = [tc["name"] in tools for tc in m.tool_calls]
+        if not any(named):
             continue
+        if not all(named):
+            return None  # the newest plan came with other calls: an older one is stale
         b = a + 1
         while b < len(messages) and isinstance(messages[b], ToolMessage):
             b += 1

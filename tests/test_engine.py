@@ -218,6 +218,47 @@ def test_a_kept_plan_note_never_makes_the_context_impossible_to_fit() -> None:
         assert not all(m in res.messages for m in latest)
 
 
+def test_a_plan_superseded_by_a_call_with_other_tools_is_not_kept_as_the_current_plan() -> None:
+    """The agent rewrote its todo list in a call that ran another tool too: the older
+    list is superseded, so it is no longer kept verbatim as the current plan (it was,
+    while the newer one was compressed: the model saw a stale plan as its own)."""
+    cfg = AutoContextConfig(
+        max_tokens=8_000,
+        last_keep=2,
+        min_consecutive_tool_messages=2,
+        target_ratio=0.05,
+        large_payload_threshold=400,
+        pin_max_tokens=2_000,
+    )
+    ac, _ = make(cfg)
+    msgs: list[BaseMessage] = [SystemMessage("s", id=uid()), HumanMessage("task", id=uid())]
+    old = tool_group("write_todos", {"todos": ["OLD-PLAN-ITEM " * 30]}, ["ok"])
+    msgs += old
+    for k in range(4):
+        msgs += tool_group("bash", {"command": f"make {k}"}, [log_text(40, k)])
+    calls = [
+        {
+            "name": "write_todos",
+            "args": {"todos": ["NEW-PLAN"]},
+            "id": uid("c"),
+            "type": "tool_call",
+        },
+        {"name": "bash", "args": {"command": "ls"}, "id": uid("c"), "type": "tool_call"},
+    ]
+    msgs += [
+        AIMessage("", tool_calls=calls, id=uid()),
+        ToolMessage("ok", tool_call_id=calls[0]["id"], id=uid()),
+        ToolMessage(log_text(40), tool_call_id=calls[1]["id"], id=uid()),
+    ]
+    for k in range(4):
+        msgs += tool_group("bash", {"command": f"make b{k}"}, [log_text(40, k)])
+    msgs += [AIMessage("done", id=uid())]
+    res = ac.compress(msgs, thread_id="t", force=True)
+    assert res.events
+    assert not any(m in res.messages for m in old)
+    assert not find_violations(res.messages)
+
+
 def test_offload_keeps_last_keep_then_offload_all() -> None:
     big = log_text(200)
     msgs = [SystemMessage("s", id=uid()), HumanMessage("task", id=uid())]
