@@ -1176,7 +1176,8 @@ class ContextEngine:
         request_only: Collection[str] = (),
     ) -> int:
         """Tokens of what no strategy compresses in ``messages`` (system prompt, tool
-        schemas, latest user message, pending call, pins, the plan note kept as a pin),
+        schemas, latest user message, pending call, pins, what is kept as a pin while
+        there is room: :func:`~.strategies.pipeline.soft_pins`),
         counted as the pipeline counts them: the ``floor`` of :meth:`AutoContextConfig.thresholds`. ``tools``:
         the tool schemas the pipeline counts (default :attr:`count_tools`);
         ``request_only``: as :meth:`compress` takes it (none is the latest user message)."""

@@ -419,6 +419,41 @@ def test_a_summary_of_summarization_middleware_opens_no_round() -> None:
     assert_recoverable(store, "t", msgs, res.messages)
 
 
+@pytest.mark.parametrize("run", ["sync", "async"])
+def test_another_librarys_summary_standing_for_the_request_is_kept_while_there_is_room(
+    run: str,
+) -> None:
+    """When ``SummarizationMiddleware`` summarized the user's request away in a tool loop,
+    its summary is all the model has of the task: no real user message is left. It is
+    kept verbatim in the room the pins leave, like the current plan; one larger than that
+    room is compressed as any message (never a ContextBudgetError that blames it)."""
+    task = "the user asked to fix bug FROB-7731 in parser/lexer.py " + "context " * 40
+    lc_summary = HumanMessage(
+        f"Here is a summary of the conversation to date:\n\n{task}",
+        additional_kwargs={"lc_source": "summarization"},
+        id="lc-summary",
+    )
+    msgs: list[BaseMessage] = [SystemMessage("s", id=uid()), lc_summary]
+    for k in range(10):
+        msgs += tool_group("bash", {"command": f"make {k}"}, [log_text(40, k)])
+    base = dict(max_tokens=3_000, last_keep=2)
+    for room, kept in ((None, True), (10, False)):
+        ac, _ = make(AutoContextConfig(**base, pin_max_tokens=room))
+        if run == "sync":
+            res = ac.compress(msgs, thread_id="t")
+        else:
+            res = asyncio.run(ac.acompress(msgs, thread_id="t"))
+        assert res.triggered and res.tokens_after <= 3_000
+        assert (lc_summary in res.messages) is kept
+        assert not find_violations(res.messages)
+    # after a real user message it is history, compressed as any message
+    later = [*msgs, HumanMessage("now also fix FROB-7732", id=uid())]
+    for k in range(10):
+        later += tool_group("bash", {"command": f"make more {k}"}, [log_text(40, k)])
+    res = make(AutoContextConfig(**base))[0].compress(later, thread_id="t")
+    assert lc_summary not in res.messages
+
+
 def test_current_round_large_and_compression() -> None:
     msgs = coding_run(6, output_lines=30)
     cfg = AutoContextConfig(

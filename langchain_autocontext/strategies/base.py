@@ -193,10 +193,11 @@ class PassContext:
     #: documents, see :meth:`~langchain_autocontext.engine.ContextEngine.compress`):
     #: compressible like any other, never the latest user message nor a round's start.
     request_only: frozenset[str] = frozenset()
-    #: Indices of the latest plan note while it is kept as a pin (the pipeline's
-    #: :func:`~langchain_autocontext.strategies.pipeline.kept_plan_note`): protected as
+    #: Indices of what is kept as a pin while there is room (the latest plan note,
+    #: another library's summary standing for the request: the pipeline's
+    #: :func:`~langchain_autocontext.strategies.pipeline.soft_pins`): protected as
     #: pinned messages are, so each strategy leaves it verbatim.
-    plan_note: frozenset[int] = frozenset()
+    soft_pins: frozenset[int] = frozenset()
 
     # The messages do not change during a pass: what is found by scanning them is
     # found once (``protected`` runs per message; a scan per call made a pass over a
@@ -346,9 +347,9 @@ class PassContext:
     @cached_property
     def pinned_indices(self) -> frozenset[int]:
         """Indices of pinned messages and of every message in their tool-call group
-        (a pinned call keeps its results, a pinned result its call), and of the plan
-        note kept as a pin (:attr:`plan_note`)."""
-        return frozenset(pinned_group_indices(self.messages, self.body_start)) | self.plan_note
+        (a pinned call keeps its results, a pinned result its call), and of what is
+        kept as a pin while there is room (:attr:`soft_pins`)."""
+        return frozenset(pinned_group_indices(self.messages, self.body_start)) | self.soft_pins
 
     @cached_property
     def kept_results(self) -> frozenset[int]:

@@ -23,6 +23,7 @@ from langchain_autocontext.config import AutoContextConfig
 from langchain_autocontext.errors import ContextBudgetError, InvariantViolationError
 from langchain_autocontext.messages import (
     assert_valid_sequence,
+    is_foreign_summary,
     is_pinned,
     latest_plan_note,
     latest_user_index,
@@ -61,9 +62,9 @@ __all__ = [
     "developer_pin_tokens",
     "drive",
     "floor_tokens",
-    "kept_plan_note",
     "pinned_now",
     "run_pipeline",
+    "soft_pins",
 ]
 
 
@@ -146,11 +147,11 @@ def _check_pass(before: Msgs, after: Msgs, strategy: str, skip: frozenset[str]) 
 
 
 def minimal_context(
-    messages: Msgs, skip: Collection[str] = (), plan_note: Collection[int] = ()
+    messages: Msgs, skip: Collection[str] = (), soft: Collection[int] = ()
 ) -> list[BaseMessage]:
     """What can never be compressed: system message, latest user message (none of the
     request-only ``skip``), pending call, and pinned messages with their tool-call groups;
-    ``plan_note``: the indices of the plan note kept as a pin (:func:`kept_plan_note`)."""
+    ``soft``: the indices of what is kept as a pin while there is room (:func:`soft_pins`)."""
     keep: list[int] = []
     if messages and isinstance(messages[0], SystemMessage):
         keep.append(0)
@@ -158,7 +159,7 @@ def minimal_context(
         if idx is not None and idx not in keep:
             keep.append(idx)
     keep.extend(i for i in pinned_group_indices(messages) if i not in keep)
-    keep.extend(i for i in plan_note if i not in keep)
+    keep.extend(i for i in soft if i not in keep)
     return [messages[i] for i in sorted(keep)]
 
 
@@ -175,8 +176,9 @@ def floor_tokens(
     """Tokens of :func:`minimal_context` as sent (tool schemas and tags included, the
     tags naming each message by the short id the view shows): the ``floor`` that
     :meth:`AutoContextConfig.thresholds` sets aside. ``plan_note_tools`` and
-    ``pin_limit``: the config's, for the plan note kept as a pin (:func:`kept_plan_note`)."""
-    kept = kept_plan_note(messages, counter, plan_note_tools, pin_limit, skip)
+    ``pin_limit``: the config's, for what is kept as a pin while there is room
+    (:func:`soft_pins`)."""
+    kept = soft_pins(messages, counter, plan_note_tools, pin_limit, skip)
     return counter.count(minimal_context(as_shown(messages, tags), skip, kept), tools, tags=tags)
 
 
@@ -237,28 +239,46 @@ def developer_pin_tokens(messages: Msgs, counter: Any, skip: Collection[str] = (
     return used
 
 
-def kept_plan_note(
+def soft_pins(
     messages: Msgs,
     counter: Any,
     tools: Collection[str],
     limit: int,
     skip: Collection[str] = (),
 ) -> list[int]:
-    """Indices of the latest plan note (:func:`~.messages.latest_plan_note`) when it is kept
-    as a pin: what the agent needs next, its current plan, which no strategy compresses
-    then. Only while it fits the room the pins leave under the pin ``limit``
-    (:func:`developer_pin_tokens`): it never counts against that limit, and a larger one
-    is compressed as any tool call (empty list). One that is pinned already is a pin."""
-    span = latest_plan_note(messages, tools)
-    if span is None:
-        return []
-    kept = range(*span)
-    if any(is_pinned(messages[i]) for i in kept):
-        return []
-    size = sum(counter.count_message(messages[i]) for i in kept)
-    if size > limit - developer_pin_tokens(messages, counter, skip):
-        return []
-    return list(kept)
+    """Indices of what is kept as a pin while there is room for it: what the agent needs
+    next that no one pinned. The latest plan note (:func:`~.messages.latest_plan_note`):
+    its current plan, which ``TodoListMiddleware`` never shows again. And, when no real
+    user message is left (another library, ``SummarizationMiddleware``, summarized the
+    request away), that library's latest summary: all the model has of its task. Only
+    while they fit the room the pins leave under the pin ``limit``
+    (:func:`developer_pin_tokens`), the newest first: they never count against that
+    limit, and one larger is compressed as any message. One pinned already is a pin."""
+    spans: list[range] = []
+    note = latest_plan_note(messages, tools)
+    if note is not None:
+        spans.append(range(*note))
+    if latest_user_index(messages, skip) is None:
+        stand_in = next(
+            (
+                i
+                for i in range(len(messages) - 1, -1, -1)
+                if is_foreign_summary(messages[i]) and not marker(messages[i])
+            ),
+            None,
+        )
+        if stand_in is not None:
+            spans.append(range(stand_in, stand_in + 1))
+    room = limit - developer_pin_tokens(messages, counter, skip)
+    kept: list[int] = []
+    for span in sorted(spans, key=lambda r: -r.start):
+        if any(is_pinned(messages[i]) for i in span):
+            continue
+        size = sum(counter.count_message(messages[i]) for i in span)
+        if size <= room:
+            room -= size
+            kept.extend(span)
+    return sorted(kept)
 
 
 def pinned_now(
@@ -389,7 +409,7 @@ def run_pipeline(
     triggered = force or config.due(tokens, len(msgs), floor, headroom)
     if not triggered:
         return PipelineResult(msgs, before, tokens, triggered=False)
-    # the plan note kept as a pin is set aside while there is room for it; the last
+    # what is kept as a pin while there is room (soft_pins) is set aside; the last
     # resorts compress it, so it never makes a context impossible to fit
     if floor > hard and floor_tokens(msgs, counter, tools, tags, request_only) > hard:
         raise ContextBudgetError(
@@ -430,9 +450,10 @@ def run_pipeline(
             floor_tokens=floor,
             tag_costs=tag_costs(msgs),
             request_only=request_only,
-            # the last resorts may compress the plan note, as they do the protected tail
-            plan_note=frozenset(
-                kept_plan_note(msgs, counter, config.plan_note_tools, limit, request_only)
+            # the last resorts may compress what is kept while there is room, as they do
+            # the protected tail
+            soft_pins=frozenset(
+                soft_pins(msgs, counter, config.plan_note_tools, limit, request_only)
                 if keep_tail
                 else ()
             ),
