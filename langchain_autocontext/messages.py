@@ -980,7 +980,9 @@ def repair_tool_pairs(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
                     ),
                     tool_call_id=cid,
                     name=call.get("name"),
-                    id=new_id(),
+                    # derived from its call: the same at every call (a tag shown with it
+                    # would otherwise change, and the prompt cache break there)
+                    id=str(uuid.uuid5(_DERIVED_IDS, f"missing-result:{cid}")),
                     status="error",
                 )
                 out.append(mark(note, KIND_MISSING_RESULT))

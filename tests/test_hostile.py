@@ -268,6 +268,23 @@ def test_repair_is_a_no_op_on_valid_sequences() -> None:
     assert out == msgs and all(a is b for a, b in zip(out, msgs, strict=True))
 
 
+def test_a_stand_in_result_is_the_same_at_every_call() -> None:
+    """The result the view stands in for a lost one carries an id derived from its call:
+    with the tags shown, a fresh id at every call changed the tag, and the prompt cache
+    broke there at every call."""
+    ac = AutoContext(CFG.derive(metadata_tags=True))
+    msgs = [
+        SystemMessage("s", id="s"),
+        HumanMessage("start", id="u"),
+        _call("lost-call", mid="lost"),
+        HumanMessage("continue", id="u2"),
+    ]
+    first, again = (ac.prepare_model_call(msgs).messages for _ in range(2))
+    assert any((marker(m) or {}).get("kind") == "missing_tool_result" for m in first)
+    assert [(m.id, text_of(m)) for m in first] == [(m.id, text_of(m)) for m in again]
+    assert repair_tool_pairs(msgs)[3].id == repair_tool_pairs(list(msgs))[3].id
+
+
 def test_broken_pairs_in_graph_state_are_repaired_before_the_model() -> None:
     store = InMemoryStore()
     ac = AutoContext(CFG)
