@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import itertools
 import math
 import sqlite3
@@ -1163,6 +1164,159 @@ def test_an_async_waiter_for_a_lock_sleeps_until_the_release_wakes_it() -> None:
         loop.close()
         thread.join(timeout=10)
     assert woke < 10
+
+
+def _loop_thread() -> tuple[asyncio.AbstractEventLoop, threading.Thread]:
+    """An event loop running in its own thread (a second server, a worker's loop)."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    return loop, thread
+
+
+def _stop(loop: asyncio.AbstractEventLoop, thread: threading.Thread) -> None:
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(timeout=10)
+    loop.close()
+
+
+def test_a_released_lock_wakes_the_waiters_of_every_loop_past_cancelled_and_failed_ones() -> None:
+    """A thread's lock shared by a sync caller (a worker thread) and coroutines on two
+    other event loops (two servers): a waiter cancelled while waiting (a wait_for
+    timeout) never holds it, a holder whose locked section raises lets it go, and
+    every remaining waiter of every loop gets in once the sync holder lets go (no
+    wake-up lost to the cancelled one)."""
+    store = OffloadStore(InMemoryStore())
+    loops = [_loop_thread(), _loop_thread()]
+    held, release = threading.Event(), threading.Event()
+    order: list[str] = []
+
+    def holder() -> None:
+        with store.working_lock("s"):
+            held.set()
+            release.wait(timeout=10)
+            order.append("sync")
+
+    async def enter(name: str, fail: bool = False) -> None:
+        async with store.aworking_lock("s"):
+            order.append(name)
+            if fail:
+                raise ValueError(name)
+
+    sync = threading.Thread(target=holder)
+    sync.start()
+    held.wait(timeout=10)
+    try:
+        # a waiter cancelled while the sync caller holds the lock
+        doomed = asyncio.run_coroutine_threadsafe(enter("cancelled"), loops[0][0])
+        failing = asyncio.run_coroutine_threadsafe(enter("failing", fail=True), loops[0][0])
+        others = [asyncio.run_coroutine_threadsafe(enter(f"b{i}"), loops[1][0]) for i in range(3)]
+        for loop, _ in loops:  # each waiter has run up to the lock, and waits there
+            asyncio.run_coroutine_threadsafe(asyncio.sleep(0), loop).result(timeout=10)
+        assert doomed.cancel()  # cancelled on its loop, where it waits
+        release.set()
+        with pytest.raises(ValueError, match="failing"):
+            failing.result(timeout=10)
+        for f in others:
+            f.result(timeout=10)
+        assert doomed.cancelled()
+    finally:
+        release.set()
+        sync.join(timeout=10)
+        for loop, thread in loops:
+            _stop(loop, thread)
+    assert order[0] == "sync" and sorted(order[1:]) == ["b0", "b1", "b2", "failing"]
+    with store.working_lock("s"):  # free again: nobody kept it
+        pass
+
+
+def test_a_waiter_whose_loop_closed_keeps_no_other_waiter_from_the_lock() -> None:
+    """A coroutine waiting for a thread's lock when its event loop is closed (a worker
+    that ran its own loop) never runs again: the release still wakes the waiters of
+    the other loops."""
+    store = OffloadStore(InMemoryStore())
+    dead_loop = asyncio.new_event_loop()
+    live = _loop_thread()
+    got: list[str] = []
+
+    async def enter(name: str) -> None:
+        async with store.aworking_lock("s"):
+            got.append(name)
+
+    try:
+        with store.working_lock("s"):
+            abandoned = dead_loop.create_task(enter("abandoned"))
+            dead_loop.run_until_complete(asyncio.sleep(0))  # it waits for the lock
+            dead_loop.close()  # not cancelled: its loop is simply gone
+            waiting = asyncio.run_coroutine_threadsafe(enter("live"), live[0])
+        waiting.result(timeout=10)
+    finally:
+        _stop(*live)
+    assert got == ["live"] and not abandoned.done()
+    abandoned.get_coro().close()  # what the collector would do, here rather than anywhere
+
+
+def test_one_threads_lock_excludes_every_holder_of_threads_and_loops_under_cancellation() -> None:
+    """Worker threads (sync) and coroutines of two event loops take the locks of three
+    threads at random, with wait_for timeouts cancelling waiters and holders and
+    locked sections that raise: never two holders of one lock at once, nothing hangs,
+    and each lock is free after."""
+    import random
+
+    store = OffloadStore(InMemoryStore())
+    keys = ["k0", "k1", "k2"]
+    inside = dict.fromkeys(keys, 0)
+    overlaps: list[str] = []
+
+    def enter(key: str) -> None:
+        inside[key] += 1
+        if inside[key] > 1:
+            overlaps.append(key)
+
+    def worker(seed: int) -> None:
+        rnd = random.Random(seed)
+        for _ in range(300):
+            key = rnd.choice(keys)
+            with contextlib.suppress(ValueError), store.working_lock(key):
+                enter(key)
+                inside[key] -= 1
+                if rnd.random() < 0.1:
+                    raise ValueError(key)
+
+    async def coroutine(rnd: random.Random) -> None:
+        for _ in range(100):
+            key = rnd.choice(keys)
+
+            async def held(key: str) -> None:
+                async with store.aworking_lock(key):
+                    enter(key)
+                    try:
+                        await asyncio.sleep(0)
+                    finally:
+                        inside[key] -= 1
+                    if rnd.random() < 0.1:
+                        raise ValueError(key)
+
+            with contextlib.suppress(ValueError, TimeoutError):
+                await asyncio.wait_for(held(key), rnd.choice([1e-5, 1e-4, 10]))
+
+    def loop_worker(seed: int) -> None:
+        async def main() -> None:
+            await asyncio.gather(*(coroutine(random.Random(seed * 10 + i)) for i in range(4)))
+
+        asyncio.run(main())
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(3)]
+    threads += [threading.Thread(target=loop_worker, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not any(t.is_alive() for t in threads)
+    assert not overlaps
+    for key in keys:
+        with store.working_lock(key):  # free again
+            pass
 
 
 def test_a_slow_writer_of_one_thread_blocks_no_other_threads_writer() -> None:
