@@ -1545,12 +1545,20 @@ class _HistoryReads(InMemoryStore):
         super().__init__()
         self.reads = 0
 
-    def batch(self, ops: Any) -> Any:
-        ops = list(ops)
+    def _count(self, ops: list[Any]) -> None:
         self.reads += sum(
             type(op).__name__ == "GetOp" and op.namespace[-1:] == ("history",) for op in ops
         )
+
+    def batch(self, ops: Any) -> Any:
+        ops = list(ops)
+        self._count(ops)
         return super().batch(ops)
+
+    async def abatch(self, ops: Any) -> Any:
+        ops = list(ops)
+        self._count(ops)
+        return await super().abatch(ops)
 
 
 def test_a_thread_in_use_keeps_its_archive_memo_while_other_threads_come(
@@ -1596,3 +1604,53 @@ def test_branches_of_one_thread_calling_in_turn_keep_each_others_archive_memo() 
             ac.compress(branch, thread_id="fan")
             if step:  # after a branch's first call: its new id, and one witness
                 assert store.reads - before <= 2, (step, b)
+
+
+async def test_branches_of_one_thread_calling_at_once_on_a_loop_keep_each_others_memo() -> None:
+    """The async twin, as a server runs a fan-out: the branches' calls of each step run
+    at once on one event loop, taking the thread's archive lock in turn. Each call after
+    a branch's first reads its new id and one witness, not its whole input."""
+    store = _HistoryReads()
+    ac = AutoContext(AutoContextConfig(max_tokens=100_000), store=store)
+    shared = HumanMessage("three tasks", id="u0")
+    branches: list[list[BaseMessage]] = [
+        [shared, HumanMessage(f"task {b}", id=f"task{b}")] for b in range(3)
+    ]
+    for step in range(12):
+        for b, branch in enumerate(branches):
+            branch.append(AIMessage(f"step {step} of task {b}", id=f"a{b}-{step}"))
+        before = store.reads
+        await asyncio.gather(*(ac.acompress(list(br), thread_id="fan") for br in branches))
+        if step:
+            assert store.reads - before <= 2 * len(branches), step
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_a_thread_deleted_here_and_used_again_is_archived_again_in_order(use_async: bool) -> None:
+    """``delete_thread`` in this process drops the engine's memo of the thread (its
+    fan-out branches' ids included): the id used again has every original of its
+    working list archived again, in order, at its first call."""
+    ac = AutoContext(AutoContextConfig(max_tokens=100_000), store=InMemoryStore())
+    store = ac.store
+    assert store is not None
+    shared = HumanMessage("two tasks", id="u0")
+    branches = [[shared, AIMessage(f"task {b}", id=f"a{b}")] for b in range(2)]
+
+    async def acall(messages: list[BaseMessage]) -> None:
+        await ac.acompress(messages, thread_id="t")
+
+    def call(messages: list[BaseMessage]) -> None:
+        if use_async:
+            asyncio.run(acall(messages))
+        else:
+            ac.compress(messages, thread_id="t")
+
+    for branch in branches:
+        call(branch)
+    if use_async:
+        asyncio.run(store.adelete_thread("t"))
+    else:
+        store.delete_thread("t")
+    again = [*branches[1], HumanMessage("new", id="u1")]
+    call(again)
+    assert [e.id for e in store.iter_history("t")] == ["u0", "a1", "u1"]
