@@ -468,7 +468,7 @@ class ContextEngine:
         #: backend, what this engine knows of the thread there): the reference tells a new
         #: store that got a freed one's address from the old one, whose memo would
         #: otherwise skip its archiving. The least recently used thread goes first.
-        self._archived = _LRU(_MEMO_THREADS)
+        self._archived: _LRU[tuple[weakref.ref[Any], _ThreadMemo]] = _LRU(_MEMO_THREADS)
         self._tools: list[BaseTool] | None = None
         #: The surface tells the engine which tools each request sends (the middleware);
         #: else a tool the agent calls but this engine does not count is warned about once.

@@ -77,7 +77,7 @@ _PRINT_CHARS = 16
 #: thread and Runnable: about 5 MB. A thread's messages are found again on its next
 #: call; past this many, the least recently sent are forgotten (computed again if sent).
 _PRINTS_KEPT = 32_768
-_PRINTS = _LRU(_PRINTS_KEPT)
+_PRINTS: _LRU[bytes] = _LRU(_PRINTS_KEPT)
 _ID_NAMESPACE = uuid.UUID("6c1d3a52-8f0e-4f7b-9a43-3f1b8e2d7c10")
 
 

@@ -49,7 +49,7 @@ import threading
 import warnings
 import weakref
 from collections.abc import Callable, Hashable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar
 
 from cachetools import LRUCache
 from langchain_core.messages import (
@@ -270,13 +270,18 @@ def _encoding_for_model(model: str) -> str:
 
 
 # --- small bounded LRU -----------------------------------------------------------------
-class _LRU:
-    """``cachetools.LRUCache`` behind a lock, counting hits and misses (for ``cache_info``)."""
+#: The type of an :class:`_LRU`'s values.
+_V = TypeVar("_V")
+
+
+class _LRU(Generic[_V]):
+    """``cachetools.LRUCache`` behind a lock, counting hits and misses (for ``cache_info``);
+    ``_V``: the values' type."""
 
     __slots__ = ("_data", "_lock", "hits", "misses")
 
     def __init__(self, maxsize: int) -> None:
-        self._data: LRUCache[Hashable, Any] = LRUCache(maxsize)
+        self._data: LRUCache[Hashable, _V] = LRUCache(maxsize)
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
@@ -285,10 +290,10 @@ class _LRU:
     def maxsize(self) -> int:
         return int(self._data.maxsize)
 
-    def get(self, key: Hashable) -> Any:
+    def get(self, key: Hashable) -> _V | None:
         return self.get_many((key,))[0]
 
-    def get_many(self, keys: Sequence[Hashable]) -> list[Any]:
+    def get_many(self, keys: Sequence[Hashable]) -> list[_V | None]:
         """The values of ``keys`` (``None`` where absent), each marked as recently used."""
         get = self._data.get
         with self._lock:
@@ -304,11 +309,11 @@ class _LRU:
             with self._lock:
                 self.hits += hits
 
-    def put(self, key: Hashable, value: Any) -> None:
+    def put(self, key: Hashable, value: _V) -> None:
         with self._lock:
             self._data[key] = value
 
-    def pop(self, key: Hashable) -> Any:
+    def pop(self, key: Hashable) -> _V | None:
         """Drop ``key``; its value, or ``None`` when absent."""
         with self._lock:
             return self._data.pop(key, None)
@@ -493,13 +498,13 @@ class TokenCounter:
         self._fn_exact = True if exact is None else bool(exact)
         self._fn_fallible = False  # set by from_model: a failing model counter falls back
         self._fn_overhead: int | None = None
-        self._cache = _LRU(cache_size)
-        self._text_cache = _LRU(cache_size)
-        self._tools_cache = _LRU(1024)
+        self._cache: _LRU[_Entry] = _LRU(cache_size)
+        self._text_cache: _LRU[int] = _LRU(cache_size)
+        self._tools_cache: _LRU[int] = _LRU(1024)
         #: :func:`_tool_key` -> (the tool when keyed by its id, else None; its schema JSON)
         self._tool_schemas: dict[Hashable, tuple[Any, str]] = {}
         #: the keys of a list of tools -> their count (:meth:`count_tools`)
-        self._tool_lists = _LRU(1024)
+        self._tool_lists: _LRU[int] = _LRU(1024)
         # id(message) -> (weakref, content, tool_calls, name, key, entry or None): the
         # key of a message object seen before, and its count once known (a context's
         # messages are counted several times per model call; each skips the LRU)
