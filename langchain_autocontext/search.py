@@ -241,7 +241,8 @@ class BM25Index:
         self.keys: list[str] = []
         self.lengths: list[float] = []
         #: term -> its documents and frequencies, flat: ``[doc, tf, doc, tf, ...]`` (no
-        #: tuple per posting: less memory, and less for the garbage collector to walk)
+        #: tuple per posting: less memory, and less for the garbage collector to walk);
+        #: a document's own count is an ``int``, a neighbour's weighted count a ``float``
         self.postings: dict[str, list[float]] = {}
         self.total_length = 0.0
 
@@ -277,7 +278,7 @@ class BM25Index:
                 else Counter(tokenize(context, self.language))
             )
             for term in around.keys() - own.keys():
-                ctf = weight * around[term]
+                ctf = float(weight * around[term])  # a float: not the document's own
                 length += ctf
                 posting = postings.get(term)
                 if posting is None:
@@ -324,21 +325,27 @@ class BM25Index:
         return out
 
     def containing_all(self, query: str) -> list[str]:
-        """Keys of the documents indexed under every one of the query's word terms
-        (their own or their neighbour's), oldest first: the candidates of an exact phrase
-        match, however low their score. A compound term (``a.b.c``) is left out: a text
-        holding the phrase may hold it inside a longer compound (``x=a.b.c``), and its
-        parts are terms of their own."""
+        """Keys of the documents whose own text holds every one of the query's word
+        terms, oldest first: the candidates of an exact phrase match, however low their
+        score. A term a document is indexed under only from its neighbour does not count
+        (the phrase is looked for in the document's own text: on a long thread most
+        documents holding two common words hold one of them only through the message
+        before). A compound term (``a.b.c``) is left out: a text holding the phrase may
+        hold it inside a longer compound (``x=a.b.c``), and its parts are terms of their
+        own."""
         terms = {t for t in query_terms(query, self.language) if _WORD_RE.fullmatch(t)}
         postings = sorted((self.postings.get(t, []) for t in terms), key=len)
         if not postings or not postings[0]:
             return []
-        docs = set(postings[0][::2])
-        for posting in postings[1:]:
-            docs.intersection_update(posting[::2])
+        docs: set[float] | None = None
+        for posting in postings:  # doc, tf, doc, tf, ...: an int tf is the doc's own
+            own = {
+                doc for doc, tf in zip(posting[::2], posting[1::2], strict=True) if type(tf) is int
+            }
+            docs = own if docs is None else docs & own
             if not docs:
                 return []
-        return [self.keys[int(doc)] for doc in sorted(docs)]
+        return [self.keys[int(doc)] for doc in sorted(docs or ())]
 
     def search(
         self,
@@ -985,7 +992,7 @@ def _rank(
     else:
         ranked = lexical
     ranked = sorted(ranked, key=lambda kv: kv[0] not in exact)  # stable: exact phrase first
-    return _with_replies(index, ranked, query, exact, wanted)[:limit]
+    return _with_replies(index, ranked, query, exact, wanted, limit)[:limit]
 
 
 #: Question marks (ASCII, full-width, Arabic), and every sentence end (with ``. ! 。``
@@ -1031,8 +1038,12 @@ def _with_replies(
     query: str,
     exact: Collection[str],
     wanted: Callable[[str], bool],
+    limit: int | None = None,
 ) -> list[tuple[str, float]]:
-    """``ranked`` with the reply of each question placed just before it, at its score.
+    """``ranked`` with the reply of each question placed just before it, at its score;
+    with ``limit``, the first ``limit`` (or one more: a pair is kept whole) of that list
+    only (a common phrase can have thousands of holders: each is no longer read for a
+    question when the first few are all the search returns).
 
     A question matches the words of a query about its topic, but its answer holds the
     fact ("What pet do you have?" / "We've got a pup and a kitty"); the reply is indexed
@@ -1043,6 +1054,8 @@ def _with_replies(
     out: list[tuple[str, float]] = []
     placed: set[str] = set()
     for key, score in ranked:
+        if limit is not None and len(out) >= limit:
+            break
         if key in placed:
             continue
         reply = _reply(index, key, terms, wanted)

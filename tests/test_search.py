@@ -196,6 +196,20 @@ def test_exact_phrase_beats_scattered_terms() -> None:
     assert search_history(store, "t", "port connection", 2)[0].id in {"scattered", "phrase"}
 
 
+@pytest.mark.parametrize("weight", [0.5, 1])
+def test_phrase_candidates_hold_every_word_in_their_own_text(weight: float) -> None:
+    """The exact-phrase candidates are the messages whose own text holds every word of
+    the query: one indexed under a word only through the message before it cannot hold
+    the phrase. Such neighbours made most of a long synthetic thread candidates, each
+    read for the phrase at every search (benchmarks/search_scaling.py's later search)."""
+    index = BM25Index()
+    q = index.add("q", "Did you like the violin at the concert?")
+    index.add("a", "The violin, yes; the concert hall less.", context=q, weight=weight)
+    index.add("b", "A concert tonight.", context=Counter(tokenize("violin")), weight=weight)
+    assert index.containing_all("violin concert") == ["q", "a"]
+    assert "b" in {k for k, _ in index.search("violin concert", 3)}  # still scored by both
+
+
 @pytest.mark.parametrize("limit", [1, 5, 50])
 def test_the_phrase_holder_ranks_first_whatever_the_limit(limit: int) -> None:
     """A long message holding the exact identifier scores below many short ones holding
