@@ -2,7 +2,9 @@
 
 Archives a synthetic chat of N messages (short user/assistant turns with names, ids and
 numbers) into ``InMemoryStore`` and ``SqliteStore``, then times the first search (which
-reads and indexes the whole history) and a second one (incremental: nothing new).
+reads and indexes the whole history) and a second one (incremental: nothing new), in
+CPU time of the process (``time.process_time``: the figures hold on a machine other
+jobs keep busy; the stores are in-process).
 
     python benchmarks/search_scaling.py                    # 15k, 30k, 60k messages
     python benchmarks/search_scaling.py --sizes 60000 --backends sqlite
@@ -71,7 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", default="15000,30000,60000")
     ap.add_argument("--backends", default="memory,sqlite")
     args = ap.parse_args(argv)
-    print("| backend | messages | archive s | first search s | second search s | target |")
+    print(
+        "| backend | messages | archive CPU s | first search CPU s | second search CPU s | target |"
+    )
     print("|---|---:|---:|---:|---:|---|")
     missed = False
     for kind in args.backends.split(","):
@@ -79,14 +83,14 @@ def main(argv: list[str] | None = None) -> int:
             with tempfile.TemporaryDirectory() as tmp:
                 store = OffloadStore(backend(kind, Path(tmp)))
                 msgs = messages(n)
-                t0 = time.perf_counter()
+                t0 = time.process_time()
                 for k in range(0, n, 2_000):
                     store.append_history("t", msgs[k : k + 2_000])
-                t1 = time.perf_counter()
+                t1 = time.process_time()
                 hits = search_history(store, "t", f"ticket T{n - 3:06d}", 5)
-                t2 = time.perf_counter()
+                t2 = time.process_time()
                 search_history(store, "t", "violin concert", 5)
-                t3 = time.perf_counter()
+                t3 = time.process_time()
                 assert hits and hits[0].id == f"m{n - 3}", hits[:1]
                 ok = t2 - t1 <= TARGET_S
                 missed |= n >= 60_000 and not ok
