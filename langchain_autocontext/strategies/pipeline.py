@@ -249,7 +249,7 @@ def soft_pins(
     """Indices of what is kept as a pin while there is room for it: what the agent needs
     next that no one pinned. The latest plan note (:func:`~.messages.latest_plan_note`):
     its current plan, which ``TodoListMiddleware`` never shows again. And, when no real
-    user message is left (another library, ``SummarizationMiddleware``, summarized the
+    user message follows it (another library, ``SummarizationMiddleware``, summarized the
     request away), that library's latest summary: all the model has of its task. Only
     while they fit the room the pins leave under the pin ``limit``
     (:func:`developer_pin_tokens`), the newest first: they never count against that
@@ -258,17 +258,18 @@ def soft_pins(
     note = latest_plan_note(messages, tools)
     if note is not None:
         spans.append(range(*note))
-    if latest_user_index(messages, skip) is None:
-        stand_in = next(
-            (
-                i
-                for i in range(len(messages) - 1, -1, -1)
-                if is_foreign_summary(messages[i]) and not marker(messages[i])
-            ),
-            None,
-        )
-        if stand_in is not None:
-            spans.append(range(stand_in, stand_in + 1))
+    stand_in = next(
+        (i for i in range(len(messages) - 1, -1, -1) if is_foreign_summary(messages[i])),
+        None,
+    )
+    if (
+        stand_in is not None
+        and not marker(messages[stand_in])
+        and latest_user_index(messages[stand_in + 1 :], skip) is None
+    ):
+        spans.append(range(stand_in, stand_in + 1))
+    if not spans:
+        return []
     room = limit - developer_pin_tokens(messages, counter, skip)
     kept: list[int] = []
     for span in sorted(spans, key=lambda r: -r.start):
