@@ -18,6 +18,7 @@ from __future__ import annotations
 import ast
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -306,3 +307,67 @@ def test_every_module_level_import_is_a_declared_dependency() -> None:
             if not dists & declared:
                 undeclared[f"{name or PACKAGE}: {top}"] = ", ".join(sorted(dists))
     assert not undeclared, f"imported at module level but not declared: {undeclared}"
+
+
+def _extra_requirements(pyproject: dict[str, Any], extra: str) -> set[str]:
+    """The distributions ``pip install ".[extra]"`` asks for by name: the package's
+    dependencies, the extra's own and, through ``langchain-autocontext[a,b]``, those of
+    the extras it names (recursively)."""
+    project = pyproject["project"]
+    names: set[str] = set()
+    requirements = list(project["dependencies"])
+    pending, seen = [extra], set()
+    while pending:
+        current = pending.pop()
+        if current not in seen:
+            seen.add(current)
+            requirements += project["optional-dependencies"][current]
+        while requirements:
+            req = requirements.pop()
+            name = _canonical(re.split(r"[<>=!~;\[ ]", req, maxsplit=1)[0])
+            if name != "langchain-autocontext":
+                names.add(name)
+            elif inner := re.search(r"\[([^\]]*)\]", req):
+                pending += [e.strip() for e in inner.group(1).split(",")]
+    return names
+
+
+def test_the_bench_extra_installs_what_every_benchmark_script_imports() -> None:
+    """``pip install ".[bench]"`` (benchmarks/README.md) is enough to run every script
+    in benchmarks/: each import of theirs, lazy ones included, and of the test modules
+    they borrow (``adversarial.py`` runs ``tests/test_agent_fuzz.py``'s machine), comes
+    from the standard library, the repository, or a distribution the extra installs."""
+    import sys
+    import tomllib
+    from importlib.metadata import packages_distributions
+
+    checkout = ROOT.parent
+    pyproject = tomllib.loads((checkout / "pyproject.toml").read_text(encoding="utf-8"))
+    installed = _extra_requirements(pyproject, "bench")
+    local = {p.stem: p for d in ("benchmarks", "tests") for p in (checkout / d).glob("*.py")}
+    distributions = packages_distributions()
+    missing: dict[str, str] = {}
+    todo = sorted((checkout / "benchmarks").glob("*.py"))
+    done: set[Path] = set()
+    while todo:
+        path = todo.pop()
+        if path in done:
+            continue
+        done.add(path)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                tops = [alias.name.split(".")[0] for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                tops = [node.module.split(".")[0]]
+            else:
+                continue
+            for top in tops:
+                if top in sys.stdlib_module_names or top in ("__future__", PACKAGE):
+                    continue
+                if top in local:
+                    todo.append(local[top])
+                    continue
+                dists = {_canonical(d) for d in distributions.get(top, [top])}
+                if not dists & installed:
+                    missing[f"{path.relative_to(checkout)}: {top}"] = ", ".join(sorted(dists))
+    assert not missing, f'imported but not installed by ".[bench]": {missing}'
