@@ -1608,12 +1608,15 @@ class ContextEngine:
         tools: Sequence[Any] | None,
         sent_for: Callable[[bool], list[Any]] | None = None,
         request_only: Collection[str] = (),
+        system_follows: bool = False,
     ) -> ModelCall:
         """:meth:`prepare_model_call`. ``sent_for``: the tools the call sends once it is
         known whether the package is shown (the middleware leaves the package's own out
         until then), from the one engagement this call measures; default ``tools``.
         ``request_only``: as :meth:`compress` takes it (none is the latest user message
-        of the floor that moves the trigger and the warning)."""
+        of the floor that moves the trigger and the warning). ``system_follows``: the
+        agent may put a system prompt of its own before the view (the pre-model hook):
+        no system message of the package's then, see :func:`build_view`."""
         state = checked_state(state)
         msgs = merge_system_messages(as_messages(messages))  # one system message, in the view too
         # calls and results paired, in the view too: a middleware listed before the
@@ -1640,6 +1643,7 @@ class ContextEngine:
                 self.floor_tokens(msgs, shown, counted, request_only) if floor is None else floor
             ),
             unsent_tokens=self.counter.count_tools(counted) - self.counter.count_tools(sent),
+            system_follows=system_follows,
         )
         call.engaged = engaged
         if self.config.self_management_tools and "working_context" not in (

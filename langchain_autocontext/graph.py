@@ -280,7 +280,9 @@ def hook_update(
 ) -> dict[str, Any]:
     """The pre-model hook's state update: the model's view in ``llm_input_messages``,
     the compressed messages when they changed, and the package's state when it did."""
-    call = engine.prepare_model_call(result.messages, state=ac_state)
+    # create_react_agent puts its own prompt (which the hook cannot see) before this view:
+    # the package's section must not be a second system message after it
+    call = engine._model_call(result.messages, ac_state, None, system_follows=True)
     update: dict[str, Any] = {}
     if result.changed:
         # first: ``stream_mode="messages"`` emits each id once, the first it finds in

@@ -494,6 +494,7 @@ def build_view(
     agent_system_prompt: str | None = None,
     floor_tokens: int = 0,
     unsent_tokens: int = 0,
+    system_follows: bool = False,
 ) -> ModelCall:
     """Assemble the model's input view of the (already compressed) working messages.
 
@@ -510,6 +511,10 @@ def build_view(
         unsent_tokens: what compression counts that this request does not send (the
             package's tool schemas, reserved before it shows them): the warning, and the
             trigger the notice names, are that much lower in what is sent.
+        system_follows: the agent may add a system prompt of its own after this package
+            runs, one it was not told (``create_react_agent(prompt=…)`` after the
+            pre-model hook): when the messages do not start with a system message, the
+            instructions travel as a user-role message, as with ``agent_system_prompt``.
 
     Raises:
         ContextBudgetError: the view cannot fit ``max_tokens`` (the messages were
@@ -526,7 +531,7 @@ def build_view(
         extra_tokens = counter.count_message(SystemMessage(agent_system_prompt))
     if msgs and isinstance(msgs[0], SystemMessage):
         msgs[0] = augment_system(msgs[0], text)
-    elif agent_system_prompt:
+    elif agent_system_prompt or system_follows:
         if text:
             pos = 1 if msgs and (marker(msgs[0]) or {}).get("kind") == KIND_RECURSIVE else 0
             msgs.insert(pos, _instructions_message(text))

@@ -129,6 +129,41 @@ def test_create_react_agent_pre_model_hook() -> None:
     assert len(agent.get_state(config).values["messages"]) < 1 + 40 * 2 + 1
 
 
+@pytest.mark.parametrize("prompt", [None, "You are a coder."])
+@pytest.mark.parametrize("asynchronous", [False, True])
+async def test_the_hook_sends_no_second_system_message_after_the_agents_prompt(
+    prompt: str | None, asynchronous: bool
+) -> None:
+    """``create_react_agent`` puts its ``prompt=`` before the view the pre-model hook
+    hands it, and the hook cannot see that prompt: with an ``AutoContext`` not told it
+    (``system_prompt=``), the package's section came as a system message of its own,
+    the second of the request (OpenAI's payloads carried two system items; the design
+    allows one, first, as some providers accept no other). The section now travels as a user-role message whenever the state
+    has no system message, so one system message, first, whether a prompt is added or
+    not."""
+    ac = AutoContext(CFG, tools=[bash], disclosure="always")
+    model = ScriptedModel(steps=12)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        agent = create_react_agent(
+            model,
+            [bash, *ac.tools],
+            prompt=prompt,
+            pre_model_hook=ac.pre_model_hook,
+            post_model_hook=ac.post_model_hook,
+            checkpointer=InMemorySaver(),
+        )
+    config = {"configurable": {"thread_id": "sp"}, "recursion_limit": 200}
+    inputs = {"messages": [HumanMessage("fix it")]}
+    out = await agent.ainvoke(inputs, config) if asynchronous else agent.invoke(inputs, config)
+    assert out["messages"][-1].content == "finished after 12 steps"
+    for sent in model.seen:
+        systems = [k for k, m in enumerate(sent) if isinstance(m, SystemMessage)]
+        assert systems in ([], [0]), [m.type for m in sent]
+        assert not find_violations(sent)
+        assert any("Context" in str(m.content) for m in sent)  # the section is still sent
+
+
 @pytest.mark.parametrize("surface", ["hook", "hook with tools=", "middleware"])
 def test_an_engine_that_does_not_count_the_agents_tools_says_so_once(surface: str) -> None:
     """A ``create_react_agent`` hook cannot see the tools its model is bound with: when
