@@ -1,0 +1,439 @@
+"""What the package sends, as the real provider integrations put it on the wire.
+
+``ChatOpenAI`` (Chat Completions and the Responses API) and ``ChatAnthropic`` (with
+extended thinking) run against an ``httpx`` mock transport that records each request's
+JSON payload and answers with a canned reply (tool calls or a final text, with
+``usage``); every payload is checked against the provider's documented rules. Offline,
+no key. langchain-openai and langchain-anthropic are not in the ``test`` extra: the
+module is skipped without them; the same invariants on LangChain messages are checked
+by the tests that always run (``find_violations`` in test_invariants, the one-system-
+message rule of the hook in test_graphs).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import uuid
+import warnings
+from collections import Counter
+from typing import Any
+
+import pytest
+
+httpx = pytest.importorskip("httpx")
+pytest.importorskip("langchain_openai")
+pytest.importorskip("langchain_anthropic")
+
+from langchain.agents import create_agent  # noqa: E402
+from langchain_core.messages import HumanMessage  # noqa: E402
+from langchain_core.tools import tool  # noqa: E402
+from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
+from langgraph.prebuilt import create_react_agent  # noqa: E402
+from langgraph.store.memory import InMemoryStore  # noqa: E402
+
+from langchain_autocontext import AutoContext, AutoContextConfig, OffloadStore  # noqa: E402
+
+PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
+
+
+@tool
+def read_log(name: str) -> str:
+    """Read a build log."""
+    return "\n".join(f"{name}: step {i} ok ({i * 7 % 13} ms) src/mod_{i}.py" for i in range(120))
+
+
+@tool
+def screenshot(name: str) -> list:
+    """Take a screenshot."""
+    return [
+        {"type": "text", "text": f"screenshot of {name}"},
+        {"type": "image", "base64": PNG, "mime_type": "image/png"},
+    ]
+
+
+TOOLS = [read_log, screenshot]
+
+
+TAG_ID = re.compile(r'<metadata id=\\?"([^"\\]+)')
+OFFLOAD = re.compile(r'reload_offloaded\(offload_id=\\?"([^"\\]+)')
+
+
+def script(step: int, payload: dict) -> list[dict[str, Any]] | str:
+    """The model: parallel calls every fourth step, edits of its context by the ids the
+    tags show, a final answer after 14 steps."""
+    if not payload.get("tools"):  # a summarizer's request
+        return "Summary: the agent read the logs, all ok."
+    if step > 14:
+        return "All builds pass."
+
+    def call(tool_name: str, **args: Any) -> dict[str, Any]:
+        return {"name": tool_name, "args": args, "id": f"call_{uuid.uuid4().hex[:12]}"}
+
+    sent = json.dumps(payload)
+    ids, offloads = TAG_ID.findall(sent), OFFLOAD.findall(sent)
+    if step == 5 and ids:
+        return [call("pin_message", message_id=ids[-1])]
+    if step in (6, 10) and offloads:
+        return [call("reload_offloaded", offload_id=offloads[0])]
+    if step == 9 and len(ids) > 4:
+        return [call("delete_message", message_id=ids[0])]
+    if step == 11 and len(ids) > 4:
+        return [call("update_message", message_id=ids[-4], content="read_log: all ok")]
+    if step % 4 == 0:
+        return [call("read_log", name=f"p{step}"), call("screenshot", name=f"s{step}")]
+    return [call("read_log", name=f"b{step}")]
+
+
+# --- the providers' documented rules --------------------------------------------------------
+def openai_chat_problems(p: dict) -> list[str]:
+    msgs, problems = p["messages"], []
+    roles = [m["role"] for m in msgs]
+    systems = [i for i, r in enumerate(roles) if r in ("system", "developer")]
+    if systems not in ([], [0]):
+        problems.append(f"system messages at {systems}")
+    i = 0
+    while i < len(msgs):
+        m = msgs[i]
+        if m["role"] == "tool":
+            problems.append(f"tool message {i} answers no call right before it")
+        if m["role"] == "assistant" and m.get("tool_calls"):
+            wanted, got, i = {c["id"] for c in m["tool_calls"]}, set(), i + 1
+            while i < len(msgs) and msgs[i]["role"] == "tool":
+                got.add(msgs[i]["tool_call_id"])
+                i += 1
+            if got != wanted:
+                problems.append(f"calls {wanted} answered by {got}")
+            continue
+        i += 1
+    return problems
+
+
+def openai_responses_problems(p: dict) -> list[str]:
+    items, problems, calls = p["input"], [], set()
+    systems = [i for i, it in enumerate(items) if it.get("role") in ("system", "developer")]
+    if systems not in ([], [0]):
+        problems.append(f"system items at {systems}")
+    for i, it in enumerate(items):
+        if it.get("type") == "function_call":
+            calls.add(it["call_id"])
+        if it.get("type") == "function_call_output" and it["call_id"] not in calls:
+            problems.append(f"output {i} before/without its function_call")
+        if it.get("type") == "reasoning" and (
+            i + 1 == len(items) or items[i + 1].get("type") == "reasoning"
+        ):
+            problems.append(f"reasoning item {i} without its following item")
+    outputs = {it["call_id"] for it in items if it.get("type") == "function_call_output"}
+    problems += [f"function_call {c} without output" for c in calls - outputs]
+    return problems
+
+
+def anthropic_problems(p: dict) -> list[str]:
+    msgs, problems = p["messages"], []
+
+    def blocks(m: dict) -> list[dict]:
+        return (
+            [{"type": "text", "text": m["content"]}]
+            if isinstance(m["content"], str)
+            else m["content"]
+        )
+
+    if not msgs or msgs[0]["role"] != "user":
+        problems.append("the first turn is not the user's")
+    for i, m in enumerate(msgs):
+        if m["role"] not in ("user", "assistant"):
+            problems.append(f"role {m['role']} in messages")
+        if i and msgs[i - 1]["role"] == m["role"]:
+            problems.append(f"turns {i - 1} and {i} do not alternate")
+        bl = blocks(m)
+        if not bl or any(b.get("type") == "text" and not b["text"].strip() for b in bl):
+            problems.append(f"empty content or text block in turn {i}")
+        results = [k for k, b in enumerate(bl) if b.get("type") == "tool_result"]
+        if results != list(range(len(results))):
+            problems.append(f"tool_result blocks not first in turn {i}")
+        uses = {b["id"] for b in bl if b.get("type") == "tool_use"}
+        if uses:
+            nxt = blocks(msgs[i + 1]) if i + 1 < len(msgs) else []
+            answered = {b["tool_use_id"] for b in nxt if b.get("type") == "tool_result"}
+            if answered != uses:
+                problems.append(f"tool_use {uses} in turn {i} answered by {answered}")
+    if p.get("thinking") and len(msgs) > 1:
+        last = blocks(msgs[-1])
+        if any(b.get("type") == "tool_result" for b in last):
+            head = blocks(msgs[-2])[0].get("type")
+            if head not in ("thinking", "redacted_thinking"):
+                problems.append(f"the turn continuing the tool loop starts with {head}")
+    return problems
+
+
+# --- canned replies --------------------------------------------------------------------------
+def usage(payload: dict) -> int:
+    return len(json.dumps(payload)) // 4
+
+
+def openai_chat_reply(payload: dict, reply: Any) -> dict:
+    if isinstance(reply, str):
+        msg: dict[str, Any] = {"role": "assistant", "content": reply}
+    else:
+        msg = {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": c["id"],
+                    "type": "function",
+                    "function": {"name": c["name"], "arguments": json.dumps(c["args"])},
+                }
+                for c in reply
+            ],
+        }
+    n = usage(payload)
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 0,
+        "model": payload["model"],
+        "choices": [
+            {
+                "index": 0,
+                "message": msg,
+                "finish_reason": "stop" if isinstance(reply, str) else "tool_calls",
+            }
+        ],
+        "usage": {"prompt_tokens": n, "completion_tokens": 9, "total_tokens": n + 9},
+    }
+
+
+def openai_responses_reply(payload: dict, reply: Any) -> dict:
+    out: list[dict] = [{"type": "reasoning", "id": f"rs_{uuid.uuid4().hex}", "summary": []}]
+    if isinstance(reply, str):
+        out.append(
+            {
+                "type": "message",
+                "id": f"msg_{uuid.uuid4().hex}",
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": reply, "annotations": []}],
+            }
+        )
+    else:
+        out += [
+            {
+                "type": "function_call",
+                "id": f"fc_{uuid.uuid4().hex}",
+                "call_id": c["id"],
+                "name": c["name"],
+                "arguments": json.dumps(c["args"]),
+                "status": "completed",
+            }
+            for c in reply
+        ]
+    n = usage(payload)
+    return {
+        "id": f"resp_{uuid.uuid4().hex}",
+        "object": "response",
+        "created_at": 0,
+        "status": "completed",
+        "model": payload["model"],
+        "output": out,
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        "usage": {
+            "input_tokens": n,
+            "output_tokens": 9,
+            "total_tokens": n + 9,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens_details": {"reasoning_tokens": 0},
+        },
+    }
+
+
+def anthropic_reply(payload: dict, reply: Any) -> dict:
+    content: list[dict] = []
+    if payload.get("thinking"):
+        content.append({"type": "thinking", "thinking": "Next step.", "signature": "sig"})
+    if isinstance(reply, str):
+        content.append({"type": "text", "text": reply})
+    else:
+        content += [
+            {"type": "tool_use", "id": f"toolu_{c['id']}", "name": c["name"], "input": c["args"]}
+            for c in reply
+        ]
+    return {
+        "id": f"msg_{uuid.uuid4().hex}",
+        "type": "message",
+        "role": "assistant",
+        "model": payload["model"],
+        "content": content,
+        "stop_reason": "end_turn" if isinstance(reply, str) else "tool_use",
+        "stop_sequence": None,
+        "usage": {"input_tokens": usage(payload), "output_tokens": 9},
+    }
+
+
+RULES = {
+    "chat": (openai_chat_problems, openai_chat_reply),
+    "responses": (openai_responses_problems, openai_responses_reply),
+    "anthropic": (anthropic_problems, anthropic_reply),
+}
+
+
+class Provider:
+    """The mock endpoint: records each payload and the rules it breaks."""
+
+    def __init__(self, api: str) -> None:
+        self.api = api
+        self.payloads: list[dict] = []
+        self.problems: list[tuple[int, list[str]]] = []
+        self.step = 0
+
+    def answer(self, content: bytes) -> dict:
+        payload = json.loads(content)
+        self.payloads.append(payload)
+        check, reply = RULES[self.api]
+        if problems := check(payload):
+            self.problems.append((len(self.payloads), problems))
+        if payload.get("tools"):
+            self.step += 1
+        return reply(payload, script(self.step, payload))
+
+    def model(self, **kw: Any) -> Any:
+        if self.api == "anthropic":
+            return self._anthropic(**kw)
+        from langchain_openai import ChatOpenAI
+
+        def handle(request: Any) -> Any:
+            return httpx.Response(200, json=self.answer(request.content))
+
+        async def ahandle(request: Any) -> Any:
+            return handle(request)
+
+        return ChatOpenAI(
+            model="gpt-4o-mini",
+            api_key="sk-test",
+            use_responses_api=self.api == "responses",
+            max_retries=0,
+            http_client=httpx.Client(transport=httpx.MockTransport(handle)),
+            http_async_client=httpx.AsyncClient(transport=httpx.MockTransport(ahandle)),
+            **kw,
+        )
+
+    def _anthropic(self, **kw: Any) -> Any:
+        import anthropic
+        from anthropic import _base_client
+        from langchain_anthropic import ChatAnthropic
+
+        hx = getattr(_base_client, "httpx2", None) or getattr(_base_client, "httpx", httpx)
+
+        def handle(request: Any) -> Any:
+            return hx.Response(200, json=self.answer(request.content))
+
+        async def ahandle(request: Any) -> Any:
+            return handle(request)
+
+        model = ChatAnthropic(model="claude-sonnet-4-5", api_key="x", max_retries=0, **kw)
+        # the SDK clients are cached properties: the same clients over the mock transport
+        model.__dict__["_client"] = anthropic.Client(
+            api_key="x",
+            max_retries=0,
+            timeout=60,
+            http_client=hx.Client(transport=hx.MockTransport(handle)),
+        )
+        model.__dict__["_async_client"] = anthropic.AsyncClient(
+            api_key="x",
+            max_retries=0,
+            timeout=60,
+            http_client=hx.AsyncClient(transport=hx.MockTransport(ahandle)),
+        )
+        return model
+
+
+THINKING = {"thinking": {"type": "enabled", "budget_tokens": 1024}, "max_tokens": 4096}
+APIS = ["chat", "responses", "anthropic"]
+
+
+def model_kwargs(api: str) -> dict[str, Any]:
+    return THINKING if api == "anthropic" else {}
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+@pytest.mark.parametrize("api", APIS)
+def test_every_request_of_a_long_create_agent_run_is_valid_for_the_provider(
+    api: str, asynchronous: bool
+) -> None:
+    """Two rounds of a tool loop at 6,000 tokens, with parallel calls, images in the
+    results and the model's own pin, reload, delete and update calls, through the
+    middleware (offloads, current-round summaries, FIFO eviction and calibration all
+    run): every payload keeps the provider's rules."""
+    provider = Provider(api)
+    store = OffloadStore(InMemoryStore())
+    cfg = AutoContextConfig(max_tokens=6_000, metadata_tags=True, tag_format="seed")
+    ac = AutoContext(cfg, store=store)
+    agent = create_agent(
+        provider.model(**model_kwargs(api)),
+        tools=TOOLS,
+        system_prompt="You are a build assistant.",
+        middleware=[ac.middleware()],
+        checkpointer=InMemorySaver(),
+        store=store,
+    )
+    config: Any = {"configurable": {"thread_id": "t"}, "recursion_limit": 200}
+    for question in ("Check every build.", "Again, the p builds."):
+        provider.step = 0
+        inputs = {"messages": [HumanMessage(question)]}
+        if asynchronous:
+            out = asyncio.run(agent.ainvoke(inputs, config))
+        else:
+            out = agent.invoke(inputs, config)
+        assert out["messages"][-1].text == "All builds pass."
+    assert provider.problems == []
+    kinds = Counter(e.strategy for e in store.list_events("t"))
+    assert {"offload_all", "current_round", "fifo", "calibration"} <= set(kinds), kinds
+    assert {"tool:delete", "tool:update"} & set(kinds), kinds  # the model edited its context
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_the_hook_sends_one_system_message_when_the_agent_adds_its_prompt(api: str) -> None:
+    """``create_react_agent(prompt=…)`` with an ``AutoContext`` not told the prompt: the
+    package's section came as a second system message: two system items in OpenAI's
+    payloads (langchain-anthropic merges leading system messages into ``system``)."""
+    provider = Provider(api)
+    ac = AutoContext(AutoContextConfig(max_tokens=6_000), tools=TOOLS)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        agent = create_react_agent(
+            provider.model(**model_kwargs(api)),
+            [*TOOLS, *ac.tools],
+            prompt="You are a build assistant.",
+            pre_model_hook=ac.pre_model_hook,
+            post_model_hook=ac.post_model_hook,
+            checkpointer=InMemorySaver(),
+        )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        agent.invoke(
+            {"messages": [HumanMessage("Check every build.")]},
+            {"configurable": {"thread_id": "r"}, "recursion_limit": 200},
+        )
+    assert provider.problems == []
+    assert not [w for w in caught if "SystemMessage" in str(w.message)]
+    assert any("Context" in json.dumps(p) for p in provider.payloads)  # the section was sent
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_the_budget_comes_from_the_models_profile(api: str) -> None:
+    """No ``max_tokens``: the window of the real model class's profile, less room for the
+    reply (gpt-4o-mini: 128,000 less 16,384; claude-sonnet-4-5 asking for 4,096 reply
+    tokens: 200,000 less a quarter)."""
+    provider = Provider(api)
+    ac = AutoContext()
+    agent = create_agent(
+        provider.model(**model_kwargs(api)), tools=TOOLS, middleware=[ac.middleware()]
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        agent.invoke({"messages": [HumanMessage("hi")]}, {"recursion_limit": 200})
+    assert ac.config.max_tokens == (150_000 if api == "anthropic" else 111_616)
+    assert not [w for w in caught if "default budget" in str(w.message)]
