@@ -4,10 +4,10 @@
 extended thinking) run against an ``httpx`` mock transport that records each request's
 JSON payload and answers with a canned reply (tool calls or a final text, with
 ``usage``); every payload is checked against the provider's documented rules. Offline,
-no key. langchain-openai and langchain-anthropic are not in the ``test`` extra: the
-module is skipped without them; the same invariants on LangChain messages are checked
-by the tests that always run (``find_violations`` in test_invariants, the one-system-
-message rule of the hook in test_graphs).
+no key. langchain-openai and langchain-anthropic are in the ``test`` extra (CI runs
+this module); an install without them skips it, and the same invariants on LangChain
+messages are checked by the tests that always run (``find_violations`` in
+test_invariants, the one-system-message rule of the hook in test_graphs).
 """
 
 from __future__ import annotations
