@@ -980,9 +980,11 @@ def repair_tool_pairs(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
                     ),
                     tool_call_id=cid,
                     name=call.get("name"),
-                    # derived from its call: the same at every call (a tag shown with it
-                    # would otherwise change, and the prompt cache break there)
-                    id=str(uuid.uuid5(_DERIVED_IDS, f"missing-result:{cid}")),
+                    # derived from its call and the message making it: the same at every
+                    # call (a tag shown with it would otherwise change, and the prompt
+                    # cache break there), and one of its own for each message repeating a
+                    # call id (providers and fake models that number calls per message)
+                    id=str(uuid.uuid5(_DERIVED_IDS, f"missing-result:{m.id or i}:{cid}")),
                     status="error",
                 )
                 out.append(mark(note, KIND_MISSING_RESULT))

@@ -285,6 +285,28 @@ def test_a_stand_in_result_is_the_same_at_every_call() -> None:
     assert repair_tool_pairs(msgs)[3].id == repair_tool_pairs(list(msgs))[3].id
 
 
+def test_stand_ins_for_calls_repeating_an_id_are_told_apart() -> None:
+    """Two lost results of calls under one id (a provider or fake model numbering its
+    calls per message: ``call_0`` at every turn) get stand-ins of distinct ids, each the
+    same at every call: derived from the call id alone, both carried one id, so the view
+    held two messages under it (one tag for both), and a graph's next pass renamed the second."""
+    ac, store = memory_env()
+    msgs = [
+        SystemMessage("sys", id="s"),
+        HumanMessage("go", id="u1"),
+        _call("call_0", mid="a1"),
+        HumanMessage("stop", id="u2"),
+        _call("call_0", mid="a2"),
+        HumanMessage("again", id="u3"),
+    ]
+    first = ac.compress(msgs, thread_id="t").messages
+    check_sent(ac, store, "t", first)
+    stand_ins = [m.id for m in first if (marker(m) or {}).get("kind") == "missing_tool_result"]
+    assert len(stand_ins) == len(set(stand_ins)) == 2
+    again = ac.prepare_model_call(msgs).messages
+    assert [m.id for m in again] == [m.id for m in first]
+
+
 def test_broken_pairs_in_graph_state_are_repaired_before_the_model() -> None:
     store = InMemoryStore()
     ac = AutoContext(CFG)
