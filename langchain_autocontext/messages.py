@@ -929,14 +929,19 @@ def _tool_pairs_ok(messages: Sequence[BaseMessage]) -> bool:
     return True
 
 
+def _is_stand_in(message: BaseMessage) -> bool:
+    """The result :func:`repair_tool_pairs` stands in for a lost one."""
+    return (marker(message) or {}).get("kind") == KIND_MISSING_RESULT
+
+
 def repair_tool_pairs(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
     """Make tool calls and results pair up as every provider requires.
 
     Returns ``messages`` itself (as a list) when they already pair up. Otherwise:
     each AI message is followed by the results of its calls (a result found later
-    in the list is moved up to its call; the first result of a call wins); a call
-    without any result gets a short placeholder result (marked
-    ``missing_tool_result``), except the calls of a pending last AI message; a tool
+    in the list is moved up to its call; the first result of a call wins, a real one
+    over a stand-in written before it arrived); a call without any result gets a short
+    placeholder result (marked ``missing_tool_result``), except the calls of a pending last AI message; a tool
     result whose call is nowhere before it (an orphan) or that answers a call a
     second time leaves the working messages. Nothing is lost: the engine archives
     every original in the history store *before* repairing.
@@ -967,7 +972,11 @@ def repair_tool_pairs(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
             if not cid or cid in answered:
                 continue
             answered.add(cid)
-            found = next((j for j in results.get(cid, ()) if j > i and j not in used), None)
+            later = [j for j in results.get(cid, ()) if j > i and j not in used]
+            # a real result arriving after the stand-in written for it wins over it
+            found = next((j for j in later if not _is_stand_in(msgs[j])), None)
+            if found is None and later:
+                found = later[0]
             if found is not None:
                 used.add(found)
                 out.append(msgs[found])

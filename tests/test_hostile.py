@@ -307,6 +307,25 @@ def test_stand_ins_for_calls_repeating_an_id_are_told_apart() -> None:
     assert [m.id for m in again] == [m.id for m in first]
 
 
+def test_a_real_result_arriving_after_its_stand_in_replaces_it() -> None:
+    """The stand-in written back for a lost result (the surfaces write the repaired list
+    to the state) gives way to the real result when that arrives later: the first result
+    of the call won, so the stand-in stayed and the real output left the context."""
+    ac, store = memory_env()
+    msgs = [
+        SystemMessage("sys", id="s"),
+        HumanMessage("go", id="u1"),
+        _call("c1", mid="a1"),
+        HumanMessage("meanwhile", id="u2"),
+    ]
+    first = ac.compress(msgs, thread_id="t").messages
+    assert (marker(first[3]) or {}).get("kind") == "missing_tool_result"
+    late = ToolMessage("the real output", tool_call_id="c1", id="t9")
+    res = ac.compress([*first, late, HumanMessage("and?", id="u3")], thread_id="t")
+    check_sent(ac, store, "t", res.messages)
+    assert [m.id for m in res.messages] == ["s", "u1", "a1", "t9", "u2", "u3"]
+
+
 def test_broken_pairs_in_graph_state_are_repaired_before_the_model() -> None:
     store = InMemoryStore()
     ac = AutoContext(CFG)
