@@ -86,6 +86,7 @@ from langchain_autocontext.view import (
     build_view,
     instructions_text,
     normalize_state,
+    opens_with_assistant,
     pressure_slack,
     view_reserve,
     view_reserve_and_slack,
@@ -1136,9 +1137,11 @@ class ContextEngine:
     ) -> AutoContextConfig:
         """The config the pipeline runs with: ``max_tokens`` minus what the view may add.
 
-        The view may add a notice (memory pressure, command errors) and, when the
-        agent owns the system prompt, the instructions as a message of their own;
-        reserving their tokens keeps the view itself within ``max_tokens``. ``shown``:
+        The view may add a notice (memory pressure, command errors), when the
+        agent owns the system prompt, the instructions as a message of their own, and
+        when ``messages`` open with an assistant turn, the opener note
+        (:func:`~langchain_autocontext.view.with_opener`); reserving their tokens keeps
+        the view itself within ``max_tokens``. ``shown``:
         the call's :meth:`view_config`, when the caller has it already.
         """
         return self._budget_and_slack(messages, state, shown, with_slack=False)[0]
@@ -1156,13 +1159,16 @@ class ContextEngine:
         owns_system = bool(messages) and isinstance(messages[0], SystemMessage)
         config = self.view_config(messages, state) if shown is None else shown
         separate = bool(self.system_prompt) and not owns_system
+        opener = opens_with_assistant(messages)
         if with_slack:
             reserve, slack = view_reserve_and_slack(
-                config, self.counter, state, separate_instructions=separate
+                config, self.counter, state, separate_instructions=separate, opener=opener
             )
         else:
             reserve, slack = (
-                view_reserve(config, self.counter, state, separate_instructions=separate),
+                view_reserve(
+                    config, self.counter, state, separate_instructions=separate, opener=opener
+                ),
                 0,
             )
         limit = int(config.max_tokens / (token_scale(state) * window_scale(state)))

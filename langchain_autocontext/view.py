@@ -13,6 +13,8 @@ stored. Before each call :func:`build_view` assembles the *input view*:
 2. the working messages, the recursive summary (if any) first;
 3. one-turn notices at the end: the memory-pressure warning (once per crossing of
    ``warning_ratio``, moved up with the floor) and the previous turn's command errors;
+   and first, when the conversation would open with an assistant turn (the model
+   deleted the first user message), a one-line user-role note (:func:`with_opener`);
 4. metadata tags on every non-system message (:func:`~langchain_autocontext.metadata.render_view`)
    with *short ids*: a uuid4 id is shown by its shortest prefix that no earlier
    message's id starts with (about 20 tokens less per message; stable as messages are
@@ -36,7 +38,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
 from langchain_autocontext.config import AutoContextConfig
 from langchain_autocontext.copies import memo_with_id
@@ -56,6 +58,7 @@ from langchain_autocontext.tokens import TokenCounter
 __all__ = [
     "INSTRUCTIONS_ID",
     "NOTICE_ID",
+    "OPENER_ID",
     "STATE_KEYS",
     "ModelCall",
     "augment_system",
@@ -75,8 +78,10 @@ __all__ = [
 INSTRUCTIONS_ID = "autocontext-instructions"
 #: Id of the trailing notice message (memory pressure, command errors).
 NOTICE_ID = "autocontext-notice"
+#: Id of the user-role note before a view that would open with an assistant turn.
+OPENER_ID = "autocontext-opener"
 #: Ids the view adds that are not working messages (the tools explain this).
-VIEW_ONLY_IDS = frozenset({INSTRUCTIONS_ID, NOTICE_ID})
+VIEW_ONLY_IDS = frozenset({INSTRUCTIONS_ID, NOTICE_ID, OPENER_ID})
 
 #: Keys of ``state["autocontext"]`` owned by the self-management layer.
 STATE_KEYS = {
@@ -92,6 +97,13 @@ _RETIRED_KEYS = ("autonomous_steps", "autonomous_last_id")
 
 _NOTICE_KIND = "view_notice"
 _INSTRUCTIONS_KIND = "view_instructions"
+_OPENER_KIND = "view_opener"
+#: The opener's text: the same at every call (the prompt cache holds), and true whether
+#: the conversation's first messages were deleted, evicted or never there (a greeting).
+_OPENER_TEXT = (
+    "[Context manager notice, not from the user] "
+    "Earlier messages of this conversation, if any, are not shown."
+)
 
 
 # --- the per-thread state ----------------------------------------------------------------
@@ -385,6 +397,34 @@ def _instructions_message(text: str) -> HumanMessage:
     return mark(HumanMessage(body, id=INSTRUCTIONS_ID), _INSTRUCTIONS_KIND)  # type: ignore[return-value]
 
 
+def _opener_message() -> HumanMessage:
+    return mark(HumanMessage(_OPENER_TEXT, id=OPENER_ID), _OPENER_KIND)  # type: ignore[return-value]
+
+
+def opens_with_assistant(messages: Sequence[BaseMessage]) -> bool:
+    """Whether the first non-system message of ``messages`` is not the user's: the view
+    of such messages may need the opener (:func:`with_opener`), which
+    :func:`view_reserve` keeps room for then (a tool result first is dropped as an
+    orphan, so what follows it may be the assistant's)."""
+    start = 1 if messages and isinstance(messages[0], SystemMessage) else 0
+    return start < len(messages) and not isinstance(messages[start], HumanMessage)
+
+
+def with_opener(messages: list[BaseMessage]) -> list[BaseMessage]:
+    """``messages`` with the opener note before its first non-system message when that
+    is an assistant turn (``messages`` itself when it is not).
+
+    Anthropic's Messages API, Gemini and Bedrock Converse reject a conversation that
+    opens with an assistant turn, which the model's own edits make (it deleted the
+    first user message: "forget my password") as can an application's greeting; a
+    user-role note of the view's keeps every request valid without showing what was
+    deleted."""
+    start = 1 if messages and isinstance(messages[0], SystemMessage) else 0
+    if start < len(messages) and isinstance(messages[start], AIMessage):
+        return [*messages[:start], _opener_message(), *messages[start:]]
+    return messages
+
+
 def pressure_slack(
     config: AutoContextConfig, counter: TokenCounter, state: Mapping[str, Any] | None
 ) -> int:
@@ -402,15 +442,21 @@ def view_reserve_and_slack(
     state: Mapping[str, Any] | None,
     *,
     separate_instructions: bool,
+    opener: bool = False,
 ) -> tuple[int, int]:
     """:func:`view_reserve` and :func:`pressure_slack` of one call: the notice with the
     pressure warning built and counted once for both (the reserve adds up per message)."""
-    full = view_reserve(config, counter, state, separate_instructions=False)
-    rest = view_reserve(config, counter, state, separate_instructions=False, pressure=False)
+    args = (config, counter, state)
+    full = view_reserve(*args, separate_instructions=False)
+    rest = view_reserve(*args, separate_instructions=False, pressure=False)
     reserve = full
-    if separate_instructions:  # the instructions' own message, beside the rest
-        args = (config, counter, state)
-        reserve += view_reserve(*args, separate_instructions=True, pressure=False) - rest
+    if separate_instructions or opener:  # the instructions' own message, or the opener
+        reserve += (
+            view_reserve(
+                *args, separate_instructions=separate_instructions, pressure=False, opener=opener
+            )
+            - rest
+        )
     return reserve, max(0, full - rest)
 
 
@@ -421,14 +467,17 @@ def view_reserve(
     *,
     separate_instructions: bool,
     pressure: bool = True,
+    opener: bool = False,
 ) -> int:
     """Tokens the view may add beyond what the compression pipeline counts.
 
     The pipeline counts the working messages with the generated section merged
     into the system message. The view can add a notice message (pressure warning,
-    command errors) and, when the agent owns the system prompt, the instructions
-    as a message of their own; this bounds their tokens, tags included (tag
-    numbers at their widest), so the view never exceeds ``max_tokens``.
+    command errors), when the agent owns the system prompt, the instructions
+    as a message of their own, and else, with ``opener`` (the working messages open
+    with an assistant turn: :func:`opens_with_assistant`), the opener note
+    (:func:`with_opener`); this bounds their tokens, tags included (tag numbers at
+    their widest), so the view never exceeds ``max_tokens``.
     """
     st = normalize_state(state)
     width = 10 ** (len(str(config.max_tokens)) + 1) - 1
@@ -436,10 +485,13 @@ def view_reserve(
     if st.get("command_errors"):  # ^ widest numbers
         parts.append(errors_notice(st["command_errors"]))
     extra = [_notice_message(parts)] if parts else []
-    if separate_instructions:
-        text = instructions_text(config, st)
-        if text:
-            extra.append(_instructions_message(text))
+    text = instructions_text(config, st) if separate_instructions else ""
+    # the instructions' own message is user-role and first (or after the user-role
+    # recursive summary): a view with it never needs the opener
+    if text:
+        extra.append(_instructions_message(text))
+    elif opener:
+        extra.append(_opener_message())
     total = 0
     for m in extra:
         tag = render_tag(str(m.id), width, width, config.tag_format)
@@ -537,6 +589,8 @@ def build_view(
             msgs.insert(pos, _instructions_message(text))
     elif text:
         msgs.insert(0, mark(SystemMessage(text, id=INSTRUCTIONS_ID), _INSTRUCTIONS_KIND))
+    # providers that want a user turn first: never open with the assistant's
+    msgs = with_opener(msgs)
 
     # one-turn notices: command errors of the previous turn, memory pressure
     errors = list(st.get("command_errors") or [])

@@ -51,7 +51,7 @@ from langchain_autocontext.history import surface_namespace
 from langchain_autocontext.messages import find_violations, text_of
 from langchain_autocontext.search import search_history
 from langchain_autocontext.strategies.base import summary_offload_ids
-from langchain_autocontext.view import NOTICE_ID
+from langchain_autocontext.view import NOTICE_ID, OPENER_ID
 
 Reply = Callable[[list[BaseMessage], int], AIMessage]
 
@@ -337,6 +337,49 @@ def test_xml_delete_command_edits_state_and_keeps_the_original() -> None:
     assert "secret-1" not in {m.id for m in out["messages"]}
     original = OffloadStore.wrap(store).get_history_message("t", "secret-1")
     assert original is not None and "hunter2" in original.message.content
+
+
+@pytest.mark.parametrize("run_async", [False, True])
+@pytest.mark.parametrize("via", ["tool", "xml"])
+async def test_a_conversation_whose_first_user_message_was_deleted_opens_with_a_user_turn(
+    via: str, run_async: bool
+) -> None:
+    """The model deleted the conversation's first user message ("forget my password"):
+    every later request opened with the assistant's reply right after the system
+    message, which Anthropic's Messages API ("first message must use the user role"),
+    Gemini and Bedrock Converse reject. The view puts the package's one-line user-role
+    note first, the same at every call (the prompt cache holds), without the deleted
+    text; the state never holds it."""
+    ac = AutoContext(
+        CFG.model_copy(update={"xml_commands": True, "metadata_tags": True, "disclosure": "always"})
+    )
+
+    def reply(messages: list[BaseMessage], n: int) -> AIMessage:
+        if n == 1:
+            if via == "xml":
+                return AIMessage('<delete id="secret-1"/> forgot it')
+            return call("delete_message", {"message_id": "secret-1"}, n)
+        return AIMessage("noted")
+
+    model = ReplyModel(reply=reply)
+    graph = agent(model, ac)
+    turns = ["my password is hunter2", "forget my password", "hello again"]
+    for k, text in enumerate(turns):
+        inp = {"messages": [HumanMessage(text, id="secret-1" if k == 0 else None)]}
+        out = await graph.ainvoke(inp, THREAD) if run_async else graph.invoke(inp, THREAD)
+    assert "secret-1" not in {m.id for m in out["messages"]}
+    assert OPENER_ID not in {m.id for m in out["messages"]}  # the view is never persisted
+    after = model.seen[2:]
+    assert len(after) == (2 if via == "tool" else 1)
+    for sent in after:
+        assert isinstance(sent[0], SystemMessage)
+        assert isinstance(sent[1], HumanMessage) and sent[1].id == OPENER_ID
+        assert "hunter2" not in text_of(sent[1]) and "earlier messages" in text_of(sent[1]).lower()
+        assert not find_violations(sent)
+        assert ac.counter.count(sent, model.bound) <= ac.config.max_tokens
+    assert len({text_of(sent[1]) for sent in after}) == 1  # the same at every call
+    # before the deletion the conversation opened with the user's own message
+    assert all(sent[1].id == "secret-1" for sent in model.seen[:2])
 
 
 @pytest.mark.parametrize("via", ["tool", "xml"])

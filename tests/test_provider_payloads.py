@@ -288,6 +288,7 @@ class Provider:
         self.payloads: list[dict] = []
         self.problems: list[tuple[int, list[str]]] = []
         self.step = 0
+        self.script = script  # the model's replies: (step, payload) -> calls or a text
 
     def answer(self, content: bytes) -> dict:
         payload = json.loads(content)
@@ -297,7 +298,7 @@ class Provider:
             self.problems.append((len(self.payloads), problems))
         if payload.get("tools"):
             self.step += 1
-        return reply(payload, script(self.step, payload))
+        return reply(payload, self.script(self.step, payload))
 
     def model(self, **kw: Any) -> Any:
         if self.api == "anthropic":
@@ -392,6 +393,54 @@ def test_every_request_of_a_long_create_agent_run_is_valid_for_the_provider(
     kinds = Counter(e.strategy for e in store.list_events("t"))
     assert {"offload_all", "current_round", "fifo", "calibration"} <= set(kinds), kinds
     assert {"tool:delete", "tool:update"} & set(kinds), kinds  # the model edited its context
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+@pytest.mark.parametrize("api", APIS)
+def test_a_conversation_whose_first_user_message_the_model_deleted_stays_valid(
+    api: str, asynchronous: bool
+) -> None:
+    """ "Forget my password" said of the first turn: the model deletes the conversation's
+    first user message (``delete_message`` with the id its tag shows), and the next
+    request opened with the assistant's reply right after the system prompt, which
+    Anthropic's Messages API rejects ("first message must use the user role"). The
+    package's user-role note opens it now; the password is in no later payload."""
+    provider = Provider(api)
+
+    def reply(step: int, payload: dict) -> list[dict[str, Any]] | str:
+        if not payload.get("tools"):
+            return "Summary."
+        sent = json.dumps(payload)
+        if "forget my password" in sent and "hunter2" in sent:
+            first = TAG_ID.findall(sent)[0]  # the first user message's tag
+            return [{"name": "delete_message", "args": {"message_id": first}, "id": "call_del"}]
+        return "Noted."
+
+    provider.script = reply
+    ac = AutoContext(
+        AutoContextConfig(
+            max_tokens=6_000, metadata_tags=True, tag_format="seed", disclosure="always"
+        ),
+        store=InMemoryStore(),
+    )
+    agent = create_agent(
+        provider.model(**model_kwargs(api)),
+        tools=TOOLS,
+        system_prompt="You are a build assistant.",
+        middleware=[ac.middleware()],
+        checkpointer=InMemorySaver(),
+        store=InMemoryStore(),
+    )
+    config: Any = {"configurable": {"thread_id": "t"}}
+    for text in ("My password is hunter2.", "Please forget my password.", "Hello again."):
+        inputs = {"messages": [HumanMessage(text)]}
+        if asynchronous:
+            asyncio.run(agent.ainvoke(inputs, config))
+        else:
+            agent.invoke(inputs, config)
+    deleted = next(k for k, p in enumerate(provider.payloads) if "call_del" in json.dumps(p))
+    assert deleted and "hunter2" not in json.dumps(provider.payloads[deleted:])
+    assert provider.problems == []
 
 
 @pytest.mark.parametrize("api", APIS)

@@ -8,19 +8,27 @@ import warnings
 from typing import Any
 
 import pytest
-from _builders import FunctionModel, call, chat_rounds, fetch, self_managed_agent
+from _builders import (
+    FunctionModel,
+    call,
+    chat_rounds,
+    fetch,
+    self_managed_agent,
+    self_managed_graph,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.memory import InMemoryStore
 
-from langchain_autocontext import AutoContext, AutoContextConfig, ContextBudgetError
+from langchain_autocontext import AutoContext, AutoContextConfig, ContextBudgetError, pin
 from langchain_autocontext.messages import find_violations, marker
 from langchain_autocontext.tokens import TokenCounter
 from langchain_autocontext.view import (
     INSTRUCTIONS_ID,
     NOTICE_ID,
+    OPENER_ID,
     build_view,
     resolve_message_ref,
     short_id_map,
@@ -601,6 +609,60 @@ def test_a_compress_builds_the_views_reserve_once(monkeypatch: pytest.MonkeyPatc
     counter = TokenCounter()
     for state in (None, {"command_errors": ["<delete> names no message"]}):
         for separate in (False, True):
-            both = view_reserve_and_slack(ac.config, counter, state, separate_instructions=separate)
-            alone = view_reserve(ac.config, counter, state, separate_instructions=separate)
-            assert both == (alone, pressure_slack(ac.config, counter, state))
+            for opener in (False, True):
+                args = (ac.config, counter, state)
+                kw = {"separate_instructions": separate, "opener": opener}
+                both = view_reserve_and_slack(*args, **kw)
+                alone = view_reserve(*args, **kw)
+                assert both == (alone, pressure_slack(ac.config, counter, state))
+
+
+def test_a_full_context_that_opens_with_an_assistant_turn_still_fits() -> None:
+    """A view that would open with an assistant turn (a greeting, or the first user
+    message deleted by the model) gets the package's user-role note first; the budget
+    keeps room for it, as for the other notices: a context right at its budget is sent
+    with it, never refused with ContextBudgetError because of it (a pinned greeting
+    beside a latest user message that takes the rest of the budget)."""
+    cfg = AutoContextConfig(max_tokens=2_000, disclosure="always")
+    greeting = pin(AIMessage("Hello! How can I help you today?", id="greet"))
+    sent = 0
+    for n in range(1_700, 1_800):
+        ac = AutoContext(cfg, store=InMemoryStore())
+        msgs = [SystemMessage("Be brief.", id="sys"), greeting, HumanMessage("word " * n, id="u")]
+        try:
+            fitted = ac.compress(msgs, thread_id="t")
+        except ContextBudgetError:  # the floor alone is over the budget: said before sending
+            continue
+        view = ac.prepare_model_call(fitted.messages).messages
+        assert view[1].id == OPENER_ID and isinstance(view[1], HumanMessage)
+        assert ac.counter.count(view, ac.count_tools) <= cfg.max_tokens
+        sent += 1
+    assert sent > 10
+
+
+@pytest.mark.parametrize("disclosure", ["always", "when_needed"])
+@pytest.mark.parametrize("build", [self_managed_agent, self_managed_graph])
+def test_the_graph_surfaces_never_open_a_view_with_an_assistant_turn(
+    build: Any, disclosure: str
+) -> None:
+    """The pre-model hook and the node + model node: once the model deleted the first
+    user message with ``<delete>``, the view opens with a user-role message (the
+    package's instructions when they travel as one, else its opening note), never the
+    assistant's reply that followed it."""
+    ac = AutoContext(
+        AutoContextConfig(max_tokens=6_000, xml_commands=True, disclosure=disclosure),
+        store=InMemoryStore(),
+    )
+
+    def respond(messages: list, n: int) -> AIMessage:
+        return AIMessage('<delete id="secret-1"/> forgot it' if n == 1 else "noted")
+
+    model = FunctionModel(respond=respond)
+    graph = build(ac, model, InMemoryStore())
+    thread = {"configurable": {"thread_id": "t"}}
+    for k, text in enumerate(["my password is hunter2", "forget my password", "hello"]):
+        graph.invoke({"messages": [HumanMessage(text, id="secret-1" if k == 0 else None)]}, thread)
+    last = model.seen[-1]
+    first = last[1] if isinstance(last[0], SystemMessage) else last[0]
+    assert isinstance(first, HumanMessage) and first.id in (OPENER_ID, INSTRUCTIONS_ID)
+    assert not any("hunter2" in str(m.content) for m in last)
