@@ -99,11 +99,11 @@ _NOTICE_KIND = "view_notice"
 _INSTRUCTIONS_KIND = "view_instructions"
 _OPENER_KIND = "view_opener"
 #: The opener's text: the same at every call (the prompt cache holds), and true whether
-#: the conversation's first messages were deleted, evicted or never there (a greeting).
-_OPENER_TEXT = (
-    "[Context manager notice, not from the user] "
-    "Earlier messages of this conversation, if any, are not shown."
-)
+#: the conversation's first messages were deleted, evicted or never there (a greeting);
+#: short (15 tokens), as it is reserved in every budget whose messages open with an
+#: assistant turn (27 tokens of text cost long chats that open with the assistant's
+#: turn 0.004 of their evidence at 4k, python benchmarks/compare_peers.py --chats).
+_OPENER_TEXT = "[Context manager note: earlier messages are not shown.]"
 
 
 # --- the per-thread state ----------------------------------------------------------------
