@@ -158,8 +158,8 @@ def _resolve(
         return None, _refuse(
             messages,
             "view-only",
-            f"{ref!r} is a notice or instructions of the context manager, shown to you for "
-            "one turn; it is not a message of your context and cannot be edited.",
+            f"{ref!r} is a note, notice or instructions of the context manager, added to "
+            "what you are shown; it is not a message of your context and cannot be edited.",
         )
     if why and why.startswith("ambiguous"):
         return None, _refuse(
