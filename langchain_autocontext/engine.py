@@ -62,7 +62,12 @@ from langchain_autocontext.messages import (
     text_of,
 )
 from langchain_autocontext.records import HistoryEntry, OffloadRecord
-from langchain_autocontext.store import OffloadStore, message_version_key, on_thread_deleted
+from langchain_autocontext.store import (
+    OffloadStore,
+    message_version_key,
+    on_thread_deleted,
+    run_config,
+)
 from langchain_autocontext.strategies.base import (
     Strategy,
     conversation_origin,
@@ -2143,21 +2148,11 @@ def call_thread(
     """
     if thread_id is not None:
         return thread_id
-    config = _run_config()
+    config = run_config()
     if config is None:
         return "default"
     found = thread_id_of(config, state, messages)
     return found if found == "default" else run_thread(config, state, messages)[0]
-
-
-def _run_config() -> RunnableConfig | None:
-    """The config of the run this is called in, or None outside any run."""
-    try:
-        from langgraph.config import get_config
-
-        return get_config()
-    except RuntimeError:  # outside a runnable context
-        return None
 
 
 def _graph_store() -> BaseStore | None:

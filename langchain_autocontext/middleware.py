@@ -97,6 +97,7 @@ from langchain_autocontext.store import (
     on_thread_deleted,
     plain_json,
     revive,
+    run_config,
     running_agent,
 )
 from langchain_autocontext.strategies.base import summary_offload_ids
@@ -191,12 +192,8 @@ def _run_config(runtime: Runtime[Any] | ToolRuntime[Any, Any] | None) -> Runnabl
     value = getattr(info, "thread_id", None)
     if value not in (None, ""):
         return {"configurable": {"thread_id": str(value)}}
-    try:
-        from langgraph.config import get_config
-
-        return get_config().copy()
-    except RuntimeError:  # outside a runnable context
-        return {}
+    config = run_config()
+    return {} if config is None else config.copy()
 
 
 def _thread_id(runtime: Runtime[Any] | ToolRuntime[Any, Any] | None, ac_state: Any = None) -> str:
@@ -212,12 +209,10 @@ def _branch(runtime: Runtime[Any] | None) -> str:
     info = getattr(runtime, "execution_info", None)
     ns = getattr(info, "checkpoint_ns", None)
     if not isinstance(ns, str):
-        try:
-            from langgraph.config import get_config
-
-            ns = get_config().get("configurable", {}).get("checkpoint_ns", "")
-        except RuntimeError:  # outside a runnable context
+        config = run_config()
+        if config is None:  # outside a runnable context
             return ""
+        ns = config.get("configurable", {}).get("checkpoint_ns", "")
     return str(ns).rpartition("|")[0]
 
 

@@ -65,7 +65,7 @@ from collections.abc import (
     Sequence,
 )
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any, Literal, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 from langchain_core.messages import AIMessage, BaseMessage, RemoveMessage
 from langgraph.config import get_config
@@ -93,6 +93,9 @@ from langchain_autocontext.messages import (
     text_of,
 )
 from langchain_autocontext.records import EventRecord, HistoryEntry, OffloadRecord, _int_or_none
+
+if TYPE_CHECKING:
+    from langchain_core.runnables import RunnableConfig
 
 __all__ = [
     "OFFLOAD_REF_LENGTH",
@@ -598,6 +601,15 @@ def prefix_problem(prefix: Any) -> str | None:
     return None
 
 
+def run_config() -> RunnableConfig | None:
+    """The config of the LangGraph run (any Runnable) this is called in; ``None``
+    outside one."""
+    try:
+        return get_config()
+    except RuntimeError:  # not inside a runnable
+        return None
+
+
 def running_agent() -> str | None:
     """The name of the LangChain agent whose run is executing here: ``create_agent``'s
     ``name``, which LangChain puts in the run's ``metadata["lc_agent_name"]`` (a
@@ -605,9 +617,8 @@ def running_agent() -> str | None:
     None outside a run, or in an unnamed agent that no named one runs.
     A subagent usually shares its caller's thread, so its events join the caller's:
     this tells them apart."""
-    try:
-        config = get_config()
-    except RuntimeError:  # not inside a runnable
+    config = run_config()
+    if config is None:
         return None
     name = (config.get("metadata") or {}).get("lc_agent_name")
     return name if isinstance(name, str) and name else None
