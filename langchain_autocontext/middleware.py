@@ -838,16 +838,16 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         (``ContextEditingMiddleware`` clearing old tool results): what a middleware
         edits for one request is not the conversation, and the fit, made of the edited
         copies, would write them into the state."""
-        state_messages = (request.state or {}).get("messages") or ()
-        if kept is not None and _edited_in_request(msgs, state_messages):
+        in_state = (request.state or {}).get("messages") or ()
+        if kept is not None and _edited_in_request(msgs, in_state):
             # another middleware changed state messages for this request only (a context
             # edit): the fit is made of its copies, which are not the conversation; the
             # next before_model compresses the state's own
             kept = None
         branch = _branch(request.runtime)
-        cache_key = self._drop_fit(thread_id, branch, state_messages)
+        cache_key = self._drop_fit(thread_id, branch, in_state)
         sent = frozenset(m.id for m in ensure_ids(msgs) if m.id != _SYSTEM_STANDIN_ID)
-        held = frozenset(m.id for m in state_messages)
+        held = frozenset(m.id for m in in_state)
         with self._lock:
             fits = self._fitted.setdefault(cache_key, {})
             self._fitted.move_to_end(cache_key)
