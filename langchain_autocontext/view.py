@@ -101,8 +101,7 @@ _OPENER_KIND = "view_opener"
 #: The opener's text: the same at every call (the prompt cache holds), and true whether
 #: the conversation's first messages were deleted, evicted or never there (a greeting);
 #: short (15 tokens), as it is reserved in every budget whose messages open with an
-#: assistant turn (27 tokens of text cost long chats that open with the assistant's
-#: turn 0.004 of their evidence at 4k, python benchmarks/compare_peers.py --chats).
+#: assistant turn.
 _OPENER_TEXT = "[Context manager note: earlier messages are not shown.]"
 
 
