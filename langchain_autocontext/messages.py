@@ -399,12 +399,14 @@ def speaker_role(kind: str, extra: Any = None) -> str:
 # --- content ----------------------------------------------------------------------
 #: Content blocks a provider requires first in an assistant message, unchanged:
 #: Anthropic's extended thinking (the assistant turn that continues a tool loop must
-#: start with them). OpenAI's reasoning items are not among them: each must be followed
-#: by the item it produced, so nothing may come between them and their reply.
-LEADING_BLOCK_TYPES = frozenset({"thinking", "redacted_thinking"})
+#: start with them), and the same thinking as Bedrock Converse returns it
+#: (``reasoning_content``, sent back as ``reasoningContent``: Claude on Bedrock keeps
+#: the rule). OpenAI's reasoning items are not among them: each must be followed by the
+#: item it produced, so nothing may come between them and their reply.
+LEADING_BLOCK_TYPES = frozenset({"thinking", "redacted_thinking", "reasoning_content"})
 #: Reasoning blocks of every provider: Anthropic's thinking, OpenAI's reasoning items
 #: (and LangChain's standard ``reasoning``), Bedrock Converse's ``reasoning_content``.
-REASONING_BLOCK_TYPES = LEADING_BLOCK_TYPES | {"reasoning", "reasoning_content"}
+REASONING_BLOCK_TYPES = LEADING_BLOCK_TYPES | {"reasoning"}
 #: Blocks that repeat an ``AIMessage``'s ``tool_calls`` (Anthropic/Responses content).
 TOOL_CALL_BLOCK_TYPES = frozenset({"tool_use", "tool_call", "function_call"})
 

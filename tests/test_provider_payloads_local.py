@@ -90,6 +90,11 @@ def bedrock_problems(p: dict) -> list[str]:
     for b in p.get("system", []):
         if "text" in b and not b["text"].strip():
             problems.append("a blank system block")
+    thinking = (p.get("additionalModelRequestFields") or {}).get("thinking")
+    if thinking and len(msgs) > 1 and any("toolResult" in b for b in msgs[-1]["content"]):
+        head = next(iter(msgs[-2]["content"][0]))  # Claude's rule, through Converse
+        if head != "reasoningContent":
+            problems.append(f"the turn continuing the tool loop starts with {head}")
     return problems
 
 
@@ -162,8 +167,9 @@ class Bedrock(Provider):
 
     api = "bedrock"
 
-    def __init__(self) -> None:
+    def __init__(self, thinking: bool = False) -> None:
         super().__init__()
+        self.thinking = thinking  # Claude's extended thinking: reasoningContent first
         import boto3
         from botocore.validate import ParamValidator
 
@@ -189,6 +195,9 @@ class Bedrock(Provider):
                 {"toolUse": {"toolUseId": c["id"], "name": c["name"], "input": c["args"]}}
                 for c in reply
             ]
+        if self.thinking:
+            reasoning = {"reasoningText": {"text": "Next step.", "signature": "sig"}}
+            content.insert(0, {"reasoningContent": reasoning})
         return {
             "output": {"message": {"role": "assistant", "content": content}},
             "stopReason": "end_turn" if isinstance(reply, str) else "tool_use",
@@ -199,6 +208,10 @@ class Bedrock(Provider):
     def model(self, **kw: Any) -> Any:
         from langchain_aws import ChatBedrockConverse
 
+        if self.thinking:
+            thinking = {"type": "enabled", "budget_tokens": 1024}
+            kw = {"additional_model_request_fields": {"thinking": thinking}, **kw}
+            kw.setdefault("max_tokens", 4096)
         return ChatBedrockConverse(
             model="anthropic.claude-3-5-sonnet-20240620-v1:0",
             region_name="us-east-1",
@@ -260,7 +273,11 @@ class Ollama(Provider):
         )
 
 
-PROVIDERS = {"bedrock": Bedrock, "ollama": Ollama}
+PROVIDERS: dict[str, Any] = {
+    "bedrock": Bedrock,
+    "bedrock-thinking": lambda: Bedrock(thinking=True),
+    "ollama": Ollama,
+}
 
 
 def run(agent: Any, inputs: dict, config: Any, asynchronous: bool) -> dict:
