@@ -1,11 +1,14 @@
 """What the package sends, as the real provider integrations put it on the wire.
 
-``ChatOpenAI`` (Chat Completions and the Responses API) and ``ChatAnthropic`` (with
-extended thinking) run against an ``httpx`` mock transport that records each request's
-JSON payload and answers with a canned reply (tool calls or a final text, with
-``usage``); every payload is checked against the provider's documented rules. Offline,
-no key. langchain-openai and langchain-anthropic are in the ``test`` extra (CI runs
-this module); an install without them skips it, and the same invariants on LangChain
+``ChatOpenAI`` (Chat Completions and the Responses API), ``ChatAnthropic`` (with
+extended thinking) and ``ChatGoogleGenerativeAI`` (gemini-2.5-flash with thinking, its
+google-genai SDK given the transport in ``client_args``) run against an ``httpx`` mock
+transport that records each request's JSON payload and answers with a canned reply
+(tool calls or a final text, with usage; Gemini's with thought signatures); every
+payload is checked against the provider's documented rules. Offline, no key.
+langchain-openai, langchain-anthropic and langchain-google-genai are in the ``test``
+extra (CI runs this module); an install without the first two skips it, one without
+langchain-google-genai skips the Gemini cases, and the same invariants on LangChain
 messages are checked by the tests that always run (``find_violations`` in
 test_invariants, the one-system-message rule of the hook in test_graphs).
 """
@@ -13,6 +16,8 @@ test_invariants, the one-system-message rule of the hook in test_graphs).
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 import json
 import re
 import uuid
@@ -27,7 +32,7 @@ pytest.importorskip("langchain_openai")
 pytest.importorskip("langchain_anthropic")
 
 from langchain.agents import create_agent  # noqa: E402
-from langchain_core.messages import HumanMessage  # noqa: E402
+from langchain_core.messages import HumanMessage, SystemMessage  # noqa: E402
 from langchain_core.tools import tool  # noqa: E402
 from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
 from langgraph.prebuilt import create_react_agent  # noqa: E402
@@ -273,10 +278,84 @@ def anthropic_reply(payload: dict, reply: Any) -> dict:
     }
 
 
+def gemini_calls(content: dict) -> list[dict]:
+    return [p["functionCall"] for p in content.get("parts") or [] if "functionCall" in p]
+
+
+def gemini_signature(calls: list[dict]) -> str:
+    """The thought signature the mock puts on the first call of a reply: one per reply."""
+    key = json.dumps([[c["name"], c.get("args")] for c in calls], sort_keys=True)
+    return base64.urlsafe_b64encode(hashlib.sha256(key.encode()).digest()[:12]).decode()
+
+
+def gemini_problems(p: dict) -> list[str]:
+    contents, problems = p["contents"], []
+    system = p.get("systemInstruction") or {}
+    if len(system.get("parts") or []) > 1:  # langchain-google-genai merges system messages
+        problems.append("a second system message merged into systemInstruction")
+    system_texts = {part["text"].strip() for part in system.get("parts") or [] if "text" in part}
+    if not contents or contents[0].get("role") != "user":
+        problems.append("contents do not open with a user turn")
+    for i, c in enumerate(contents):
+        role, parts, calls = c.get("role"), c.get("parts") or [], gemini_calls(c)
+        texts = [part["text"].strip() for part in parts if "text" in part]
+        if role not in ("user", "model"):
+            problems.append(f"role {role} in contents")
+        if not parts or not all(texts):
+            problems.append(f"no parts or an empty text part in turn {i}")
+        if system_texts & set(texts):
+            problems.append(f"the system instruction repeated in turn {i}")
+        if any("functionResponse" in part for part in parts) and not (
+            role == "user" and i and gemini_calls(contents[i - 1])
+        ):
+            problems.append(f"functionResponse in turn {i} answers no functionCall turn")
+        if role == "model" and not calls and not any("thoughtSignature" in x for x in parts):
+            problems.append(f"text turn {i} without its thought signature")
+        if not calls:
+            continue
+        names = [f["name"] for f in calls]
+        nxt = contents[i + 1] if i + 1 < len(contents) else {}
+        answered = [
+            x["functionResponse"]["name"] for x in nxt.get("parts") or [] if "functionResponse" in x
+        ]
+        if role != "model" or nxt.get("role") != "user" or answered != names:
+            problems.append(f"calls {names} in {role} turn {i} answered by {answered}")
+        first = next(part for part in parts if "functionCall" in part)
+        sent = str(first.get("thoughtSignature")).replace("+", "-").replace("/", "_")
+        if sent != gemini_signature(calls):  # (the SDK sends the bytes url-safe)
+            problems.append(f"thought signature of the calls in turn {i} lost")
+    return problems
+
+
+def gemini_reply(payload: dict, reply: Any) -> dict:
+    parts: list[dict] = []
+    if payload.get("generationConfig", {}).get("thinkingConfig", {}).get("includeThoughts"):
+        parts.append({"text": "Next step.", "thought": True})
+    if isinstance(reply, str):
+        parts.append({"text": reply, "thoughtSignature": gemini_signature([{"name": reply}])})
+    else:
+        calls = [{"name": c["name"], "args": c["args"]} for c in reply]
+        parts += [{"functionCall": f} for f in calls]
+        parts[-len(calls)]["thoughtSignature"] = gemini_signature(calls)
+    n = usage(payload)
+    return {
+        "candidates": [
+            {"content": {"role": "model", "parts": parts}, "finishReason": "STOP", "index": 0}
+        ],
+        "usageMetadata": {
+            "promptTokenCount": n,
+            "candidatesTokenCount": 9,
+            "totalTokenCount": n + 9,
+        },
+        "modelVersion": "gemini-2.5-flash",
+    }
+
+
 RULES = {
     "chat": (openai_chat_problems, openai_chat_reply),
     "responses": (openai_responses_problems, openai_responses_reply),
     "anthropic": (anthropic_problems, anthropic_reply),
+    "gemini": (gemini_problems, gemini_reply),
 }
 
 
@@ -303,6 +382,8 @@ class Provider:
     def model(self, **kw: Any) -> Any:
         if self.api == "anthropic":
             return self._anthropic(**kw)
+        if self.api == "gemini":
+            return self._gemini(**kw)
         from langchain_openai import ChatOpenAI
 
         def handle(request: Any) -> Any:
@@ -350,13 +431,33 @@ class Provider:
         )
         return model
 
+    def _gemini(self, **kw: Any) -> Any:
+        pytest.importorskip("langchain_google_genai")
+        from langchain_google_genai import ChatGoogleGenerativeAI
+
+        def handle(request: Any) -> Any:
+            return httpx.Response(200, json=self.answer(request.content))
+
+        # an httpx transport in client_args: the google-genai SDK's sync and async
+        # clients both send over it (and the async one does not switch to aiohttp)
+        return ChatGoogleGenerativeAI(
+            model="gemini-2.5-flash",
+            google_api_key="x",
+            max_retries=0,
+            client_args={"transport": httpx.MockTransport(handle)},
+            **kw,
+        )
+
 
 THINKING = {"thinking": {"type": "enabled", "budget_tokens": 1024}, "max_tokens": 4096}
-APIS = ["chat", "responses", "anthropic"]
+APIS = ["chat", "responses", "anthropic", "gemini"]
+
+
+GEMINI_THINKING = {"thinking_budget": 1024, "include_thoughts": True}
 
 
 def model_kwargs(api: str) -> dict[str, Any]:
-    return THINKING if api == "anthropic" else {}
+    return {"anthropic": THINKING, "gemini": GEMINI_THINKING}.get(api, {})
 
 
 @pytest.mark.parametrize("asynchronous", [False, True])
@@ -397,6 +498,57 @@ def test_every_request_of_a_long_create_agent_run_is_valid_for_the_provider(
 
 @pytest.mark.parametrize("asynchronous", [False, True])
 @pytest.mark.parametrize("api", APIS)
+def test_every_request_of_a_state_graph_with_the_node_is_valid_for_the_provider(
+    api: str, asynchronous: bool
+) -> None:
+    """The same two rounds in a ``StateGraph`` built as docs/surfaces.md shows
+    (``ac.node()`` → ``ac.model_node(model.bind_tools(…))`` → ``ac.command_node()`` →
+    ``ToolNode``), the system prompt a ``SystemMessage`` in the state, at 30,000 tokens
+    and 16 messages (tool runs or rounds of history summarized too): every payload keeps the provider's
+    rules."""
+    from langgraph.graph import START, StateGraph
+    from langgraph.prebuilt import ToolNode, tools_condition
+
+    from langchain_autocontext import AutoContextState
+
+    provider = Provider(api)
+    store = OffloadStore(InMemoryStore())
+    cfg = AutoContextConfig(
+        max_tokens=30_000, msg_threshold=16, metadata_tags=True, tag_format="seed"
+    )
+    ac = AutoContext(cfg, store=store)
+    all_tools = [*TOOLS, *ac.tools]
+    g = StateGraph(AutoContextState)
+    g.add_node("autocontext", ac.node())
+    g.add_node("model", ac.model_node(provider.model(**model_kwargs(api)).bind_tools(all_tools)))
+    g.add_node("commands", ac.command_node())
+    g.add_node("tools", ToolNode(all_tools))
+    g.add_edge(START, "autocontext")
+    g.add_edge("autocontext", "model")
+    g.add_edge("model", "commands")
+    g.add_conditional_edges("commands", tools_condition)
+    g.add_edge("tools", "autocontext")
+    graph = g.compile(checkpointer=InMemorySaver(), store=store)
+    config: Any = {"configurable": {"thread_id": "g"}, "recursion_limit": 200}
+    first: list[Any] = [SystemMessage("You are a build assistant.")]
+    for question in ("Check every build.", "Again, the p builds."):
+        provider.step = 0
+        inputs = {"messages": [*first, HumanMessage(question)]}
+        first = []
+        if asynchronous:
+            out = asyncio.run(graph.ainvoke(inputs, config))
+        else:
+            out = graph.invoke(inputs, config)
+        assert out["messages"][-1].text == "All builds pass."
+    assert provider.problems == []
+    kinds = Counter(e.strategy for e in store.list_events("g"))
+    assert {"offload_all", "current_round", "fifo", "tool:pin"} <= set(kinds), kinds
+    assert {"tool_run", "round"} & set(kinds), kinds  # the older rounds summarized
+    assert {"tool:delete", "tool:update"} <= set(kinds), kinds
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+@pytest.mark.parametrize("api", APIS)
 def test_a_conversation_whose_first_user_message_the_model_deleted_stays_valid(
     api: str, asynchronous: bool
 ) -> None:
@@ -406,6 +558,7 @@ def test_a_conversation_whose_first_user_message_the_model_deleted_stays_valid(
     Anthropic's Messages API rejects ("first message must use the user role"). The
     package's user-role note opens it now; the password is in no later payload."""
     provider = Provider(api)
+    deleted: list[int] = []  # the index of the payload after the delete call
 
     def reply(step: int, payload: dict) -> list[dict[str, Any]] | str:
         if not payload.get("tools"):
@@ -413,6 +566,7 @@ def test_a_conversation_whose_first_user_message_the_model_deleted_stays_valid(
         sent = json.dumps(payload)
         if "forget my password" in sent and "hunter2" in sent:
             first = TAG_ID.findall(sent)[0]  # the first user message's tag
+            deleted.append(len(provider.payloads))
             return [{"name": "delete_message", "args": {"message_id": first}, "id": "call_del"}]
         return "Noted."
 
@@ -438,8 +592,7 @@ def test_a_conversation_whose_first_user_message_the_model_deleted_stays_valid(
             asyncio.run(agent.ainvoke(inputs, config))
         else:
             agent.invoke(inputs, config)
-    deleted = next(k for k, p in enumerate(provider.payloads) if "call_del" in json.dumps(p))
-    assert deleted and "hunter2" not in json.dumps(provider.payloads[deleted:])
+    assert deleted and "hunter2" not in json.dumps(provider.payloads[deleted[0] :])
     assert provider.problems == []
 
 
@@ -484,5 +637,6 @@ def test_the_budget_comes_from_the_models_profile(api: str) -> None:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         agent.invoke({"messages": [HumanMessage("hi")]}, {"recursion_limit": 200})
-    assert ac.config.max_tokens == (150_000 if api == "anthropic" else 111_616)
+    window = {"anthropic": 150_000, "gemini": 983_040}.get(api, 111_616)
+    assert ac.config.max_tokens == window
     assert not [w for w in caught if "default budget" in str(w.message)]
