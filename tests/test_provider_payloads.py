@@ -309,8 +309,6 @@ def gemini_problems(p: dict) -> list[str]:
             role == "user" and i and gemini_calls(contents[i - 1])
         ):
             problems.append(f"functionResponse in turn {i} answers no functionCall turn")
-        if role == "model" and not calls and not any("thoughtSignature" in x for x in parts):
-            problems.append(f"text turn {i} without its thought signature")
         if not calls:
             continue
         names = [f["name"] for f in calls]
@@ -325,6 +323,21 @@ def gemini_problems(p: dict) -> list[str]:
         if sent != gemini_signature(calls):  # (the SDK sends the bytes url-safe)
             problems.append(f"thought signature of the calls in turn {i} lost")
     return problems
+
+
+TAG = re.compile(r"^<[^>\n]*/>\n?")  # a metadata tag the view puts before a message's text
+
+
+def gemini_text_problems(p: dict, replies: set[str]) -> list[str]:
+    """The model's text replies the package keeps (tagged at most) keep their signature."""
+    return [
+        f"the thought signature of text turn {i} lost"
+        for i, c in enumerate(p["contents"])
+        if c.get("role") == "model"
+        and not gemini_calls(c)
+        and TAG.sub("", "".join(x.get("text", "") for x in c.get("parts") or [])) in replies
+        and not any("thoughtSignature" in x for x in c.get("parts") or [])
+    ]
 
 
 def gemini_reply(payload: dict, reply: Any) -> dict:
@@ -367,17 +380,24 @@ class Provider:
         self.payloads: list[dict] = []
         self.problems: list[tuple[int, list[str]]] = []
         self.step = 0
+        self.replies: set[str] = set()  # the texts the model answered with
         self.script = script  # the model's replies: (step, payload) -> calls or a text
 
     def answer(self, content: bytes) -> dict:
         payload = json.loads(content)
         self.payloads.append(payload)
         check, reply = RULES[self.api]
-        if problems := check(payload):
+        problems = check(payload)
+        if self.api == "gemini":
+            problems += gemini_text_problems(payload, self.replies)
+        if problems:
             self.problems.append((len(self.payloads), problems))
         if payload.get("tools"):
             self.step += 1
-        return reply(payload, self.script(self.step, payload))
+        answer = self.script(self.step, payload)
+        if isinstance(answer, str):
+            self.replies.add(answer)
+        return reply(payload, answer)
 
     def model(self, **kw: Any) -> Any:
         if self.api == "anthropic":
@@ -504,8 +524,8 @@ def test_every_request_of_a_state_graph_with_the_node_is_valid_for_the_provider(
     """The same two rounds in a ``StateGraph`` built as docs/surfaces.md shows
     (``ac.node()`` → ``ac.model_node(model.bind_tools(…))`` → ``ac.command_node()`` →
     ``ToolNode``), the system prompt a ``SystemMessage`` in the state, at 30,000 tokens
-    and 16 messages (tool runs or rounds of history summarized too): every payload keeps the provider's
-    rules."""
+    and 16 messages (tool runs or rounds of history summarized too), the same model
+    summarizing: every payload keeps the provider's rules, the summarizer's included."""
     from langgraph.graph import START, StateGraph
     from langgraph.prebuilt import ToolNode, tools_condition
 
@@ -516,7 +536,7 @@ def test_every_request_of_a_state_graph_with_the_node_is_valid_for_the_provider(
     cfg = AutoContextConfig(
         max_tokens=30_000, msg_threshold=16, metadata_tags=True, tag_format="seed"
     )
-    ac = AutoContext(cfg, store=store)
+    ac = AutoContext(cfg, store=store, summarizer=provider.model())
     all_tools = [*TOOLS, *ac.tools]
     g = StateGraph(AutoContextState)
     g.add_node("autocontext", ac.node())
@@ -544,6 +564,7 @@ def test_every_request_of_a_state_graph_with_the_node_is_valid_for_the_provider(
     kinds = Counter(e.strategy for e in store.list_events("g"))
     assert {"offload_all", "current_round", "fifo", "tool:pin"} <= set(kinds), kinds
     assert {"tool_run", "round"} & set(kinds), kinds  # the older rounds summarized
+    assert any(not p.get("tools") for p in provider.payloads)  # by the model
     assert {"tool:delete", "tool:update"} <= set(kinds), kinds
 
 
