@@ -12,9 +12,11 @@ the :class:`~langchain_autocontext.AutoContextConfig` fields that mean the same 
   ``("messages", n)`` is refused: the package keeps the newest messages by tokens.
 
 :func:`model_window` reads ``model.profile["max_input_tokens"]`` (and
-``"max_output_tokens"``); :attr:`ModelWindow.budget` is that window less room for the
-reply: the profile's ``max_output_tokens``, at most a quarter of the window (a quarter
-when the profile does not say).
+``"max_output_tokens"``), or the window a local model is run with (ChatOllama's
+``num_ctx``, ChatLlamaCpp's ``n_ctx``; the smaller when both are known);
+:attr:`ModelWindow.budget` is that window less room for the reply: the profile's
+``max_output_tokens``, at most a quarter of the window (a quarter when the profile does
+not say).
 """
 
 from __future__ import annotations
@@ -45,6 +47,10 @@ class ModelWindow:
     #: that share the window between input and reply (Anthropic) reject a request whose
     #: input plus this exceeds it.
     requested_output: int | None = None
+    #: Where ``max_input_tokens`` comes from: ``"max_input_tokens"`` (the profile), or
+    #: the field of a local model's integration that sets the window it runs with
+    #: (``"num_ctx"``, ``"n_ctx"``).
+    source: str = "max_input_tokens"
 
     @property
     def reply_room(self) -> int:
@@ -63,8 +69,9 @@ class ModelWindow:
         return self.max_input_tokens - self.reply_room
 
     def describe(self) -> str:
+        where = "the model's profile" if self.source == "max_input_tokens" else "the model"
         return (
-            f"the model's profile: max_input_tokens={self.max_input_tokens:,} less "
+            f"{where}: {self.source}={self.max_input_tokens:,} less "
             f"{self.reply_room:,} for the reply"
         )
 
@@ -73,27 +80,39 @@ def _count(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
+#: Fields of local models' integrations that set the context window the server runs the
+#: model with, prompt and reply together: ChatOllama's ``num_ctx`` (unset, Ollama runs the
+#: model with its own default of a few thousand tokens and cuts a longer prompt silently,
+#: so only a set value says the window), ChatLlamaCpp's ``n_ctx``.
+_RUN_WINDOW_FIELDS = ("num_ctx", "n_ctx")
+
+
 def model_window(model: Any) -> ModelWindow | None:
-    """The window in ``model.profile`` (``max_input_tokens``, a positive int), or None
-    when the model has no profile or the profile does not state it."""
+    """The window the model runs with: ``model.profile["max_input_tokens"]`` (a positive
+    int), or a local model's own setting (:data:`_RUN_WINDOW_FIELDS`), the smaller of
+    the two when both are known (a model served with a window below its profile's is cut
+    at the served one); None when neither is known."""
     try:
         profile = getattr(model, "profile", None)
+        run = [(name, getattr(model, name, None)) for name in _RUN_WINDOW_FIELDS]
     except Exception:  # a wrapper whose attribute lookup fails: no window known
         return None
-    if not isinstance(profile, Mapping):
+    served = next(((name, v) for name, v in run if _count(v)), None)
+    stated = profile.get("max_input_tokens") if isinstance(profile, Mapping) else None
+    output = profile.get("max_output_tokens") if isinstance(profile, Mapping) else None
+    output = output if _count(output) else None
+    if served is not None and not (_count(stated) and stated <= served[1]):
+        return ModelWindow(served[1], output, _requested_output(model), source=served[0])
+    if not _count(stated):
         return None
-    window = profile.get("max_input_tokens")
-    if not _count(window):
-        return None
-    output = profile.get("max_output_tokens")
-    return ModelWindow(window, output if _count(output) else None, _requested_output(model))
+    return ModelWindow(stated, output, _requested_output(model))
 
 
 def _requested_output(model: Any) -> int | None:
     """The reply size the model object is set to ask for (``max_tokens`` of
     ChatAnthropic and ChatOpenAI, ``max_completion_tokens``, ``max_output_tokens`` of
-    Gemini's), or None."""
-    for name in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
+    Gemini's, ``num_predict`` of ChatOllama's), or None."""
+    for name in ("max_tokens", "max_completion_tokens", "max_output_tokens", "num_predict"):
         try:
             value = getattr(model, name, None)
         except Exception:  # a wrapper whose attribute lookup fails

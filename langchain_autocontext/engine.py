@@ -632,7 +632,9 @@ class ContextEngine:
             raise InvalidConfigError(f"{exc} (max_tokens={max_tokens:,}: {origin})") from None
 
     def use_model(self, model: Any) -> bool:
-        """Take the budget from ``model.profile["max_input_tokens"]`` unless ``max_tokens``
+        """Take the budget from ``model.profile["max_input_tokens"]`` (a local model: the
+        window it is served with, ChatOllama's ``num_ctx``; see
+        :func:`~langchain_autocontext.budget.model_window`) unless ``max_tokens``
         was given: ``max_tokens`` becomes that window less room for the reply (the
         profile's ``max_output_tokens``, at most a quarter of the window; a quarter when
         the profile does not say), and ``trigger=``/``keep=`` are mapped again for it.
@@ -706,7 +708,8 @@ class ContextEngine:
             f"unknown, so the default budget max_tokens={self.config.max_tokens:,} is used. "
             "Pass max_tokens=… (the model's input window less room for the reply), or "
             "model=… with a chat model whose profile states max_input_tokens "
-            "(ChatModel(..., profile={'max_input_tokens': …}); the middleware reads the "
+            "(ChatModel(..., profile={'max_input_tokens': …}), or a local model served "
+            "with a set window (ChatOllama(..., num_ctx=…)); the middleware reads the "
             "agent's model by itself).",
             UserWarning,
             stacklevel=caller_stacklevel(),

@@ -208,6 +208,29 @@ def test_model_window_reads_the_profile_and_guards_its_absence() -> None:
     assert ModelWindow(200_000, 64_000).budget == 150_000
 
 
+def test_a_local_model_gives_the_window_it_is_served_with() -> None:
+    """ChatOllama has no window in its profile: its ``num_ctx`` is the window the server
+    runs the model with (unset, Ollama cuts a longer prompt silently at its own default,
+    so no window is guessed), ``num_predict`` the reply it asks for; llama.cpp's
+    ``n_ctx`` alike. A profile window larger than the served one is cut to it."""
+    ollama = pytest.importorskip("langchain_ollama")
+    assert model_window(ollama.ChatOllama(model="llama3.1")) is None
+    served = model_window(ollama.ChatOllama(model="llama3.1", num_ctx=8_192))
+    assert served == ModelWindow(8_192, source="num_ctx") and served.budget == 6_144
+    asks = model_window(ollama.ChatOllama(model="llama3.1", num_ctx=8_192, num_predict=3_000))
+    assert asks is not None and asks.budget == 8_192 - 3_000
+    assert "num_ctx=8,192" in asks.describe()
+    assert model_window(SimpleNamespace(n_ctx=4_096)) == ModelWindow(4_096, source="n_ctx")
+    big = {"max_input_tokens": 128_000, "max_output_tokens": 1_000}
+    assert model_window(SimpleNamespace(profile=big, num_ctx=8_192)) == ModelWindow(
+        8_192, 1_000, source="num_ctx"
+    )
+    small = {"max_input_tokens": 4_000}
+    assert model_window(SimpleNamespace(profile=small, num_ctx=8_192)) == ModelWindow(4_000)
+    ac = AutoContext(model=ollama.ChatOllama(model="llama3.1", num_ctx=8_192))
+    assert ac.config.max_tokens == 6_144 and ac.window is not None
+
+
 def test_model_argument_sets_the_budget_at_construction() -> None:
     model = windowed(max_input_tokens=8_000)
     ac = AutoContext(model=model, trigger=("tokens", 4_000), keep=("fraction", 0.25))

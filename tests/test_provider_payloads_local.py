@@ -18,6 +18,7 @@ import asyncio
 import json
 import math
 import re
+import warnings
 from collections import Counter
 from typing import Any
 
@@ -479,3 +480,33 @@ def test_a_local_models_small_window_is_held_by_its_own_count(asynchronous: bool
         assert ratio > 1.5 or c["scale_after"] >= ratio, c
     scale = agent.get_state(config).values["autocontext"]["token_scale"]
     assert scale == calibrations[-1]["scale_after"] > 1.0  # kept with the thread
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_a_local_models_served_window_is_the_budget_without_max_tokens(
+    asynchronous: bool,
+) -> None:
+    """No ``max_tokens``: the budget comes from ``ChatOllama(num_ctx=4_096)`` (the window
+    Ollama runs the model with, which cuts a longer prompt silently), not the 131,072
+    default, and no request of a long run goes over it, without a default-budget
+    warning."""
+    provider = Ollama()
+    store = OffloadStore(InMemoryStore())
+    ac = AutoContext(store=store)
+    agent = create_agent(
+        provider.model(num_ctx=4_096),
+        tools=TOOLS,
+        system_prompt="You are a build assistant.",
+        middleware=[ac.middleware()],
+        checkpointer=InMemorySaver(),
+        store=store,
+    )
+    config: Any = {"configurable": {"thread_id": "n"}, "recursion_limit": 200}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        out = run(agent, {"messages": [HumanMessage("Check every build.")]}, config, asynchronous)
+    assert out["messages"][-1].text == "All builds pass."
+    assert ac.config.max_tokens == 3_072  # 4,096 less a quarter for the reply
+    assert provider.problems == []
+    assert max(provider.reported) <= 4_096, provider.reported
+    assert any(e.strategy != "calibration" for e in store.list_events("n"))  # it compressed
