@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import itertools
 import json
 import re
+import sys
 import threading
 import time
 import warnings
@@ -32,6 +34,7 @@ from pydantic import BaseModel, Field
 
 from langchain_autocontext import AutoContext, AutoContextConfig, TokenCounter
 from langchain_autocontext.errors import InvalidConfigError
+from langchain_autocontext.messages import marker, text_of
 from langchain_autocontext.summarizers import (
     DEFAULT_PROMPTS,
     STRATEGIES,
@@ -727,7 +730,7 @@ def test_a_summary_another_library_wrote_is_not_shown_as_the_user() -> None:
 # --- LLMSummarizer: calls, usage, output cap --------------------------------------------------------
 def test_fake_list_model_reports_calls_and_input_tokens() -> None:
     """The benchmark double: a fixed 150-word summary, counting calls and input tokens."""
-    summary = " ".join(f"word{i}" for i in range(150))
+    summary = " ".join(("alpha", "beta", "gamma")[i % 3] for i in range(150))
     counter = WordCounter()
     s = LLMSummarizer(FakeListChatModel(responses=[summary]), token_counter=counter)
     reqs = [request(strategy=strategy, max_tokens=1000) for strategy in STRATEGIES]
@@ -894,7 +897,7 @@ def test_wrappers_and_the_packages_tags_are_removed_from_the_reply(
     [
         "Here is what the agent did: it ran pytest on main.py.",
         "The agent ran:\n```\npytest -q\n```\nand it failed.",
-        "The agent wrote <summary> tags into report.md.",
+        "The agent wrote <summary> tags into main.py.",
     ],
 )
 def test_a_summary_that_only_resembles_a_wrapper_is_kept(reply: str) -> None:
@@ -1895,7 +1898,7 @@ def test_a_literal_wrapper_tag_in_the_transcript_cannot_end_it() -> None:
 
 
 def test_bedrock_reasoning_content_is_a_reasoning_block() -> None:
-    from langchain_autocontext.messages import REASONING_BLOCK_TYPES, text_of
+    from langchain_autocontext.messages import REASONING_BLOCK_TYPES
 
     assert "reasoning_content" in REASONING_BLOCK_TYPES
     message = AIMessage(
@@ -2128,3 +2131,126 @@ def test_a_tiny_budget_summary_of_a_real_trajectory_names_its_references(strateg
             assert not {"/output", "/returncode"} & set(refs)
             named += bool(refs) and any("/" in ref for ref in refs)
     assert named == 12  # every span, at every cap, names a path of its own
+
+
+# --- LLMSummarizer: names the originals do not contain -------------------------------------------
+def fake_summary(text: str) -> GenericFakeChatModel:
+    """A chat model that answers ``text`` to every call."""
+    return GenericFakeChatModel(messages=itertools.repeat(AIMessage(text)))
+
+
+def test_a_summary_that_invents_names_lists_them_in_one_note() -> None:
+    invented = (
+        "The agent ran pytest on tests/test_main.py, saw the ValueError in handler, and "
+        "fixed it by calling `parse_int_safely` from src/app/convert.py."
+    )
+    result = LLMSummarizer(fake_summary(invented)).summarize(request())
+    assert result.text == (
+        f"{invented}\n[Not in the summarized messages: `parse_int_safely`, `src/app/convert.py`.]"
+    )
+    assert result.fallback is False
+
+
+def test_a_faithful_summary_is_unchanged() -> None:
+    faithful = (
+        "The agent ran `pytest -q tests/test_main.py` (call_1): ValueError in handler at "
+        "/repo/src/app/main.py; app.main.handler calls compute. main.py was read; "
+        "fetching item 778899 failed with HTTP 404 (request 3F2B9C1E-8A7D). "
+        "The parser in /repo/src/app/parse.py was fixed (Read_File showed handler, ReadFile too)."
+    )
+    msgs = [*sample_messages(), AIMessage("The readFile helper is at app/util.py.", id="m8")]
+    faithful += " The readfile helper lives in lib/app/util.py; see helpers.readFile."
+    # prose is no name: a slash between words, abbreviations, acronyms, ordinals
+    faithful += " Retry and/or re-run, e.g. the 10th JSON call: a non-zero exit."
+    result = LLMSummarizer(fake_summary(faithful)).summarize(request(msgs))
+    assert result.text == faithful
+
+
+def test_names_of_the_previous_summary_are_supported_when_folded() -> None:
+    reply = "Earlier the agent set up `seed_db_v2` in db/seed.py; now it fixed handler."
+    previous = "The agent wrote seed_db_v2 into /repo/db/seed.py."
+    folded = request(strategy="recursive", previous_summary=previous)
+    assert LLMSummarizer(fake_summary(reply)).summarize(folded).text == reply
+    # another strategy ignores a previous summary: the names are the reply's own there
+    other = request(strategy="round", previous_summary=previous)
+    noted = LLMSummarizer(fake_summary(reply)).summarize(other).text
+    assert noted.endswith("[Not in the summarized messages: `seed_db_v2`, `db/seed.py`.]")
+
+
+@pytest.mark.parametrize(
+    "counter", [WordCounter(), CharCounter(), None], ids=["words", "chars", "default"]
+)
+def test_the_note_stays_within_max_tokens_when_the_summary_hits_the_cap(counter: Any) -> None:
+    long = "\n".join(f"Step {i}: the agent called `frobnicate_{i}` again." for i in range(300))
+    s = LLMSummarizer(fake_summary(long), token_counter=counter)
+    assert s.count(s.summarize(request(max_tokens=20)).text) <= 20  # no room for a note
+    for cap in (200, 600):
+        text = s.summarize(request(max_tokens=cap)).text
+        assert s.count(text) <= cap
+        assert text.startswith("Step 0:")
+        note = text.rsplit("\n", 1)[-1]
+        assert note.startswith("[Not in the summarized messages: `frobnicate_0`"), text
+        body = text.rsplit("\n", 1)[0]
+        assert body.endswith(f"[summary truncated to {cap} tokens]")
+
+
+def test_check_names_false_leaves_an_inventing_summary_as_it_is() -> None:
+    invented = "The agent should call `parse_int_safely` in src/app/convert.py next."
+    s = LLMSummarizer(fake_summary(invented), check_names=False)
+    assert s.check_names is False
+    assert s.summarize(request()).text == invented
+    assert s.with_settings(retries=0).check_names is False  # a copy keeps it
+
+
+def test_the_benchmarks_fixed_summary_gets_no_note() -> None:
+    """benchmarks/compare_peers.py answers every summary with SUMMARY_150_WORDS: it must
+    not grow a note, or the benchmark's figures would move."""
+    import importlib.util as util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "compare_peers.py"
+    spec = util.spec_from_file_location("compare_peers_names", path)
+    assert spec is not None and spec.loader is not None
+    module = util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules[spec.name]
+    summary = module.SUMMARY_150_WORDS
+    result = LLMSummarizer(fake_summary(summary)).summarize(request([HumanMessage("Hi")]))
+    assert result.text == summary
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+def test_a_compressed_context_carries_the_note_of_an_inventing_summary(use_async: bool) -> None:
+    invented = "The agent looked up orders with `lookup_order_v9` and wrote crm/sync.py."
+    ac = AutoContext(max_tokens=1500, summarizer=LLMSummarizer(fake_summary(invented)))
+    messages: list[BaseMessage] = []
+    for r in range(12):
+        messages += [
+            HumanMessage(f"Request {r}: " + "detail " * 60, id=f"u{r}"),
+            AIMessage(f"Answer {r}: " + "result " * 60, id=f"a{r}"),
+        ]
+        if use_async:
+            messages = list(asyncio.run(ac.acompress(messages, thread_id="t")).messages)
+        else:
+            messages = list(ac.compress(messages, thread_id="t").messages)
+    notes = [
+        m for m in messages if "[Not in the summarized messages: `lookup_order_v9`" in text_of(m)
+    ]
+    assert notes, [text_of(m)[:200] for m in messages]
+    assert all(marker(m) is not None for m in notes)  # the package's summaries
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("cap", [48, 300, 2000])
+def test_the_extractive_summary_names_only_what_its_originals_name(strategy: str, cap: int) -> None:
+    """The offline summarizer quotes: the check LLM summaries get finds nothing in its."""
+    from langchain_autocontext.summarizers.names import originals_text, unsupported_names
+
+    previous = "Earlier the agent listed /repo/docs and ran `make_docs_v2`."
+    req = request(strategy=strategy, max_tokens=cap, previous_summary=previous)
+    text = ExtractiveSummarizer().summarize(req).text
+    prior = previous if strategy == "recursive" else None
+    assert unsupported_names(text, originals_text(req.messages, prior)) == []

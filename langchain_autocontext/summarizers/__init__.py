@@ -27,6 +27,8 @@ The package is split by concept; everything is importable from here:
 * :mod:`~langchain_autocontext.summarizers.prompts` -- the prompt texts;
 * :mod:`~langchain_autocontext.summarizers.replies` -- reading a model's reply;
 * :mod:`~langchain_autocontext.summarizers.calls` -- running one model call;
+* :mod:`~langchain_autocontext.summarizers.names` -- the names of a model's summary
+  that its originals do not contain;
 * :mod:`~langchain_autocontext.summarizers.transcript` -- :func:`render_transcript`.
 """
 

@@ -261,6 +261,12 @@ class ExtractiveSummarizer(Summarizer):
     ``target_tokens`` for everything beyond message headers and the previous
     summary. Same input, same output, byte for byte.
 
+    Every exact name it writes (a path, an identifier, an id) is quoted from the span
+    or the previous summary, or is a prefix of one marked ``…`` where a line was cut:
+    it needs none of the check of names that
+    :class:`~langchain_autocontext.summarizers.llm.LLMSummarizer` applies to a model's
+    summary (:mod:`~langchain_autocontext.summarizers.names`).
+
     Args:
         token_counter: Counter for budgets (``None``: a len/4 estimate).
         line_chars: Longest line kept from a message before it is shortened.

@@ -3,7 +3,8 @@
 :class:`LLMSummarizer` takes any LangChain chat model (or a ``"provider:model"``
 string for ``init_chat_model``), with one prompt per strategy, retries with backoff
 (LangChain's ``Runnable.with_retry``), a fallback to the extractive summarizer, bounded
-concurrency, and calls hidden from the user's token streams. :func:`resolve_summarizer` turns what a user passes as
+concurrency, calls hidden from the user's token streams, and a note after a summary
+that names what the summarized messages do not (:mod:`~.names`). :func:`resolve_summarizer` turns what a user passes as
 ``summarizer=`` (``None``, ``"offline"``, a summarizer, a chat model or a
 ``"provider:model"`` string) into a :class:`~langchain_autocontext.summarizers.base.Summarizer`.
 
@@ -56,6 +57,11 @@ from langchain_autocontext.summarizers.calls import (
     within,
 )
 from langchain_autocontext.summarizers.extractive import ExtractiveSummarizer
+from langchain_autocontext.summarizers.names import (
+    names_note,
+    originals_text,
+    unsupported_names,
+)
 from langchain_autocontext.summarizers.prompts import (
     _LIMIT,
     DEFAULT_PROMPTS,
@@ -222,6 +228,13 @@ class LLMSummarizer(Summarizer):
             counts as a failed attempt (retried, then the fallback answers), like
             any other failure. Async calls are cancelled; a sync call runs in a
             daemon thread that is abandoned (its late answer is ignored).
+        check_names: When True (default), a summary that names what the summarized
+            messages do not (a function, a path, a dotted name, an id: see
+            :mod:`~langchain_autocontext.summarizers.names`) gets one line that lists
+            those names, ``[Not in the summarized messages: `x`, `y`.]``, within
+            ``max_tokens`` and without another model call. For ``recursive``, the
+            previous summary counts as summarized. A summary whose names all occur in
+            the messages is unchanged.
 
     Errors from resolving a model string (a missing provider package, an
     unknown provider) are configuration errors: they are raised, never retried
@@ -243,6 +256,7 @@ class LLMSummarizer(Summarizer):
         max_input_chars: int = 200_000,
         token_counter: TextTokenCounter | None = None,
         timeout: float | None = None,
+        check_names: bool = True,
     ) -> None:
         if isinstance(model, str):
             if not model.strip():
@@ -301,6 +315,7 @@ class LLMSummarizer(Summarizer):
         self.max_input_chars = max_input_chars
         self.name = f"llm:{_model_name(model)}"
         self.token_counter = token_counter
+        self.check_names = check_names
 
     def adopt_settings(self, **settings: Any) -> dict[str, tuple[Any, Any]]:
         """Apply a configuration's ``retries``/``timeout``/``concurrency`` (the
@@ -506,12 +521,52 @@ class LLMSummarizer(Summarizer):
         return text, prompt_tokens, self.count(raw.strip()), False
 
     def _finish(self, text: str, request: SummaryRequest) -> str:
-        return _clip_to_tokens(
-            text,
-            request.max_tokens,
-            self.count,
-            f"[summary truncated to {request.max_tokens} tokens]",
-        )
+        """The reply within ``max_tokens``; with ``check_names``, and when it names what
+        the originals do not (:func:`~.names.unsupported_names`), followed by one line
+        that lists those names, for which the body is clipped to leave room. A reply
+        whose names all occur in the originals is only clipped."""
+        cap = request.max_tokens
+        clipped = self._clip(text, cap)
+        if not self.check_names:
+            return clipped
+        originals = originals_text(request.messages, self._folded(request))
+        missing = self._unsupported(clipped, cap, originals)
+        if not missing:
+            return clipped
+        room = cap - self.count(f"\n{names_note(missing)}")
+        for _ in range(3):  # again only for a counter that does not add up
+            if room < 1:  # no room for a note beside any summary: the clipped reply alone
+                break
+            body = self._clip(text, room, cap)
+            missing = self._unsupported(body, cap, originals)  # those the clipping kept
+            noted = f"{body}\n{names_note(missing)}" if missing else body
+            over = self.count(noted) - cap
+            if over <= 0:
+                return noted
+            room -= over
+        return clipped
+
+    def _clip(self, text: str, limit: int, max_tokens: int | None = None) -> str:
+        """``text`` within ``limit`` tokens, saying it was cut to the request's
+        ``max_tokens`` (``limit`` by default; less when a note is to follow)."""
+        note = self._cut_note(limit if max_tokens is None else max_tokens)
+        return _clip_to_tokens(text, limit, self.count, note)
+
+    @staticmethod
+    def _cut_note(max_tokens: int) -> str:
+        return f"[summary truncated to {max_tokens} tokens]"
+
+    def _unsupported(self, summary: str, max_tokens: int, originals: str) -> list[str]:
+        """The names of a clipped ``summary`` that ``originals`` do not support (the
+        line saying it was cut is the package's, not the model's)."""
+        body = summary.removesuffix(self._cut_note(max_tokens))
+        return unsupported_names(body, originals)
+
+    @staticmethod
+    def _folded(request: SummaryRequest) -> str | None:
+        """The previous summary a ``recursive`` request folds in (names it holds are
+        the originals' too); ``None`` for the other strategies, which ignore it."""
+        return request.previous_summary if request.strategy == "recursive" else None
 
     def _delay(self, retry: int) -> float:
         """Seconds before retry number ``retry`` (1, 2, …): doubling from ``backoff``."""

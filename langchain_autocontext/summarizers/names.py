@@ -1,0 +1,158 @@
+"""Exact names a summary asserts that its originals do not contain.
+
+A model's summary may name an API, a path or an id that appears nowhere in what it
+summarized (a "close enough" function name, a guessed path); an agent that trusts it
+calls that name and fails. :func:`unsupported_names` finds the *exact names* of a
+summary -- spans in backticks, file paths, dotted names, identifiers with ``_`` or
+internal capitals, tokens mixing letters and digits, numbers of five or more digits --
+and keeps those the originals do not support; :func:`names_note` is the short line
+:class:`~langchain_autocontext.summarizers.llm.LLMSummarizer` appends to say so.
+
+A name is supported when it occurs in the originals (case-insensitively, as a
+substring); a path also when its last component does, a dotted name also when its last
+part does (a summary may qualify a name from its context: ``views.get_user`` for a
+``get_user`` the transcript shows). Ordinary words and tokens under four characters are
+never names.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Iterator, Sequence
+
+from langchain_core.messages import BaseMessage
+
+from langchain_autocontext.summarizers.transcript import render_transcript, tool_calls_of
+
+__all__ = ["exact_names", "names_note", "originals_text", "unsupported_names"]
+
+#: Names listed in a note at most (the rest are counted).
+NOTE_NAMES = 5
+
+_BACKTICKED = re.compile(r"`([^`\n]+)`")
+#: A token: a run of characters that no space, quote or bracket splits.
+_TOKEN = re.compile(r"[^\s`'\"()\[\]{}<>,;|=*]+")
+#: Stripped from a token's ends: sentence punctuation, and the ellipsis of a cut name
+#: (``settings.c…``: what is left of it is checked, as a prefix of what it was).
+_EDGE = ".:!?-…"
+_LINE_NUMBER = re.compile(r":\d+(?::\d+)?$")
+_NUMBER = re.compile(r"[\d.,]+")
+#: Numbers in prose: ordinals and decades (``10th``, ``1990s``), measures (``60-token``).
+_PROSE_NUMBER = re.compile(r"\d+(?:st|nd|rd|th|s|-[a-z]+)", re.IGNORECASE)
+_INTERNAL_CAPITAL = re.compile(r".(?:[a-z][A-Z]|[A-Z]{2}[a-z])")
+#: The last part of a dotted token that makes it a file name (``models.py``, ``a.json``):
+#: a short one, or a longer extension that is no attribute name.
+_EXTENSION = re.compile(
+    r"[a-z0-9]{1,3}|json|jsonl|yaml|toml|html|ipynb|java|scss|lock|conf|diff|xlsx|docx"
+)
+_MIN_CHARS = 4
+
+
+def _is_name(token: str) -> bool:
+    """Whether a token (stripped of its punctuation) is an exact name."""
+    if len(token) < _MIN_CHARS:
+        return False
+    if _NUMBER.fullmatch(token):  # numbers: only ids of five or more digits
+        return token.isdigit() and len(token) >= 5
+    if "/" in token:
+        if token.startswith(("/", "./", "~/")) or token.count("/") > 1:
+            return True
+        # one slash between two plain words ("and/or", "read/write") is prose
+        return not all(part.isalpha() for part in token.split("/") if part)
+    if "." in token.strip("."):
+        return True
+    has_letter = any(c.isalpha() for c in token)
+    if "_" in token and has_letter:
+        return True
+    if _INTERNAL_CAPITAL.search(token):
+        return True
+    return has_letter and any(c.isdigit() for c in token) and not _PROSE_NUMBER.fullmatch(token)
+
+
+def _tokens(text: str) -> Iterator[str]:
+    for raw in _TOKEN.findall(text):
+        token = _LINE_NUMBER.sub("", raw.strip(_EDGE)).strip(_EDGE)
+        if token.endswith("()"):
+            token = token[:-2]
+        if token:
+            yield token
+
+
+def exact_names(text: str) -> list[str]:
+    """The exact names of ``text``, each once, in order of appearance: backticked
+    spans whole (their words are not taken apart), then the names among the rest's
+    tokens."""
+    names: dict[str, None] = {}
+    for span in _BACKTICKED.findall(text):
+        span = span.strip().rstrip("…")
+        if span.endswith("()"):
+            span = span[:-2]
+        if len(span) >= _MIN_CHARS:
+            names.setdefault(span)
+    for token in _tokens(_BACKTICKED.sub(" ", text)):
+        if _is_name(token):
+            names.setdefault(token)
+    return list(names)
+
+
+def _supported(name: str, originals: str) -> bool:
+    """Whether ``name`` occurs in ``originals`` (already lower-cased): whole, or as a
+    path's last component, or as a dotted name's last part."""
+    low = name.lower()
+    if low in originals:
+        return True
+    if any(c.isspace() for c in low):
+        return False
+    if "/" in low:
+        last = low.rstrip("/").rsplit("/", 1)[-1]
+        return len(last) >= _MIN_CHARS and last in originals
+    if "." in low.strip("."):
+        last = low.rstrip(".").rsplit(".", 1)[-1]
+        # a file name's extension (``models.py``) says nothing: the whole name must occur
+        return not _EXTENSION.fullmatch(last) and last in originals
+    return False
+
+
+def unsupported_names(summary: str, originals: str) -> list[str]:
+    """The exact names of ``summary`` (see :func:`exact_names`) that ``originals``
+    does not support, in order of appearance."""
+    source = originals.lower()
+    return [name for name in exact_names(summary) if not _supported(name, source)]
+
+
+def _strings(value: object) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _strings(item)
+
+
+def originals_text(messages: Sequence[BaseMessage], previous_summary: str | None = None) -> str:
+    """What a summary of ``messages`` may name: their whole transcript (message texts,
+    tool calls with their names and arguments, tool results; nothing cut), the
+    arguments' strings as they are (a JSON rendering escapes quotes and backslashes),
+    and ``previous_summary`` (what the ``recursive`` strategy folds in)."""
+    parts = [render_transcript(messages, args_chars=sys.maxsize)]
+    for message in messages:
+        for call in tool_calls_of(message):
+            args = call.get("args")
+            if isinstance(args, str):  # arguments that did not parse
+                parts.append(args)
+            else:
+                parts.extend(_strings(args))
+    if previous_summary:
+        parts.append(previous_summary)
+    return "\n".join(parts)
+
+
+def names_note(names: Sequence[str], limit: int = NOTE_NAMES) -> str:
+    """The line that lists ``names`` (at most ``limit``, the rest counted):
+    ``[Not in the summarized messages: `x`, `y`.]``."""
+    shown = ", ".join(f"`{name}`" for name in names[:limit])
+    more = f" and {len(names) - limit} more" if len(names) > limit else ""
+    return f"[Not in the summarized messages: {shown}{more}.]"
