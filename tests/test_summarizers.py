@@ -2160,10 +2160,18 @@ def test_a_faithful_summary_is_unchanged() -> None:
     )
     msgs = [*sample_messages(), AIMessage("The readFile helper is at app/util.py.", id="m8")]
     faithful += " The readfile helper lives in lib/app/util.py; see helpers.readFile."
-    # prose is no name: a slash between words, abbreviations, acronyms, ordinals
-    faithful += " Retry and/or re-run, e.g. the 10th JSON call: a non-zero exit."
+    # prose is no name: a slash between words, abbreviations, acronyms, ordinals, measures
+    faithful += " Retry and/or re-run, e.g. the 10th JSON call: a non-zero exit in 3.2s."
+    # a command respaced, a possessive with a typographic apostrophe
+    faithful += " It reran `pytest  -q  tests/test_main.py`; Read_File’s output was short."
     result = LLMSummarizer(fake_summary(faithful)).summarize(request(msgs))
     assert result.text == faithful
+
+
+def test_a_reworded_command_lists_only_the_names_it_invents() -> None:
+    reply = "The agent reran `pytest -x tests/test_main.py --cov=app_core` and it passed."
+    result = LLMSummarizer(fake_summary(reply)).summarize(request())
+    assert result.text == f"{reply}\n[Not in the summarized messages: `app_core`.]"
 
 
 def test_names_of_the_previous_summary_are_supported_when_folded() -> None:

@@ -32,14 +32,15 @@ NOTE_NAMES = 5
 
 _BACKTICKED = re.compile(r"`([^`\n]+)`")
 #: A token: a run of characters that no space, quote or bracket splits.
-_TOKEN = re.compile(r"[^\s`'\"()\[\]{}<>,;|=*]+")
+_TOKEN = re.compile(r"[^\s`'\"‘’“”«»()\[\]{}<>,;|=*]+")
 #: Stripped from a token's ends: sentence punctuation, and the ellipsis of a cut name
 #: (``settings.c…``: what is left of it is checked, as a prefix of what it was).
 _EDGE = ".:!?-…"
 _LINE_NUMBER = re.compile(r":\d+(?::\d+)?$")
 _NUMBER = re.compile(r"[\d.,]+")
-#: Numbers in prose: ordinals and decades (``10th``, ``1990s``), measures (``60-token``).
-_PROSE_NUMBER = re.compile(r"\d+(?:st|nd|rd|th|s|-[a-z]+)", re.IGNORECASE)
+#: Numbers in prose, no names: ordinals and decades (``10th``, ``1990s``), measures
+#: (``60-token``, ``3.2s``, ``100ms``, ``2.5GB``), versions (``4.2.1``).
+_PROSE_NUMBER = re.compile(r"\d[\d.,]*(?:-[a-z]+|[a-z%]{1,3})?", re.IGNORECASE)
 _INTERNAL_CAPITAL = re.compile(r".(?:[a-z][A-Z]|[A-Z]{2}[a-z])")
 #: The last part of a dotted token that makes it a file name (``models.py``, ``a.json``):
 #: a short one, or a longer extension that is no attribute name.
@@ -55,6 +56,8 @@ def _is_name(token: str) -> bool:
         return False
     if _NUMBER.fullmatch(token):  # numbers: only ids of five or more digits
         return token.isdigit() and len(token) >= 5
+    if _PROSE_NUMBER.fullmatch(token):
+        return False
     if "/" in token:
         if token.startswith(("/", "./", "~/")) or token.count("/") > 1:
             return True
@@ -67,22 +70,20 @@ def _is_name(token: str) -> bool:
         return True
     if _INTERNAL_CAPITAL.search(token):
         return True
-    return has_letter and any(c.isdigit() for c in token) and not _PROSE_NUMBER.fullmatch(token)
+    return has_letter and any(c.isdigit() for c in token)
 
 
 def _tokens(text: str) -> Iterator[str]:
     for raw in _TOKEN.findall(text):
         token = _LINE_NUMBER.sub("", raw.strip(_EDGE)).strip(_EDGE)
-        if token.endswith("()"):
-            token = token[:-2]
         if token:
             yield token
 
 
 def exact_names(text: str) -> list[str]:
     """The exact names of ``text``, each once, in order of appearance: backticked
-    spans whole (their words are not taken apart), then the names among the rest's
-    tokens."""
+    spans whole (a command's names are taken apart only when the command is not found:
+    see :func:`unsupported_names`), then the names among the rest's tokens."""
     names: dict[str, None] = {}
     for span in _BACKTICKED.findall(text):
         span = span.strip().rstrip("…")
@@ -102,8 +103,6 @@ def _supported(name: str, originals: str) -> bool:
     low = name.lower()
     if low in originals:
         return True
-    if any(c.isspace() for c in low):
-        return False
     if "/" in low:
         last = low.rstrip("/").rsplit("/", 1)[-1]
         return len(last) >= _MIN_CHARS and last in originals
@@ -118,7 +117,17 @@ def unsupported_names(summary: str, originals: str) -> list[str]:
     """The exact names of ``summary`` (see :func:`exact_names`) that ``originals``
     does not support, in order of appearance."""
     source = originals.lower()
-    return [name for name in exact_names(summary) if not _supported(name, source)]
+    missing: dict[str, None] = {}
+    for name in exact_names(summary):
+        if _supported(name, source):
+            continue
+        if any(c.isspace() for c in name):  # a command, reworded: its own names count
+            for token in _tokens(name):
+                if _is_name(token) and not _supported(token, source):
+                    missing.setdefault(token)
+        else:
+            missing.setdefault(name)
+    return list(missing)
 
 
 def _strings(value: object) -> Iterator[str]:
