@@ -67,6 +67,8 @@ from langchain_autocontext.store import (
     message_version_key,
     on_thread_deleted,
     run_config,
+    running_agent,
+    stream_writer,
 )
 from langchain_autocontext.strategies.base import (
     Strategy,
@@ -76,7 +78,9 @@ from langchain_autocontext.strategies.base import (
     summary_offload_ids,
 )
 from langchain_autocontext.strategies.pipeline import (
+    Pipeline,
     PipelineResult,
+    Progress,
     adrive,
     developer_pin_tokens,
     drive,
@@ -1387,6 +1391,15 @@ class ContextEngine:
             request_only=frozenset(request_only),
         )
 
+    def _drive(self, run: Pipeline, store: OffloadStore) -> PipelineResult:
+        """Drive a pipeline of this engine's (sync): every surface compresses here, and
+        reports the compression's progress to the run's custom stream (:func:`_progress`)."""
+        return drive(run, store, self.summarizer, _progress())
+
+    async def _adrive(self, run: Pipeline, store: OffloadStore) -> PipelineResult:
+        """Async twin of :meth:`_drive`."""
+        return await adrive(run, store, self.summarizer, _progress())
+
     def _finish(
         self,
         result: PipelineResult,
@@ -1454,7 +1467,7 @@ class ContextEngine:
         archived = self._archive_input(
             call.originals, thread_id=call.thread_id, store=call.store, summaries=call.summaries
         )
-        result = drive(self._compression(call, force, headroom), call.store, self.summarizer)
+        result = self._drive(self._compression(call, force, headroom), call.store)
         return self._finish(result, archived, call.ids_assigned, call.virtual, call.system)
 
     def _intake(
@@ -1576,7 +1589,7 @@ class ContextEngine:
         archived = await self._aarchive_input(
             call.originals, thread_id=call.thread_id, store=call.store, summaries=call.summaries
         )
-        result = await adrive(self._compression(call, force, headroom), call.store, self.summarizer)
+        result = await self._adrive(self._compression(call, force, headroom), call.store)
         return self._finish(result, archived, call.ids_assigned, call.virtual, call.system)
 
     # --- the model managing its own context ------------------------------------------
@@ -1944,6 +1957,25 @@ def _edited_event(messages: Sequence[BaseMessage], offload_ids: Sequence[str]) -
         "message_ids": [m.id for m in messages],
         "offload_ids": list(offload_ids),
     }
+
+
+#: The one key of what the package writes to a run's custom stream.
+STREAM_KEY = "autocontext"
+
+
+def _progress() -> Progress | None:
+    """Where a compression reports its progress: the custom stream of the LangGraph run
+    it runs in (``stream_mode="custom"`` yields ``{"autocontext": {"event": …, …}}``,
+    with the running agent's name when it has one); ``None`` outside a graph run."""
+    write = stream_writer()
+    if write is None:
+        return None
+    agent = running_agent()
+
+    def emit(payload: dict[str, Any]) -> None:
+        write({STREAM_KEY: payload if agent is None else {**payload, "agent": agent}})
+
+    return emit
 
 
 def _offers_reload(view: bool, tools: Sequence[Any] | None) -> bool | None:

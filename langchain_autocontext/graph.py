@@ -34,7 +34,7 @@ from langchain_autocontext.engine import (
 )
 from langchain_autocontext.messages import remove_all, state_messages
 from langchain_autocontext.metadata import as_shown
-from langchain_autocontext.strategies.pipeline import PipelineResult, adrive, drive
+from langchain_autocontext.strategies.pipeline import PipelineResult
 from langchain_autocontext.view import ModelCall, state_in
 
 __all__ = [
@@ -209,12 +209,12 @@ def build_node(
 
     def strategies(state: _NodeState, config: RunnableConfig) -> dict[str, Any]:
         run, virtual, system = pipeline(state, config)
-        result = drive(run, engine.resolve_store(), engine.summarizer)
+        result = engine._drive(run, engine.resolve_store())
         return compressed(state, result, virtual, system)
 
     async def astrategies(state: _NodeState, config: RunnableConfig) -> dict[str, Any]:
         run, virtual, system = pipeline(state, config)
-        result = await adrive(run, engine.resolve_store(), engine.summarizer)
+        result = await engine._adrive(run, engine.resolve_store())
         return compressed(state, result, virtual, system)
 
     def commit(state: _NodeState, config: RunnableConfig) -> dict[str, Any]:

@@ -50,6 +50,7 @@ import contextvars
 import functools
 import hashlib
 import json
+import logging
 import re
 import threading
 import time
@@ -68,7 +69,7 @@ from contextlib import asynccontextmanager, contextmanager
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 from langchain_core.messages import AIMessage, BaseMessage, RemoveMessage
-from langgraph.config import get_config
+from langgraph.config import get_config, get_stream_writer
 from langgraph.store.base import (
     BaseStore,
     GetOp,
@@ -107,6 +108,8 @@ __all__ = [
     "encode_thread_id",
     "offload_ref",
 ]
+
+_log = logging.getLogger(__name__)
 
 Kind = Literal["history", "offload", "events", "meta"]
 HISTORY: Kind = "history"
@@ -608,6 +611,27 @@ def run_config() -> RunnableConfig | None:
         return get_config()
     except RuntimeError:  # not inside a runnable
         return None
+
+
+def stream_writer() -> Callable[[Any], None] | None:
+    """The custom stream writer of the LangGraph run this is called in (what a caller
+    streaming with ``stream_mode="custom"`` receives; LangGraph's no-op when it does not
+    stream that mode), wrapped so that writing never raises into the run; ``None``
+    outside a graph run (no run, or a plain Runnable chain outside any graph)."""
+    if run_config() is None:
+        return None
+    try:
+        writer = get_stream_writer()
+    except (RuntimeError, KeyError, AttributeError):  # a Runnable outside a graph
+        return None
+
+    def write(chunk: Any) -> None:
+        try:
+            writer(chunk)
+        except Exception:  # progress is a courtesy: never the reason a run fails
+            _log.debug("langchain-autocontext: the custom stream refused a chunk", exc_info=True)
+
+    return write
 
 
 def running_agent() -> str | None:

@@ -13,7 +13,7 @@ module of their own would split the pin limit from the one error that enforces i
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Generator, Sequence
+from collections.abc import Callable, Collection, Generator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -114,6 +114,22 @@ class EventOp:
     event: dict[str, Any]
 
 
+@dataclass(frozen=True)
+class StartOp:
+    """The pipeline compresses (it was triggered or forced): what it starts from and
+    what it aims at. Nothing to do but report it (:data:`Progress`)."""
+
+    thread_id: str
+    tokens: int
+    messages: int
+    target_tokens: int
+
+
+#: What the drivers report one compression's progress to (the LangGraph run's custom
+#: stream): ``{"event": "compression_started" | "strategy" | "compression_finished", …}``.
+Progress = Callable[[dict[str, Any]], None]
+
+
 @dataclass
 class PipelineResult:
     """What one pass of the pipeline did."""
@@ -129,7 +145,7 @@ class PipelineResult:
         return bool(self.events)
 
 
-Pipeline = Generator[OffloadOp | SummarizeOp | EventOp, Any, PipelineResult]
+Pipeline = Generator[OffloadOp | SummarizeOp | EventOp | StartOp, Any, PipelineResult]
 Msgs = Sequence[BaseMessage]
 
 
@@ -427,6 +443,7 @@ def run_pipeline(
     target_tokens = config.thresholds(floor, headroom).target
     target_messages = config.target_messages
     events: list[dict[str, Any]] = []
+    yield StartOp(thread_id, tokens, len(msgs), target_tokens)
 
     def fits() -> bool:
         return tokens <= target_tokens and len(msgs) <= target_messages
@@ -642,8 +659,62 @@ def _trim_summary(
 
 
 # --- drivers --------------------------------------------------------------------------
-def drive(gen: Pipeline, store: Any, summarizer: Summarizer) -> PipelineResult:
-    """Run the pipeline synchronously against a store and a summarizer."""
+class _Watch:
+    """One compression as the drivers report it to ``progress``: started, each
+    strategy's event once it is recorded (the fields the store keeps), finished (or
+    failed, with the error's class); nothing for a pipeline that does not compress."""
+
+    def __init__(self, progress: Progress | None) -> None:
+        self.progress = progress
+        self.start: StartOp | None = None
+        self.clock = 0.0
+
+    def started(self, op: StartOp) -> None:
+        self.start, self.clock = op, time.perf_counter()
+        self._emit(
+            event="compression_started",
+            tokens=op.tokens,
+            messages=op.messages,
+            target_tokens=op.target_tokens,
+        )
+
+    def strategy(self, op: EventOp) -> None:
+        self._emit(**op.event, event="strategy")
+
+    def finished(self, result: PipelineResult) -> None:
+        if self.start is not None:
+            self._emit(
+                event="compression_finished",
+                tokens_before=result.tokens_before,
+                tokens_after=result.tokens_after,
+                messages_before=self.start.messages,
+                messages_after=len(result.messages),
+                strategies=[e["strategy"] for e in result.events],
+                seconds=round(time.perf_counter() - self.clock, 6),
+            )
+
+    def failed(self, exc: BaseException) -> None:
+        if self.start is not None:
+            self._emit(
+                event="compression_finished",
+                tokens_before=self.start.tokens,
+                error=type(exc).__name__,
+                seconds=round(time.perf_counter() - self.clock, 6),
+            )
+
+    def _emit(self, **fields: Any) -> None:
+        if self.progress is not None and self.start is not None:
+            self.progress(
+                {"event": fields.pop("event"), "thread_id": self.start.thread_id, **fields}
+            )
+
+
+def drive(
+    gen: Pipeline, store: Any, summarizer: Summarizer, progress: Progress | None = None
+) -> PipelineResult:
+    """Run the pipeline synchronously against a store and a summarizer, reporting a
+    compression's progress to ``progress`` (see :class:`_Watch`)."""
+    watch = _Watch(progress)
     try:
         op = next(gen)
         while True:
@@ -654,16 +725,28 @@ def drive(gen: Pipeline, store: Any, summarizer: Summarizer) -> PipelineResult:
                 ]
             elif isinstance(op, SummarizeOp):
                 reply = summarizer.summarize_many(op.requests)
+            elif isinstance(op, StartOp):
+                watch.started(op)
+                reply = None
             else:
                 store.record_event(op.thread_id, op.event)
+                watch.strategy(op)
                 reply = None
             op = gen.send(reply)
     except StopIteration as stop:
+        watch.finished(stop.value)
         return stop.value
+    except Exception as exc:
+        watch.failed(exc)
+        raise
 
 
-async def adrive(gen: Pipeline, store: Any, summarizer: Summarizer) -> PipelineResult:
-    """Run the pipeline with the store's and summarizer's async methods."""
+async def adrive(
+    gen: Pipeline, store: Any, summarizer: Summarizer, progress: Progress | None = None
+) -> PipelineResult:
+    """Run the pipeline with the store's and summarizer's async methods (``progress``:
+    as :func:`drive` reports it)."""
+    watch = _Watch(progress)
     try:
         op = next(gen)
         while True:
@@ -674,9 +757,17 @@ async def adrive(gen: Pipeline, store: Any, summarizer: Summarizer) -> PipelineR
                 ]
             elif isinstance(op, SummarizeOp):
                 reply = await summarizer.asummarize_many(op.requests)
+            elif isinstance(op, StartOp):
+                watch.started(op)
+                reply = None
             else:
                 await store.arecord_event(op.thread_id, op.event)
+                watch.strategy(op)
                 reply = None
             op = gen.send(reply)
     except StopIteration as stop:
+        watch.finished(stop.value)
         return stop.value
+    except Exception as exc:
+        watch.failed(exc)
+        raise
