@@ -30,10 +30,18 @@ from langchain_core.messages import (
 from langchain_core.runnables import RunnableLambda
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.func import entrypoint
+from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.store.memory import InMemoryStore
 
-from langchain_autocontext import AutoContext, AutoContextConfig, LLMSummarizer
+from langchain_autocontext import (
+    AutoContext,
+    AutoContextConfig,
+    LLMSummarizer,
+    Summarizer,
+    SummaryRequest,
+    SummaryResult,
+)
 from langchain_autocontext.store import OffloadStore
 
 MARK = "ZQXSUMMARY"
@@ -245,3 +253,64 @@ def test_outside_a_graph_compression_runs_without_a_stream() -> None:
     # inside a Runnable chain (a run without a graph, so without a stream writer)
     chain = RunnableLambda(lambda msgs: ac.compress(msgs, thread_id="chain", force=True))
     assert chain.invoke(messages).events
+
+
+# --- a compaction that raises -----------------------------------------------------------
+class BrokenSummarizer(Summarizer):
+    """A summarizer of the user's own that raises (the package's fall back instead)."""
+
+    def summarize(self, request: SummaryRequest) -> SummaryResult:
+        raise RuntimeError("the summarizer's backend is down")
+
+
+def chat(rounds: int) -> list[BaseMessage]:
+    """Rounds of plain talk: nothing to offload, only to summarize."""
+    out: list[BaseMessage] = [SystemMessage("You code.")]
+    for r in range(rounds):
+        out += [HumanMessage(f"Question {r}: " + "why? " * 60), AIMessage("Because. " * 60)]
+    return [*out, HumanMessage("Next.")]
+
+
+def node_graph() -> Any:
+    """A StateGraph whose own node calls ``compress`` / ``acompress``."""
+    ac = AutoContext(AutoContextConfig(max_tokens=3_000), summarizer=BrokenSummarizer())
+
+    def squeeze(state: MessagesState) -> dict[str, Any]:
+        ac.compress(state["messages"], thread_id="t-broken", force=True)
+        return {}
+
+    async def asqueeze(state: MessagesState) -> dict[str, Any]:
+        await ac.acompress(state["messages"], thread_id="t-broken", force=True)
+        return {}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("squeeze", RunnableLambda(squeeze, afunc=asqueeze))
+    graph.add_edge(START, "squeeze")
+    return graph.compile()
+
+
+def check_failed(chunks: list[dict[str, Any]]) -> None:
+    events = [c["autocontext"] for c in chunks]
+    assert events[0]["event"] == "compression_started"
+    # a UI showing "Compacting…" is told it ended, and how
+    assert events[-1]["event"] == "compression_finished"
+    assert events[-1]["error"] == "RuntimeError"
+    assert events[-1]["tokens_before"] == events[0]["tokens"]
+
+
+def test_a_compaction_that_raises_streams_its_end() -> None:
+    chunks: list[dict[str, Any]] = []
+    messages = chat(12)
+    with pytest.raises(RuntimeError, match="backend is down"):
+        for chunk in node_graph().stream({"messages": messages}, stream_mode="custom"):
+            chunks.append(chunk)
+    check_failed(chunks)
+
+
+async def test_a_compaction_that_raises_streams_its_end_async() -> None:
+    chunks: list[dict[str, Any]] = []
+    messages = chat(12)
+    with pytest.raises(RuntimeError, match="backend is down"):
+        async for chunk in node_graph().astream({"messages": messages}, stream_mode="custom"):
+            chunks.append(chunk)
+    check_failed(chunks)
