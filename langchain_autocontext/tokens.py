@@ -9,9 +9,11 @@
   ``assistant``, ``tool``: one token each in ``cl100k_base``) plus its content;
 * a ``name`` adds its own tokens plus :data:`TOKENS_PER_NAME` (1);
   ``ToolMessage`` names are not sent by providers and are not counted;
-* list content counts each text block as text, media blocks (image, file,
-  audio, video, document, media, a generated image) as the fixed estimates of
-  :data:`BLOCK_TOKEN_ESTIMATES` (media nested in another block too), thinking and reasoning blocks as their readable text
+* list content counts each text block as text, an image whose bytes are inline by
+  its size (the largest of the providers' prices for it, its size read from its header),
+  other media blocks (image by URL or id, file, audio, video, document, media, a
+  generated image) as the fixed estimates of :data:`BLOCK_TOKEN_ESTIMATES` (media
+  nested in another block too), thinking and reasoning blocks as their readable text
   (signatures, encrypted reasoning and redacted thinking are opaque to the tokenizer
   and not counted), and any other block as its JSON without those opaque fields;
 * each tool call of an ``AIMessage`` costs :data:`TOKENS_PER_TOOL_CALL` plus
@@ -36,11 +38,15 @@ characters per token, with one warning per process; counting never crashes.
 
 Over 600 lines because :class:`TokenCounter` (about 440 lines) carries the whole billing
 model above with its caches, tool-schema counting and the pluggable and chat-model
-counters with their fallback; the encoding loader and the LRU it needs sit beside it.
+counters with their fallback; the encoding loader, the LRU it needs and the image
+header reader (about 200 lines: what an image costs is part of the billing model)
+sit beside it.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import contextlib
 import json
 import math
@@ -97,7 +103,8 @@ TOKENS_PER_TOOL_CALL = 3
 #: Characters per token of the fallback estimate (used when no encoding loads).
 CHARS_PER_TOKEN = 4
 #: Fixed estimates for content blocks that are not text. 85 tokens is what
-#: OpenAI bills for a low-detail image; other media use the same placeholder.
+#: OpenAI bills for a low-detail image; other media use the same placeholder. An image
+#: whose bytes are inline counts by its size instead (:func:`_image_tokens`).
 #: Pass a pluggable counter for exact media accounting.
 BLOCK_TOKEN_ESTIMATES: dict[str, int] = {
     "image": 85,
@@ -357,14 +364,205 @@ def _is_media(block: dict[str, Any]) -> bool:
     )
 
 
+# --- images billed by their size ----------------------------------------------------------
+# What each provider documents an image costs, from its width and height in pixels.
+#: Anthropic ("Vision", Claude docs): ``width * height / 750`` tokens, after scaling the
+#: image down to a 1568-pixel long edge and to about 1,600 tokens (1.15 megapixels; the
+#: docs' largest 1:1 size, 1092x1092, is 1,590 tokens).
+_ANTHROPIC_LONG_EDGE = 1568
+_ANTHROPIC_PIXELS_PER_TOKEN = 750
+_ANTHROPIC_MAX_TOKENS = 1600
+#: OpenAI ("Images and vision", high detail): 85 + 170 per 512-pixel tile, after fitting
+#: 2048x2048 and then scaling the short side down to 768 (a 1024x1024 image: 765).
+_OPENAI_FIT, _OPENAI_SHORT_SIDE, _OPENAI_TILE = 2048, 768, 512
+_OPENAI_BASE, _OPENAI_PER_TILE = 85, 170
+#: Gemini (Vertex AI "Token counting"; Gemini API "Understand and count tokens"): 258
+#: tokens for an image up to 384x384; a larger one, first fitted to 3072x3072, is cropped
+#: into tiles of its short side / 1.5 (kept between 256 and 768 pixels), each resized to
+#: 768x768 and 258 tokens (the Gemini API page's plain "tiles of 768x768" is never more).
+_GEMINI_SMALL, _GEMINI_FIT, _GEMINI_PER_TILE = 384, 3072, 258
+_GEMINI_MIN_TILE, _GEMINI_MAX_TILE = 256, 768
+#: At most this many JPEG segments are walked to its frame header (each skipped by its
+#: length, never decoded: a 60 kB EXIF block costs one 4-byte read).
+_JPEG_MAX_SEGMENTS = 64
+#: JPEG start-of-frame markers (the ones carrying the size): C0-CF but DHT, JPG, DAC.
+_JPEG_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
+_URLSAFE = str.maketrans("-_", "+/")
+
+
+def _scaled(width: float, height: float, limit: float) -> tuple[float, float]:
+    """``width`` x ``height`` scaled down (never up) so that ``limit`` bounds the longer side."""
+    scale = min(1.0, limit / max(width, height))
+    return width * scale, height * scale
+
+
+def _image_tokens(width: int, height: int) -> int:
+    """Tokens of a ``width`` x ``height`` image: the largest of what Anthropic, OpenAI
+    (high detail) and Gemini document for that size.
+
+    The largest, whatever the block's format and an OpenAI ``detail: "low"`` (85 tokens
+    there): LangChain converts a block to whichever provider the request goes to
+    (an OpenAI-format image reaches Claude through langchain-anthropic, which drops
+    ``detail``), a fallback or a router can send the same context to another provider,
+    and the budget must hold for whichever one gets it: over-counting costs a little
+    room, under-counting a rejected request.
+    """
+    w, h = _scaled(width, height, _ANTHROPIC_LONG_EDGE)
+    anthropic = min(w * h / _ANTHROPIC_PIXELS_PER_TOKEN, _ANTHROPIC_MAX_TOKENS)
+    w, h = _scaled(width, height, _OPENAI_FIT)
+    w, h = _scaled(w, h, _OPENAI_SHORT_SIDE * max(w, h) / min(w, h))  # short side <= 768
+    tiles = math.ceil(w / _OPENAI_TILE) * math.ceil(h / _OPENAI_TILE)
+    openai = _OPENAI_BASE + _OPENAI_PER_TILE * tiles
+    gemini = _GEMINI_PER_TILE
+    if max(width, height) > _GEMINI_SMALL:
+        w, h = _scaled(width, height, _GEMINI_FIT)
+        tile = min(max(min(w, h) / 1.5, _GEMINI_MIN_TILE), _GEMINI_MAX_TILE)
+        gemini *= math.ceil(w / tile) * math.ceil(h / tile)
+    return max(math.ceil(anthropic), openai, gemini)
+
+
+class _Bytes:
+    """Random access to the first bytes of an image given as bytes or base64 text: a
+    read decodes only the base64 characters that hold the bytes asked for."""
+
+    __slots__ = ("_data",)
+
+    def __init__(self, data: str | bytes) -> None:
+        if isinstance(data, str) and any(c.isspace() for c in data[:128]):
+            data = "".join(data[: 1 << 17].split())  # wrapped base64: a bounded prefix
+        self._data = data
+
+    def read(self, start: int, size: int, *, partial: bool = False) -> bytes | None:
+        """``size`` bytes at ``start`` (fewer at the end if ``partial``), or ``None`` past
+        the end or on invalid base64."""
+        data = self._data
+        if isinstance(data, bytes):
+            out = data[start : start + size]
+        else:
+            first = start // 3 * 4
+            chunk = data[first : -(-(start + size) // 3) * 4].translate(_URLSAFE)
+            try:
+                raw = base64.b64decode(chunk + "=" * (-len(chunk) % 4), validate=True)
+            except (binascii.Error, ValueError):
+                return None
+            skip = start - first // 4 * 3
+            out = raw[skip : skip + size]
+        return out if len(out) == size or (partial and out) else None
+
+
+def _image_size(data: str | bytes) -> tuple[int, int] | None:
+    """Width and height of a PNG, GIF, WebP or JPEG image from its header (base64 text or
+    bytes), or ``None`` (another format, a corrupt header)."""
+    src = _Bytes(data)
+    head = src.read(0, 30, partial=True)
+    if head is None or len(head) < 10:
+        return None
+    size: tuple[int, int] | None = None
+    if head.startswith(b"\x89PNG\r\n\x1a\n") and head[12:16] == b"IHDR" and len(head) >= 24:
+        size = (int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big"))
+    elif head[:6] in (b"GIF87a", b"GIF89a"):
+        size = (int.from_bytes(head[6:8], "little"), int.from_bytes(head[8:10], "little"))
+    elif head[:4] == b"RIFF" and head[8:12] == b"WEBP" and len(head) >= 25:
+        chunk = head[12:16]
+        if chunk == b"VP8 " and head[23:26] == b"\x9d\x01\x2a" and len(head) == 30:
+            w, h = int.from_bytes(head[26:28], "little"), int.from_bytes(head[28:30], "little")
+            size = (w & 0x3FFF, h & 0x3FFF)
+        elif chunk == b"VP8L" and head[20] == 0x2F:
+            bits = int.from_bytes(head[21:25], "little")
+            size = ((bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1)
+        elif chunk == b"VP8X" and len(head) == 30:
+            size = (
+                int.from_bytes(head[24:27], "little") + 1,
+                int.from_bytes(head[27:30], "little") + 1,
+            )
+    elif head[:2] == b"\xff\xd8":
+        size = _jpeg_size(src)
+    if size is None or not all(size):
+        return None
+    return size
+
+
+def _jpeg_size(src: _Bytes) -> tuple[int, int] | None:
+    """A JPEG's size from its first start-of-frame segment, the segments before it skipped."""
+    pos = 2
+    for _ in range(_JPEG_MAX_SEGMENTS):
+        seg = src.read(pos, 4)
+        if seg is None or seg[0] != 0xFF:
+            return None
+        marker = seg[1]
+        if marker == 0xFF:  # fill byte
+            pos += 1
+            continue
+        if marker == 0x01 or 0xD0 <= marker <= 0xD7:  # no length
+            pos += 2
+            continue
+        if marker in (0xD9, 0xDA):  # end of image, start of scan: no frame header
+            return None
+        if marker in _JPEG_SOF:
+            frame = src.read(pos + 5, 4)
+            if frame is None:
+                return None
+            return int.from_bytes(frame[2:4], "big"), int.from_bytes(frame[0:2], "big")
+        pos += 2 + int.from_bytes(seg[2:4], "big")
+    return None
+
+
+def _data_url_size(url: str) -> tuple[int, int] | None:
+    """The image size of a base64 ``data:`` URL, or ``None``."""
+    head, sep, _ = url[:200].partition(",")
+    if not sep or ";base64" not in head:
+        return None
+    return _image_size(url[len(head) + 1 :])
+
+
+def _inline_image_size(block: dict[str, Any]) -> tuple[int, int] | None:
+    """The size of the image a media block carries inline: a ``data:`` URL
+    (``image_url``, ``input_image``, ``url``), base64 (LangChain's ``base64``, its
+    ``source_type: "base64"`` ``data``, Gemini's ``data`` or ``inline_data``,
+    Anthropic's ``source``, a generated image's ``result``) or bytes; ``None`` when the
+    size is unknown (a URL, a file id, not an image, an unreadable header)."""
+    url = block.get("image_url")
+    if isinstance(url, dict):
+        url = url.get("url")
+    source = block.get("source")
+    inline = block.get("inline_data") or block.get("inlineData")
+    for value in (
+        url,
+        block.get("url"),
+        block.get("base64"),
+        block.get("data"),
+        block.get("result"),
+        source.get("data") if isinstance(source, dict) else None,
+        inline.get("data") if isinstance(inline, dict) else None,
+    ):
+        if isinstance(value, str) and value.startswith("data:"):
+            size = _data_url_size(value)
+        elif isinstance(value, (str, bytes)) and value:  # a URL or an id is no image header
+            size = _image_size(value)
+        else:
+            continue
+        if size is not None:
+            return size
+    return None
+
+
+def _media_tokens(block: dict[str, Any]) -> int:
+    """Tokens of a media block (:func:`_is_media`): an image whose size its inline bytes
+    tell counts as :func:`_image_tokens`; anything else, the fixed estimate of
+    :data:`BLOCK_TOKEN_ESTIMATES`."""
+    size = _inline_image_size(block)
+    estimate = BLOCK_TOKEN_ESTIMATES[block["type"]]
+    return estimate if size is None else max(estimate, _image_tokens(*size))
+
+
 def _without_media(value: Any) -> tuple[Any, int]:
     """``value`` (a block counted as its JSON) without the media nested in it, and their
-    estimate: a media block inside it (an image in an Anthropic ``tool_result``) counts
-    :data:`BLOCK_TOKEN_ESTIMATES`, a base64 ``data:`` URL that of an image, never their
-    base64 as text."""
+    count: a media block inside it (an image in an Anthropic ``tool_result``) counts as
+    :func:`_media_tokens`, a base64 ``data:`` URL as an image of its size (or the image
+    estimate), never their base64 as text."""
     if isinstance(value, dict):
         if _is_media(value):
-            return None, BLOCK_TOKEN_ESTIMATES[value["type"]]
+            return None, _media_tokens(value)
         out: dict[Any, Any] = {}
         media = 0
         for k, v in value.items():
@@ -375,7 +573,8 @@ def _without_media(value: Any) -> tuple[Any, int]:
         items = [_without_media(v) for v in value]
         return [v for v, _ in items], sum(n for _, n in items)
     if isinstance(value, str) and value.startswith("data:") and ";base64," in value[:100]:
-        return "", BLOCK_TOKEN_ESTIMATES["image"]
+        size = _data_url_size(value)
+        return "", BLOCK_TOKEN_ESTIMATES["image"] if size is None else _image_tokens(*size)
     return value, 0
 
 
@@ -760,7 +959,7 @@ class TokenCounter:
                 if kind == "text" or (kind is None and "text" in block):
                     total += tok(str(block.get("text") or ""))
                 elif _is_media(block):
-                    total += BLOCK_TOKEN_ESTIMATES[block["type"]]
+                    total += _media_tokens(block)
                 elif has_calls and kind in TOOL_CALL_BLOCK_TYPES:  # its tool_calls count
                     continue
                 elif kind in REASONING_BLOCK_TYPES:

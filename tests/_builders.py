@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import base64
 import itertools
 import json
+import struct
+import zlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -918,3 +921,59 @@ def handoff(dest: str) -> Any:
         )
 
     return transfer
+
+
+# --- images (tiny, synthesized: a real header, no pixels worth the name) -----------------------
+def png_image(width: int, height: int) -> bytes:
+    """A valid PNG of ``width`` x ``height`` (an IHDR, one tiny IDAT, IEND)."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        crc = zlib.crc32(kind + data)
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", crc)
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", ihdr)
+        + chunk(b"IDAT", zlib.compress(b"\0"))
+        + chunk(b"IEND", b"")
+    )
+
+
+def jpeg_image(width: int, height: int, *, exif: int = 0) -> bytes:
+    """A JPEG header of ``width`` x ``height``: SOI, an APP0 (JFIF), an APP1 of ``exif``
+    bytes when asked (the size sits after it), a DQT, the baseline SOF0, SOS, EOI."""
+
+    def segment(marker: int, data: bytes) -> bytes:
+        return bytes((0xFF, marker)) + struct.pack(">H", len(data) + 2) + data
+
+    jfif = segment(0xE0, b"JFIF\0\x01\x01\0\0\x01\0\x01\0\0")
+    app1 = segment(0xE1, b"Exif\0\0" + b"\0" * exif) if exif else b""
+    dqt = segment(0xDB, b"\0" + bytes(range(64)))
+    sof = segment(0xC0, struct.pack(">BHHB", 8, height, width, 1) + b"\x01\x11\0")
+    return (
+        b"\xff\xd8" + jfif + app1 + dqt + sof + segment(0xDA, b"\x01\x01\0\0\x3f\0") + b"\xff\xd9"
+    )
+
+
+def gif_image(width: int, height: int) -> bytes:
+    """A GIF89a of ``width`` x ``height`` (header, logical screen, trailer)."""
+    return b"GIF89a" + struct.pack("<HHBBB", width, height, 0, 0, 0) + b";"
+
+
+def webp_image(width: int, height: int, kind: str = "VP8X") -> bytes:
+    """A WebP header of ``width`` x ``height``: lossy (``VP8 ``), lossless (``VP8L``) or
+    extended (``VP8X``)."""
+    if kind == "VP8 ":
+        data = b"\0\0\0" + b"\x9d\x01\x2a" + struct.pack("<HH", width, height)
+    elif kind == "VP8L":
+        bits = (width - 1) | (height - 1) << 14
+        data = b"\x2f" + bits.to_bytes(4, "little")
+    else:
+        data = b"\0\0\0\0" + (width - 1).to_bytes(3, "little") + (height - 1).to_bytes(3, "little")
+    body = b"WEBP" + kind.encode() + struct.pack("<I", len(data)) + data
+    return b"RIFF" + struct.pack("<I", len(body)) + body
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import math
 import operator
 import re
 import warnings
@@ -19,7 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Annotated, Any, get_args, get_origin
 
 import pytest
-from _builders import log_text, sh
+from _builders import b64, log_text, png_image, sh
 from langchain.agents import create_agent
 from langchain.agents.middleware import AgentState, before_model
 from langchain_core.language_models import BaseChatModel
@@ -2074,3 +2075,62 @@ def test_a_todo_list_larger_than_the_pin_room_is_compressed_without_error() -> N
     assert_fits(model, ac)
     last = "\n".join(f"{text_of(m)} {getattr(m, 'tool_calls', '')}" for m in model.seen[-1])
     assert "PLAN1-ITEM11" not in last  # too large to keep: compressed as before
+
+
+SCREENSHOT = b64(png_image(1280, 800))
+#: What Claude bills a 1280x800 image: 1280 * 800 / 750 (no scaling below 1568 pixels).
+CLAUDE_SCREENSHOT = math.ceil(1280 * 800 / 750)
+
+
+@tool
+def screenshot(step: int) -> list[dict[str, Any]]:
+    """Take a screenshot of the browser."""
+    return [
+        {"type": "text", "text": f"Screenshot after step {step}."},
+        {"type": "image", "base64": SCREENSHOT, "mime_type": "image/png"},
+    ]
+
+
+def billed_by_claude(ac: AutoContext, sent: list[BaseMessage], tools: list[Any]) -> int:
+    """The request's tokens with each image billed as Claude does, its text as the counter."""
+    images = 0
+    plain: list[BaseMessage] = []
+    for m in sent:
+        if isinstance(m.content, list):
+            kept = [b for b in m.content if not (isinstance(b, dict) and b.get("type") == "image")]
+            images += len(m.content) - len(kept)
+            m = m.model_copy(update={"content": kept})
+        plain.append(m)
+    return ac.counter.count(plain, tools) + images * CLAUDE_SCREENSHOT
+
+
+def test_a_computer_use_agent_sending_screenshots_stays_within_the_budget() -> None:
+    """A browser agent whose tool returns 1280x800 screenshots: each counted 85 tokens
+    while Claude bills ~1,366, so with an 8,000-token budget the requests went over
+    the budget by the provider's count. Every request now fits by that count."""
+    ac = AutoContext(CFG.model_copy(update={"max_tokens": 8000}))
+
+    def reply(messages: list[BaseMessage], n: int) -> AIMessage:
+        if n < 12:
+            return call("screenshot", {"step": n}, n)
+        return AIMessage("done")
+
+    model = ReplyModel(reply=reply)
+    graph = create_agent(
+        model,
+        [screenshot],
+        system_prompt="Operate the browser.",
+        middleware=[ac.middleware()],
+        checkpointer=InMemorySaver(),
+        store=InMemoryStore(),
+    )
+    graph.invoke({"messages": [HumanMessage("Book a flight.")]}, THREAD)
+    assert len(model.seen) == 13
+    assert any(
+        isinstance(b, dict) and b.get("type") == "image"
+        for m in model.seen[-1]
+        if isinstance(m.content, list)
+        for b in m.content
+    )  # the latest screenshots are still shown
+    for sent in model.seen:
+        assert billed_by_claude(ac, sent, model.bound) <= ac.config.max_tokens

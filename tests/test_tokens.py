@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 import warnings
@@ -10,6 +11,7 @@ from typing import Any
 
 import pytest
 import tiktoken
+from _builders import b64, gif_image, jpeg_image, png_image, webp_image
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
@@ -320,6 +322,107 @@ def test_generated_and_nested_images_count_as_media_not_base64(enc: tiktoken.Enc
         [{"type": "non_standard", "value": {"type": "document", "source": image}}]
     )
     assert counter.count_message(wrapped) == 3 + t(enc, "user") + BLOCK_TOKEN_ESTIMATES["document"]
+
+
+# An image whose bytes are inline counts by its size, the largest of what the providers
+# document for it (Anthropic: w*h/750 after a 1568-pixel long edge, at most ~1,600;
+# OpenAI high detail: 85 + 170 per 512-pixel tile after 2048 and a 768 short side;
+# Gemini: 258 up to 384x384, else 258 per tile of short side / 1.5 in [256, 768]).
+IMAGE_SIZES = {
+    # 1280x800: Anthropic 1,366; OpenAI 1229x768, 3x2 tiles, 1,105; Gemini 533-pixel
+    # tiles, 3x2, 1,548
+    "png": (png_image(1280, 800), "image/png", 1548),
+    # 1024x1024: Anthropic 1,399; OpenAI 768x768, 765; Gemini 683-pixel tiles, 2x2, 1,032
+    "jpeg": (jpeg_image(1024, 1024, exif=30_000), "image/jpeg", 1399),
+    # 300x200: Anthropic 80; OpenAI one tile, 255; Gemini 258
+    "gif": (gif_image(300, 200), "image/gif", 258),
+    # 2000x1000: Anthropic 1568x784 is 1,639, capped at 1,600; OpenAI 1,105; Gemini 1,548
+    "webp": (webp_image(2000, 1000), "image/webp", 1600),
+    # 640x480: Anthropic 410; OpenAI 2x1 tiles, 425; Gemini 320-pixel tiles, 2x2, 1,032
+    "webp-lossy": (webp_image(640, 480, "VP8 "), "image/webp", 1032),
+    # 100x50: 258 (Gemini's smallest)
+    "webp-lossless": (webp_image(100, 50, "VP8L"), "image/webp", 258),
+}
+
+
+def image_blocks(data: bytes, mime: str) -> dict[str, dict[str, Any]]:
+    """The same image in each provider's block format (and LangChain's)."""
+    url = f"data:{mime};base64,{b64(data)}"
+    return {
+        "openai chat": {"type": "image_url", "image_url": {"url": url, "detail": "low"}},
+        "openai chat, url as a string": {"type": "image_url", "image_url": url},
+        "openai responses": {"type": "input_image", "image_url": url, "detail": "auto"},
+        "anthropic": {
+            "type": "image",
+            "source": {"type": "base64", "media_type": mime, "data": b64(data)},
+        },
+        "langchain v1": {"type": "image", "base64": b64(data), "mime_type": mime},
+        "langchain v0": {
+            "type": "image",
+            "source_type": "base64",
+            "data": b64(data),
+            "mime_type": mime,
+        },
+        "gemini": {"type": "media", "mime_type": mime, "data": b64(data)},
+        "gemini bytes": {"type": "media", "mime_type": mime, "data": data},
+        "file holding an image": {"type": "file", "base64": b64(data), "mime_type": mime},
+    }
+
+
+@pytest.mark.parametrize("fmt", list(IMAGE_SIZES))
+def test_an_inline_image_counts_by_its_size_in_every_block_format(
+    enc: tiktoken.Encoding, fmt: str
+) -> None:
+    """A 1280x800 screenshot counted a flat 85 tokens (OpenAI's low-detail price) while
+    Claude bills it ~1,366 and Gemini ~1,548: a computer-use agent's budget did not hold.
+    Read from the image's header (PNG, JPEG after a 30 kB EXIF block, GIF, WebP), in
+    every format, ``detail: "low"`` included (the block may reach another provider)."""
+    counter = TokenCounter()
+    data, mime, expected = IMAGE_SIZES[fmt]
+    for name, block in image_blocks(data, mime).items():
+        msg = HumanMessage([{"type": "text", "text": "What now?"}, block])
+        assert counter.count_message(msg) == 3 + t(enc, "user") + t(enc, "What now?") + expected, (
+            name
+        )
+    # nested in an Anthropic tool result, a data: URL inside another block, a ToolMessage
+    anthropic = image_blocks(data, mime)["anthropic"]
+    nested = {"type": "tool_result", "tool_use_id": "toolu_1", "content": [anthropic]}
+    shell = t(enc, json.dumps({"type": "tool_result", "tool_use_id": "toolu_1", "content": [None]}))
+    assert counter.count_message(HumanMessage([nested])) == 3 + t(enc, "user") + shell + expected
+    url = {"type": "custom_image", "url": f"data:{mime};base64,{b64(data)}"}
+    custom = t(enc, json.dumps({"type": "custom_image", "url": ""}))
+    assert counter.count_message(HumanMessage([url])) == 3 + t(enc, "user") + custom + expected
+    tool_msg = ToolMessage([anthropic], tool_call_id="c1")
+    assert counter.count_message(tool_msg) == 3 + t(enc, "tool") + expected
+
+
+def test_an_image_of_unknown_size_keeps_the_estimate(enc: tiktoken.Encoding) -> None:
+    """An image whose size is not inline (a URL, a file id) or whose header does not
+    read (corrupt base64, a truncated or foreign header, a JPEG without a frame header)
+    counts the fixed estimate as before, without an error."""
+    counter = TokenCounter()
+    png = png_image(1280, 800)
+    unknown = [
+        {"type": "image_url", "image_url": {"url": "https://example.com/shot.png"}},
+        {"type": "input_image", "file_id": "file-abc123"},
+        {"type": "image", "source_type": "url", "url": "https://example.com/shot.png"},
+        {"type": "image", "source": {"type": "url", "url": "https://example.com/shot.png"}},
+        {"type": "image", "file_id": "file-abc123"},
+        {"type": "image", "base64": "!!!! not base64 !!!!", "mime_type": "image/png"},
+        {"type": "image", "base64": b64(png)[:16], "mime_type": "image/png"},  # truncated
+        {"type": "image", "base64": b64(b"%PDF-1.7\n" * 5), "mime_type": "image/png"},
+        {"type": "image", "base64": b64(b"\xff\xd8\xff\xda\0\2" + b"\0" * 40)},  # no SOF
+        {"type": "image", "base64": b64(b"\xff\xd8\xff\xe1\xff\xff")},  # segment past end
+        {"type": "image", "base64": b64(png_image(0, 800))},  # a zero size
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,@@@@"}},
+        {"type": "image", "source": {"type": "base64", "data": 12345}},
+    ]
+    for block in unknown:
+        msg = HumanMessage([block])
+        assert counter.count_message(msg) == 3 + t(enc, "user") + 85, block
+    # base64 wrapped in lines (MIME style) reads as well
+    wrapped = {"type": "image", "base64": base64.encodebytes(png).decode(), "mime_type": "x"}
+    assert counter.count_message(HumanMessage([wrapped])) == 3 + t(enc, "user") + 1548
 
 
 def test_a_plain_text_document_counts_its_text_not_a_media_estimate(
