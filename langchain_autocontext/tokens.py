@@ -575,7 +575,25 @@ def _without_media(value: Any) -> tuple[Any, int]:
     if isinstance(value, str) and value.startswith("data:") and ";base64," in value[:100]:
         size = _data_url_size(value)
         return "", BLOCK_TOKEN_ESTIMATES["image"] if size is None else _image_tokens(*size)
+    if isinstance(value, (bytes, bytearray)):  # raw bytes: Bedrock's native ``source.bytes``
+        return _raw_bytes_tokens(bytes(value))
     return value, 0
+
+
+def _raw_bytes_tokens(data: bytes) -> tuple[Any, int]:
+    """Raw bytes in a block (Bedrock Converse's native ``{"image": {"format": "png",
+    "source": {"bytes": …}}}``, a ``document`` of a text format): never their ``repr``
+    as text (100 kB of PNG counted some 300,000 tokens). An image whose header reads
+    counts as :func:`_image_tokens`; bytes that are UTF-8 text (a ``txt``, ``md`` or
+    ``csv`` document) count as that text; anything else (a PDF) the fixed estimate of a
+    file."""
+    size = _image_size(data)
+    if size is not None:
+        return "", _image_tokens(*size)
+    try:
+        return data.decode("utf-8"), 0
+    except UnicodeDecodeError:
+        return "", BLOCK_TOKEN_ESTIMATES["file"]
 
 
 def _json(value: Any) -> str:

@@ -921,3 +921,28 @@ def test_a_message_collected_while_the_identity_memo_is_locked_does_not_hang() -
     worker.start()
     worker.join(timeout=10)
     assert not worker.is_alive(), "the weakref callback deadlocked on the memo's lock"
+
+
+def test_raw_bytes_in_a_bedrock_native_block_never_count_as_their_repr() -> None:
+    """ChatBedrockConverse passes a block without a ``type`` as Bedrock's own format:
+    ``{"image": {"format": "png", "source": {"bytes": …}}}``. Its raw bytes used to count
+    as their ``repr`` (a 1280x800 screenshot of some 100 kB: hundreds of thousands of
+    tokens, so the run compressed for nothing or stopped on the budget). An image counts
+    by its size, a text document as its text, a binary document the file estimate."""
+    counter = TokenCounter()
+    noise = bytes(range(256)) * 400  # incompressible filler: a ~100 kB screenshot
+    png = png_image(1280, 800) + noise
+    sized = counter.count_message(HumanMessage([{"type": "image", "base64": b64(png)}]))
+    native = HumanMessage([{"image": {"format": "png", "source": {"bytes": png}}}])
+    assert 0 <= counter.count_message(native) - sized < 40  # the format's few keys aside
+    notes = "Build 7 failed: missing libfoo.so on the runner. " * 50
+    doc = {"document": {"format": "txt", "name": "notes", "source": {"bytes": notes.encode()}}}
+    as_text = counter.count_message(HumanMessage(notes))
+    assert abs(counter.count_message(HumanMessage([doc])) - as_text) < 40
+    pdf = b"%PDF-1.7\n" + noise
+    binary = {"document": {"format": "pdf", "name": "spec", "source": {"bytes": pdf}}}
+    empty = {"document": {"format": "pdf", "name": "spec", "source": {"bytes": b""}}}
+    assert (
+        counter.count_message(HumanMessage([binary])) - counter.count_message(HumanMessage([empty]))
+        == BLOCK_TOKEN_ESTIMATES["file"]
+    )
