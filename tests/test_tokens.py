@@ -946,3 +946,36 @@ def test_raw_bytes_in_a_bedrock_native_block_never_count_as_their_repr() -> None
         counter.count_message(HumanMessage([binary])) - counter.count_message(HumanMessage([empty]))
         == BLOCK_TOKEN_ESTIMATES["file"]
     )
+
+
+def test_list_content_edited_in_place_is_counted_again() -> None:
+    """List content is remembered by what it holds, not by the list object: a block's
+    text edited in place, a block appended, an image swapped for a larger one in the same
+    dict, a value of another type that prints alike (``1`` and ``True``), each counts
+    what a fresh counter counts; the same content in a new list counts the same."""
+    counter = TokenCounter()
+    small, large = b64(png_image(64, 64)), b64(png_image(1280, 800))
+    content: list[Any] = [
+        {"type": "text", "text": "the screen"},
+        {"type": "image", "base64": small, "mime_type": "image/png"},
+        {"type": "custom", "flag": 1},
+    ]
+    msg = HumanMessage(content, id="shot")
+    content = msg.content  # the message's own list (it copied the one given)
+    assert isinstance(content, list)
+
+    def check() -> None:
+        assert counter.count([msg]) == TokenCounter().count([msg])
+
+    check()
+    content[0]["text"] = "the screen after the build finished, with two warnings"
+    check()
+    content.append({"type": "text", "text": "and a third block"})
+    check()
+    content[1]["base64"] = large
+    check()
+    content[2]["flag"] = True
+    check()
+    assert counter.count([HumanMessage([dict(b) for b in content], id="shot")]) == (
+        TokenCounter().count([msg])
+    )
