@@ -2168,6 +2168,26 @@ def test_a_faithful_summary_is_unchanged() -> None:
     assert result.text == faithful
 
 
+def test_prices_and_arrows_of_a_faithful_summary_are_no_names() -> None:
+    """A model writes the originals' numbers as prices and joins names with arrows and
+    dashes: what it wrote names nothing the messages lack (a tau-bench span: prices are
+    JSON numbers there, flights separate fields)."""
+    found = json.dumps({"flights": ["HAT017", "HAT277"], "price": 596, "paid": 250})
+    msgs = [
+        HumanMessage("What did I pay for reservation 4BMN53?"),
+        AIMessage("", tool_calls=[{"name": "get_reservation", "args": {}, "id": "c1"}]),
+        ToolMessage(found, tool_call_id="c1"),
+    ]
+    faithful = (
+        "Reservation #4BMN53 flies HAT017→HAT277 (HAT017–HAT277, HAT017—HAT277): "
+        "$596.00 in all, ~$596.00, €250.00 or £250.00 back, ≈1.5x, +2.5 hours, at 10:30am."
+    )
+    assert LLMSummarizer(fake_summary(faithful)).summarize(request(msgs)).text == faithful
+    invented = "It rebooked HAT017→HAT999 for $596.00."
+    noted = LLMSummarizer(fake_summary(invented)).summarize(request(msgs)).text
+    assert noted == f"{invented}\n[Not in the summarized messages: `HAT999`.]"
+
+
 def test_a_reworded_command_lists_only_the_names_it_invents() -> None:
     reply = "The agent reran `pytest -x tests/test_main.py --cov=app_core` and it passed."
     result = LLMSummarizer(fake_summary(reply)).summarize(request())

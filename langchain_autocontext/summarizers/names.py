@@ -31,16 +31,21 @@ __all__ = ["exact_names", "names_note", "originals_text", "unsupported_names"]
 NOTE_NAMES = 5
 
 _BACKTICKED = re.compile(r"`([^`\n]+)`")
-#: A token: a run of characters that no space, quote or bracket splits.
-_TOKEN = re.compile(r"[^\s`'\"‘’“”«»()\[\]{}<>,;|=*]+")
+#: A token: a run of characters that no space, quote, bracket, arrow or dash splits
+#: (``HAT017→HAT277``, ``a.py–b.py``: two names joined in prose).
+_TOKEN = re.compile(r"[^\s`'\"‘’“”«»()\[\]{}<>,;|=*→←↔⇒⇐–—]+")
 #: Stripped from a token's ends: sentence punctuation, and the ellipsis of a cut name
 #: (``settings.c…``: what is left of it is checked, as a prefix of what it was).
 _EDGE = ".:!?-…"
+#: Stripped from a token's start: a currency sign, an approximation or a number sign
+#: before what it qualifies (``$596.00``, ``~2.5``, ``#4BMN53``: a price of ``596``,
+#: the id ``4BMN53``).
+_LEAD = "$€£¥₹~≈±+#§"
 _LINE_NUMBER = re.compile(r":\d+(?::\d+)?$")
 _NUMBER = re.compile(r"[\d.,]+")
 #: Numbers in prose, no names: ordinals and decades (``10th``, ``1990s``), measures
-#: (``60-token``, ``3.2s``, ``100ms``, ``2.5GB``), versions (``4.2.1``).
-_PROSE_NUMBER = re.compile(r"\d[\d.,]*(?:-[a-z]+|[a-z%]{1,3})?", re.IGNORECASE)
+#: (``60-token``, ``3.2s``, ``100ms``, ``2.5GB``), versions (``4.2.1``), times (``10:30am``).
+_PROSE_NUMBER = re.compile(r"\d[\d.,:]*(?:-[a-z]+|[a-z%]{1,3})?", re.IGNORECASE)
 _INTERNAL_CAPITAL = re.compile(r".(?:[a-z][A-Z]|[A-Z]{2}[a-z])")
 #: The last part of a dotted token that makes it a file name (``models.py``, ``a.json``):
 #: a short one, or a longer extension that is no attribute name.
@@ -75,7 +80,7 @@ def _is_name(token: str) -> bool:
 
 def _tokens(text: str) -> Iterator[str]:
     for raw in _TOKEN.findall(text):
-        token = _LINE_NUMBER.sub("", raw.strip(_EDGE)).strip(_EDGE)
+        token = _LINE_NUMBER.sub("", raw.strip(_EDGE).lstrip(_LEAD)).strip(_EDGE)
         if token:
             yield token
 
