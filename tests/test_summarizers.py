@@ -2194,6 +2194,16 @@ def test_a_reworded_command_lists_only_the_names_it_invents() -> None:
     assert result.text == f"{reply}\n[Not in the summarized messages: `app_core`.]"
 
 
+def test_a_call_written_without_spaces_is_checked_by_its_own_names() -> None:
+    """A model writes a call it saw as code, its arguments inline: the call is nowhere
+    verbatim, but each of its names is in the messages."""
+    faithful = "It read the code with `read_file(path='/repo/src/app/main.py')`."
+    assert LLMSummarizer(fake_summary(faithful)).summarize(request()).text == faithful
+    invented = "It read the code with `read_file(path='/repo/src/app/util_v2.py')`."
+    noted = LLMSummarizer(fake_summary(invented)).summarize(request()).text
+    assert noted == f"{invented}\n[Not in the summarized messages: `/repo/src/app/util_v2.py`.]"
+
+
 def test_names_of_the_previous_summary_are_supported_when_folded() -> None:
     reply = "Earlier the agent set up `seed_db_v2` in db/seed.py; now it fixed handler."
     previous = "The agent wrote seed_db_v2 into /repo/db/seed.py."

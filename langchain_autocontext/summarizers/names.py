@@ -87,8 +87,9 @@ def _tokens(text: str) -> Iterator[str]:
 
 def exact_names(text: str) -> list[str]:
     """The exact names of ``text``, each once, in order of appearance: backticked
-    spans whole (a command's names are taken apart only when the command is not found:
-    see :func:`unsupported_names`), then the names among the rest's tokens."""
+    spans whole (the names of a command or a call with its arguments are taken apart
+    only when it is not found: see :func:`unsupported_names`), then the names among
+    the rest's tokens."""
     names: dict[str, None] = {}
     for span in _BACKTICKED.findall(text):
         span = span.strip().rstrip("…")
@@ -126,8 +127,9 @@ def unsupported_names(summary: str, originals: str) -> list[str]:
     for name in exact_names(summary):
         if _supported(name, source):
             continue
-        if any(c.isspace() for c in name):  # a command, reworded: its own names count
-            for token in _tokens(name):
+        tokens = list(_tokens(name))
+        if tokens != [name]:  # a command or a call, reworded: its own names count
+            for token in tokens:
                 if _is_name(token) and not _supported(token, source):
                     missing.setdefault(token)
         else:
