@@ -2215,6 +2215,20 @@ def test_names_of_the_previous_summary_are_supported_when_folded() -> None:
     assert noted.endswith("[Not in the summarized messages: `seed_db_v2`, `db/seed.py`.]")
 
 
+def test_a_name_noted_in_the_previous_summary_is_noted_again_when_folded() -> None:
+    """A name the previous summary was noted for is no support for the next fold: the
+    fold that repeats it without the note would pass it on as found."""
+    first = "The agent should call `get_invoice_v2` next; handler was read."
+    s = LLMSummarizer(fake_summary(first))
+    previous = s.summarize(request(strategy="recursive")).text
+    assert previous.endswith("[Not in the summarized messages: `get_invoice_v2`.]")
+    folded = "Earlier: the agent should call `get_invoice_v2`; handler was fixed."
+    again = LLMSummarizer(fake_summary(folded)).summarize(
+        request(strategy="recursive", previous_summary=previous)
+    )
+    assert again.text == f"{folded}\n[Not in the summarized messages: `get_invoice_v2`.]"
+
+
 @pytest.mark.parametrize(
     "counter", [WordCounter(), CharCounter(), None], ids=["words", "chars", "default"]
 )

@@ -233,7 +233,8 @@ class LLMSummarizer(Summarizer):
             :mod:`~langchain_autocontext.summarizers.names`) gets one line that lists
             those names, ``[Not in the summarized messages: `x`, `y`.]``, within
             ``max_tokens`` and without another model call. For ``recursive``, the
-            previous summary counts as summarized. A summary whose names all occur in
+            previous summary counts as summarized, less the names its own note
+            listed. A summary whose names all occur in
             the messages is unchanged.
 
     Errors from resolving a model string (a missing provider package, an

@@ -53,6 +53,9 @@ _EXTENSION = re.compile(
     r"[a-z0-9]{1,3}|json|jsonl|yaml|toml|html|ipynb|java|scss|lock|conf|diff|xlsx|docx"
 )
 _MIN_CHARS = 4
+_NOTE_START = "[Not in the summarized messages: "
+#: A note of :func:`names_note`, its list of names captured.
+_NOTE = re.compile(re.escape(_NOTE_START) + r"([^\n]*?)\.\]")
 
 
 def _is_name(token: str) -> bool:
@@ -152,7 +155,8 @@ def originals_text(messages: Sequence[BaseMessage], previous_summary: str | None
     """What a summary of ``messages`` may name: their whole transcript (message texts,
     tool calls with their names and arguments, tool results; nothing cut), the
     arguments' strings as they are (a JSON rendering escapes quotes and backslashes),
-    and ``previous_summary`` (what the ``recursive`` strategy folds in)."""
+    and ``previous_summary`` (what the ``recursive`` strategy folds in) without the
+    names its own note listed."""
     parts = [render_transcript(messages, args_chars=sys.maxsize)]
     for message in messages:
         for call in tool_calls_of(message):
@@ -162,8 +166,19 @@ def originals_text(messages: Sequence[BaseMessage], previous_summary: str | None
             else:
                 parts.extend(_strings(args))
     if previous_summary:
-        parts.append(previous_summary)
+        parts.append(_unnoted(previous_summary))
     return "\n".join(parts)
+
+
+def _unnoted(summary: str) -> str:
+    """``summary`` without its notes (:func:`names_note`) and the names they list: a
+    name a summary was noted for is no support for the next fold (a fold that repeats
+    it without the note would pass it on as found)."""
+    listed = [n for note in _NOTE.findall(summary) for n in _BACKTICKED.findall(note)]
+    text = _NOTE.sub(" ", summary)
+    for name in sorted(listed, key=len, reverse=True):
+        text = re.sub(re.escape(name), " ", text, flags=re.IGNORECASE)
+    return text
 
 
 def names_note(names: Sequence[str], limit: int = NOTE_NAMES) -> str:
@@ -171,4 +186,4 @@ def names_note(names: Sequence[str], limit: int = NOTE_NAMES) -> str:
     ``[Not in the summarized messages: `x`, `y`.]``."""
     shown = ", ".join(f"`{name}`" for name in names[:limit])
     more = f" and {len(names) - limit} more" if len(names) > limit else ""
-    return f"[Not in the summarized messages: {shown}{more}.]"
+    return f"{_NOTE_START}{shown}{more}.]"
