@@ -2204,6 +2204,25 @@ def test_a_call_written_without_spaces_is_checked_by_its_own_names() -> None:
     assert noted == f"{invented}\n[Not in the summarized messages: `/repo/src/app/util_v2.py`.]"
 
 
+def test_a_test_id_joined_from_the_names_run_is_checked_by_its_parts() -> None:
+    """A pytest node id (``path::Class::test``) written from the path and the test the
+    agent ran: no part of it is invented."""
+    cmd = "pytest tests/test_api.py -k 'LoginTests and test_rejects_expired'"
+    msgs = [
+        HumanMessage("Run the login tests."),
+        AIMessage("", tool_calls=[{"name": "bash", "args": {"cmd": cmd}, "id": "c1"}]),
+        ToolMessage("1 failed in 0.4s", tool_call_id="c1"),
+    ]
+    faithful = (
+        "tests/test_api.py::LoginTests::test_rejects_expired fails "
+        "(`tests/test_api.py::LoginTests::test_rejects_expired`)."
+    )
+    assert LLMSummarizer(fake_summary(faithful)).summarize(request(msgs)).text == faithful
+    invented = "tests/test_api.py::LoginTests::test_rejects_revoked fails."
+    noted = LLMSummarizer(fake_summary(invented)).summarize(request(msgs)).text
+    assert noted == f"{invented}\n[Not in the summarized messages: `test_rejects_revoked`.]"
+
+
 def test_names_of_the_previous_summary_are_supported_when_folded() -> None:
     reply = "Earlier the agent set up `seed_db_v2` in db/seed.py; now it fixed handler."
     previous = "The agent wrote seed_db_v2 into /repo/db/seed.py."

@@ -82,7 +82,9 @@ def _is_name(token: str) -> bool:
 
 
 def _tokens(text: str) -> Iterator[str]:
-    for raw in _TOKEN.findall(text):
+    # ``::`` joins names (a pytest node id ``path::Class::test``, ``Type::method``): each
+    # is a name of its own, as the messages name it
+    for raw in _TOKEN.findall(text.replace("::", " ")):
         token = _LINE_NUMBER.sub("", raw.strip(_EDGE).lstrip(_LEAD)).strip(_EDGE)
         if token:
             yield token
