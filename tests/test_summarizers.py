@@ -2188,6 +2188,19 @@ def test_prices_and_arrows_of_a_faithful_summary_are_no_names() -> None:
     assert noted == f"{invented}\n[Not in the summarized messages: `HAT999`.]"
 
 
+def test_a_summary_in_a_language_without_spaces_is_checked_by_its_names() -> None:
+    """Chinese and Japanese write names into a sentence without spaces, Korean adds its
+    particles to them: the names are checked, not the sentence around them."""
+    faithful = (
+        "代理运行了pytest，读取了/repo/src/app/main.py，发现handler调用compute。"
+        "エージェントはread_fileを呼び出した。read_file를 호출했다."
+    )
+    assert LLMSummarizer(fake_summary(faithful)).summarize(request()).text == faithful
+    invented = "代理应调用parse_int_safely修复handler。"
+    noted = LLMSummarizer(fake_summary(invented)).summarize(request()).text
+    assert noted == f"{invented}\n[Not in the summarized messages: `parse_int_safely`.]"
+
+
 def test_a_reworded_command_lists_only_the_names_it_invents() -> None:
     reply = "The agent reran `pytest -x tests/test_main.py --cov=app_core` and it passed."
     result = LLMSummarizer(fake_summary(reply)).summarize(request())
