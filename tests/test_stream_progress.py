@@ -11,6 +11,8 @@ summarizer's own tokens stay out of ``stream_mode="messages"``. Outside a graph 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import itertools
 from typing import Any
 
@@ -314,3 +316,38 @@ async def test_a_compaction_that_raises_streams_its_end_async() -> None:
         async for chunk in node_graph().astream({"messages": messages}, stream_mode="custom"):
             chunks.append(chunk)
     check_failed(chunks)
+
+
+class StuckSummarizer(Summarizer):
+    """A summarizer whose backend never answers (a hung connection)."""
+
+    def summarize(self, request: SummaryRequest) -> SummaryResult:
+        raise AssertionError("the async path is under test")
+
+    async def asummarize(self, request: SummaryRequest) -> SummaryResult:
+        await asyncio.sleep(3_600)
+        raise AssertionError("cancelled before")
+
+
+async def test_a_cancelled_compaction_streams_its_end() -> None:
+    """A node that bounds its compaction's time (``asyncio.wait_for``) cancels it while
+    the summarizer hangs: the stream still says it ended, with the cancellation."""
+    ac = AutoContext(AutoContextConfig(max_tokens=3_000), summarizer=StuckSummarizer())
+
+    async def squeeze(state: MessagesState) -> dict[str, Any]:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(
+                ac.acompress(state["messages"], thread_id="t-stuck", force=True), 0.2
+            )
+        return {}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("squeeze", squeeze)
+    graph.add_edge(START, "squeeze")
+    chunks = [
+        c async for c in graph.compile().astream({"messages": chat(12)}, stream_mode="custom")
+    ]
+    events = [c["autocontext"] for c in chunks]
+    assert [e["event"] for e in events[:1]] == ["compression_started"]
+    assert events[-1]["event"] == "compression_finished"
+    assert events[-1]["error"] == "CancelledError"

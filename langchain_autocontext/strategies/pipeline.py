@@ -736,7 +736,7 @@ def drive(
     except StopIteration as stop:
         watch.finished(stop.value)
         return stop.value
-    except Exception as exc:
+    except BaseException as exc:  # a cancelled or interrupted compaction ends too
         watch.failed(exc)
         raise
 
@@ -768,6 +768,6 @@ async def adrive(
     except StopIteration as stop:
         watch.finished(stop.value)
         return stop.value
-    except Exception as exc:
+    except BaseException as exc:  # a cancelled or interrupted compaction ends too
         watch.failed(exc)
         raise
