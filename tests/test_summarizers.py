@@ -2189,11 +2189,12 @@ def test_prices_and_arrows_of_a_faithful_summary_are_no_names() -> None:
 
 
 def test_a_summary_in_a_language_without_spaces_is_checked_by_its_names() -> None:
-    """Chinese and Japanese write names into a sentence without spaces, Korean adds its
-    particles to them: the names are checked, not the sentence around them."""
+    """Chinese, Japanese and Thai write names into a sentence without spaces, Korean adds
+    its particles to them: the names are checked, not the sentence around them."""
     faithful = (
         "代理运行了pytest，读取了/repo/src/app/main.py，发现handler调用compute。"
         "エージェントはread_fileを呼び出した。read_file를 호출했다."
+        "เอเจนต์เรียกread_fileแล้ว"
     )
     assert LLMSummarizer(fake_summary(faithful)).summarize(request()).text == faithful
     invented = "代理应调用parse_int_safely修复handler。"

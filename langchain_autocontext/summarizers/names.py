@@ -34,9 +34,11 @@ _BACKTICKED = re.compile(r"`([^`\n]+)`")
 #: A token: a run of characters that no space, quote, bracket, arrow or dash splits
 #: (``HAT017→HAT277``, ``a.py–b.py``: two names joined in prose), nor a character of
 #: the scripts written without spaces (Chinese and Japanese write a name into the
-#: sentence, Korean adds its particles to it; their punctuation and full-width forms).
+#: sentence, Korean adds its particles to it, Thai, Lao, Myanmar and Khmer run words
+#: together; their punctuation and full-width forms).
 _TOKEN = re.compile(
     r"[^\s`'\"‘’“”«»()\[\]{}<>,;|=*→←↔⇒⇐–—"
+    r"\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff"
     r"\u3000-\u30ff\u3130-\u318f\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uff00-\uffef]+"
 )
 #: Stripped from a token's ends: sentence punctuation, and the ellipsis of a cut name
