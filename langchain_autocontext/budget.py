@@ -26,6 +26,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeGuard
 
+from langchain_core.runnables import RunnableWithFallbacks
+from langchain_core.runnables.base import RunnableBindingBase
+
 from langchain_autocontext.errors import InvalidConfigError
 
 if TYPE_CHECKING:
@@ -87,11 +90,21 @@ def _count(value: Any) -> TypeGuard[int]:
 _RUN_WINDOW_FIELDS = ("num_ctx", "n_ctx")
 
 
-def model_window(model: Any) -> ModelWindow | None:
+def model_window(model: Any, _depth: int = 0) -> ModelWindow | None:
     """The window the model runs with: ``model.profile["max_input_tokens"]`` (a positive
     int), or a local model's own setting (:data:`_RUN_WINDOW_FIELDS`), the smaller of
     the two when both are known (a model served with a window below its profile's is cut
-    at the served one); None when neither is known."""
+    at the served one); None when neither is known.
+
+    A model wrapped by LangChain is read through its wrapper: ``with_retry()`` (and any
+    binding) by the model it binds; ``with_fallbacks([...])`` by the smallest budget of
+    the primary and its fallbacks that states a window, since the request may go to any
+    of them."""
+    if _depth < 8:
+        inner = _wrapped_models(model)
+        if inner:
+            known = [w for w in (model_window(m, _depth + 1) for m in inner) if w is not None]
+            return min(known, key=lambda w: w.budget) if known else None
     try:
         profile = getattr(model, "profile", None)
         run = [(name, getattr(model, name, None)) for name in _RUN_WINDOW_FIELDS]
@@ -106,6 +119,17 @@ def model_window(model: Any) -> ModelWindow | None:
     if not _count(stated):
         return None
     return ModelWindow(stated, output, _requested_output(model))
+
+
+def _wrapped_models(model: Any) -> list[Any]:
+    """The models a LangChain wrapper sends to: a ``RunnableWithFallbacks``' primary and
+    fallbacks, a binding's (``with_retry()``, ``bind()``, ``with_config()``) bound model;
+    ``[]`` for anything else."""
+    if isinstance(model, RunnableWithFallbacks):
+        return [model.runnable, *model.fallbacks]
+    if isinstance(model, RunnableBindingBase):
+        return [model.bound]
+    return []
 
 
 def _requested_output(model: Any) -> int | None:

@@ -231,6 +231,26 @@ def test_a_local_model_gives_the_window_it_is_served_with() -> None:
     assert ac.config.max_tokens == 6_144 and ac.window is not None
 
 
+def test_a_wrapped_model_is_read_through_its_wrapper() -> None:
+    """``with_retry()`` hid the model's window (the default budget was used); with
+    ``with_fallbacks`` a request may reach any model of the chain, so the smallest
+    budget of those that state a window holds for all (the primary's alone overflowed a
+    smaller fallback)."""
+    big, small, unknown = (
+        windowed(max_input_tokens=8_000),
+        windowed(max_input_tokens=4_000),
+        windowed(),
+    )
+    assert model_window(big.with_retry()) == ModelWindow(8_000)
+    assert model_window(big.with_config(tags=["x"]).with_retry()) == ModelWindow(8_000)
+    assert model_window(big.with_fallbacks([small])) == ModelWindow(4_000)
+    assert model_window(big.with_retry().with_fallbacks([small.with_retry()])) == ModelWindow(4_000)
+    assert model_window(big.with_fallbacks([unknown])) == ModelWindow(8_000)
+    assert model_window(unknown.with_fallbacks([unknown])) is None
+    ac = AutoContext(model=big.with_fallbacks([small]))
+    assert ac.config.max_tokens == 3_000
+
+
 def test_model_argument_sets_the_budget_at_construction() -> None:
     model = windowed(max_input_tokens=8_000)
     ac = AutoContext(model=model, trigger=("tokens", 4_000), keep=("fraction", 0.25))
