@@ -550,8 +550,12 @@ def _media_tokens(block: dict[str, Any]) -> int:
     """Tokens of a media block (:func:`_is_media`): an image whose size its inline bytes
     tell counts as :func:`_image_tokens`; anything else, the fixed estimate of
     :data:`BLOCK_TOKEN_ESTIMATES`."""
-    size = _inline_image_size(block)
-    estimate = BLOCK_TOKEN_ESTIMATES[block["type"]]
+    return _sized_or(_inline_image_size(block), BLOCK_TOKEN_ESTIMATES[block["type"]])
+
+
+def _sized_or(size: tuple[int, int] | None, estimate: int) -> int:
+    """An image of ``size`` (:func:`_image_tokens`), or ``estimate`` when its size is
+    unknown."""
     return estimate if size is None else max(estimate, _image_tokens(*size))
 
 
@@ -573,8 +577,7 @@ def _without_media(value: Any) -> tuple[Any, int]:
         items = [_without_media(v) for v in value]
         return [v for v, _ in items], sum(n for _, n in items)
     if isinstance(value, str) and value.startswith("data:") and ";base64," in value[:100]:
-        size = _data_url_size(value)
-        return "", BLOCK_TOKEN_ESTIMATES["image"] if size is None else _image_tokens(*size)
+        return "", _sized_or(_data_url_size(value), BLOCK_TOKEN_ESTIMATES["image"])
     if isinstance(value, (bytes, bytearray)):  # raw bytes: Bedrock's native ``source.bytes``
         return _raw_bytes_tokens(bytes(value))
     return value, 0
