@@ -1841,8 +1841,21 @@ def main(argv: list[str] | None = None) -> int:
         "runs as the system ours[...] and takes its place in the table of where this "
         "package's configurations stand against the peers",
     )
+    ap.add_argument(
+        "--peer-trigger",
+        type=float,
+        default=0.75,
+        metavar="RATIO",
+        help="the peers' trigger as a share of the budget (default: the package's "
+        "token_ratio, 0.75): with --sweep 'token_ratio=0.9', whether a later trigger is "
+        "the package's edge or the same trade for every system",
+    )
     args = ap.parse_args(argv)
     global OURS_ORDER, TASK_STAND_IN, PAD_SYSTEM, IDS_SEED, PARALLEL_CALLS, UUID_IDS
+    if not 0 < args.peer_trigger <= 1:
+        ap.error(f"--peer-trigger must be in (0, 1], got {args.peer_trigger}")
+    global TRIGGER_RATIO
+    TRIGGER_RATIO = args.peer_trigger
     PAD_SYSTEM = max(0, args.pad_system)
     PARALLEL_CALLS = args.parallel_calls
     UUID_IDS = args.uuid_ids
@@ -1880,6 +1893,8 @@ def main(argv: list[str] | None = None) -> int:
         report.append(f"Every system prompt carried about {PAD_SYSTEM:,} more tokens of rules.")
     if IDS_SEED:
         report.append(f"The package's ids came from the sequence of seed {IDS_SEED}.")
+    if TRIGGER_RATIO != 0.75:
+        report.append(f"The peers' trigger was {TRIGGER_RATIO} of the budget (not 0.75).")
     if PARALLEL_CALLS:
         report.append(
             "Reshaped (--parallel-calls): each two consecutive one-call steps were replayed "
