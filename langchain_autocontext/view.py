@@ -600,10 +600,10 @@ def build_view(
     def count(view_msgs: list[BaseMessage]) -> int:
         return counter.count(view_msgs, tools) + extra_tokens
 
-    def render(view_msgs: list[BaseMessage], short: bool) -> tuple[list[BaseMessage], dict]:
+    def render(view_msgs: list[BaseMessage]) -> tuple[list[BaseMessage], dict]:
         if not config.metadata_tags:
             return view_msgs, {}
-        id_map = view_id_map(messages, config.tag_format) if short else {}
+        id_map = view_id_map(messages, config.tag_format)
         shown = with_ids(view_msgs, id_map)
         if extra_tokens:  # the agent's own system prompt comes first: count it in the totals
             head = SystemMessage(agent_system_prompt or "")
@@ -618,7 +618,7 @@ def build_view(
             for t, m in zip(tagged, view_msgs, strict=True)
         ], id_map
 
-    base, base_ids = render(msgs, short=True)
+    base, base_ids = render(msgs)
     tokens = count(base)
     warned = bool(st.get("pressure_warned"))
     show_pressure = False
@@ -633,7 +633,7 @@ def build_view(
         parts.append(errors_notice(errors))
     if show_pressure:
         parts.append(pressure_notice(config, tokens, limits.trigger - unsent_tokens))
-    for attempt in range(3):
+    for attempt in range(2):  # as it is, then without the pressure notice
         final = list(msgs)
         if parts:  # last, but never between a pending tool call and its results
             pending = pending_call_index(final)
@@ -641,7 +641,7 @@ def build_view(
         if attempt == 0 and not parts:  # the view is the base just rendered and counted
             view, id_map, total = base, base_ids, tokens
         else:
-            view, id_map = render(final, short=attempt < 2)
+            view, id_map = render(final)
             total = count(view)
         if total <= config.max_tokens:
             break
