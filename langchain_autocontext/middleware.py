@@ -102,7 +102,7 @@ from langchain_autocontext.store import (
 )
 from langchain_autocontext.strategies.base import summary_offload_ids
 from langchain_autocontext.tools import attach_tools
-from langchain_autocontext.view import state_in
+from langchain_autocontext.view import remember_reply, state_in
 
 if TYPE_CHECKING:
     from langchain.tools import ToolRuntime
@@ -779,6 +779,7 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         thread_id: str,
         persist: Any,
     ) -> ModelResponse | AIMessage | ExtendedModelResponse:
+        remember_reply(call, self._reply(response))  # a server-side chain may continue it
         state, event = self._calibrated(response, call, ac_state, persist)
         if event is not None:
             self._store().record_event(thread_id, event)
@@ -792,6 +793,7 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         thread_id: str,
         persist: Any,
     ) -> ModelResponse | AIMessage | ExtendedModelResponse:
+        remember_reply(call, self._reply(response))  # a server-side chain may continue it
         state, event = self._calibrated(response, call, ac_state, persist)
         if event is not None:
             await self._store().arecord_event(thread_id, event)

@@ -33,7 +33,9 @@ Over 600 lines because the reserve the compression sets aside for the view
 
 from __future__ import annotations
 
+import threading
 import warnings
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,7 +45,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_autocontext.config import AutoContextConfig
 from langchain_autocontext.copies import memo_with_id
 from langchain_autocontext.errors import ContextBudgetError
-from langchain_autocontext.messages import mark, marker, pending_call_index
+from langchain_autocontext.messages import content_hash, mark, marker, pending_call_index
 from langchain_autocontext.metadata import (
     ref_matches,
     render_tag,
@@ -527,8 +529,12 @@ class ModelCall:
     def update(self, *messages: BaseMessage) -> dict[str, Any]:
         """A LangGraph state update: ``messages`` plus ``autocontext`` when it changed.
 
-        ``return call.update(model.invoke(call.messages))`` in a model node.
+        ``return call.update(model.invoke(call.messages))`` in a model node. A reply
+        with an OpenAI Responses id tells the package what that server-side chain
+        holds, so the next view may continue it (:func:`remember_reply`).
         """
+        for m in messages:
+            remember_reply(self, m)
         out: dict[str, Any] = {"messages": list(messages)}
         if self.state_update:
             out["autocontext"] = self.state_update
@@ -660,9 +666,87 @@ def build_view(
     if show_pressure:
         new_state["pressure_warned"] = True
     return ModelCall(
-        messages=view,
+        messages=_chained(view, final),
         state_update=new_state if new_state != st else {},
         tokens=total,
         pressure=show_pressure,
         id_map=id_map,
     )
+
+
+# --- a server-side conversation (OpenAI's previous_response_id) -------------------------
+#: The response id of OpenAI's Responses API -> what the server holds under it: the
+#: digest of the view that was sent (:func:`_digest`) and the fingerprint of the reply.
+#: Keyed by the provider's own ids, unique across threads and branches (a thread or a
+#: branch never takes another's chain); the least recently used dropped first (a chain
+#: forgotten is restarted, never continued blindly).
+_CHAINS: OrderedDict[str, tuple[int, int]] = OrderedDict()
+_CHAINS_LOCK = threading.Lock()
+_MAX_CHAINS = 4096
+
+
+def _chain_id(message: BaseMessage) -> str | None:
+    """The Responses API id a reply carries (``response_metadata["id"]``, ``resp_…``):
+    ``ChatOpenAI(use_previous_response_id=True)`` sends only what follows the newest
+    such reply, with its id as ``previous_response_id``."""
+    if not isinstance(message, AIMessage):
+        return None
+    rid = message.response_metadata.get("id")
+    return rid if isinstance(rid, str) and rid.startswith("resp_") else None
+
+
+def _fingerprint(message: BaseMessage) -> int:
+    """What the provider receives of ``message``: its role, content, tool calls and the
+    call a tool result answers (not the ids LangChain keeps)."""
+    return content_hash(
+        (
+            message.type,
+            message.content,
+            getattr(message, "tool_calls", None),
+            getattr(message, "tool_call_id", None),
+        )
+    )
+
+
+def _digest(messages: Sequence[BaseMessage]) -> int:
+    return hash(tuple(_fingerprint(m) for m in messages))
+
+
+def remember_reply(call: ModelCall, reply: Any) -> None:
+    """Note that ``call.messages`` were sent and ``reply`` came back: when the reply
+    carries a Responses API id, the server holds that view and the reply under it
+    (:func:`_chained` lets the next view continue that chain only if it still starts
+    with them). Anything else is ignored."""
+    rid = _chain_id(reply) if isinstance(reply, BaseMessage) else None
+    if rid is None:
+        return
+    held = (_digest(call.messages), _fingerprint(reply))
+    with _CHAINS_LOCK:
+        _CHAINS[rid] = held
+        _CHAINS.move_to_end(rid)
+        while len(_CHAINS) > _MAX_CHAINS:
+            _CHAINS.popitem(last=False)
+
+
+def _chained(view: list[BaseMessage], plain: Sequence[BaseMessage]) -> list[BaseMessage]:
+    """``view`` (``plain``: the same messages before their tags) as a server-side
+    conversation may continue it. ``ChatOpenAI(use_previous_response_id=True)`` sends
+    only the messages after the newest reply with a Responses API id, with that id: the
+    server holds the rest. That is right only while the view up to that reply is what
+    was sent for it and the reply is as the model wrote it (a view built after
+    compression, a working-context edit, an edit or deletion, a pin, a one-turn notice
+    gone, is not). Otherwise the copies of the replies lose their ids, so the whole view
+    is sent and a new chain starts from it; the state keeps the ids."""
+    k = next((i for i in range(len(view) - 1, -1, -1) if _chain_id(view[i])), None)
+    if k is None:
+        return view
+    with _CHAINS_LOCK:
+        held = _CHAINS.get(str(_chain_id(view[k])))
+    if held is not None and held == (_digest(view[:k]), _fingerprint(plain[k])):
+        return view
+    out = list(view)
+    for i, m in enumerate(out):
+        if _chain_id(m):
+            meta = {key: v for key, v in m.response_metadata.items() if key != "id"}
+            out[i] = m.model_copy(update={"response_metadata": meta})
+    return out

@@ -661,3 +661,203 @@ def test_the_budget_comes_from_the_models_profile(api: str) -> None:
     window = {"anthropic": 150_000, "gemini": 983_040}.get(api, 111_616)
     assert ac.config.max_tokens == window
     assert not [w for w in caught if "default budget" in str(w.message)]
+
+
+# --- OpenAI's server-side conversation (use_previous_response_id) ----------------------------
+class ChainServer(Provider):
+    """The Responses endpoint with the server's memory: each response id keeps what its
+    request held (the chain of its ``previous_response_id``, then its input) and its
+    output; a request names the chain it continues. ``log``: per request, whether it
+    continued a chain, its input items, and what the server held for it."""
+
+    def __init__(self) -> None:
+        super().__init__("responses")
+        self.chains: dict[str, list[dict]] = {}
+        self.log: list[tuple[bool, int, list[dict]]] = []
+        self.before: Any = None  # called before each request (what happened since the last)
+
+    def answer(self, content: bytes) -> dict:
+        payload = json.loads(content)
+        prev = payload.get("previous_response_id")
+        if prev and prev not in self.chains:
+            self.problems.append((len(self.payloads) + 1, [f"unknown response {prev}"]))
+        held = [*self.chains.get(prev or "", []), *payload["input"]]
+        if self.before is not None:
+            self.before(bool(prev))
+        out = super().answer(json.dumps({**payload, "input": held}).encode())
+        self.chains[out["id"]] = [*held, *out["output"]]
+        self.log.append((bool(prev), len(payload["input"]), held))
+        return out
+
+
+def held_text(items: list[dict]) -> str:
+    """The text of what the server holds: messages, calls, their results."""
+    parts: list[str] = []
+    for it in items:
+        content = it.get("content")
+        if isinstance(content, str):
+            parts.append(content)
+        elif isinstance(content, list):
+            parts += [str(c.get("text", "")) for c in content if isinstance(c, dict)]
+        parts += [str(it.get(k, "")) for k in ("name", "arguments", "output")]
+    return "\n".join(p for p in parts if p)
+
+
+def check_chains(server: ChainServer, ac: Any, thread: str, run: Any) -> None:
+    """Run ``run`` against ``server``: after a compaction or an edit of the context (any
+    event but a calibration or a pin since the last request), the request carries the whole view
+    and no ``previous_response_id``; between them requests continue the chain with only
+    the new items; the server never holds more than the budget by the package's count."""
+    store, seen = ac.store, [0]
+    restarts: list[bool] = []
+
+    def before(continued: bool) -> None:
+        # a pin changes nothing the model sees (until a compaction spares the message)
+        quiet = ("calibration", "tool:pin")
+        events = [e for e in store.list_events(thread) if e.strategy not in quiet]
+        if len(events) > seen[0]:
+            restarts.append(not continued)
+        seen[0] = len(events)
+
+    server.before = before
+    run()
+    assert server.problems == []
+    assert restarts and all(restarts), restarts  # compacted or edited: a new chain
+    continued = [n for prev, n, _ in server.log if prev]
+    assert len(continued) >= 3 and max(continued) <= 3, server.log  # only the new items
+    biggest = max(ac.counter.count_text(held_text(held)) for _, _, held in server.log)
+    assert biggest <= ac.config.max_tokens, biggest
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_openai_server_side_chain_restarts_after_each_compaction_of_create_agent(
+    asynchronous: bool,
+) -> None:
+    """``ChatOpenAI(use_previous_response_id=True)`` sends only what follows the newest
+    reply with a ``resp_`` id: the server held the uncompressed conversation, which grew
+    past the budget (2.6x at the end of two rounds), no compaction or edit reached the
+    model, and it saw no tags of earlier messages to edit. Now the replies' ids are dropped from the view's copies when the view before
+    them is not what was sent: a new chain starts from the compressed view."""
+    server = ChainServer()
+    store = OffloadStore(InMemoryStore())
+    cfg = AutoContextConfig(max_tokens=20_000, metadata_tags=True, tag_format="seed")
+    ac = AutoContext(cfg, store=store)
+    agent = create_agent(
+        server.model(use_previous_response_id=True),
+        tools=TOOLS,
+        system_prompt="You are a build assistant.",
+        middleware=[ac.middleware()],
+        checkpointer=InMemorySaver(),
+        store=store,
+    )
+    config: Any = {"configurable": {"thread_id": "t"}, "recursion_limit": 200}
+
+    def run() -> None:
+        for question in ("Check every build.", "Again, the p builds."):
+            server.step = 0
+            inputs = {"messages": [HumanMessage(question)]}
+            if asynchronous:
+                out = asyncio.run(agent.ainvoke(inputs, config))
+            else:
+                out = agent.invoke(inputs, config)
+            assert out["messages"][-1].text == "All builds pass."
+
+    check_chains(server, ac, "t", run)
+    kinds = Counter(e.strategy for e in store.list_events("t"))
+    assert {"offload_all", "tool:update", "tool:delete"} <= set(kinds), kinds
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_openai_server_side_chain_restarts_after_each_compaction_of_a_state_graph(
+    asynchronous: bool,
+) -> None:
+    """The same with ``ac.node()`` → ``ac.model_node(…)`` → ``ac.command_node()`` in a
+    ``StateGraph`` (the reply reaches the package through ``ModelCall.update``)."""
+    from langgraph.graph import START, StateGraph
+    from langgraph.prebuilt import ToolNode, tools_condition
+
+    from langchain_autocontext import AutoContextState
+
+    server = ChainServer()
+    store = OffloadStore(InMemoryStore())
+    cfg = AutoContextConfig(
+        max_tokens=20_000, msg_threshold=24, metadata_tags=True, tag_format="seed"
+    )
+    ac = AutoContext(cfg, store=store)
+    all_tools = [*TOOLS, *ac.tools]
+    model = server.model(use_previous_response_id=True).bind_tools(all_tools)
+    g = StateGraph(AutoContextState)
+    g.add_node("autocontext", ac.node())
+    g.add_node("model", ac.model_node(model))
+    g.add_node("commands", ac.command_node())
+    g.add_node("tools", ToolNode(all_tools))
+    g.add_edge(START, "autocontext")
+    g.add_edge("autocontext", "model")
+    g.add_edge("model", "commands")
+    g.add_conditional_edges("commands", tools_condition)
+    g.add_edge("tools", "autocontext")
+    graph = g.compile(checkpointer=InMemorySaver(), store=store)
+    config: Any = {"configurable": {"thread_id": "g"}, "recursion_limit": 200}
+
+    def run() -> None:
+        first: list[Any] = [SystemMessage("You are a build assistant.")]
+        for question in ("Check every build.", "Again, the p builds."):
+            server.step = 0
+            inputs = {"messages": [*first, HumanMessage(question)]}
+            first = []
+            if asynchronous:
+                out = asyncio.run(graph.ainvoke(inputs, config))
+            else:
+                out = graph.invoke(inputs, config)
+            assert out["messages"][-1].text == "All builds pass."
+
+    check_chains(server, ac, "g", run)
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_openai_server_side_chain_restarts_after_a_working_context_edit_or_a_delete(
+    asynchronous: bool,
+) -> None:
+    """``prepare_model_call`` and ``call.update(reply)``: a view that extends the one
+    sent continues the chain (``previous_response_id``, the new message only); a
+    working-context edit (the system section) or a deleted message is sent whole,
+    without it, and the state keeps the replies' ids."""
+    from langchain_core.messages import AIMessage
+
+    server = ChainServer()
+    server.script = lambda step, payload: "Noted."
+    model = server.model(use_previous_response_id=True)
+    ac = AutoContext(AutoContextConfig(max_tokens=8_000, metadata_tags=True))
+    msgs: list[Any] = [SystemMessage("You are terse."), HumanMessage("Hi.", id="u1")]
+    state: dict[str, Any] = {}
+
+    def turn(text: str | None = None) -> None:
+        nonlocal state
+        if text:
+            msgs.append(HumanMessage(text, id=f"u{len(msgs)}"))
+        call = ac.prepare_model_call(msgs, state=state)
+        if asynchronous:
+            reply = asyncio.run(model.ainvoke(call.messages))
+        else:
+            reply = model.invoke(call.messages)
+        state = call.update(reply).get("autocontext", state)
+        msgs.append(reply)
+
+    turn()
+    turn("And now?")
+    turn("Once more.")
+    assert [prev for prev, _, _ in server.log] == [False, True, True]
+    assert [n for _, n, _ in server.log[1:]] == [1, 1]
+    state = {**state, "working_context": "The user is terse."}
+    turn("Still there?")
+    assert server.log[-1][0] is False and "The user is terse." in json.dumps(server.log[-1][2])
+    turn("Good.")
+    assert server.log[-1][:2] == (True, 1)
+    del msgs[1:3]  # the first question and its reply (delete_message)
+    turn("Last one.")
+    assert server.log[-1][0] is False and "Hi." not in held_text(server.log[-1][2])
+    assert all(
+        str(m.response_metadata.get("id", "")).startswith("resp_")
+        for m in msgs
+        if isinstance(m, AIMessage)
+    )
