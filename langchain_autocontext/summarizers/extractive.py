@@ -38,6 +38,7 @@ from langchain_autocontext.summarizers.base import (
 from langchain_autocontext.summarizers.transcript import (
     _kind_label,
     _role,
+    call_strings,
     tool_calls_of,
 )
 
@@ -180,23 +181,7 @@ def _references(text: str, limit: int, skip: str) -> list[str]:
 def _ref_text(message: BaseMessage) -> str:
     """The text :func:`_references` reads of a message: its text and the strings of
     its tool calls' arguments (the paths and ids the agent acted on)."""
-    parts = [text_of(message)]
-
-    def strings(value: Any) -> None:
-        if isinstance(value, str):
-            parts.append(value)
-        elif isinstance(value, dict):
-            for v in value.values():
-                strings(v)
-        elif isinstance(value, list | tuple):
-            for v in value:
-                strings(v)
-        elif value is not None:
-            parts.append(str(value))
-
-    for tc in tool_calls_of(message):
-        strings(tc.get("args"))
-    return "\n".join(parts)
+    return "\n".join([text_of(message), *call_strings(message)])
 
 
 # --- the extractive summarizer ---------------------------------------------------------------

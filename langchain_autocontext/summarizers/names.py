@@ -23,7 +23,7 @@ from collections.abc import Iterator, Sequence
 
 from langchain_core.messages import BaseMessage
 
-from langchain_autocontext.summarizers.transcript import render_transcript, tool_calls_of
+from langchain_autocontext.summarizers.transcript import call_strings, render_transcript
 
 __all__ = ["exact_names", "names_note", "originals_text", "unsupported_names"]
 
@@ -149,17 +149,6 @@ def unsupported_names(summary: str, originals: str) -> list[str]:
     return list(missing)
 
 
-def _strings(value: object) -> Iterator[str]:
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from _strings(item)
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            yield from _strings(item)
-
-
 def originals_text(messages: Sequence[BaseMessage], previous_summary: str | None = None) -> str:
     """What a summary of ``messages`` may name: their whole transcript (message texts,
     tool calls with their names and arguments, tool results; nothing cut), the
@@ -168,12 +157,7 @@ def originals_text(messages: Sequence[BaseMessage], previous_summary: str | None
     names its own note listed."""
     parts = [render_transcript(messages, args_chars=sys.maxsize)]
     for message in messages:
-        for call in tool_calls_of(message):
-            args = call.get("args")
-            if isinstance(args, str):  # arguments that did not parse
-                parts.append(args)
-            else:
-                parts.extend(_strings(args))
+        parts.extend(call_strings(message))
     if previous_summary:
         parts.append(_unnoted(previous_summary))
     return "\n".join(parts)

@@ -23,7 +23,7 @@ from langchain_autocontext.messages import (
     tool_call_names,
 )
 
-__all__ = ["render_transcript", "tool_calls_of"]
+__all__ = ["call_strings", "render_transcript", "tool_calls_of"]
 
 
 def tool_calls_of(message: BaseMessage) -> list[dict[str, Any]]:
@@ -31,6 +31,30 @@ def tool_calls_of(message: BaseMessage) -> list[dict[str, Any]]:
     those whose arguments did not parse too, their raw argument text as ``args``, a
     missing name as ``"?"``); empty for other messages."""
     return [{**tc, "name": tc.get("name") or "?"} for tc in sent_calls(message)]
+
+
+def call_strings(message: BaseMessage) -> list[str]:
+    """The strings of the arguments of ``message``'s tool calls, as the agent wrote them
+    (the paths, ids and commands it acted on; a JSON rendering would escape quotes and
+    backslashes): nested values walked, other values as ``str``, arguments that did not
+    parse whole."""
+    out: list[str] = []
+
+    def walk(value: Any) -> None:
+        if isinstance(value, str):
+            out.append(value)
+        elif isinstance(value, dict):
+            for v in value.values():
+                walk(v)
+        elif isinstance(value, list | tuple):
+            for v in value:
+                walk(v)
+        elif value is not None:
+            out.append(str(value))
+
+    for call in tool_calls_of(message):
+        walk(call.get("args"))
+    return out
 
 
 def _role(message: BaseMessage) -> str:
