@@ -33,9 +33,7 @@ Over 600 lines because the reserve the compression sets aside for the view
 
 from __future__ import annotations
 
-import threading
 import warnings
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,7 +53,7 @@ from langchain_autocontext.metadata import (
     with_ids,
 )
 from langchain_autocontext.strategies.base import KIND_RECURSIVE
-from langchain_autocontext.tokens import TokenCounter
+from langchain_autocontext.tokens import _LRU, TokenCounter
 
 __all__ = [
     "INSTRUCTIONS_ID",
@@ -680,9 +678,7 @@ def build_view(
 #: Keyed by the provider's own ids, unique across threads and branches (a thread or a
 #: branch never takes another's chain); the least recently used dropped first (a chain
 #: forgotten is restarted, never continued blindly).
-_CHAINS: OrderedDict[str, tuple[int, int]] = OrderedDict()
-_CHAINS_LOCK = threading.Lock()
-_MAX_CHAINS = 4096
+_CHAINS: _LRU[tuple[int, int]] = _LRU(4096)
 
 
 def _chain_id(message: BaseMessage) -> str | None:
@@ -720,12 +716,7 @@ def remember_reply(call: ModelCall, reply: Any) -> None:
     rid = _chain_id(reply) if isinstance(reply, BaseMessage) else None
     if rid is None:
         return
-    held = (_digest(call.messages), _fingerprint(reply))
-    with _CHAINS_LOCK:
-        _CHAINS[rid] = held
-        _CHAINS.move_to_end(rid)
-        while len(_CHAINS) > _MAX_CHAINS:
-            _CHAINS.popitem(last=False)
+    _CHAINS.put(rid, (_digest(call.messages), _fingerprint(reply)))
 
 
 def _chained(view: list[BaseMessage], plain: Sequence[BaseMessage]) -> list[BaseMessage]:
@@ -740,8 +731,7 @@ def _chained(view: list[BaseMessage], plain: Sequence[BaseMessage]) -> list[Base
     k = next((i for i in range(len(view) - 1, -1, -1) if _chain_id(view[i])), None)
     if k is None:
         return view
-    with _CHAINS_LOCK:
-        held = _CHAINS.get(str(_chain_id(view[k])))
+    held = _CHAINS.get(str(_chain_id(view[k])))
     if held is not None and held == (_digest(view[:k]), _fingerprint(plain[k])):
         return view
     out = list(view)
