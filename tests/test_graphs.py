@@ -11,9 +11,10 @@ from typing import Annotated, Any, NotRequired
 import pytest
 from _builders import ScriptedModel, bash
 from langchain_core.messages import AnyMessage, HumanMessage, SystemMessage
+from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, StateGraph
-from langgraph.graph.message import add_messages
+from langgraph.graph.message import _messages_delta_reducer, add_messages
 from langgraph.managed import RemainingSteps
 from langgraph.prebuilt import ToolNode, create_react_agent, tools_condition
 from langgraph.store.memory import InMemoryStore
@@ -1147,3 +1148,65 @@ def test_parallel_branches_of_one_agent_read_the_history_no_more_than_separate_r
         return store.reads
 
     assert reads(3) <= 3 * reads(1) + 6
+
+
+class DeltaState(TypedDict):
+    """LangGraph's delta-checkpointed conversation (``DeltaChannel``, beta): a checkpoint
+    stores the writes, not the whole list, and a read replays them."""
+
+    messages: Annotated[list[AnyMessage], DeltaChannel(_messages_delta_reducer)]
+    autocontext: NotRequired[Annotated[dict[str, Any], merge_autocontext]]
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+async def test_a_delta_channel_conversation_compresses_and_resumes(
+    mode: str, tmp_path: Any
+) -> None:
+    """A long-running agent is who keeps its messages in a ``DeltaChannel``: the node's
+    ``RemoveMessage`` of all and the command node's edits replay from SQLite into the
+    compressed conversation, and a graph built again on the same database goes on from
+    it within the budget."""
+    from langgraph.checkpoint.sqlite import SqliteSaver
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+    db = str(tmp_path / "checkpoints.db")
+    store = InMemoryStore()
+    ac = AutoContext(CFG, tools=[bash])
+    model = ScriptedModel(steps=60)
+    config = {"configurable": {"thread_id": "delta"}, "recursion_limit": 1_000}
+
+    def graph(saver: Any) -> Any:
+        g = StateGraph(DeltaState)
+        g.add_node("autocontext", ac.node())
+        g.add_node("model", ac.model_node(model))
+        g.add_node("commands", ac.command_node())
+        g.add_node("tools", ToolNode([bash]))
+        g.add_edge(START, "autocontext")
+        g.add_edge("autocontext", "model")
+        g.add_edge("model", "commands")
+        g.add_conditional_edges("commands", tools_condition)
+        g.add_edge("tools", "autocontext")
+        return g.compile(store=store, checkpointer=saver)
+
+    async def run(messages: list[Any]) -> tuple[dict[str, Any], list[Any]]:
+        """One run on a graph built anew on the database, and the messages it restored."""
+        if mode == "sync":
+            with SqliteSaver.from_conn_string(db) as saver:
+                g = graph(saver)
+                before = g.get_state(config).values.get("messages", [])
+                return g.invoke({"messages": messages}, config), before
+        async with AsyncSqliteSaver.from_conn_string(db) as saver:
+            g = graph(saver)
+            before = (await g.aget_state(config)).values.get("messages", [])
+            return await g.ainvoke({"messages": messages}, config), before
+
+    first, _ = await run([SystemMessage("You are a coder."), HumanMessage("fix it")])
+    assert first["messages"][-1].content == "finished after 60 steps"
+    assert len(first["messages"]) < 60  # the compressed conversation, not 120 messages
+    assert OffloadStore.wrap(store).list_events("delta")
+
+    second, restored = await run([HumanMessage("and the docs")])  # the deltas replay
+    assert [m.id for m in restored] == [m.id for m in first["messages"]]
+    assert second["messages"][-1].content == "finished after 61 steps"
+    assert not find_violations(second["messages"])
+    check_inputs(model, ac)
