@@ -3,8 +3,11 @@
     python benchmarks/replay_bench.py                  # all trajectories, 8k/16k/64k
     python benchmarks/replay_bench.py --limit 5        # a quick look
 
-The summarizer is a fake chat model that returns a fixed 150-word summary; its
-calls and input tokens are counted. Prints one markdown table per data set.
+The summarizer is a fake chat model that returns compare_peers.py's fixed 150-word
+summary (it names nothing, so the summarizer's names check adds no note); its calls
+and input tokens are counted. The package's own ids (offload ids, shown in the
+context) come from compare_peers.py's fixed sequence for every trajectory, so a run
+is reproducible. Prints one markdown table per data set.
 """
 
 from __future__ import annotations
@@ -17,6 +20,9 @@ from pathlib import Path
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
 from langgraph.store.memory import InMemoryStore
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from compare_peers import SUMMARY_150_WORDS, seeded_package_ids
+
 from langchain_autocontext import AutoContext, AutoContextConfig
 from langchain_autocontext.replay import ReplayReport, load_trajectories, median, percentile, replay
 from langchain_autocontext.store import OffloadStore
@@ -24,10 +30,6 @@ from langchain_autocontext.summarizers import LLMSummarizer
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 FILES = ("mini-swe-agent-dev.jsonl", "tau-bench-airline.jsonl")
-SUMMARY_150_WORDS = " ".join(
-    f"The agent inspected file{i % 9}.py, ran command {i}, and noted result {i * 3}."
-    for i in range(15)
-)[: 150 * 7]
 
 
 def fake_summarizer() -> LLMSummarizer:
@@ -38,12 +40,13 @@ def run(path: Path, budget: int, limit: int | None) -> dict[str, float]:
     trajectories = load_trajectories(path, limit=limit)
     reports: list[ReplayReport] = []
     for t in trajectories:
-        ac = AutoContext(
-            AutoContextConfig(max_tokens=budget),
-            summarizer=fake_summarizer(),
-            store=OffloadStore(InMemoryStore()),
-        )
-        reports.append(replay(t, ac))
+        with seeded_package_ids():
+            ac = AutoContext(
+                AutoContextConfig(max_tokens=budget),
+                summarizer=fake_summarizer(),
+                store=OffloadStore(InMemoryStore()),
+            )
+            reports.append(replay(t, ac))
     calls = [c for r in reports for c in r.calls]
     overheads = [c.overhead_s for c in calls]
     sent = sum(r.tokens_sent for r in reports)

@@ -734,6 +734,33 @@ def test_adversarial_runs_a_few_conversations(capsys: pytest.CaptureFixture[str]
 
 
 # --- the benchmark's runner is the middleware as users run it ---------------------------------
+def test_replay_bench_is_reproducible_and_its_summary_gets_no_names_note(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Two runs of replay_bench on the same trajectory print the same figures (the
+    package's offload ids, whose token counts vary, come from a fixed sequence), and
+    its fixed summary names nothing the summarized messages lack, so the names check
+    adds no note that would take the place of the summary."""
+    from langchain_autocontext.summarizers import SummaryRequest
+
+    bench = _load("replay_bench")
+    args = ["--limit", "1", "--budgets", "8000", "--data", str(_data(MINI).parent)]
+
+    def figures() -> list[list[str]]:
+        assert bench.main(args) == 0
+        rows = [line.split("|") for line in capsys.readouterr().out.splitlines()]
+        return [row[:-4] + row[-2:] for row in rows if len(row) > 4]  # less the timings
+
+    first = figures()
+    assert any(row[1].strip() == "8,000" for row in first)
+    assert figures() == first
+    (trajectory,) = bench.load_trajectories(MINI, limit=1)
+    request = SummaryRequest(trajectory.messages[:6], "tool_run", max_tokens=400)
+    summary = bench.fake_summarizer().summarize(request).text
+    assert "[Not in the summarized messages" not in summary
+    assert summary.startswith(bench.SUMMARY_150_WORDS[:100])
+
+
 def _as_sent(message) -> tuple:
     """What the provider receives of a message (its id aside: LangChain and the recorded
     data name the system message differently)."""
