@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import itertools
 import json
+import re
 import struct
+import uuid
 import zlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -871,15 +874,18 @@ def self_managed_agent(ac: Any, model: Any, store: Any, *, tools: Sequence[Any] 
         )
 
 
-def self_managed_graph(ac: Any, model: Any, store: Any, *, tools: Sequence[Any] = ()) -> Any:
-    """A hand-written StateGraph: autocontext node -> model -> commands -> tools -> back."""
+def self_managed_graph(
+    ac: Any, model: Any, store: Any, *, tools: Sequence[Any] = (), state_schema: Any = None
+) -> Any:
+    """A hand-written StateGraph: autocontext node -> model -> commands -> tools -> back
+    (``state_schema``: ``AutoContextState`` unless given)."""
     from langgraph.checkpoint.memory import InMemorySaver
     from langgraph.graph import START, StateGraph
     from langgraph.prebuilt import ToolNode, tools_condition
 
     from langchain_autocontext import AutoContextState
 
-    g = StateGraph(AutoContextState)
+    g = StateGraph(state_schema or AutoContextState)
     g.add_node("autocontext", ac.node())
     g.add_node("model", ac.model_node(model))
     g.add_node("commands", ac.command_node())
@@ -892,7 +898,14 @@ def self_managed_graph(ac: Any, model: Any, store: Any, *, tools: Sequence[Any] 
     return g.compile(store=store, checkpointer=InMemorySaver())
 
 
-def self_managed_create_agent(ac: Any, model: Any, store: Any, *, tools: Sequence[Any] = ()) -> Any:
+def self_managed_create_agent(
+    ac: Any,
+    model: Any,
+    store: Any,
+    *,
+    tools: Sequence[Any] = (),
+    system_prompt: str | None = None,
+) -> Any:
     """langchain's create_agent with the package's middleware (it adds the context tools)."""
     from langchain.agents import create_agent
     from langgraph.checkpoint.memory import InMemorySaver
@@ -900,6 +913,7 @@ def self_managed_create_agent(ac: Any, model: Any, store: Any, *, tools: Sequenc
     return create_agent(
         model,
         tools=list(tools),
+        system_prompt=system_prompt,
         middleware=[ac.middleware()],
         checkpointer=InMemorySaver(),
         store=store,
@@ -977,3 +991,144 @@ def webp_image(width: int, height: int, kind: str = "VP8X") -> bytes:
 
 def b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
+
+
+# --- the provider payload scenarios (test_provider_payloads, test_provider_payloads_local) --
+# A mock provider there records each payload in ``payloads`` and the rules it breaks in
+# ``problems``, counts the model's steps in ``step`` and answers by ``script(step, payload)``
+# (a list of tool calls or a text; a payload without ``tools`` is a summarizer's request).
+PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
+
+
+@tool
+def read_log(name: str) -> str:
+    """Read a build log."""
+    return "\n".join(f"{name}: step {i} ok ({i * 7 % 13} ms) src/mod_{i}.py" for i in range(120))
+
+
+@tool
+def screenshot(name: str) -> list:
+    """Take a screenshot."""
+    return [
+        {"type": "text", "text": f"screenshot of {name}"},
+        {"type": "image", "base64": PNG, "mime_type": "image/png"},
+    ]
+
+
+BUILD_TOOLS = [read_log, screenshot]
+BUILD_SYSTEM = "You are a build assistant."
+BUILD_QUESTIONS = ("Check every build.", "Again, the p builds.")
+BUILD_ANSWER = "All builds pass."
+TAG_ID = re.compile(r'<metadata id=\\?"([^"\\]+)')
+OFFLOAD = re.compile(r'reload_offloaded\(offload_id=\\?"([^"\\]+)')
+
+
+def build_script(step: int, payload: dict) -> list[dict[str, Any]] | str:
+    """The model: parallel calls every fourth step, edits of its context by the ids the
+    tags show, a final answer after 14 steps."""
+    if not payload.get("tools"):  # a summarizer's request
+        return "Summary: the agent read the logs, all ok."
+    if step > 14:
+        return BUILD_ANSWER
+
+    def call(tool_name: str, **args: Any) -> dict[str, Any]:
+        return {"name": tool_name, "args": args, "id": f"call_{uuid.uuid4().hex[:12]}"}
+
+    sent = json.dumps(payload)
+    ids, offloads = TAG_ID.findall(sent), OFFLOAD.findall(sent)
+    if step == 5 and ids:
+        return [call("pin_message", message_id=ids[-1])]
+    if step in (6, 10) and offloads:
+        return [call("reload_offloaded", offload_id=offloads[0])]
+    if step == 9 and len(ids) > 4:
+        return [call("delete_message", message_id=ids[0])]
+    if step == 11 and len(ids) > 4:
+        return [call("update_message", message_id=ids[-4], content="read_log: all ok")]
+    if step % 4 == 0:
+        return [call("read_log", name=f"p{step}"), call("screenshot", name=f"s{step}")]
+    return [call("read_log", name=f"b{step}")]
+
+
+def turn_problems(msgs: Sequence[dict]) -> list[str]:
+    """Claude's turn order (the Messages API, and Bedrock's Converse): the first turn is
+    the user's, then user and assistant turns alternate, no other role."""
+    problems = [] if msgs and msgs[0]["role"] == "user" else ["the first turn is not the user's"]
+    for i, m in enumerate(msgs):
+        if m["role"] not in ("user", "assistant"):
+            problems.append(f"role {m['role']} in messages")
+        if i and msgs[i - 1]["role"] == m["role"]:
+            problems.append(f"turns {i - 1} and {i} do not alternate")
+    return problems
+
+
+def payload_text(payload: Any) -> str:
+    """A payload as text (Bedrock's media travel as ``bytes``)."""
+    return json.dumps(payload, default=lambda o: f"<{len(o)} bytes>")
+
+
+def run_graph(graph: Any, inputs: dict, config: Any, asynchronous: bool) -> dict:
+    """``graph.invoke`` or ``graph.ainvoke``."""
+    if asynchronous:
+        return asyncio.run(graph.ainvoke(inputs, config))
+    return graph.invoke(inputs, config)
+
+
+def run_build_rounds(
+    graph: Any, provider: Any, config: Any, asynchronous: bool, *, system_in_state: bool = False
+) -> None:
+    """The two rounds of :func:`build_script`, each question from its first step, each
+    round ending with the final answer; ``system_in_state``: the system prompt is a
+    ``SystemMessage`` of the first input (a StateGraph's), not the agent's."""
+    first: list[BaseMessage] = [SystemMessage(BUILD_SYSTEM)] if system_in_state else []
+    for question in BUILD_QUESTIONS:
+        provider.step = 0
+        out = run_graph(graph, {"messages": [*first, HumanMessage(question)]}, config, asynchronous)
+        first = []
+        assert out["messages"][-1].text == BUILD_ANSWER
+
+
+def build_agent(ac: Any, model: Any, store: Any) -> Any:
+    """``create_agent`` with the build tools and prompt and ``ac``'s middleware."""
+    return self_managed_create_agent(
+        ac, model, store, tools=BUILD_TOOLS, system_prompt=BUILD_SYSTEM
+    )
+
+
+def build_graph(ac: Any, model: Any, store: Any, *, state_schema: Any = None) -> Any:
+    """The StateGraph of docs/surfaces.md (``ac.node()`` → ``ac.model_node(model with the
+    build tools and the package's bound)`` → ``ac.command_node()`` → ``ToolNode``)."""
+    bound = model.bind_tools([*BUILD_TOOLS, *ac.tools])
+    return self_managed_graph(ac, bound, store, tools=BUILD_TOOLS, state_schema=state_schema)
+
+
+def check_forgotten_first_user_message(provider: Any, model: Any, asynchronous: bool) -> None:
+    """The model deletes the conversation's first user message ("forget my password",
+    ``delete_message`` with the id its tag shows) through ``create_agent``: every payload
+    keeps the provider's rules (one opening with the assistant's reply would not), and
+    no payload from the one after the delete call on holds the password."""
+    from langgraph.store.memory import InMemoryStore
+
+    from langchain_autocontext import AutoContext, AutoContextConfig
+
+    deleted: list[int] = []  # the index of the payload after the delete call
+
+    def reply(step: int, payload: dict) -> list[dict[str, Any]] | str:
+        if not payload.get("tools"):
+            return "Summary."
+        sent = json.dumps(payload)
+        if "forget my password" in sent and "hunter2" in sent:
+            first = TAG_ID.findall(sent)[0]  # the first user message's tag
+            deleted.append(len(provider.payloads))
+            return [{"name": "delete_message", "args": {"message_id": first}, "id": "call_del"}]
+        return "Noted."
+
+    provider.script = reply
+    cfg = AutoContextConfig(
+        max_tokens=6_000, metadata_tags=True, tag_format="seed", disclosure="always"
+    )
+    agent = build_agent(AutoContext(cfg, store=InMemoryStore()), model, InMemoryStore())
+    config: Any = {"configurable": {"thread_id": "t"}}
+    for text in ("My password is hunter2.", "Please forget my password.", "Hello again."):
+        run_graph(agent, {"messages": [HumanMessage(text)]}, config, asynchronous)
+    assert deleted and "hunter2" not in payload_text(provider.payloads[deleted[0] :])
+    assert provider.problems == []

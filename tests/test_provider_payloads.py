@@ -33,62 +33,20 @@ pytest.importorskip("langchain_anthropic")
 
 from langchain.agents import create_agent  # noqa: E402
 from langchain_core.messages import HumanMessage, SystemMessage  # noqa: E402
-from langchain_core.tools import tool  # noqa: E402
 from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
 from langgraph.prebuilt import create_react_agent  # noqa: E402
 from langgraph.store.memory import InMemoryStore  # noqa: E402
 
 from langchain_autocontext import AutoContext, AutoContextConfig, OffloadStore  # noqa: E402
-
-PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
-
-
-@tool
-def read_log(name: str) -> str:
-    """Read a build log."""
-    return "\n".join(f"{name}: step {i} ok ({i * 7 % 13} ms) src/mod_{i}.py" for i in range(120))
-
-
-@tool
-def screenshot(name: str) -> list:
-    """Take a screenshot."""
-    return [
-        {"type": "text", "text": f"screenshot of {name}"},
-        {"type": "image", "base64": PNG, "mime_type": "image/png"},
-    ]
-
-
-TOOLS = [read_log, screenshot]
-
-
-TAG_ID = re.compile(r'<metadata id=\\?"([^"\\]+)')
-OFFLOAD = re.compile(r'reload_offloaded\(offload_id=\\?"([^"\\]+)')
-
-
-def script(step: int, payload: dict) -> list[dict[str, Any]] | str:
-    """The model: parallel calls every fourth step, edits of its context by the ids the
-    tags show, a final answer after 14 steps."""
-    if not payload.get("tools"):  # a summarizer's request
-        return "Summary: the agent read the logs, all ok."
-    if step > 14:
-        return "All builds pass."
-
-    def call(tool_name: str, **args: Any) -> dict[str, Any]:
-        return {"name": tool_name, "args": args, "id": f"call_{uuid.uuid4().hex[:12]}"}
-
-    sent = json.dumps(payload)
-    ids, offloads = TAG_ID.findall(sent), OFFLOAD.findall(sent)
-    if step == 5 and ids:
-        return [call("pin_message", message_id=ids[-1])]
-    if step in (6, 10) and offloads:
-        return [call("reload_offloaded", offload_id=offloads[0])]
-    if step == 9 and len(ids) > 4:
-        return [call("delete_message", message_id=ids[0])]
-    if step == 11 and len(ids) > 4:
-        return [call("update_message", message_id=ids[-4], content="read_log: all ok")]
-    if step % 4 == 0:
-        return [call("read_log", name=f"p{step}"), call("screenshot", name=f"s{step}")]
-    return [call("read_log", name=f"b{step}")]
+from tests._builders import (  # noqa: E402
+    BUILD_TOOLS,
+    build_agent,
+    build_graph,
+    build_script,
+    check_forgotten_first_user_message,
+    run_build_rounds,
+    turn_problems,
+)
 
 
 # --- the providers' documented rules --------------------------------------------------------
@@ -135,7 +93,8 @@ def openai_responses_problems(p: dict) -> list[str]:
 
 
 def anthropic_problems(p: dict) -> list[str]:
-    msgs, problems = p["messages"], []
+    msgs = p["messages"]
+    problems = turn_problems(msgs)
 
     def blocks(m: dict) -> list[dict]:
         return (
@@ -144,13 +103,7 @@ def anthropic_problems(p: dict) -> list[str]:
             else m["content"]
         )
 
-    if not msgs or msgs[0]["role"] != "user":
-        problems.append("the first turn is not the user's")
     for i, m in enumerate(msgs):
-        if m["role"] not in ("user", "assistant"):
-            problems.append(f"role {m['role']} in messages")
-        if i and msgs[i - 1]["role"] == m["role"]:
-            problems.append(f"turns {i - 1} and {i} do not alternate")
         bl = blocks(m)
         if not bl or any(b.get("type") == "text" and not b["text"].strip() for b in bl):
             problems.append(f"empty content or text block in turn {i}")
@@ -381,7 +334,7 @@ class Provider:
         self.problems: list[tuple[int, list[str]]] = []
         self.step = 0
         self.replies: set[str] = set()  # the texts the model answered with
-        self.script = script  # the model's replies: (step, payload) -> calls or a text
+        self.script = build_script  # the model's replies: (step, payload) -> calls or a text
 
     def answer(self, content: bytes) -> dict:
         payload = json.loads(content)
@@ -493,23 +446,9 @@ def test_every_request_of_a_long_create_agent_run_is_valid_for_the_provider(
     store = OffloadStore(InMemoryStore())
     cfg = AutoContextConfig(max_tokens=6_000, metadata_tags=True, tag_format="seed")
     ac = AutoContext(cfg, store=store)
-    agent = create_agent(
-        provider.model(**model_kwargs(api)),
-        tools=TOOLS,
-        system_prompt="You are a build assistant.",
-        middleware=[ac.middleware()],
-        checkpointer=InMemorySaver(),
-        store=store,
-    )
+    agent = build_agent(ac, provider.model(**model_kwargs(api)), store)
     config: Any = {"configurable": {"thread_id": "t"}, "recursion_limit": 200}
-    for question in ("Check every build.", "Again, the p builds."):
-        provider.step = 0
-        inputs = {"messages": [HumanMessage(question)]}
-        if asynchronous:
-            out = asyncio.run(agent.ainvoke(inputs, config))
-        else:
-            out = agent.invoke(inputs, config)
-        assert out["messages"][-1].text == "All builds pass."
+    run_build_rounds(agent, provider, config, asynchronous)
     assert provider.problems == []
     kinds = Counter(e.strategy for e in store.list_events("t"))
     assert {"offload_all", "current_round", "fifo", "calibration"} <= set(kinds), kinds
@@ -526,40 +465,15 @@ def test_every_request_of_a_state_graph_with_the_node_is_valid_for_the_provider(
     ``ToolNode``), the system prompt a ``SystemMessage`` in the state, at 30,000 tokens
     and 16 messages (tool runs or rounds of history summarized too), the same model
     summarizing: every payload keeps the provider's rules, the summarizer's included."""
-    from langgraph.graph import START, StateGraph
-    from langgraph.prebuilt import ToolNode, tools_condition
-
-    from langchain_autocontext import AutoContextState
-
     provider = Provider(api)
     store = OffloadStore(InMemoryStore())
     cfg = AutoContextConfig(
         max_tokens=30_000, msg_threshold=16, metadata_tags=True, tag_format="seed"
     )
     ac = AutoContext(cfg, store=store, summarizer=provider.model())
-    all_tools = [*TOOLS, *ac.tools]
-    g = StateGraph(AutoContextState)
-    g.add_node("autocontext", ac.node())
-    g.add_node("model", ac.model_node(provider.model(**model_kwargs(api)).bind_tools(all_tools)))
-    g.add_node("commands", ac.command_node())
-    g.add_node("tools", ToolNode(all_tools))
-    g.add_edge(START, "autocontext")
-    g.add_edge("autocontext", "model")
-    g.add_edge("model", "commands")
-    g.add_conditional_edges("commands", tools_condition)
-    g.add_edge("tools", "autocontext")
-    graph = g.compile(checkpointer=InMemorySaver(), store=store)
+    graph = build_graph(ac, provider.model(**model_kwargs(api)), store)
     config: Any = {"configurable": {"thread_id": "g"}, "recursion_limit": 200}
-    first: list[Any] = [SystemMessage("You are a build assistant.")]
-    for question in ("Check every build.", "Again, the p builds."):
-        provider.step = 0
-        inputs = {"messages": [*first, HumanMessage(question)]}
-        first = []
-        if asynchronous:
-            out = asyncio.run(graph.ainvoke(inputs, config))
-        else:
-            out = graph.invoke(inputs, config)
-        assert out["messages"][-1].text == "All builds pass."
+    run_build_rounds(graph, provider, config, asynchronous, system_in_state=True)
     assert provider.problems == []
     kinds = Counter(e.strategy for e in store.list_events("g"))
     assert {"offload_all", "current_round", "fifo", "tool:pin"} <= set(kinds), kinds
@@ -579,42 +493,7 @@ def test_a_conversation_whose_first_user_message_the_model_deleted_stays_valid(
     Anthropic's Messages API rejects ("first message must use the user role"). The
     package's user-role note opens it now; the password is in no later payload."""
     provider = Provider(api)
-    deleted: list[int] = []  # the index of the payload after the delete call
-
-    def reply(step: int, payload: dict) -> list[dict[str, Any]] | str:
-        if not payload.get("tools"):
-            return "Summary."
-        sent = json.dumps(payload)
-        if "forget my password" in sent and "hunter2" in sent:
-            first = TAG_ID.findall(sent)[0]  # the first user message's tag
-            deleted.append(len(provider.payloads))
-            return [{"name": "delete_message", "args": {"message_id": first}, "id": "call_del"}]
-        return "Noted."
-
-    provider.script = reply
-    ac = AutoContext(
-        AutoContextConfig(
-            max_tokens=6_000, metadata_tags=True, tag_format="seed", disclosure="always"
-        ),
-        store=InMemoryStore(),
-    )
-    agent = create_agent(
-        provider.model(**model_kwargs(api)),
-        tools=TOOLS,
-        system_prompt="You are a build assistant.",
-        middleware=[ac.middleware()],
-        checkpointer=InMemorySaver(),
-        store=InMemoryStore(),
-    )
-    config: Any = {"configurable": {"thread_id": "t"}}
-    for text in ("My password is hunter2.", "Please forget my password.", "Hello again."):
-        inputs = {"messages": [HumanMessage(text)]}
-        if asynchronous:
-            asyncio.run(agent.ainvoke(inputs, config))
-        else:
-            agent.invoke(inputs, config)
-    assert deleted and "hunter2" not in json.dumps(provider.payloads[deleted[0] :])
-    assert provider.problems == []
+    check_forgotten_first_user_message(provider, provider.model(**model_kwargs(api)), asynchronous)
 
 
 @pytest.mark.parametrize("api", APIS)
@@ -623,12 +502,12 @@ def test_the_hook_sends_one_system_message_when_the_agent_adds_its_prompt(api: s
     package's section came as a second system message: two system items in OpenAI's
     payloads (langchain-anthropic merges leading system messages into ``system``)."""
     provider = Provider(api)
-    ac = AutoContext(AutoContextConfig(max_tokens=6_000), tools=TOOLS)
+    ac = AutoContext(AutoContextConfig(max_tokens=6_000), tools=BUILD_TOOLS)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         agent = create_react_agent(
             provider.model(**model_kwargs(api)),
-            [*TOOLS, *ac.tools],
+            [*BUILD_TOOLS, *ac.tools],
             prompt="You are a build assistant.",
             pre_model_hook=ac.pre_model_hook,
             post_model_hook=ac.post_model_hook,
@@ -653,7 +532,7 @@ def test_the_budget_comes_from_the_models_profile(api: str) -> None:
     provider = Provider(api)
     ac = AutoContext()
     agent = create_agent(
-        provider.model(**model_kwargs(api)), tools=TOOLS, middleware=[ac.middleware()]
+        provider.model(**model_kwargs(api)), tools=BUILD_TOOLS, middleware=[ac.middleware()]
     )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -742,27 +621,9 @@ def test_openai_server_side_chain_restarts_after_each_compaction_of_create_agent
     store = OffloadStore(InMemoryStore())
     cfg = AutoContextConfig(max_tokens=20_000, metadata_tags=True, tag_format="seed")
     ac = AutoContext(cfg, store=store)
-    agent = create_agent(
-        server.model(use_previous_response_id=True),
-        tools=TOOLS,
-        system_prompt="You are a build assistant.",
-        middleware=[ac.middleware()],
-        checkpointer=InMemorySaver(),
-        store=store,
-    )
+    agent = build_agent(ac, server.model(use_previous_response_id=True), store)
     config: Any = {"configurable": {"thread_id": "t"}, "recursion_limit": 200}
-
-    def run() -> None:
-        for question in ("Check every build.", "Again, the p builds."):
-            server.step = 0
-            inputs = {"messages": [HumanMessage(question)]}
-            if asynchronous:
-                out = asyncio.run(agent.ainvoke(inputs, config))
-            else:
-                out = agent.invoke(inputs, config)
-            assert out["messages"][-1].text == "All builds pass."
-
-    check_chains(server, ac, "t", run)
+    check_chains(server, ac, "t", lambda: run_build_rounds(agent, server, config, asynchronous))
     kinds = Counter(e.strategy for e in store.list_events("t"))
     assert {"offload_all", "tool:update", "tool:delete"} <= set(kinds), kinds
 
@@ -773,43 +634,17 @@ def test_openai_server_side_chain_restarts_after_each_compaction_of_a_state_grap
 ) -> None:
     """The same with ``ac.node()`` → ``ac.model_node(…)`` → ``ac.command_node()`` in a
     ``StateGraph`` (the reply reaches the package through ``ModelCall.update``)."""
-    from langgraph.graph import START, StateGraph
-    from langgraph.prebuilt import ToolNode, tools_condition
-
-    from langchain_autocontext import AutoContextState
-
     server = ChainServer()
     store = OffloadStore(InMemoryStore())
     cfg = AutoContextConfig(
         max_tokens=20_000, msg_threshold=24, metadata_tags=True, tag_format="seed"
     )
     ac = AutoContext(cfg, store=store)
-    all_tools = [*TOOLS, *ac.tools]
-    model = server.model(use_previous_response_id=True).bind_tools(all_tools)
-    g = StateGraph(AutoContextState)
-    g.add_node("autocontext", ac.node())
-    g.add_node("model", ac.model_node(model))
-    g.add_node("commands", ac.command_node())
-    g.add_node("tools", ToolNode(all_tools))
-    g.add_edge(START, "autocontext")
-    g.add_edge("autocontext", "model")
-    g.add_edge("model", "commands")
-    g.add_conditional_edges("commands", tools_condition)
-    g.add_edge("tools", "autocontext")
-    graph = g.compile(checkpointer=InMemorySaver(), store=store)
+    graph = build_graph(ac, server.model(use_previous_response_id=True), store)
     config: Any = {"configurable": {"thread_id": "g"}, "recursion_limit": 200}
 
     def run() -> None:
-        first: list[Any] = [SystemMessage("You are a build assistant.")]
-        for question in ("Check every build.", "Again, the p builds."):
-            server.step = 0
-            inputs = {"messages": [*first, HumanMessage(question)]}
-            first = []
-            if asynchronous:
-                out = asyncio.run(graph.ainvoke(inputs, config))
-            else:
-                out = graph.invoke(inputs, config)
-            assert out["messages"][-1].text == "All builds pass."
+        run_build_rounds(graph, server, config, asynchronous, system_in_state=True)
 
     check_chains(server, ac, "g", run)
 

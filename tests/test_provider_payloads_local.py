@@ -14,7 +14,6 @@ against the provider's documented rules. langchain-aws and langchain-ollama are 
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 import re
@@ -29,15 +28,29 @@ pytest.importorskip("langchain_aws")
 pytest.importorskip("langchain_ollama")
 
 from langchain.agents import create_agent  # noqa: E402
-from langchain_core.messages import HumanMessage, SystemMessage  # noqa: E402
+from langchain_core.messages import HumanMessage  # noqa: E402
 from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
 from langgraph.store.memory import InMemoryStore  # noqa: E402
 
 from langchain_autocontext import AutoContext, AutoContextConfig, OffloadStore  # noqa: E402
 from langchain_autocontext.tokens import load_encoding  # noqa: E402
-from tests._builders import ALL_STRATEGIES, SURFACE_CONFIG_KW, RoundScriptModel, sh, user_turn  # noqa: E402
-from tests.test_provider_payloads import TAG_ID, TOOLS  # noqa: E402
-from tests.test_provider_payloads import script as build_script  # noqa: E402
+from tests._builders import (  # noqa: E402
+    ALL_STRATEGIES,
+    BUILD_TOOLS,
+    SURFACE_CONFIG_KW,
+    TAG_ID,
+    RoundScriptModel,
+    build_agent,
+    build_graph,
+    build_script,
+    check_forgotten_first_user_message,
+    payload_text,
+    run_build_rounds,
+    run_graph,
+    sh,
+    turn_problems,
+    user_turn,
+)
 
 USER_TAG = re.compile(r'<metadata id=\\?"([^"\\]+)[^>]*>\\n(?:Check every|Again, the)')
 
@@ -54,25 +67,15 @@ def script(step: int, payload: dict) -> list[dict[str, Any]] | str:
     return build_script(step, payload)
 
 
-def dumps(payload: Any) -> str:
-    """The payload as text (Bedrock's media travel as ``bytes``)."""
-    return json.dumps(payload, default=lambda o: f"<{len(o)} bytes>")
-
-
 # --- the providers' documented rules --------------------------------------------------------
 def bedrock_problems(p: dict) -> list[str]:
     """Converse: ``messages`` opens with a user turn and alternates user/assistant (the
     system prompt goes in ``system``); every ``toolUse`` of an assistant turn is answered
     by a ``toolResult`` in the user turn right after it, and no result answers anything
     else; no turn is empty, no text block blank."""
-    msgs, problems = p["messages"], []
-    if not msgs or msgs[0]["role"] != "user":
-        problems.append("the first turn is not the user's")
+    msgs = p["messages"]
+    problems = turn_problems(msgs)
     for i, m in enumerate(msgs):
-        if m["role"] not in ("user", "assistant"):
-            problems.append(f"role {m['role']} in messages")
-        if i and msgs[i - 1]["role"] == m["role"]:
-            problems.append(f"turns {i - 1} and {i} do not alternate")
         blocks = m["content"]
         if not blocks or any("text" in b and not b["text"].strip() for b in blocks):
             problems.append(f"empty content or text block in turn {i}")
@@ -159,7 +162,7 @@ class Provider:
         if tools:
             self.step += 1
         # the script reads the payload's text and asks ``payload.get("tools")``
-        return self.script(self.step, {**json.loads(dumps(payload)), "tools": tools})
+        return self.script(self.step, {**json.loads(payload_text(payload)), "tools": tools})
 
 
 class Bedrock(Provider):
@@ -188,7 +191,7 @@ class Bedrock(Provider):
         report = self._validator.validate(params, self._shape)
         assert not report.has_errors(), report.generate_report()
         reply = self.reply_for(params, bool(params.get("toolConfig")))
-        n = len(dumps(params)) // 4
+        n = len(payload_text(params)) // 4
         if isinstance(reply, str):
             content: list[dict] = [{"text": reply}]
         else:
@@ -281,12 +284,6 @@ PROVIDERS: dict[str, Any] = {
 }
 
 
-def run(agent: Any, inputs: dict, config: Any, asynchronous: bool) -> dict:
-    if asynchronous:
-        return asyncio.run(agent.ainvoke(inputs, config))
-    return agent.invoke(inputs, config)
-
-
 @pytest.mark.parametrize("asynchronous", [False, True])
 @pytest.mark.parametrize("api", list(PROVIDERS))
 def test_every_request_of_a_long_create_agent_run_is_valid_for_the_provider(
@@ -299,24 +296,14 @@ def test_every_request_of_a_long_create_agent_run_is_valid_for_the_provider(
     store = OffloadStore(InMemoryStore())
     cfg = AutoContextConfig(max_tokens=6_000, metadata_tags=True, tag_format="seed")
     ac = AutoContext(cfg, store=store)
-    agent = create_agent(
-        provider.model(),
-        tools=TOOLS,
-        system_prompt="You are a build assistant.",
-        middleware=[ac.middleware()],
-        checkpointer=InMemorySaver(),
-        store=store,
-    )
+    agent = build_agent(ac, provider.model(), store)
     config: Any = {"configurable": {"thread_id": "t"}, "recursion_limit": 200}
-    for question in ("Check every build.", "Again, the p builds."):
-        provider.step = 0
-        out = run(agent, {"messages": [HumanMessage(question)]}, config, asynchronous)
-        assert out["messages"][-1].text == "All builds pass."
+    run_build_rounds(agent, provider, config, asynchronous)
     assert provider.problems == []
     kinds = Counter(e.strategy for e in store.list_events("t"))
     assert {"offload_all", "current_round", "fifo", "calibration"} <= set(kinds), kinds
     assert {"tool:pin", "tool:delete", "tool:update"} <= set(kinds), kinds  # its own edits
-    sent = dumps(provider.payloads)
+    sent = payload_text(provider.payloads)
     assert "offload_id" in sent and "[offload " in sent  # its reload_offloaded call ran
 
 
@@ -356,7 +343,7 @@ def test_a_long_run_fires_every_strategy_with_valid_payloads(api: str, asynchron
     )
     config: Any = {"configurable": {"thread_id": "l"}, "recursion_limit": 200}
     for r in range(15):
-        out = run(agent, {"messages": [user_turn(r)]}, config, asynchronous)
+        out = run_graph(agent, {"messages": [user_turn(r)]}, config, asynchronous)
         assert out["messages"][-1].text == f"round {r} finished after {rounds.steps} steps"
     assert provider.problems == []
     # large messages (5) have nothing left to do in this script: masking and the
@@ -370,38 +357,21 @@ def test_a_long_run_fires_every_strategy_with_valid_payloads(api: str, asynchron
 @pytest.mark.parametrize("api", list(PROVIDERS))
 def test_a_stategraph_with_the_node_sends_valid_payloads(api: str, asynchronous: bool) -> None:
     """``ac.node()`` before the model in a StateGraph (the model's own tools run by a
-    ``ToolNode``, its context edits by ``ac.command_node()``): the same rules hold."""
-    from langgraph.graph import START, MessagesState, StateGraph
-    from langgraph.prebuilt import ToolNode, tools_condition
+    ``ToolNode``, its context edits by ``ac.command_node()``; the state a
+    ``MessagesState`` with an ``autocontext`` key of its own): the same rules hold."""
+    from langgraph.graph import MessagesState
 
     provider = PROVIDERS[api]()
     store = OffloadStore(InMemoryStore())
     cfg = AutoContextConfig(max_tokens=6_000, metadata_tags=True, tag_format="seed")
-    ac = AutoContext(cfg, store=store, tools=TOOLS)
+    ac = AutoContext(cfg, store=store, tools=BUILD_TOOLS)
 
     class State(MessagesState):
         autocontext: dict
 
-    tools = [*TOOLS, *ac.tools]
-    g = StateGraph(State)
-    g.add_node("autocontext", ac.node())
-    g.add_node("model", ac.model_node(provider.model().bind_tools(tools)))
-    g.add_node("commands", ac.command_node())
-    g.add_node("tools", ToolNode(tools))
-    g.add_edge(START, "autocontext")
-    g.add_edge("autocontext", "model")
-    g.add_edge("model", "commands")
-    g.add_conditional_edges("commands", tools_condition)
-    g.add_edge("tools", "autocontext")
-    graph = g.compile(checkpointer=InMemorySaver(), store=store)
+    graph = build_graph(ac, provider.model(), store, state_schema=State)
     config: Any = {"configurable": {"thread_id": "g"}, "recursion_limit": 300}
-    first: list = [SystemMessage("You are a build assistant.")]
-    for question in ("Check every build.", "Again, the p builds."):
-        provider.step = 0
-        inputs = {"messages": [*first, HumanMessage(question)]}
-        first = []
-        out = run(graph, inputs, config, asynchronous)
-        assert out["messages"][-1].text == "All builds pass."
+    run_build_rounds(graph, provider, config, asynchronous, system_in_state=True)
     assert provider.problems == []
     kinds = Counter(e.strategy for e in store.list_events("g"))
     assert {"offload_all", "current_round", "fifo"} <= set(kinds), kinds
@@ -416,39 +386,7 @@ def test_a_conversation_whose_first_user_message_the_model_deleted_stays_valid(
     the id its tag shows): Converse rejects a conversation that opens with the assistant;
     the package's user-role note opens it; the password is in no later payload."""
     provider = PROVIDERS[api]()
-
-    def reply(step: int, payload: dict) -> list[dict[str, Any]] | str:
-        if not payload.get("tools"):
-            return "Summary."
-        sent = json.dumps(payload)
-        if "forget my password" in sent and "hunter2" in sent:
-            first = TAG_ID.findall(sent)[0]  # the first user message's tag
-            return [{"name": "delete_message", "args": {"message_id": first}, "id": "call_del"}]
-        return "Noted."
-
-    provider.script = reply
-    ac = AutoContext(
-        AutoContextConfig(
-            max_tokens=6_000, metadata_tags=True, tag_format="seed", disclosure="always"
-        ),
-        store=InMemoryStore(),
-    )
-    agent = create_agent(
-        provider.model(),
-        tools=TOOLS,
-        system_prompt="You are a build assistant.",
-        middleware=[ac.middleware()],
-        checkpointer=InMemorySaver(),
-        store=InMemoryStore(),
-    )
-    config: Any = {"configurable": {"thread_id": "t"}}
-    for text in ("My password is hunter2.", "Please forget my password.", "Hello again."):
-        run(agent, {"messages": [HumanMessage(text)]}, config, asynchronous)
-    deleted = next(
-        k for k, p in enumerate(provider.payloads) if "delete_message" in dumps(p["messages"])
-    )
-    assert deleted and "hunter2" not in dumps(provider.payloads[deleted + 1 :])
-    assert provider.problems == []
+    check_forgotten_first_user_message(provider, provider.model(), asynchronous)
 
 
 @pytest.mark.parametrize("asynchronous", [False, True])
@@ -460,16 +398,9 @@ def test_a_local_models_small_window_is_held_by_its_own_count(asynchronous: bool
     provider = Ollama(factor=1.25)
     store = OffloadStore(InMemoryStore())
     ac = AutoContext(AutoContextConfig(max_tokens=4_096), store=store)
-    agent = create_agent(
-        provider.model(),
-        tools=TOOLS,
-        system_prompt="You are a build assistant.",
-        middleware=[ac.middleware()],
-        checkpointer=InMemorySaver(),
-        store=store,
-    )
+    agent = build_agent(ac, provider.model(), store)
     config: Any = {"configurable": {"thread_id": "w"}, "recursion_limit": 200}
-    out = run(agent, {"messages": [HumanMessage("Check every build.")]}, config, asynchronous)
+    out = run_graph(agent, {"messages": [HumanMessage("Check every build.")]}, config, asynchronous)
     assert out["messages"][-1].text == "All builds pass."
     assert provider.problems == []
     assert max(provider.reported[1:]) <= 4_096, provider.reported
@@ -493,18 +424,13 @@ def test_a_local_models_served_window_is_the_budget_without_max_tokens(
     provider = Ollama()
     store = OffloadStore(InMemoryStore())
     ac = AutoContext(store=store)
-    agent = create_agent(
-        provider.model(num_ctx=4_096),
-        tools=TOOLS,
-        system_prompt="You are a build assistant.",
-        middleware=[ac.middleware()],
-        checkpointer=InMemorySaver(),
-        store=store,
-    )
+    agent = build_agent(ac, provider.model(num_ctx=4_096), store)
     config: Any = {"configurable": {"thread_id": "n"}, "recursion_limit": 200}
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
-        out = run(agent, {"messages": [HumanMessage("Check every build.")]}, config, asynchronous)
+        out = run_graph(
+            agent, {"messages": [HumanMessage("Check every build.")]}, config, asynchronous
+        )
     assert out["messages"][-1].text == "All builds pass."
     assert ac.config.max_tokens == 3_072  # 4,096 less a quarter for the reply
     assert provider.problems == []
