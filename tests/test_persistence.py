@@ -16,7 +16,9 @@ types): nothing in them is a custom class, no deserialization warning or serde e
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,6 +33,7 @@ from _builders import (
     script_model,
 )
 from conftest import open_sqlite
+from langchain_core.messages import AIMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.event_hooks import register_serde_event_listener
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
@@ -39,7 +42,7 @@ from langgraph.store.memory import InMemoryStore
 
 from langchain_autocontext import AutoContextChatMessageHistory
 from langchain_autocontext.history import surface_namespace
-from langchain_autocontext.messages import dump_messages, text_of
+from langchain_autocontext.messages import PIN_KEY, dump_messages, text_of
 from langchain_autocontext.store import OffloadStore
 
 ROUNDS, STEPS = 6, 10
@@ -354,3 +357,125 @@ def test_plain_compress_on_a_kept_id_less_list_archives_each_message_once() -> N
     assert len({h.id for h in history}) == len(msgs)
     again = ac.compress(msgs, thread_id="kept").messages
     assert [m.id for m in again] == [h.id for h in history]
+
+
+# --- a graph deployed on LangGraph's server (langgraph dev, LangGraph Platform) -----------
+def _deployable(surface: str, ac: Any, model: Any) -> Any:
+    """The graph as a module for ``langgraph.json`` defines it: no store, no checkpointer."""
+    from _builders import fetch
+    from langchain.agents import create_agent
+    from langgraph.graph import START, StateGraph
+    from langgraph.prebuilt import ToolNode, tools_condition
+
+    from langchain_autocontext import AutoContextState
+
+    if surface == "create_agent":
+        return create_agent(model, [fetch], middleware=[ac.middleware()])
+    tools = [fetch, *ac.tools]
+    g = StateGraph(AutoContextState)
+    g.add_node("autocontext", ac.node())
+    g.add_node("model", ac.model_node(model.bind_tools(tools)))
+    g.add_node("commands", ac.command_node())
+    g.add_node("tools", ToolNode(tools))
+    g.add_edge(START, "autocontext")
+    g.add_edge("autocontext", "model")
+    g.add_edge("model", "commands")
+    g.add_conditional_edges("commands", tools_condition)
+    g.add_edge("tools", "autocontext")
+    return g.compile()
+
+
+def _on_the_wire(values: dict[str, Any]) -> dict[str, Any]:
+    """What the package put in the state, as a client of the server gets it: the server
+    writes the state with orjson, whose fallback dumps a pydantic object (a message) and
+    writes ``null`` for any other object it does not know (``langgraph_api.serde``)."""
+    return {
+        "autocontext": values.get("autocontext"),
+        "messages": [
+            {k: m.model_dump()[k] for k in ("id", "additional_kwargs", "response_metadata")}
+            for m in values["messages"]
+        ],
+    }
+
+
+@pytest.mark.parametrize("surface", ["create_agent", "graph"])
+async def test_a_graph_deployed_on_a_langgraph_server(surface: str, serde_events) -> None:
+    """LangGraph's server imports the graph compiled without store or checkpointer and
+    runs, for each run, a copy given its own (``langgraph_api.graph.get_graph``:
+    ``graph.copy(update={"checkpointer": …, "store": …})``), asynchronously, streaming
+    ``["values", "custom", "updates"]`` (subgraphs too when asked); the client reads the
+    state as JSON. The package files offloads and history in the server's store (found
+    through the run, with no warning), so a later run, here after a restart of the
+    server process, reloads and searches them; what it keeps in state (the
+    ``autocontext`` key, the markers and pins of messages) is plain JSON, the same on the
+    wire as in the checkpoint; its progress events reach the custom stream as JSON."""
+    from _builders import FunctionModel, call, view_ids
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.store.memory import InMemoryStore
+
+    from langchain_autocontext import AutoContext
+
+    saver, store = InMemorySaver(serde=strict_serde()), InMemoryStore()  # the server's
+    thread: Any = {"configurable": {"thread_id": "platform-1"}, "recursion_limit": 40}
+    seen: dict[str, str] = {}
+    first_run: list[str] = []  # the offloads of the first run
+
+    def respond(view: list[Any], n: int) -> Any:
+        if n < 5:  # long results: the run compacts
+            return AIMessage("", tool_calls=[call("fetch", {"name": f"d{n}"})])
+        if n == 5:  # the model pins its task (the tags show ids once the run compacted)
+            task = next(i for i, m in view_ids(view) if "Fetch" in str(m.content))
+            return AIMessage("", tool_calls=[call("pin_message", {"message_id": task})])
+        if n == 7:  # the next run: an offload and the history of the first
+            ids = re.findall(r'offload_id="([0-9a-f-]{8,36})"', " ".join(map(str, view)))
+            seen["reloaded"] = ids[-1]
+            return AIMessage(
+                "",
+                tool_calls=[
+                    call("reload_offloaded", {"offload_id": ids[-1]}, "r1"),
+                    call("search_history", {"query": "value-d1-919"}, "s1"),
+                ],
+            )
+        seen.update({m.tool_call_id: str(m.content) for m in view if m.type == "tool"})
+        return AIMessage("Done.")
+
+    model = FunctionModel(respond=respond)  # the provider: it outlives the server
+
+    def deploy() -> Any:  # the module imported by the server (again after a restart)
+        ac = AutoContext(max_tokens=3_000, metadata_tags=True)
+        graph = _deployable(surface, ac, model)
+        return graph.copy(update={"checkpointer": saver, "store": store})
+
+    custom: list[dict[str, Any]] = []
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        for question in ("Fetch the documents.", "Read one again."):
+            server = deploy()
+            async for _, mode, chunk in server.astream(
+                {"messages": [{"role": "user", "content": question}]},
+                thread,
+                stream_mode=["values", "custom", "updates"],
+                subgraphs=True,  # the SDK's stream_subgraphs, for ac.node()'s events
+            ):
+                if mode == "custom" and "autocontext" in chunk:
+                    custom.append(chunk)
+            values = (await server.aget_state(thread)).values
+            first_run = first_run or [
+                r.offload_id for r in OffloadStore.wrap(store).list_offloads("platform-1")
+            ]
+            wire = _on_the_wire(values)
+            assert json.loads(json.dumps(wire)) == wire
+    assert not [w for w in said if "store" in str(w.message)], [str(w.message) for w in said]
+    # the offloads and the history are in the server's store, not in the process
+    offloads = OffloadStore.wrap(store).list_offloads("platform-1")
+    assert offloads and OffloadStore.wrap(store).get_history("platform-1")
+    assert any(o.startswith(seen["reloaded"]) for o in first_run), (seen, first_run)
+    assert "[offload " in seen["r1"] and "value-d" in seen["r1"], seen["r1"]
+    assert "value-d1-919" in seen["s1"], seen["s1"]
+    # the pin made in the first run holds in the second
+    pinned = [m for m in values["messages"] if "Fetch" in str(m.content)]
+    assert pinned and pinned[0].additional_kwargs.get(PIN_KEY) is True
+    events = [c["autocontext"]["event"] for c in custom]
+    assert "compression_started" in events and "compression_finished" in events
+    assert json.loads(json.dumps(custom)) == custom
+    assert serde_events == []
