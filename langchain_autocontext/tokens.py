@@ -11,9 +11,10 @@
   ``ToolMessage`` names are not sent by providers and are not counted;
 * list content counts each text block as text, an image whose bytes are inline by
   its size (the largest of the providers' prices for it, its size read from its header),
-  other media blocks (image by URL or id, file, audio, video, document, media, a
-  generated image) as the fixed estimates of :data:`BLOCK_TOKEN_ESTIMATES` (media
-  nested in another block too), thinking and reasoning blocks as their readable text
+  a PDF whose bytes are inline by its pages (the largest per-page price a provider
+  documents, its pages read from the PDF), other media blocks (image or PDF by URL or
+  id, file, audio, video, document, media, a generated image) as the fixed estimates
+  of :data:`BLOCK_TOKEN_ESTIMATES` (media nested in another block too), thinking and reasoning blocks as their readable text
   (signatures, encrypted reasoning and redacted thinking are opaque to the tokenizer
   and not counted), and any other block as its JSON without those opaque fields;
 * each tool call of an ``AIMessage`` costs :data:`TOKENS_PER_TOOL_CALL` plus
@@ -38,22 +39,25 @@ characters per token, with one warning per process; counting never crashes.
 
 Over 600 lines because :class:`TokenCounter` (about 440 lines) carries the whole billing
 model above with its caches, tool-schema counting and the pluggable and chat-model
-counters with their fallback; the encoding loader, the LRU it needs and the image
-header reader (about 200 lines: what an image costs is part of the billing model)
-sit beside it.
+counters with their fallback; the encoding loader, the LRU it needs, the image
+header reader and the PDF page counter (about 400 lines: what an image or a PDF costs
+is part of the billing model) sit beside it.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import bisect
 import contextlib
 import json
 import math
 import numbers
+import re
 import threading
 import warnings
 import weakref
+import zlib
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar
 
@@ -104,7 +108,8 @@ TOKENS_PER_TOOL_CALL = 3
 CHARS_PER_TOKEN = 4
 #: Fixed estimates for content blocks that are not text. 85 tokens is what
 #: OpenAI bills for a low-detail image; other media use the same placeholder. An image
-#: whose bytes are inline counts by its size instead (:func:`_image_tokens`).
+#: whose bytes are inline counts by its size instead (:func:`_image_tokens`), a PDF by
+#: its pages (:data:`_PDF_TOKENS_PER_PAGE`).
 #: Pass a pluggable counter for exact media accounting.
 BLOCK_TOKEN_ESTIMATES: dict[str, int] = {
     "image": 85,
@@ -115,7 +120,9 @@ BLOCK_TOKEN_ESTIMATES: dict[str, int] = {
     "audio": 85,
     "input_audio": 85,
     "video": 85,
-    "document": 85,  # Anthropic: a PDF (a plain-text document counts its text)
+    # Anthropic: a PDF by URL or file id (inline, it counts by its pages; a plain-text
+    # document counts its text)
+    "document": 85,
     "media": 85,  # Gemini: inline data
     # OpenAI Responses: an image the built-in tool generated, its base64 in ``result``
     # (langchain-openai replays it by id)
@@ -507,24 +514,197 @@ def _jpeg_size(src: _Bytes) -> tuple[int, int] | None:
     return None
 
 
-def _data_url_size(url: str) -> tuple[int, int] | None:
-    """The image size of a base64 ``data:`` URL, or ``None``."""
+def _data_url_payload(url: str) -> str | None:
+    """The base64 payload of a ``data:`` URL, or ``None`` (not base64)."""
     head, sep, _ = url[:200].partition(",")
     if not sep or ";base64" not in head:
         return None
-    return _image_size(url[len(head) + 1 :])
+    return url[len(head) + 1 :]
 
 
-def _inline_image_size(block: dict[str, Any]) -> tuple[int, int] | None:
-    """The size of the image a media block carries inline: a ``data:`` URL
-    (``image_url``, ``input_image``, ``url``), base64 (LangChain's ``base64``, its
-    ``source_type: "base64"`` ``data``, Gemini's ``data`` or ``inline_data``,
-    Anthropic's ``source``, a generated image's ``result``) or bytes; ``None`` when the
-    size is unknown (a URL, a file id, not an image, an unreadable header)."""
+# --- PDFs billed by their pages ---------------------------------------------------------------
+# What each provider documents a PDF page costs:
+# * Anthropic ("PDF support", Claude docs): the system converts each page into an image
+#   and extracts its text, and gives both to the model; a page's text typically costs
+#   1,500-3,000 tokens ("Estimate your costs"), and its Bedrock section puts a 3-page
+#   PDF read with visual understanding at "approximately 7,000 tokens" (some 2,300 a
+#   page, text and image together).
+# * OpenAI ("File inputs"): "we put into the model's context both the extracted text
+#   and an image of each page" (an image of a page: at most 1,105 tokens at high
+#   detail, see :func:`_image_tokens`; plus its text).
+# * Gemini ("Document understanding": 258 tokens a page; Vertex AI: each page of a PDF
+#   is tokenized the same way as an image).
+#: Tokens of one PDF page: the largest a provider documents per page, the top of
+#: Anthropic's range (its own 3-page example, OpenAI's page image with a page of text
+#: and Gemini's 258 stay under it), whichever provider gets the request, as for images:
+#: over-counting costs a little room, under-counting a rejected request. A page denser
+#: than that is met by the calibration on the provider's reported usage.
+_PDF_TOKENS_PER_PAGE = 3000
+#: No provider reads a longer PDF (Gemini's limit: 1,000 pages); a damaged ``/Count``
+#: counts no more.
+_PDF_MAX_PAGES = 1000
+#: A PDF is read in its first 64 MiB at most (every provider's file limit is lower:
+#: OpenAI and Gemini 50 MB, Anthropic 32 MB a request): bounded work for any payload.
+_PDF_MAX_BYTES = 64 << 20
+#: At most this much is inflated from its compressed object streams, in all.
+_PDF_MAX_INFLATED = 16 << 20
+#: At most this many object streams, and this many page dictionaries, are read.
+_PDF_MAX_STREAMS = 4096
+_PDF_MAX_MATCHES = 20_000
+#: ``/Type /Page``, ``/Type /Pages`` or ``/Type /ObjStm`` (a name ends at a delimiter).
+_PDF_TYPE = re.compile(rb"/Type\s*/(Pages?|ObjStm)(?![^\s/<>\[\]()%{}])")
+_PDF_OBJ = re.compile(rb"(\d+)\s+\d+\s+obj\s*$")
+_PDF_COUNT = re.compile(rb"/Count\s+(\d+)")
+_PDF_INT = re.compile(rb"/(N|First|Length)\s+(\d+)(?![\d.])(?!\s+\d+\s+R)")
+#: Page counts of the PDFs read, by (length, hash) of their payload: the same PDF in
+#: another message is not decoded again.
+_PDF_PAGES: _LRU[int] = _LRU(256)
+
+
+def _is_pdf(data: str | bytes) -> bool:
+    """Whether ``data`` (base64 text or bytes) starts as a PDF: ``%PDF-`` in its first
+    1,024 bytes, as the PDF specification allows."""
+    head = _Bytes(data).read(0, 1024, partial=True)
+    return head is not None and b"%PDF-" in head
+
+
+def _pdf_bytes(data: str | bytes) -> bytes | None:
+    """The first :data:`_PDF_MAX_BYTES` bytes of a PDF given as bytes or base64 text."""
+    if isinstance(data, bytes):
+        return data[:_PDF_MAX_BYTES]
+    text = data[: _PDF_MAX_BYTES // 3 * 4]
+    if "-" in text[:65536] or "_" in text[:65536]:  # URL-safe base64
+        text = text.translate(_URLSAFE)
+    for pad in ("", "=="):  # non-alphabet characters (line breaks) are skipped
+        try:
+            return binascii.a2b_base64(text + pad if pad else text)
+        except (binascii.Error, ValueError):
+            continue
+    return None
+
+
+def _pdf_pages(data: str | bytes) -> int:
+    """Pages of a PDF (:func:`_is_pdf`), cached by its payload (a 50 MB PDF is decoded
+    once, in a fraction of a second). At least one: every PDF has a page, and one whose
+    pages do not read (damaged, truncated, encrypted object streams) is billed at least
+    that by any provider that takes it; its byte size says nothing of its pages (a page
+    is 2 kB of text or 1 MB of scan)."""
+    key = (len(data), hash(data))
+    pages = _PDF_PAGES.get(key)
+    if pages is None:
+        raw = _pdf_bytes(data)
+        pages = min(max(_count_pdf_pages(raw) if raw else 0, 1), _PDF_MAX_PAGES)
+        _PDF_PAGES.put(key, pages)
+    return pages
+
+
+def _count_pdf_pages(raw: bytes) -> int:
+    """The page count of PDF bytes: its page objects (``/Type /Page``, each object
+    number once, also in FlateDecode object streams, PDF 1.5+), or the ``/Count`` of
+    its page tree root when that is larger (pages in a stream not read); 0 if neither
+    reads. Bounded: the object streams inflate to :data:`_PDF_MAX_INFLATED` in all."""
+    pages: set[Hashable] = set()
+    counts = [0]
+    budget = [_PDF_MAX_INFLATED]
+    streams = 0
+    for n, match in enumerate(_PDF_TYPE.finditer(raw)):
+        if n >= _PDF_MAX_MATCHES:
+            break
+        kind, at = match.group(1), match.start()
+        start = raw.rfind(b"obj", max(0, at - 8192), at)  # the object's "N G obj"
+        number = _PDF_OBJ.search(raw, max(0, start - 24), start + 3) if start >= 0 else None
+        if kind == b"Page":
+            pages.add(int(number.group(1)) if number else ("at", at))
+        elif kind == b"Pages":
+            end = raw.find(b"endobj", at, at + 8192)
+            lo = start if number else max(0, at - 512)
+            counts.extend(
+                int(c) for c in _PDF_COUNT.findall(raw, lo, end if end >= 0 else at + 512)
+            )
+        elif streams < _PDF_MAX_STREAMS and budget[0] > 0:
+            streams += 1
+            _object_stream_pages(raw, start if number else at, pages, counts, budget)
+    return max(len(pages), *counts)
+
+
+def _object_stream_pages(
+    raw: bytes, at: int, pages: set[Hashable], counts: list[int], budget: list[int]
+) -> None:
+    """Read the object stream whose dictionary starts before ``at`` (its ``obj``
+    keyword, or its ``/Type /ObjStm``): its page objects into ``pages`` (by object
+    number), its page tree's ``/Count`` into ``counts``; inflates no more than
+    ``budget[0]`` bytes and takes them from it. Another filter than FlateDecode (or
+    a predictor, or encryption) reads nothing."""
+    begin = raw.find(b"stream", at, at + 8192)
+    if begin < 0:
+        return
+    dictionary = raw[at:begin]
+    flate = b"/FlateDecode" in dictionary
+    if (b"/Filter" in dictionary and not flate) or b"/DecodeParms" in dictionary:
+        return
+    begin += 6
+    begin += 2 if raw[begin : begin + 2] == b"\r\n" else 1
+    ints = {k: int(v) for k, v in _PDF_INT.findall(dictionary)}
+    length = ints.get(b"Length")
+    data = memoryview(raw)[begin : begin + length if length else len(raw)]
+    try:
+        body = zlib.decompressobj().decompress(data, budget[0]) if flate else bytes(data)
+    except zlib.error:
+        return
+    budget[0] -= len(body)
+    first = ints.get(b"First", 0)
+    header = [int(v) for v in re.findall(rb"\d+", body[:first])]
+    numbers, offsets = header[0::2], [first + o for o in header[1::2]]
+    for n, match in enumerate(_PDF_TYPE.finditer(body, first)):
+        if n >= _PDF_MAX_MATCHES:
+            break
+        i = bisect.bisect_right(offsets, match.start()) - 1
+        known = 0 <= i < len(numbers)
+        if match.group(1) == b"Page":
+            pages.add(numbers[i] if known else ("in", begin, match.start()))
+        elif match.group(1) == b"Pages":
+            lo = offsets[i] if known else max(first, match.start() - 512)
+            hi = offsets[i + 1] if known and i + 1 < len(offsets) else match.start() + 512
+            counts.extend(int(c) for c in _PDF_COUNT.findall(body, lo, hi))
+
+
+def _payload_tokens(data: str | bytes) -> int | None:
+    """Tokens of media given inline (base64 text or bytes): an image whose header reads
+    (:func:`_image_tokens`), a PDF by its pages (:func:`_pdf_pages`) at
+    :data:`_PDF_TOKENS_PER_PAGE` each, the largest a provider documents a page costs
+    (over-counting costs a little room, under-counting a rejected request); ``None``
+    for anything else (a URL or a file id, whose pages cannot be read, keeps the
+    estimate of :data:`BLOCK_TOKEN_ESTIMATES`)."""
+    size = _image_size(data)
+    if size is not None:
+        return _image_tokens(*size)
+    if _is_pdf(data):
+        return _pdf_pages(data) * _PDF_TOKENS_PER_PAGE
+    return None
+
+
+def _value_tokens(value: Any) -> int | None:
+    """:func:`_payload_tokens` of a block's value: a base64 ``data:`` URL, base64 text or
+    bytes; ``None`` for a URL, an id, or what does not read."""
+    if isinstance(value, str) and value.startswith("data:"):
+        value = _data_url_payload(value)
+    if isinstance(value, (str, bytes)) and value:
+        return _payload_tokens(value)
+    return None
+
+
+def _inline_tokens(block: dict[str, Any]) -> int | None:
+    """Tokens of what a media block carries inline: a ``data:`` URL (``image_url``,
+    ``input_image``, ``url``, OpenAI's ``file_data`` and chat ``file.file_data``),
+    base64 (LangChain's ``base64``, its ``source_type: "base64"`` ``data``, Gemini's
+    ``data`` or ``inline_data``, Anthropic's ``source``, a generated image's ``result``)
+    or bytes, read as an image by its size or a PDF by its pages; ``None`` when unknown
+    (a URL, a file id, another format, an unreadable header)."""
     url = block.get("image_url")
     if isinstance(url, dict):
         url = url.get("url")
     source = block.get("source")
+    file = block.get("file")
     inline = block.get("inline_data") or block.get("inlineData")
     for value in (
         url,
@@ -532,44 +712,45 @@ def _inline_image_size(block: dict[str, Any]) -> tuple[int, int] | None:
         block.get("base64"),
         block.get("data"),
         block.get("result"),
+        block.get("file_data"),
+        file.get("file_data") if isinstance(file, dict) else None,
         source.get("data") if isinstance(source, dict) else None,
         inline.get("data") if isinstance(inline, dict) else None,
     ):
-        if isinstance(value, str) and value.startswith("data:"):
-            size = _data_url_size(value)
-        elif isinstance(value, (str, bytes)) and value:  # a URL or an id is no image header
-            size = _image_size(value)
-        else:
-            continue
-        if size is not None:
-            return size
+        tokens = _value_tokens(value)
+        if tokens is not None:
+            return tokens
     return None
 
 
 def _media_tokens(block: dict[str, Any]) -> int:
-    """Tokens of a media block (:func:`_is_media`): an image whose size its inline bytes
-    tell counts as :func:`_image_tokens`; anything else, the fixed estimate of
-    :data:`BLOCK_TOKEN_ESTIMATES`."""
-    return _sized_or(_inline_image_size(block), BLOCK_TOKEN_ESTIMATES[block["type"]])
+    """Tokens of a media block (:func:`_is_media`): what its inline bytes tell
+    (:func:`_inline_tokens`: an image by its size, a PDF by its pages), at least the
+    fixed estimate of :data:`BLOCK_TOKEN_ESTIMATES`."""
+    return _known_or(_inline_tokens(block), BLOCK_TOKEN_ESTIMATES[block["type"]])
 
 
-def _sized_or(size: tuple[int, int] | None, estimate: int) -> int:
-    """An image of ``size`` (:func:`_image_tokens`), or ``estimate`` when its size is
-    unknown."""
-    return estimate if size is None else max(estimate, _image_tokens(*size))
+def _known_or(tokens: int | None, estimate: int) -> int:
+    """``tokens`` when known (at least ``estimate``), else ``estimate``."""
+    return estimate if tokens is None else max(estimate, tokens)
 
 
 def _without_media(value: Any) -> tuple[Any, int]:
     """``value`` (a block counted as its JSON) without the media nested in it, and their
     count: a media block inside it (an image in an Anthropic ``tool_result``) counts as
-    :func:`_media_tokens`, a base64 ``data:`` URL as an image of its size (or the image
-    estimate), never their base64 as text."""
+    :func:`_media_tokens`, Gemini's own ``inline_data`` part and a base64 ``data:`` URL
+    as an image of its size or a PDF of its pages (or the estimate), never their base64
+    as text."""
     if isinstance(value, dict):
         if _is_media(value):
             return None, _media_tokens(value)
         out: dict[Any, Any] = {}
         media = 0
         for k, v in value.items():
+            if k in ("inline_data", "inlineData") and isinstance(v, dict):
+                out[k] = None
+                media += _known_or(_value_tokens(v.get("data")), BLOCK_TOKEN_ESTIMATES["media"])
+                continue
             out[k], n = _without_media(v)
             media += n
         return out, media
@@ -577,7 +758,7 @@ def _without_media(value: Any) -> tuple[Any, int]:
         items = [_without_media(v) for v in value]
         return [v for v, _ in items], sum(n for _, n in items)
     if isinstance(value, str) and value.startswith("data:") and ";base64," in value[:100]:
-        return "", _sized_or(_data_url_size(value), BLOCK_TOKEN_ESTIMATES["image"])
+        return "", _known_or(_value_tokens(value), BLOCK_TOKEN_ESTIMATES["image"])
     if isinstance(value, (bytes, bytearray)):  # raw bytes: Bedrock's native ``source.bytes``
         return _raw_bytes_tokens(bytes(value))
     return value, 0
@@ -585,14 +766,14 @@ def _without_media(value: Any) -> tuple[Any, int]:
 
 def _raw_bytes_tokens(data: bytes) -> tuple[Any, int]:
     """Raw bytes in a block (Bedrock Converse's native ``{"image": {"format": "png",
-    "source": {"bytes": …}}}``, a ``document`` of a text format): never their ``repr``
-    as text (100 kB of PNG counted some 300,000 tokens). An image whose header reads
-    counts as :func:`_image_tokens`; bytes that are UTF-8 text (a ``txt``, ``md`` or
-    ``csv`` document) count as that text; anything else (a PDF) the fixed estimate of a
-    file."""
-    size = _image_size(data)
-    if size is not None:
-        return "", _image_tokens(*size)
+    "source": {"bytes": …}}}``, a ``document``): never their ``repr`` as text (100 kB of
+    PNG counted some 300,000 tokens). An image whose header reads counts as
+    :func:`_image_tokens`, a PDF by its pages; bytes that are UTF-8 text (a ``txt``,
+    ``md`` or ``csv`` document) count as that text; anything else the fixed estimate of
+    a file."""
+    tokens = _payload_tokens(data)
+    if tokens is not None:
+        return "", tokens
     try:
         return data.decode("utf-8"), 0
     except UnicodeDecodeError:

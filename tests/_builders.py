@@ -989,6 +989,96 @@ def webp_image(width: int, height: int, kind: str = "VP8X") -> bytes:
     return b"RIFF" + struct.pack("<I", len(body)) + body
 
 
+# --- PDFs (tiny, hand-written: a catalog, a page tree, pages with one line of text) ----------
+def pdf_document(pages: int, *, object_stream: bool = False, incremental: bool = False) -> bytes:
+    """A valid PDF of ``pages`` pages. Classic (PDF 1.4: objects in the open, an xref
+    table), or PDF 1.5 with the page tree and pages in one FlateDecode object stream,
+    found through an xref stream. ``incremental``: an update appended to it (the first
+    page rewritten, with the same object number) as a viewer's edit writes one."""
+    font = b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"
+    kids = b" ".join(b"%d 0 R" % (4 + 2 * i) for i in range(pages))
+    objs: dict[int, bytes] = {
+        1: b"<< /Type /Catalog /Pages 2 0 R >>",
+        2: b"<< /Type /Pages /Kids [%s] /Count %d >>" % (kids, pages),
+        3: font,
+    }
+    for i in range(pages):
+        text = b"BT /F1 24 Tf 72 700 Td (Page %d of the report) Tj ET" % (i + 1)
+        objs[4 + 2 * i] = (
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] "
+            b"/Resources << /Font << /F1 3 0 R >> >> /Contents %d 0 R >>" % (5 + 2 * i)
+        )
+        objs[5 + 2 * i] = b"<< /Length %d >>\nstream\n%s\nendstream" % (len(text), text)
+    out = bytearray(b"%PDF-1.5\n%\xe2\xe3\xcf\xd3\n" if object_stream else b"%PDF-1.4\n")
+    offsets: dict[int, int | tuple[int, int]] = {}
+    packed = [n for n in objs if object_stream and b"stream" not in objs[n] and n != 1]
+    for n, body in objs.items():
+        if n in packed:
+            continue
+        offsets[n] = len(out)
+        out += b"%d 0 obj\n%s\nendobj\n" % (n, body)
+    size = max(objs) + 1
+    if packed:  # the page tree, the font and the pages in one object stream
+        parts, header = b"", []
+        for n in packed:
+            header.append(b"%d %d" % (n, len(parts)))
+            parts += objs[n] + b"\n"
+        first = b" ".join(header) + b"\n"
+        data = zlib.compress(first + parts)
+        stm = size
+        offsets[stm] = len(out)
+        out += (
+            b"%d 0 obj\n<< /Type /ObjStm /N %d /First %d /Filter /FlateDecode /Length %d >>\n"
+            % (
+                stm,
+                len(packed),
+                len(first),
+                len(data),
+            )
+        )
+        out += b"stream\n" + data + b"\nendstream\nendobj\n"
+        for k, n in enumerate(packed):
+            offsets[n] = (stm, k)
+        xref = size + 1
+        offsets[xref] = len(out)
+        rows = b"\0\0\0\0\0\xff\xff"
+        for n in range(1, xref + 1):
+            at = offsets[n]
+            rows += (
+                b"\2" + struct.pack(">IH", *at)
+                if isinstance(at, tuple)
+                else b"\1" + struct.pack(">IH", at, 0)
+            )
+        out += (
+            b"%d 0 obj\n<< /Type /XRef /Size %d /W [1 4 2] /Root 1 0 R /Length %d >>\nstream\n"
+            % (
+                xref,
+                xref + 1,
+                len(rows),
+            )
+        )
+        out += rows + b"\nendstream\nendobj\nstartxref\n%d\n%%%%EOF\n" % offsets[xref]
+        return bytes(out)
+    out += _xref_table(offsets, size, len(out), b"")
+    if incremental:  # the first page again, with an annotation list: same object number
+        prev = out.rindex(b"startxref")
+        start = len(out)
+        out += b"4 0 obj\n%s\nendobj\n" % objs[4].replace(b" >>", b" /Annots [] >>", 1)
+        out += _xref_table(
+            {4: start}, size, len(out), b" /Prev %d" % int(out[prev + 10 :].split()[0])
+        )
+    return bytes(out)
+
+
+def _xref_table(offsets: dict[int, Any], size: int, at: int, extra: bytes) -> bytes:
+    """A classic xref table (one subsection per object) and trailer, starting at ``at``."""
+    rows = b"xref\n0 1\n0000000000 65535 f \n"
+    for n in sorted(offsets):
+        rows += b"%d 1\n%010d 00000 n \n" % (n, offsets[n])
+    trailer = b"trailer\n<< /Size %d /Root 1 0 R%s >>\nstartxref\n%d\n%%%%EOF\n" % (size, extra, at)
+    return rows + trailer
+
+
 def b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 

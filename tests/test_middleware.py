@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Annotated, Any, get_args, get_origin
 
 import pytest
-from _builders import b64, log_text, png_image, sh
+from _builders import b64, log_text, pdf_document, png_image, sh
 from langchain.agents import create_agent
 from langchain.agents.middleware import AgentState, before_model
 from langchain_core.language_models import BaseChatModel
@@ -2102,6 +2102,68 @@ def billed_by_claude(ac: AutoContext, sent: list[BaseMessage], tools: list[Any])
             m = m.model_copy(update={"content": kept})
         plain.append(m)
     return ac.counter.count(plain, tools) + images * CLAUDE_SCREENSHOT
+
+
+REPORT = b64(pdf_document(3, object_stream=True))
+#: What Claude bills a 3-page PDF, its pages' text and images (its PDF docs: "3-page
+#: PDF ... approximately 7,000 tokens").
+CLAUDE_REPORT = 7000
+
+
+@tool
+def read_report(quarter: int) -> list[dict[str, Any]]:
+    """Fetch a quarterly report (a PDF)."""
+    return [
+        {"type": "text", "text": f"Report for Q{quarter}."},
+        {"type": "file", "base64": REPORT, "mime_type": "application/pdf"},
+    ]
+
+
+def billed_by_claude_with_pdfs(ac: AutoContext, sent: list[BaseMessage], tools: list[Any]) -> int:
+    """The request's tokens with each PDF billed as Claude does, its text as the counter."""
+    pdfs = 0
+    plain: list[BaseMessage] = []
+    for m in sent:
+        if isinstance(m.content, list):
+            kept = [b for b in m.content if not (isinstance(b, dict) and b.get("type") == "file")]
+            pdfs += len(m.content) - len(kept)
+            m = m.model_copy(update={"content": kept})
+        plain.append(m)
+    return ac.counter.count(plain, tools) + pdfs * CLAUDE_REPORT
+
+
+def test_an_agent_reading_pdfs_stays_within_the_budget() -> None:
+    """A document agent whose tool returns 3-page PDFs: each counted 85 tokens while
+    Claude bills ~7,000, so with a 20,000-token budget the fourth report took the
+    requests past the budget by the provider's count, and compression never ran. A PDF
+    now counts by its pages: every request fits by that count, the latest report is
+    still shown and the earlier ones are offloaded (reloadable)."""
+    ac = AutoContext(CFG.model_copy(update={"max_tokens": 20_000}))
+
+    def reply(messages: list[BaseMessage], n: int) -> AIMessage:
+        if n < 8:
+            return call("read_report", {"quarter": n % 4 + 1}, n)
+        return AIMessage("done")
+
+    model = ReplyModel(reply=reply)
+    graph = create_agent(
+        model,
+        [read_report],
+        system_prompt="Compare the reports.",
+        middleware=[ac.middleware()],
+        checkpointer=InMemorySaver(),
+        store=InMemoryStore(),
+    )
+    graph.invoke({"messages": [HumanMessage("How did the year go?")]}, THREAD)
+    assert len(model.seen) == 9
+    assert any(
+        isinstance(b, dict) and b.get("type") == "file"
+        for m in model.seen[-1]
+        if isinstance(m.content, list)
+        for b in m.content
+    )  # the latest report is still shown
+    for sent in model.seen:
+        assert billed_by_claude_with_pdfs(ac, sent, model.bound) <= ac.config.max_tokens
 
 
 def test_a_computer_use_agent_sending_screenshots_stays_within_the_budget() -> None:

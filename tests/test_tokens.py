@@ -6,12 +6,13 @@ import base64
 import json
 import threading
 import warnings
+import zlib
 from collections.abc import Sequence
 from typing import Any
 
 import pytest
 import tiktoken
-from _builders import b64, gif_image, jpeg_image, png_image, webp_image
+from _builders import b64, gif_image, jpeg_image, pdf_document, png_image, webp_image
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
@@ -50,6 +51,10 @@ def enc() -> tiktoken.Encoding:
 
 def t(enc: tiktoken.Encoding, text: str) -> int:
     return len(enc.encode_ordinary(text))
+
+
+#: A PDF page: the largest a provider documents (docs/token-counting.md).
+PDF_PAGE = 3000
 
 
 class SpyEncoding:
@@ -250,7 +255,8 @@ def test_opaque_reasoning_and_documents_are_not_counted_as_text(enc: tiktoken.En
     """Signatures, encrypted reasoning and redacted thinking are opaque to the tokenizer
     (a 2,000-character signature counted as ~600 tokens of text before); thinking and
     reasoning count their readable text; a base64 PDF (Anthropic ``document``) or Gemini
-    ``media`` block counts the media estimate, not its base64 as text."""
+    ``media`` block counts by its pages (one, where they do not read), not its base64
+    as text."""
     counter = TokenCounter()
     pdf = {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0x" * 12_000}
     blocks = [
@@ -275,8 +281,8 @@ def test_opaque_reasoning_and_documents_are_not_counted_as_text(enc: tiktoken.En
     assert counter.count_message(reply) == expected
     doc = HumanMessage([{"type": "text", "text": "Sum it."}, {"type": "document", "source": pdf}])
     media = HumanMessage([{"type": "media", "mime_type": "application/pdf", "data": pdf["data"]}])
-    assert counter.count_message(doc) == 3 + t(enc, "user") + t(enc, "Sum it.") + 85
-    assert counter.count_message(media) == 3 + t(enc, "user") + 85
+    assert counter.count_message(doc) == 3 + t(enc, "user") + t(enc, "Sum it.") + PDF_PAGE
+    assert counter.count_message(media) == 3 + t(enc, "user") + PDF_PAGE
 
 
 def test_generated_and_nested_images_count_as_media_not_base64(enc: tiktoken.Encoding) -> None:
@@ -394,6 +400,10 @@ def test_an_inline_image_counts_by_its_size_in_every_block_format(
     assert counter.count_message(HumanMessage([url])) == 3 + t(enc, "user") + custom + expected
     tool_msg = ToolMessage([anthropic], tool_call_id="c1")
     assert counter.count_message(tool_msg) == 3 + t(enc, "tool") + expected
+    # Gemini's own part (no ``type``): its base64 counted as text before
+    part = {"inline_data": {"mime_type": mime, "data": b64(data)}}
+    shell = t(enc, json.dumps({"inline_data": None}))
+    assert counter.count_message(HumanMessage([part])) == 3 + t(enc, "user") + shell + expected
 
 
 def test_an_image_of_unknown_size_keeps_the_estimate(enc: tiktoken.Encoding) -> None:
@@ -410,7 +420,7 @@ def test_an_image_of_unknown_size_keeps_the_estimate(enc: tiktoken.Encoding) -> 
         {"type": "image", "file_id": "file-abc123"},
         {"type": "image", "base64": "!!!! not base64 !!!!", "mime_type": "image/png"},
         {"type": "image", "base64": b64(png)[:16], "mime_type": "image/png"},  # truncated
-        {"type": "image", "base64": b64(b"%PDF-1.7\n" * 5), "mime_type": "image/png"},
+        {"type": "image", "base64": b64(b"BM" + b"\0" * 40), "mime_type": "image/png"},  # BMP
         {"type": "image", "base64": b64(b"\xff\xd8\xff\xda\0\2" + b"\0" * 40)},  # no SOF
         {"type": "image", "base64": b64(b"\xff\xd8\xff\xe1\xff\xff")},  # segment past end
         {"type": "image", "base64": b64(png_image(0, 800))},  # a zero size
@@ -431,7 +441,8 @@ def test_a_plain_text_document_counts_its_text_not_a_media_estimate(
     """An Anthropic ``document`` whose source is text (a page its web fetch tool
     returned, a text file the developer attached) is read as text: it counted as a
     fixed 85 tokens whatever its length, so a 60,000-character page could take a
-    request far past ``max_tokens`` uncounted. A PDF (base64 source) stays media."""
+    request far past ``max_tokens`` uncounted. A PDF (base64 source) stays media,
+    counted by its pages (one, where they do not read)."""
     counter = TokenCounter()
     page = "The quick brown fox jumps over the lazy dog. " * 1_300
     for source in (
@@ -459,7 +470,144 @@ def test_a_plain_text_document_counts_its_text_not_a_media_estimate(
         "type": "document",
         "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0" * 10_000},
     }
-    assert counter.count_message(HumanMessage([pdf])) == 3 + t(enc, "user") + 85
+    assert counter.count_message(HumanMessage([pdf])) == 3 + t(enc, "user") + PDF_PAGE
+
+
+def pdf_blocks(data: bytes) -> dict[str, tuple[dict[str, Any], dict[str, Any] | None]]:
+    """The same PDF in each provider's block format (and LangChain's); with the JSON a
+    block counts as around it when it is not a media block of its own (else ``None``)."""
+    url = f"data:application/pdf;base64,{b64(data)}"
+    return {
+        "langchain v1": (
+            {"type": "file", "base64": b64(data), "mime_type": "application/pdf"},
+            None,
+        ),
+        "langchain v0": (
+            {
+                "type": "file",
+                "source_type": "base64",
+                "data": b64(data),
+                "mime_type": "application/pdf",
+            },
+            None,
+        ),
+        "anthropic": (
+            {
+                "type": "document",
+                "source": {"type": "base64", "media_type": "application/pdf", "data": b64(data)},
+            },
+            None,
+        ),
+        "openai chat": ({"type": "file", "file": {"file_data": url, "filename": "q3.pdf"}}, None),
+        "openai responses": (
+            {"type": "input_file", "file_data": url, "filename": "q3.pdf"},
+            None,
+        ),
+        "gemini media": (
+            {"type": "media", "mime_type": "application/pdf", "data": b64(data)},
+            None,
+        ),
+        "gemini inline_data": (
+            {"inline_data": {"mime_type": "application/pdf", "data": b64(data)}},
+            {"inline_data": None},
+        ),
+        "gemini inlineData": (
+            {"inlineData": {"mimeType": "application/pdf", "data": b64(data)}},
+            {"inlineData": None},
+        ),
+        "bedrock": (
+            {"document": {"format": "pdf", "name": "q3", "source": {"bytes": data}}},
+            {"document": {"format": "pdf", "name": "q3", "source": {"bytes": ""}}},
+        ),
+        "data: url in another block": (
+            {"type": "custom_file", "url": url},
+            {"type": "custom_file", "url": ""},
+        ),
+    }
+
+
+@pytest.mark.parametrize("kind", ["classic", "object stream", "incremental update"])
+@pytest.mark.parametrize("pages", [1, 3, 20])
+def test_an_inline_pdf_counts_by_its_pages_in_every_block_format(
+    enc: tiktoken.Encoding, kind: str, pages: int
+) -> None:
+    """A PDF counted a flat 85 tokens while the providers bill it by the page (Anthropic
+    and OpenAI: each page's text and an image of it; Gemini: 258 a page): a 20-page
+    report counted 85 where Claude bills some 47,000, so the budget held nothing and the
+    provider rejected the request. Its pages are read from the PDF itself (its page
+    objects, also inside a compressed object stream; a page rewritten by an incremental
+    update once), in every block format, at the largest per-page figure a provider
+    documents."""
+    counter = TokenCounter()
+    data = pdf_document(
+        pages, object_stream=kind == "object stream", incremental=kind == "incremental update"
+    )
+    for name, (block, shell) in pdf_blocks(data).items():
+        around = 0 if shell is None else t(enc, json.dumps(shell))
+        msg = HumanMessage([{"type": "text", "text": "Sum it up."}, block])
+        expected = 3 + t(enc, "user") + t(enc, "Sum it up.") + around + pages * PDF_PAGE
+        assert counter.count_message(msg) == expected, name
+        tool_msg = ToolMessage([block], tool_call_id="c1")
+        assert counter.count_message(tool_msg) == 3 + t(enc, "tool") + around + pages * PDF_PAGE
+    nested = {
+        "type": "tool_result",
+        "tool_use_id": "toolu_1",
+        "content": [pdf_blocks(data)["anthropic"][0]],
+    }
+    shell = t(enc, json.dumps({"type": "tool_result", "tool_use_id": "toolu_1", "content": [None]}))
+    assert counter.count_message(HumanMessage([nested])) == (
+        3 + t(enc, "user") + shell + pages * PDF_PAGE
+    )
+
+
+def test_a_pdf_whose_pages_do_not_read_keeps_an_estimate_and_reading_is_bounded(
+    enc: tiktoken.Encoding, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A PDF given by URL or file id keeps the file estimate (nothing to read; the
+    provider's reported usage calibrates it); an inline PDF whose pages do not read
+    (damaged, truncated, encrypted) counts one page, a PDF's least; a payload that is no
+    PDF (garbage base64 declared ``application/pdf``) the estimate. Reading is bounded:
+    an object stream that inflates to 200 MB (a zip bomb) is read in part, the pages
+    around it still count, and the same PDF in another message is not read again."""
+    counter = TokenCounter()
+    base = 3 + t(enc, "user")
+    for block in (
+        {"type": "file", "url": "https://example.com/q3.pdf", "mime_type": "application/pdf"},
+        {"type": "file", "file_id": "file-abc123"},
+        {"type": "document", "source": {"type": "url", "url": "https://example.com/q3.pdf"}},
+        {"type": "file", "base64": "A" * 3_000_000, "mime_type": "application/pdf"},
+        {"type": "file", "base64": "!!!! not base64 !!!!", "mime_type": "application/pdf"},
+    ):
+        assert counter.count_message(HumanMessage([block])) == base + 85, block
+    damaged = [
+        b"%PDF-1.7\n" + bytes(range(256)) * 40,  # a header, then noise
+        pdf_document(3, object_stream=True).replace(b"/FlateDecode", b"/LZWDecode"),
+        b"%PDF-1.5\n1 0 obj\n<< /Type /ObjStm /N 1 /First 4 /Filter /FlateDecode >>\n"
+        b"stream\nnot zlib\nendstream\nendobj\n",
+    ]
+    for data in damaged:
+        block = {"type": "file", "base64": b64(data), "mime_type": "application/pdf"}
+        assert counter.count_message(HumanMessage([block])) == base + PDF_PAGE
+    bomb = zlib.compressobj(1)
+    inflated = b"".join(bomb.compress(b" " * (1 << 20)) for _ in range(200)) + bomb.flush()
+    stream = (
+        b"9 0 obj\n<< /Type /ObjStm /N 1 /First 4 /Filter /FlateDecode >>\nstream\n"
+        + inflated
+        + b"\nendstream\nendobj\n"
+    )
+    data = pdf_document(5).replace(b"xref\n", stream + b"xref\n", 1)
+    block = {"type": "file", "base64": b64(data), "mime_type": "application/pdf"}
+    assert counter.count_message(HumanMessage([block])) == base + 5 * PDF_PAGE
+    reads: list[bytes] = []
+    read = tokens_mod._count_pdf_pages
+    monkeypatch.setattr(tokens_mod, "_count_pdf_pages", lambda raw: reads.append(raw) or read(raw))
+    report = b64(pdf_document(12))
+    for k in range(3):
+        msg = HumanMessage(
+            [{"type": "text", "text": f"copy {k}"}, {"type": "file", "base64": report}]
+        )
+        assert counter.count_message(msg) == base + t(enc, f"copy {k}") + 12 * PDF_PAGE
+    assert len(reads) == 1
 
 
 def test_tool_calls_and_tool_messages(enc: tiktoken.Encoding) -> None:
@@ -928,7 +1076,8 @@ def test_raw_bytes_in_a_bedrock_native_block_never_count_as_their_repr() -> None
     ``{"image": {"format": "png", "source": {"bytes": …}}}``. Its raw bytes used to count
     as their ``repr`` (a 1280x800 screenshot of some 100 kB: hundreds of thousands of
     tokens, so the run compressed for nothing or stopped on the budget). An image counts
-    by its size, a text document as its text, a binary document the file estimate."""
+    by its size, a text document as its text, a PDF by its pages (one, where they do not
+    read)."""
     counter = TokenCounter()
     noise = bytes(range(256)) * 400  # incompressible filler: a ~100 kB screenshot
     png = png_image(1280, 800) + noise
@@ -944,7 +1093,7 @@ def test_raw_bytes_in_a_bedrock_native_block_never_count_as_their_repr() -> None
     empty = {"document": {"format": "pdf", "name": "spec", "source": {"bytes": b""}}}
     assert (
         counter.count_message(HumanMessage([binary])) - counter.count_message(HumanMessage([empty]))
-        == BLOCK_TOKEN_ESTIMATES["file"]
+        == PDF_PAGE
     )
 
 
