@@ -601,6 +601,7 @@ def test_a_pdf_whose_pages_do_not_read_keeps_an_estimate_and_reading_is_bounded(
     reads: list[bytes] = []
     read = tokens_mod._count_pdf_pages
     monkeypatch.setattr(tokens_mod, "_count_pdf_pages", lambda raw: reads.append(raw) or read(raw))
+    monkeypatch.setattr(tokens_mod, "_PDF_PAGES", tokens_mod._LRU(8))  # none read yet
     report = b64(pdf_document(12))
     for k in range(3):
         msg = HumanMessage(
