@@ -90,7 +90,9 @@ def _count(value: Any) -> TypeGuard[int]:
 _RUN_WINDOW_FIELDS = ("num_ctx", "n_ctx")
 
 
-def model_window(model: Any, _depth: int = 0) -> ModelWindow | None:
+def model_window(
+    model: Any, _depth: int = 0, _settings: Mapping[str, Any] | None = None
+) -> ModelWindow | None:
     """The window the model runs with: ``model.profile["max_input_tokens"]`` (a positive
     int), or a local model's own setting (:data:`_RUN_WINDOW_FIELDS`), the smaller of
     the two when both are known (a model served with a window below its profile's is cut
@@ -99,15 +101,23 @@ def model_window(model: Any, _depth: int = 0) -> ModelWindow | None:
     A model wrapped by LangChain is read through its wrapper: ``with_retry()`` (and any
     binding) by the model it binds; ``with_fallbacks([...])`` by the smallest budget of
     the primary and its fallbacks that states a window, since the request may go to any
-    of them."""
+    of them. What a binding sends with the request (``model.bind(max_tokens=4_096)``,
+    ChatOllama's ``bind(options={...})``) is read before the model's own fields, as
+    LangChain sends it: an outer binding's over an inner one's, over the model's."""
+    settings: Mapping[str, Any] = _settings or {}
     if _depth < 8:
+        if isinstance(model, RunnableBindingBase) and isinstance(model.kwargs, Mapping):
+            settings = {**model.kwargs, **settings}
         inner = _wrapped_models(model)
         if inner:
-            known = [w for w in (model_window(m, _depth + 1) for m in inner) if w is not None]
+            known = [
+                w for w in (model_window(m, _depth + 1, settings) for m in inner) if w is not None
+            ]
             return min(known, key=lambda w: w.budget) if known else None
     try:
         profile = getattr(model, "profile", None)
-        run = [(name, getattr(model, name, None)) for name in _RUN_WINDOW_FIELDS]
+        run = [(name, _setting(model, settings, name)) for name in _RUN_WINDOW_FIELDS]
+        requested = _requested_output(model, settings)
     except Exception:  # a wrapper whose attribute lookup fails: no window known
         return None
     served = next(((name, v) for name, v in run if _count(v)), None)
@@ -115,10 +125,10 @@ def model_window(model: Any, _depth: int = 0) -> ModelWindow | None:
     output = profile.get("max_output_tokens") if isinstance(profile, Mapping) else None
     output = output if _count(output) else None
     if served is not None and not (_count(stated) and stated <= served[1]):
-        return ModelWindow(served[1], output, _requested_output(model), source=served[0])
+        return ModelWindow(served[1], output, requested, source=served[0])
     if not _count(stated):
         return None
-    return ModelWindow(stated, output, _requested_output(model))
+    return ModelWindow(stated, output, requested)
 
 
 def _wrapped_models(model: Any) -> list[Any]:
@@ -132,11 +142,39 @@ def _wrapped_models(model: Any) -> list[Any]:
     return []
 
 
-def _requested_output(model: Any) -> int | None:
-    """The reply size the model object is set to ask for (``max_tokens`` of
-    ChatAnthropic and ChatOpenAI, ``max_completion_tokens``, ``max_output_tokens`` of
-    Gemini's, ``num_predict`` of ChatOllama's), or None."""
-    for name in ("max_tokens", "max_completion_tokens", "max_output_tokens", "num_predict"):
+#: Fields that ChatOllama sends inside its ``options``: a bound ``options`` mapping is
+#: sent instead of all of the model's own (``ChatOllama._chat_params``).
+_OPTIONS_FIELDS = ("num_ctx", "num_predict")
+
+
+def _bound(settings: Mapping[str, Any], name: str) -> tuple[bool, Any]:
+    """``(True, value)`` when the request sends ``name`` from a binding (``settings``,
+    its kwargs; ChatOllama's from a bound ``options``, which replaces all of the model's
+    own), else ``(False, None)``: the model's own field is sent."""
+    options = settings.get("options")
+    if name in _OPTIONS_FIELDS and isinstance(options, Mapping):
+        return True, options.get(name)
+    return (True, settings[name]) if name in settings else (False, None)
+
+
+def _setting(model: Any, settings: Mapping[str, Any], name: str) -> Any:
+    """``name`` as the request sends it: bound, else the model's own field."""
+    bound, value = _bound(settings, name)
+    return value if bound else getattr(model, name, None)
+
+
+def _requested_output(model: Any, settings: Mapping[str, Any] | None = None) -> int | None:
+    """The reply size the request asks for (``max_tokens`` of ChatAnthropic and
+    ChatOpenAI, ``max_completion_tokens``, ``max_output_tokens`` of Gemini's,
+    ``num_predict`` of ChatOllama's): a bound one before the model's own; or None."""
+    names = ("max_tokens", "max_completion_tokens", "max_output_tokens", "num_predict")
+    sent = [_bound(settings or {}, name) for name in names]
+    for bound, value in sent:
+        if bound and _count(value):
+            return int(value)
+    for name, (bound, _) in zip(names, sent, strict=True):
+        if bound:
+            continue
         try:
             value = getattr(model, name, None)
         except Exception:  # a wrapper whose attribute lookup fails

@@ -142,6 +142,13 @@ _BACKEND_TOKENS = itertools.count()
 _BACKENDS_LOCK = threading.Lock()
 
 
+def _sent_model(request: ModelRequest[Any]) -> Any:
+    """The request's model as create_agent sends it: bound with the request's
+    ``model_settings`` (a reply size set there is the one the budget leaves room for)."""
+    settings = request.model_settings
+    return request.model.bind(**settings) if settings else request.model
+
+
 def _store_key(store: OffloadStore) -> tuple[Any, str]:
     """Which store a cached thread belongs to: its backend and its prefix. One middleware
     may serve graphs compiled with different stores (tenants) under the same thread
@@ -621,7 +628,7 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         (:func:`~langchain_autocontext.messages.state_messages`)."""
         state_messages(request.state or {})
         thread_id = _thread_id(request.runtime, _ac_state(request.state))
-        self.autocontext.use_model(request.model)  # the budget, unless max_tokens was given
+        self.autocontext.use_model(_sent_model(request))  # the budget, unless max_tokens given
         self._learn(request, thread_id)
         ac_state = _ac_state(request.state)
         persist = None  # a state to keep although the view did not change it
@@ -654,7 +661,7 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         """Async twin of :meth:`wrap_model_call`."""
         state_messages(request.state or {})
         thread_id = _thread_id(request.runtime, _ac_state(request.state))
-        self.autocontext.use_model(request.model)  # the budget, unless max_tokens was given
+        self.autocontext.use_model(_sent_model(request))  # the budget, unless max_tokens given
         await self._alearn(request, thread_id)
         ac_state = _ac_state(request.state)
         persist = None  # a state to keep although the view did not change it

@@ -251,6 +251,69 @@ def test_a_wrapped_model_is_read_through_its_wrapper() -> None:
     assert ac.config.max_tokens == 3_000
 
 
+class AsksModel(WindowModel):
+    """A fake chat model with a reply size of its own, as ChatAnthropic's ``max_tokens``."""
+
+    max_tokens: int | None = None
+
+
+LONG_REPLIES = {"max_input_tokens": 200_000, "max_output_tokens": 64_000}
+
+
+def test_a_bound_reply_size_is_the_one_the_budget_leaves_room_for() -> None:
+    """``model.bind(max_tokens=…)`` sends its ``max_tokens`` with the request instead of
+    the model's own (an outer binding's over an inner one's): the budget left room for
+    the model's own, so a model asking for 1,024 bound to 64,000 got a 150,000 budget on
+    a 200,000 window that input and reply share (rejected by the provider), and one
+    bound to ask for less than its own lost the difference."""
+    small = AsksModel(messages=iter([]), profile=LONG_REPLIES, max_tokens=1_024)
+    large = AsksModel(messages=iter([]), profile=LONG_REPLIES, max_tokens=64_000)
+    assert model_window(small).budget == 150_000
+    assert model_window(small.bind(max_tokens=64_000)).budget == 136_000
+    assert model_window(small.bind(max_completion_tokens=64_000)).budget == 136_000
+    assert model_window(small.bind(max_tokens=64_000).with_retry()).budget == 136_000
+    assert model_window(small.with_retry().bind(max_tokens=64_000)).budget == 136_000
+    assert model_window(small.with_fallbacks([small]).bind(max_tokens=64_000)).budget == 136_000
+    assert model_window(large).budget == 136_000
+    assert model_window(large.bind(max_tokens=4_096)).budget == 150_000
+    assert model_window(large.bind(temperature=0)).budget == 136_000  # not a reply size
+    assert AutoContext(model=small.bind(max_tokens=64_000)).config.max_tokens == 136_000
+    assert AutoContext(model=large.bind(max_tokens=4_096)).config.max_tokens == 150_000
+
+
+def test_a_bound_ollama_options_replaces_the_models_own() -> None:
+    """ChatOllama sends a bound ``options`` mapping instead of its own ``num_ctx`` and
+    ``num_predict`` (``ChatOllama._chat_params``): the window is the bound ``num_ctx``,
+    and without one the server runs its own default (no window known)."""
+    ollama = pytest.importorskip("langchain_ollama")
+    model = ollama.ChatOllama(model="llama3.1", num_ctx=8_192, num_predict=3_000)
+    assert model_window(model).budget == 8_192 - 3_000
+    bound = model_window(model.bind(options={"num_ctx": 4_096, "num_predict": 2_000}))
+    assert bound == ModelWindow(4_096, requested_output=2_000, source="num_ctx")
+    assert model_window(model.bind(options={"num_ctx": 4_096})).budget == 3_072  # a quarter
+    assert model_window(model.bind(options={"temperature": 0})) is None
+
+
+@pytest.mark.parametrize("run_async", [False, True])
+async def test_the_middleware_reads_the_reply_size_of_the_requests_model_settings(
+    run_async: bool,
+) -> None:
+    """create_agent binds ``request.model_settings`` with the tools (a middleware before
+    this one may set ``max_tokens`` there): the budget leaves room for that reply."""
+
+    class AskMore(AgentMiddleware):
+        def wrap_model_call(self, request: ModelRequest, handler: Any) -> Any:
+            return handler(request.override(model_settings={"max_tokens": 64_000}))
+
+        async def awrap_model_call(self, request: ModelRequest, handler: Any) -> Any:
+            return await handler(request.override(model_settings={"max_tokens": 64_000}))
+
+    model = AsksModel(messages=iter([AIMessage("ok")]), profile=LONG_REPLIES, max_tokens=1_024)
+    mw = AutoContextMiddleware()
+    await run(agent(model, mw, AskMore()), run_async)
+    assert mw.autocontext.config.max_tokens == 136_000
+
+
 def test_model_argument_sets_the_budget_at_construction() -> None:
     model = windowed(max_input_tokens=8_000)
     ac = AutoContext(model=model, trigger=("tokens", 4_000), keep=("fraction", 0.25))
