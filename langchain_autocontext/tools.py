@@ -1149,7 +1149,10 @@ def _wc_args(name: str, args: Mapping[str, Any]) -> tuple[str, Any, Any]:
     return "replace", args.get("old"), args.get("new")
 
 
-def _wc_edit(engine: ContextEngine, call: _Call, op: str, a: Any, b: Any = None) -> Command:
+def _wc_edit(
+    engine: ContextEngine, call: _Call, op: str, a: Any, b: Any = None
+) -> tuple[Command, dict[str, Any] | None]:
+    """The tool's answer, and the event to record when the edit is applied."""
     global _warned_no_state_key
     if not call.has_ac_key:
         # The package's node, hook and middleware write the key (its working context)
@@ -1170,7 +1173,7 @@ def _wc_edit(engine: ContextEngine, call: _Call, op: str, a: Any, b: Any = None)
             "Not applied: this agent's state has no place for your working context (its "
             "developer must add the package's 'autocontext' state key), so nothing you "
             "write there would be kept. Keep what matters in your replies instead."
-        )
+        ), None
     limit = engine.config.working_context_max_chars
     current = str(call.ac.get("working_context") or "")
     # LangGraph applies the state updates of parallel calls in no fixed order, each over
@@ -1183,10 +1186,10 @@ def _wc_edit(engine: ContextEngine, call: _Call, op: str, a: Any, b: Any = None)
         return call.error(
             "Only one working-context edit per turn is applied, and an earlier call of this "
             "turn already edits it; this one was not applied. Repeat it on your next turn."
-        )
+        ), None
     new, refused = _wc_plan(engine, current, op, a, b)
     if refused:
-        return call.error(refused)
+        return call.error(refused), None
     token_limit = engine.config.working_context_token_limit
     tokens = engine.counter.count_text(new)
     state = {**call.ac, "working_context": new}
@@ -1197,22 +1200,48 @@ def _wc_edit(engine: ContextEngine, call: _Call, op: str, a: Any, b: Any = None)
         tool_call_id=call.call_id,
         name=call.name,
     )
-    return Command(update={"messages": [tm], "autocontext": state})
+    event = {
+        "kind": "context_edit",
+        "strategy": f"tool:{call.name}",
+        "op": call.name,
+        "via": "tool",
+        "message_ids": [],
+        "chars_before": len(current),
+        "chars_after": len(new),
+        "tool_call_id": call.call_id,
+    }
+    return Command(update={"messages": [tm], "autocontext": state}), event
 
 
 def _wc_tools(engine: ContextEngine) -> list[StructuredTool]:
+    def run(runtime: ToolRuntime, name: str, *args: Any) -> tuple[_Call, Command, Any]:
+        call = _Call(engine, runtime, name)
+        op = "append" if name == "working_context_append" else "replace"
+        return call, *_wc_edit(engine, call, op, *args)
+
+    def sync(runtime: ToolRuntime, name: str, *args: Any) -> Command:
+        call, answer, event = run(runtime, name, *args)
+        if event is not None:
+            call.store.record_event(call.thread_id, event)
+        return answer
+
+    async def asyn(runtime: ToolRuntime, name: str, *args: Any) -> Command:
+        call, answer, event = run(runtime, name, *args)
+        if event is not None:
+            await call.store.arecord_event(call.thread_id, event)
+        return answer
+
     def working_context_append(text: str, runtime: ToolRuntime) -> Command:
-        return _wc_edit(engine, _Call(engine, runtime, "working_context_append"), "append", text)
+        return sync(runtime, "working_context_append", text)
 
     async def aworking_context_append(text: str, runtime: ToolRuntime) -> Command:
-        return working_context_append(text, runtime)
+        return await asyn(runtime, "working_context_append", text)
 
     def working_context_replace(old: str, new: str, runtime: ToolRuntime) -> Command:
-        call = _Call(engine, runtime, "working_context_replace")
-        return _wc_edit(engine, call, "replace", old, new)
+        return sync(runtime, "working_context_replace", old, new)
 
     async def aworking_context_replace(old: str, new: str, runtime: ToolRuntime) -> Command:
-        return working_context_replace(old, new, runtime)
+        return await asyn(runtime, "working_context_replace", old, new)
 
     return [
         StructuredTool.from_function(

@@ -804,6 +804,36 @@ def test_working_context_edits_persist_and_are_shown(build) -> None:
     assert "goal: ship v2\nowner: bo\n</working_context>" in str(model.seen[-1][0].content)
 
 
+@pytest.mark.parametrize("run_async", [False, True])
+async def test_working_context_edits_are_recorded_as_events(build, run_async: bool) -> None:
+    """The model's working-context edits are context edits like its message edits: one
+    event per applied edit (none for a refused one), so an operator can see when the
+    model rewrote its working context."""
+    store = InMemoryStore()
+    ac = AutoContext(CFG, store=store)
+
+    def respond(view, n):
+        script = [
+            call("working_context_append", {"text": "goal: ship v2"}, "wa"),
+            call("working_context_replace", {"old": "v2", "new": "v3"}, "wr"),
+            call("working_context_replace", {"old": "missing", "new": "x"}, "wx"),
+        ]
+        return AIMessage("", tool_calls=[script[n]]) if n < len(script) else AIMessage("done")
+
+    graph = build(ac, FunctionModel(respond=respond), store)
+    if run_async:
+        await graph.ainvoke(start(), cfg("we"))
+    else:
+        graph.invoke(start(), cfg("we"))
+    assert saved(graph, cfg("we"))["working_context"] == "goal: ship v3"
+    events = [e for e in OffloadStore.wrap(store).list_events("we") if e.kind == "context_edit"]
+    assert [(e.strategy, e.op, e.data["via"], e.data["tool_call_id"]) for e in events] == [
+        ("tool:working_context_append", "working_context_append", "tool", "wa"),
+        ("tool:working_context_replace", "working_context_replace", "tool", "wr"),
+    ]
+    assert [(e.data["chars_before"], e.data["chars_after"]) for e in events] == [(0, 13), (13, 13)]
+
+
 def test_working_context_replace_refuses_overlapping_matches(build) -> None:
     # "retry, retry" occurs twice in "retry, retry, retry" (overlapping): str.count
     # says once, and the first place was replaced although old matched two places
@@ -992,7 +1022,8 @@ async def test_tools_async_in_both_graphs(build) -> None:
         m.content for m in tool_results(out["messages"])
     ]
     ops = [e.op for e in await OffloadStore.wrap(store).alist_events("a") if "op" in e.data]
-    assert ops == ["update", "delete"]
+    # the first turn's two edits run concurrently: their events in either order
+    assert sorted(ops[:2]) == ["update", "working_context_append"] and ops[2:] == ["delete"]
 
 
 def test_tools_on_a_sqlite_store(tmp_path) -> None:
