@@ -34,7 +34,7 @@ from langchain_autocontext.errors import InvalidConfigError
 if TYPE_CHECKING:
     from langchain_autocontext.config import AutoContextConfig
 
-__all__ = ["BudgetSpec", "ModelWindow", "model_window"]
+__all__ = ["BudgetSpec", "ModelWindow", "model_window", "sent_settings"]
 
 _KINDS = ("tokens", "fraction", "messages")
 _FORMS = "('tokens', n), ('fraction', x) with 0 < x <= 1, or ('messages', n)"
@@ -104,16 +104,14 @@ def model_window(
     of them. What a binding sends with the request (``model.bind(max_tokens=4_096)``,
     ChatOllama's ``bind(options={...})``) is read before the model's own fields, as
     LangChain sends it: an outer binding's over an inner one's, over the model's."""
-    settings: Mapping[str, Any] = _settings or {}
-    if _depth < 8:
-        if isinstance(model, RunnableBindingBase) and isinstance(model.kwargs, Mapping):
-            settings = {**model.kwargs, **settings}
-        inner = _wrapped_models(model)
-        if inner:
-            known = [
-                w for w in (model_window(m, _depth + 1, settings) for m in inner) if w is not None
-            ]
-            return min(known, key=lambda w: w.budget) if known else None
+    settings, model = sent_settings(model, _settings)
+    if isinstance(model, RunnableWithFallbacks) and _depth < 8:
+        known = [
+            w
+            for w in (model_window(m, _depth + 1, settings) for m in _fallback_chain(model))
+            if w is not None
+        ]
+        return min(known, key=lambda w: w.budget) if known else None
     try:
         profile = getattr(model, "profile", None)
         run = [(name, _setting(model, settings, name)) for name in _RUN_WINDOW_FIELDS]
@@ -131,15 +129,25 @@ def model_window(
     return ModelWindow(stated, output, requested)
 
 
-def _wrapped_models(model: Any) -> list[Any]:
-    """The models a LangChain wrapper sends to: a ``RunnableWithFallbacks``' primary and
-    fallbacks, a binding's (``with_retry()``, ``bind()``, ``with_config()``) bound model;
-    ``[]`` for anything else."""
-    if isinstance(model, RunnableWithFallbacks):
-        return [model.runnable, *model.fallbacks]
-    if isinstance(model, RunnableBindingBase):
-        return [model.bound]
-    return []
+def sent_settings(model: Any, outer: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], Any]:
+    """What the bindings around ``model`` send with each request, and the runnable they
+    bind: ``model.bind(...)``, ``with_retry()`` and ``with_config()`` layers are walked
+    down, their ``kwargs`` merged as LangChain passes them on (an outer binding's over an
+    inner one's; ``outer``: what is sent from further out still)."""
+    settings = dict(outer or {})
+    for _ in range(16):  # bindings of bindings
+        if not isinstance(model, RunnableBindingBase):
+            break
+        if isinstance(model.kwargs, Mapping):
+            settings = {**model.kwargs, **settings}
+        model = model.bound
+    return settings, model
+
+
+def _fallback_chain(model: RunnableWithFallbacks) -> list[Any]:
+    """The models a ``with_fallbacks([...])`` may send to: its primary and fallbacks
+    (each gets the kwargs of the call)."""
+    return [model.runnable, *model.fallbacks]
 
 
 #: Fields that ChatOllama sends inside its ``options``: a bound ``options`` mapping is

@@ -71,6 +71,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command
 from typing_extensions import Unpack
 
+from langchain_autocontext.budget import sent_settings
 from langchain_autocontext.config import AutoContextConfig
 from langchain_autocontext.engine import (
     _SYSTEM_PLACEHOLDER_ID,
@@ -143,10 +144,15 @@ _BACKENDS_LOCK = threading.Lock()
 
 
 def _sent_model(request: ModelRequest[Any]) -> Any:
-    """The request's model as create_agent sends it: bound with the request's
-    ``model_settings`` (a reply size set there is the one the budget leaves room for)."""
+    """The request's model as create_agent sends it, bound with the request's
+    ``model_settings`` (a reply size set there is the one the budget leaves room for).
+    With tools or a response format it calls ``request.model.bind_tools(...)``, which a
+    binding forwards to the model it binds: the binding's own kwargs are not sent."""
+    model = request.model
+    if request.tools or request.response_format is not None:
+        model = sent_settings(model)[1]
     settings = request.model_settings
-    return request.model.bind(**settings) if settings else request.model
+    return model.bind(**settings) if settings else model
 
 
 def _store_key(store: OffloadStore) -> tuple[Any, str]:

@@ -312,6 +312,12 @@ async def test_the_middleware_reads_the_reply_size_of_the_requests_model_setting
     mw = AutoContextMiddleware()
     await run(agent(model, mw, AskMore()), run_async)
     assert mw.autocontext.config.max_tokens == 136_000
+    # a binding's own max_tokens is not sent when create_agent binds tools (bind_tools
+    # goes to the model it binds): the model's own reply size is the one sent
+    model = AsksModel(messages=iter([AIMessage("ok")]), profile=LONG_REPLIES, max_tokens=64_000)
+    mw = AutoContextMiddleware()
+    await run(agent(model.bind(max_tokens=4_096), mw), run_async)  # type: ignore[arg-type]
+    assert mw.autocontext.config.max_tokens == 136_000
 
 
 def test_model_argument_sets_the_budget_at_construction() -> None:
