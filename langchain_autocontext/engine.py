@@ -99,6 +99,7 @@ from langchain_autocontext.view import (
     pressure_slack,
     view_reserve,
     view_reserve_and_slack,
+    warn_bound_chain,
 )
 
 __all__ = ["AutoContextArgs", "CompressionResult", "ContextEngine"]
@@ -460,6 +461,7 @@ class ContextEngine:
         #: when the model's window changes), so ``self.config`` stays the one source.
         self._base_config = self.config
         if model is not None:
+            warn_bound_chain(model)
             self._window = model_window(model)
             if self._window is None:
                 self._warn_default_budget()
@@ -648,6 +650,7 @@ class ContextEngine:
         calls it once. Returns True when the config changed. A model without a window
         keeps the budget known so far (and warns once when there is none).
         """
+        warn_bound_chain(model)
         if self._explicit_max:
             return False
         window = model_window(model)

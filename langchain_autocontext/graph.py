@@ -35,7 +35,7 @@ from langchain_autocontext.engine import (
 from langchain_autocontext.messages import remove_all, state_messages
 from langchain_autocontext.metadata import as_shown
 from langchain_autocontext.strategies.pipeline import PipelineResult
-from langchain_autocontext.view import ModelCall, state_in
+from langchain_autocontext.view import ModelCall, state_in, warn_bound_chain
 
 __all__ = [
     "AutoContextAgentState",
@@ -347,6 +347,7 @@ def model_node(
     ``AutoContext(tools=…)`` need not repeat them.
     """
     engine.learn_tools(bound_tools(model))
+    warn_bound_chain(model)
 
     def prepared(state: Any, config: RunnableConfig) -> ModelCall:
         state = graph_state(state)

@@ -40,6 +40,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
+from langchain_autocontext.budget import sent_settings
 from langchain_autocontext.config import AutoContextConfig
 from langchain_autocontext.copies import memo_with_id
 from langchain_autocontext.errors import ContextBudgetError
@@ -71,6 +72,7 @@ __all__ = [
     "system_section",
     "view_reserve",
     "view_reserve_and_slack",
+    "warn_bound_chain",
     "working_context_block",
 ]
 
@@ -717,6 +719,32 @@ def remember_reply(call: ModelCall, reply: Any) -> None:
     if rid is None:
         return
     _CHAINS.put(rid, (_digest(call.messages), _fingerprint(reply)))
+
+
+_warned_bound_chain = False
+
+
+def warn_bound_chain(model: Any) -> None:
+    """Warn (once per process) when ``model`` sends a ``previous_response_id`` bound to
+    it (``ChatOpenAI(use_responses_api=True).bind(previous_response_id="resp_…")``, a
+    ``model_settings`` entry): OpenAI then puts the conversation it holds under that id
+    before every request, and before each chain :func:`_chained` restarts, where the
+    package neither counts nor compresses it."""
+    global _warned_bound_chain
+    rid = sent_settings(model)[0].get("previous_response_id")
+    if _warned_bound_chain or not (isinstance(rid, str) and rid):
+        return
+    _warned_bound_chain = True
+    warnings.warn(
+        f"langchain-autocontext: the model is bound to previous_response_id={rid!r}: OpenAI "
+        "puts the conversation it holds under that id before every request (before every "
+        "compressed view too), where the package can neither count nor compress it, so the "
+        "budget does not hold for what the model reads. Do not bind it: for a conversation "
+        "held by OpenAI use ChatOpenAI(use_responses_api=True, use_previous_response_id="
+        "True), whose chain the package restarts from the compressed view.",
+        UserWarning,
+        stacklevel=3,
+    )
 
 
 def _chained(view: list[BaseMessage], plain: Sequence[BaseMessage]) -> list[BaseMessage]:

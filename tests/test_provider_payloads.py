@@ -32,6 +32,7 @@ pytest.importorskip("langchain_openai")
 pytest.importorskip("langchain_anthropic")
 
 from langchain.agents import create_agent  # noqa: E402
+from langchain.agents.middleware import AgentMiddleware  # noqa: E402
 from langchain_core.messages import HumanMessage, SystemMessage  # noqa: E402
 from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
 from langgraph.prebuilt import create_react_agent  # noqa: E402
@@ -647,6 +648,51 @@ def test_openai_server_side_chain_restarts_after_each_compaction_of_a_state_grap
         run_build_rounds(graph, server, config, asynchronous, system_in_state=True)
 
     check_chains(server, ac, "g", run)
+
+
+def test_a_bound_previous_response_id_is_warned_about(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``ChatOpenAI(use_responses_api=True).bind(previous_response_id=…)``: OpenAI puts
+    the conversation it holds under that id before every request, the compressed view
+    too (and before each chain the package restarts, with use_previous_response_id): the
+    server held the old conversation beside the budget, uncounted, without a word. Each
+    surface that is given the model warns (once per process)."""
+    import langchain_autocontext.view as view_module
+
+    server = ChainServer()
+    server.script = lambda step, payload: "Noted."
+    old = server.model().invoke([HumanMessage(" ".join(f"fact{i}" for i in range(1_500)))])
+    bound = server.model(use_previous_response_id=True).bind(
+        previous_response_id=old.response_metadata["id"]
+    )
+    ac = AutoContext(AutoContextConfig(max_tokens=2_000, metadata_tags=True))
+    msgs: list[Any] = [SystemMessage("You are terse."), HumanMessage("Hi.", id="u1")]
+    call = ac.prepare_model_call(msgs)
+    call.update(bound.invoke(call.messages))
+    held = server.log[-1][2]
+    assert ac.counter.count_text(held_text(held)) > ac.config.max_tokens  # the old session
+    plain = server.model(use_previous_response_id=True)
+    for surface in (
+        lambda model: AutoContext(model=model),
+        lambda model: AutoContext(max_tokens=8_000).model_node(model),
+        lambda model: AutoContext().use_model(model),
+    ):
+        monkeypatch.setattr(view_module, "_warned_bound_chain", False, raising=False)
+        with pytest.warns(UserWarning, match="bound to previous_response_id='resp_"):
+            surface(bound)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            surface(plain.bind_tools([]))  # nothing bound: no warning
+    monkeypatch.setattr(view_module, "_warned_bound_chain", False, raising=False)
+    settings = {"previous_response_id": "resp_1"}
+
+    class Settings(AgentMiddleware):
+        def wrap_model_call(self, request: Any, handler: Any) -> Any:
+            return handler(request.override(model_settings=settings))
+
+    agent = create_agent(plain, system_prompt="Be brief.", middleware=[Settings(), ac.middleware()])
+    server.chains["resp_1"] = []
+    with pytest.warns(UserWarning, match="bound to previous_response_id='resp_1'"):
+        agent.invoke({"messages": [HumanMessage("hi")]})
 
 
 @pytest.mark.parametrize("asynchronous", [False, True])
