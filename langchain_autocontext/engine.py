@@ -39,7 +39,7 @@ from langgraph.store.base import BaseStore
 from langgraph.store.memory import InMemoryStore
 from typing_extensions import Unpack
 
-from langchain_autocontext.budget import BudgetSpec, ModelWindow, model_window
+from langchain_autocontext.budget import BudgetSpec, ModelWindow, model_window, sent_settings
 from langchain_autocontext.commands import process_reply
 from langchain_autocontext.config import AutoContextConfig, AutoContextConfigFields
 from langchain_autocontext.copies import drop_dead_copies
@@ -2018,15 +2018,10 @@ def _tool_name(tool: Any) -> str | None:
 
 def bound_tools(model: Any) -> list[Any]:
     """The tool schemas bound to a chat model (``model.bind_tools(...)`` returns a
-    binding whose ``kwargs["tools"]`` they are), else ``[]``."""
-    for _ in range(8):  # bindings of bindings
-        if model is None:
-            break
-        tools = (getattr(model, "kwargs", None) or {}).get("tools")
-        if isinstance(tools, list | tuple):
-            return list(tools)
-        model = getattr(model, "bound", None)
-    return []
+    binding whose ``kwargs["tools"]`` they are; the outermost binding's, as LangChain
+    sends them: :func:`~langchain_autocontext.budget.sent_settings`), else ``[]``."""
+    tools = sent_settings(model)[0].get("tools")
+    return list(tools) if isinstance(tools, list | tuple) else []
 
 
 #: Key of ``state["autocontext"]`` naming the thread of a run that has no ``thread_id``.
