@@ -1079,6 +1079,126 @@ def _xref_table(offsets: dict[int, Any], size: int, at: int, extra: bytes) -> by
     return rows + trailer
 
 
+# --- audio and video (tiny, hand-written: a real header of a known duration, silence) ------
+def wav_audio(seconds: float, *, rate: int = 8000, list_chunk: bool = False) -> bytes:
+    """A PCM WAV of ``seconds`` (mono, 8-bit): RIFF, ``fmt `` (its byte rate), a ``LIST``
+    chunk before the data when asked, ``data``."""
+    fmt = struct.pack("<HHIIHH", 1, 1, rate, rate, 1, 8)
+    data = b"\x80" * int(seconds * rate)
+    extra = b"LIST" + struct.pack("<I", 12) + b"INFOISFT\0\0\0\0" if list_chunk else b""
+    body = b"WAVE" + b"fmt " + struct.pack("<I", len(fmt)) + fmt + extra
+    body += b"data" + struct.pack("<I", len(data)) + data
+    return b"RIFF" + struct.pack("<I", len(body)) + body
+
+
+def mp3_audio(seconds: float, *, xing: bool = False, id3: int = 0, vbri: bool = False) -> bytes:
+    """An MPEG-1 Layer III stream of ``seconds`` at 128 kbit/s, 44.1 kHz (1,152 samples a
+    frame): constant bit rate, or with a Xing (VBR) or VBRI header frame giving its frame
+    count; behind an ID3v2 tag of ``id3`` bytes when asked."""
+    frames = round(seconds * 44100 / 1152)
+    header = bytes((0xFF, 0xFB, 0x90, 0x64))  # MPEG-1 L3, 128 kbit/s, 44.1 kHz, joint stereo
+    size = 144 * 128000 // 44100  # 417 bytes a frame, 418 with its padding byte
+    frame = header + b"\0" * (size - 4)
+    padded = bytes((0xFF, 0xFB, 0x92, 0x64)) + b"\0" * (size - 3)
+    out = b""
+    if id3:
+        syncsafe = bytes((id3 >> 21 & 0x7F, id3 >> 14 & 0x7F, id3 >> 7 & 0x7F, id3 & 0x7F))
+        out += b"ID3\x04\x00\x00" + syncsafe + b"\0" * id3
+    if xing or vbri:
+        info = bytearray(frame)
+        if xing:  # after the 32 bytes of stereo side information
+            info[36:48] = b"Xing" + struct.pack(">II", 1, frames)
+        else:  # VBRI: 32 bytes after the header
+            info[36:54] = b"VBRI" + struct.pack(">HHHII", 1, 0, 75, frames * size, frames)
+        out += bytes(info)
+        # a VBR stream: the frames do not say the duration by their size (a low bitrate)
+        frame = bytes((0xFF, 0xFB, 0x10, 0x64)) + b"\0" * (144 * 32000 // 44100 - 4)
+        return out + frame * frames
+    # padded as an encoder pads: a frame of 418 bytes whenever the 417.96 a frame add up
+    for n in range(frames):
+        out += (
+            padded if (n + 1) * 144 * 128000 // 44100 - n * 144 * 128000 // 44100 > size else frame
+        )
+    return out
+
+
+def flac_audio(seconds: float, *, rate: int = 16000) -> bytes:
+    """A FLAC stream header: ``fLaC`` and a STREAMINFO of ``seconds`` of samples at ``rate``."""
+    samples = int(seconds * rate)
+    packed = rate << 44 | 0 << 41 | 15 << 36 | samples  # mono, 16 bits a sample
+    info = struct.pack(">HHII", 4096, 4096, 0, 0)[:10] + packed.to_bytes(8, "big") + b"\0" * 16
+    return b"fLaC" + bytes((0x80,)) + len(info).to_bytes(3, "big") + info
+
+
+def _ogg_page(serial: int, seq: int, granule: int, packet: bytes, flags: int = 0) -> bytes:
+    segments = [255] * (len(packet) // 255) + [len(packet) % 255]
+    head = b"OggS" + struct.pack("<BBqIII", 0, flags, granule, serial, seq, 0)
+    return head + bytes((len(segments),)) + bytes(segments) + packet
+
+
+def ogg_audio(seconds: float, codec: str = "vorbis") -> bytes:
+    """An Ogg stream of ``seconds``: its identification page (Vorbis at 22,050 Hz, or Opus
+    with a pre-skip of 312 samples at 48 kHz), data pages, and a last page whose granule
+    position says its end."""
+    serial = 0x1234
+    if codec == "opus":
+        ident = b"OpusHead" + struct.pack("<BBHIhB", 1, 1, 312, 16000, 0, 0)
+        end = int(seconds * 48000) + 312
+    else:
+        ident = b"\x01vorbis" + struct.pack("<IBIiiiBB", 0, 1, 22050, 0, 64000, 0, 0xB8, 1)
+        end = int(seconds * 22050)
+    pages = [_ogg_page(serial, 0, 0, ident, flags=2)]
+    for seq in range(1, 4):
+        pages.append(_ogg_page(serial, seq, end * seq // 4, b"\0" * 700))
+    pages.append(_ogg_page(serial, 4, end, b"\0" * 300, flags=4))
+    return b"".join(pages)
+
+
+def _box(kind: bytes, payload: bytes) -> bytes:
+    return struct.pack(">I", 8 + len(payload)) + kind + payload
+
+
+def mp4_video(
+    seconds: float, *, brand: bytes = b"isom", moov_last: bool = False, version: int = 0
+) -> bytes:
+    """An MP4 (or M4A, by its ``brand``) of ``seconds``: ``ftyp``, ``moov`` with its
+    ``mvhd`` (timescale 600; ``version`` 1: 64-bit times) and an ``mdat`` of 4 kB,
+    ``moov`` after the media data when asked (as most encoders write it)."""
+    if version == 1:
+        mvhd = struct.pack(">B3xQQIQ", 1, 0, 0, 600, int(seconds * 600))
+    else:
+        mvhd = struct.pack(">B3xIIII", 0, 0, 0, 600, int(seconds * 600))
+    moov = _box(b"moov", _box(b"mvhd", mvhd + b"\0" * 80))
+    ftyp = _box(b"ftyp", brand + b"\0\0\0\0" + brand + b"mp41")
+    mdat = _box(b"mdat", b"\0" * 4096)
+    return ftyp + (mdat + moov if moov_last else moov + mdat)
+
+
+def _ebml(element: int, payload: bytes) -> bytes:
+    size = len(payload)
+    return (
+        element.to_bytes((element.bit_length() + 7) // 8, "big")
+        + (
+            (1 << 56 | size).to_bytes(8, "big")  # an 8-byte size, as muxers write it
+        )
+        + payload
+    )
+
+
+def webm_video(seconds: float, *, timecode_scale: int = 1_000_000) -> bytes:
+    """A WebM of ``seconds``: an EBML header, a Segment with a SeekHead, a Void and its Info
+    (TimecodeScale, a float Duration in its units), then a Cluster."""
+    header = _ebml(0x1A45DFA3, _ebml(0x4282, b"webm"))
+    info = _ebml(
+        0x1549A966,
+        _ebml(0x2AD7B1, timecode_scale.to_bytes(4, "big"))
+        + _ebml(0x4489, struct.pack(">d", seconds * 1e9 / timecode_scale)),
+    )
+    segment = _ebml(0x114D9B74, b"\0" * 20) + _ebml(0xEC, b"\0" * 40) + info
+    segment += _ebml(0x1F43B675, b"\0" * 2048)
+    return header + _ebml(0x18538067, segment)
+
+
 def b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Annotated, Any, get_args, get_origin
 
 import pytest
-from _builders import b64, log_text, pdf_document, png_image, sh
+from _builders import b64, log_text, pdf_document, png_image, sh, wav_audio
 from langchain.agents import create_agent
 from langchain.agents.middleware import AgentState, before_model
 from langchain_core.language_models import BaseChatModel
@@ -2119,17 +2119,54 @@ def read_report(quarter: int) -> list[dict[str, Any]]:
     ]
 
 
-def billed_by_claude_with_pdfs(ac: AutoContext, sent: list[BaseMessage], tools: list[Any]) -> int:
-    """The request's tokens with each PDF billed as Claude does, its text as the counter."""
-    pdfs = 0
+def billed_by_provider(
+    ac: AutoContext, sent: list[BaseMessage], tools: list[Any], kind: str, cost: int
+) -> int:
+    """The request's tokens with each ``kind`` block billed ``cost`` as the provider
+    bills it, its text as the counter."""
+    blocks = 0
     plain: list[BaseMessage] = []
     for m in sent:
         if isinstance(m.content, list):
-            kept = [b for b in m.content if not (isinstance(b, dict) and b.get("type") == "file")]
-            pdfs += len(m.content) - len(kept)
+            kept = [b for b in m.content if not (isinstance(b, dict) and b.get("type") == kind)]
+            blocks += len(m.content) - len(kept)
             m = m.model_copy(update={"content": kept})
         plain.append(m)
-    return ac.counter.count(plain, tools) + pdfs * CLAUDE_REPORT
+    return ac.counter.count(plain, tools) + blocks * cost
+
+
+def check_media_agent(
+    fetch: Any, args: Callable[[int], dict[str, Any]], kind: str, cost: int, max_tokens: int
+) -> None:
+    """A ``create_agent`` run at ``max_tokens`` whose tool ``fetch`` returns a ``kind``
+    block the provider bills ``cost``, called 8 times: every request fits by the
+    provider's count, and the latest block is still shown."""
+    ac = AutoContext(CFG.model_copy(update={"max_tokens": max_tokens}))
+
+    def reply(messages: list[BaseMessage], n: int) -> AIMessage:
+        if n < 8:
+            return call(fetch.name, args(n), n)
+        return AIMessage("done")
+
+    model = ReplyModel(reply=reply)
+    graph = create_agent(
+        model,
+        [fetch],
+        system_prompt="Work through what the tool returns.",
+        middleware=[ac.middleware()],
+        checkpointer=InMemorySaver(),
+        store=InMemoryStore(),
+    )
+    graph.invoke({"messages": [HumanMessage("Go through all of them.")]}, THREAD)
+    assert len(model.seen) == 9
+    assert any(
+        isinstance(b, dict) and b.get("type") == kind
+        for m in model.seen[-1]
+        if isinstance(m.content, list)
+        for b in m.content
+    )  # the latest one is still shown
+    for sent in model.seen:
+        assert billed_by_provider(ac, sent, model.bound, kind, cost) <= ac.config.max_tokens
 
 
 def test_an_agent_reading_pdfs_stays_within_the_budget() -> None:
@@ -2138,32 +2175,31 @@ def test_an_agent_reading_pdfs_stays_within_the_budget() -> None:
     requests past the budget by the provider's count, and compression never ran. A PDF
     now counts by its pages: every request fits by that count, the latest report is
     still shown and the earlier ones are offloaded (reloadable)."""
-    ac = AutoContext(CFG.model_copy(update={"max_tokens": 20_000}))
+    check_media_agent(read_report, lambda n: {"quarter": n % 4 + 1}, "file", CLAUDE_REPORT, 20_000)
 
-    def reply(messages: list[BaseMessage], n: int) -> AIMessage:
-        if n < 8:
-            return call("read_report", {"quarter": n % 4 + 1}, n)
-        return AIMessage("done")
 
-    model = ReplyModel(reply=reply)
-    graph = create_agent(
-        model,
-        [read_report],
-        system_prompt="Compare the reports.",
-        middleware=[ac.middleware()],
-        checkpointer=InMemorySaver(),
-        store=InMemoryStore(),
-    )
-    graph.invoke({"messages": [HumanMessage("How did the year go?")]}, THREAD)
-    assert len(model.seen) == 9
-    assert any(
-        isinstance(b, dict) and b.get("type") == "file"
-        for m in model.seen[-1]
-        if isinstance(m.content, list)
-        for b in m.content
-    )  # the latest report is still shown
-    for sent in model.seen:
-        assert billed_by_claude_with_pdfs(ac, sent, model.bound) <= ac.config.max_tokens
+VOICE_NOTE = b64(wav_audio(60))
+#: What Gemini bills a minute of audio: 32 tokens a second ("Understand and count tokens").
+GEMINI_VOICE_NOTE = 60 * 32
+
+
+@tool
+def play_voicemail(index: int) -> list[dict[str, Any]]:
+    """Fetch a voicemail (a minute of audio)."""
+    # a ``file`` block: a tool's list content keeps text, image, document and file
+    # blocks (LangGraph's ToolNode turns a list with an ``audio`` block into its JSON)
+    return [
+        {"type": "text", "text": f"Voicemail {index}."},
+        {"type": "file", "base64": VOICE_NOTE, "mime_type": "audio/wav"},
+    ]
+
+
+def test_an_agent_listening_to_voice_notes_stays_within_the_budget() -> None:
+    """A voice agent whose tool returns one-minute voice notes: each counted 85 tokens
+    while Gemini bills 1,920, so with an 8,000-token budget the requests went past the
+    budget by the provider's count. A recording now counts by its duration (read from
+    its header): every request fits by that count."""
+    check_media_agent(play_voicemail, lambda n: {"index": n}, "file", GEMINI_VOICE_NOTE, 8000)
 
 
 def test_a_computer_use_agent_sending_screenshots_stays_within_the_budget() -> None:

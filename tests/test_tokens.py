@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 import json
+import math
+import struct
 import threading
 import warnings
 import zlib
@@ -12,7 +14,20 @@ from typing import Any
 
 import pytest
 import tiktoken
-from _builders import b64, gif_image, jpeg_image, pdf_document, png_image, webp_image
+from _builders import (
+    b64,
+    flac_audio,
+    gif_image,
+    jpeg_image,
+    mp3_audio,
+    mp4_video,
+    ogg_audio,
+    pdf_document,
+    png_image,
+    wav_audio,
+    webm_video,
+    webp_image,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
@@ -55,6 +70,8 @@ def t(enc: tiktoken.Encoding, text: str) -> int:
 
 #: A PDF page: the largest a provider documents (docs/token-counting.md).
 PDF_PAGE = 3000
+#: A second of audio and of video: the largest a provider documents (docs/token-counting.md).
+AUDIO_SECOND, VIDEO_SECOND = 32, 312
 
 
 class SpyEncoding:
@@ -601,7 +618,7 @@ def test_a_pdf_whose_pages_do_not_read_keeps_an_estimate_and_reading_is_bounded(
     reads: list[bytes] = []
     read = tokens_mod._count_pdf_pages
     monkeypatch.setattr(tokens_mod, "_count_pdf_pages", lambda raw: reads.append(raw) or read(raw))
-    monkeypatch.setattr(tokens_mod, "_PDF_PAGES", tokens_mod._LRU(8))  # none read yet
+    monkeypatch.setattr(tokens_mod, "_PAYLOAD_READS", tokens_mod._LRU(8))  # none read yet
     report = b64(pdf_document(12))
     for k in range(3):
         msg = HumanMessage(
@@ -609,6 +626,152 @@ def test_a_pdf_whose_pages_do_not_read_keeps_an_estimate_and_reading_is_bounded(
         )
         assert counter.count_message(msg) == base + t(enc, f"copy {k}") + 12 * PDF_PAGE
     assert len(reads) == 1
+
+
+#: Recordings of a known duration, by container: (bytes, MIME type, seconds, kind).
+MP3_SECONDS = 2297 * 1152 / 44100  # 60 s of 1,152-sample frames at 44.1 kHz
+RECORDINGS: dict[str, tuple[bytes, str, float, str]] = {
+    "wav": (wav_audio(60), "audio/wav", 60, "audio"),
+    "wav, a chunk before its data": (wav_audio(7.5, list_chunk=True), "audio/wav", 7.5, "audio"),
+    "mp3, constant bit rate": (mp3_audio(60), "audio/mpeg", MP3_SECONDS, "audio"),
+    "mp3, Xing after an ID3 tag": (
+        mp3_audio(60, xing=True, id3=3000),
+        "audio/mp3",
+        MP3_SECONDS,
+        "audio",
+    ),
+    "mp3, VBRI": (mp3_audio(60, vbri=True), "audio/mpeg", MP3_SECONDS, "audio"),
+    "flac": (flac_audio(90), "audio/flac", 90, "audio"),
+    "ogg vorbis": (ogg_audio(45), "audio/ogg", 45, "audio"),
+    "ogg opus": (ogg_audio(45, "opus"), "audio/ogg", 45, "audio"),
+    "m4a": (mp4_video(30, brand=b"M4A "), "audio/mp4", 30, "audio"),
+    "mp4": (mp4_video(60), "video/mp4", 60, "video"),
+    "mov, moov last, 64-bit": (
+        mp4_video(20, moov_last=True, version=1),
+        "video/quicktime",
+        20,
+        "video",
+    ),
+    "webm": (webm_video(60), "video/webm", 60, "video"),
+    "webm, microsecond timecodes": (webm_video(12, timecode_scale=1000), "video/webm", 12, "video"),
+}
+
+
+def recording_blocks(data: bytes, mime: str, kind: str) -> dict[str, dict[str, Any]]:
+    """The same recording in each provider's block format (and LangChain's)."""
+    url = f"data:{mime};base64,{b64(data)}"
+    blocks = {
+        "langchain": {"type": kind, "base64": b64(data), "mime_type": mime},
+        "langchain source_type": {
+            "type": kind,
+            "source_type": "base64",
+            "data": b64(data),
+            "mime_type": mime,
+        },
+        "langchain file": {"type": "file", "base64": b64(data), "mime_type": mime},
+        "a data url": {"type": "file", "url": url},
+        "gemini media": {"type": "media", "mime_type": mime, "data": b64(data)},
+        "gemini inline_data": {"inline_data": {"mime_type": mime, "data": b64(data)}},
+        "gemini inlineData": {"inlineData": {"mimeType": mime, "data": b64(data)}},
+        "bedrock": {kind: {"format": mime.split("/")[1], "source": {"bytes": data}}},
+        "nested data url": {"type": "tool_result", "content": [{"type": "file", "url": url}]},
+    }
+    if kind == "audio":
+        fmt = "mp3" if "mp" in mime else "wav"
+        blocks["openai input_audio"] = {
+            "type": "input_audio",
+            "input_audio": {"data": b64(data), "format": fmt},
+        }
+    return blocks
+
+
+def test_inline_audio_and_video_count_by_their_duration_in_every_block_format(
+    enc: tiktoken.Encoding,
+) -> None:
+    """A recording counted a flat 85 tokens while the providers bill it by its duration
+    (Gemini: 32 tokens a second of audio, a minute 1,920; a second of video up to 280
+    for its frame at high resolution and 32 for its sound), so a voice or video agent's
+    budget held nothing. Its duration is read from its container's header, in every
+    block format; what it is (audio, video) from its block or MIME type, else from its
+    container (an MP4 or a WebM that may hold video: video)."""
+    counter = TokenCounter()
+    base = 3 + t(enc, "user")
+    for name, (data, mime, seconds, kind) in RECORDINGS.items():
+        rate = AUDIO_SECOND if kind == "audio" else VIDEO_SECOND
+        expected = math.ceil(seconds * rate)
+        for fmt, block in recording_blocks(data, mime, kind).items():
+            rest, _ = tokens_mod._without_media({k: v for k, v in block.items()})
+            shell = 0 if "type" in block and fmt != "nested data url" else t(enc, json.dumps(rest))
+            got = counter.count_message(HumanMessage([block])) - base - shell
+            assert got == expected, (name, fmt, got, expected)
+    # what the container holds decides when nothing is declared (raw bytes in a block)
+    for name in ("wav", "mp4"):
+        data, _, seconds, kind = RECORDINGS[name]
+        block = {"attachment": {"source": {"bytes": data}}}
+        rest, media = tokens_mod._without_media(block)
+        rate = AUDIO_SECOND if kind == "audio" else VIDEO_SECOND
+        assert media == math.ceil(seconds * rate), name
+
+
+def test_a_recording_whose_duration_does_not_read_keeps_the_estimate_and_reading_is_bounded(
+    enc: tiktoken.Encoding, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A recording given by URL or file id, or whose header does not read (damaged,
+    truncated, another container), keeps the 85-token estimate: its size does not tell
+    its duration. A header that claims more than a provider takes counts no more than
+    9.5 hours. Reading is bounded: a 60 MB recording decodes a few kilobytes (its header,
+    the last Ogg page), and the same one in another message is not read again."""
+    counter = TokenCounter()
+    base = 3 + t(enc, "user")
+    wav = wav_audio(2)
+    damaged = [
+        b"RIFF\0\0\0\0WAVEdata\xff\xff\xff\x7f" + b"\0" * 64,  # data before its fmt
+        wav[:20],  # truncated in its fmt chunk
+        b"OggS" + b"\0" * 200,  # no identification packet
+        mp4_video(10)[:40],  # moov cut short
+        b"\x1a\x45\xdf\xa3" + b"\xff" * 64,  # EBML noise
+        b"ID3\x04\0\0\0\0\0\x10" + b"\0" * 300,  # a tag, then no frame
+        bytes(range(256)) * 20,  # noise
+    ]
+    for data in damaged:
+        block = {"type": "audio", "base64": b64(data), "mime_type": "audio/wav"}
+        assert counter.count_message(HumanMessage([block])) == base + 85, data[:16]
+    for block in (
+        {"type": "audio", "url": "https://example.com/a.wav"},
+        {"type": "video", "file_id": "file-123"},
+        {"type": "input_audio", "input_audio": {"data": "!!!! not base64", "format": "wav"}},
+    ):
+        assert counter.count_message(HumanMessage([block])) == base + 85
+    # an absurd duration (a day of video, at a timescale of 1) counts 9.5 hours
+    day = mp4_video(1).replace(struct.pack(">II", 600, 600), struct.pack(">II", 1, 86400))
+    block = {"type": "video", "base64": b64(day), "mime_type": "video/mp4"}
+    assert counter.count_message(HumanMessage([block])) == base + int(9.5 * 3600) * VIDEO_SECOND
+
+    decoded: list[int] = []
+    decode = base64.b64decode
+
+    def spy(data: Any, *args: Any, **kwargs: Any) -> bytes:
+        out = decode(data, *args, **kwargs)
+        decoded.append(len(out))
+        return out
+
+    monkeypatch.setattr(tokens_mod.base64, "b64decode", spy)
+    monkeypatch.setattr(tokens_mod, "_PAYLOAD_READS", tokens_mod._LRU(8))  # none read yet
+    reads: list[Any] = []
+    read = tokens_mod._media_seconds
+    monkeypatch.setattr(tokens_mod, "_media_seconds", lambda src: reads.append(1) or read(src))
+    for name, data in (("ogg", ogg_audio(600)), ("wav", wav_audio(3600, rate=16000))):
+        last = data.rindex(b"OggS") if name == "ogg" else len(data)
+        big = b64(data[:last] + b"\0" * (60 << 20) + data[last:])  # 60 MB, the Ogg end after it
+        decoded.clear()
+        for k in range(2):
+            msg = HumanMessage(
+                [{"type": "text", "text": f"copy {k}"}, {"type": "audio", "base64": big}]
+            )
+            seconds = 600 if name == "ogg" else 3600
+            assert counter.count_message(msg) == base + t(enc, f"copy {k}") + seconds * AUDIO_SECOND
+        assert sum(decoded) < 256 << 10, (name, sum(decoded))
+    assert len(reads) == 2  # each recording read once
 
 
 def test_tool_calls_and_tool_messages(enc: tiktoken.Encoding) -> None:
