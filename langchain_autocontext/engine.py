@@ -50,6 +50,7 @@ from langchain_autocontext.errors import (
     caller_stacklevel,
 )
 from langchain_autocontext.messages import (
+    carries_compaction,
     content_hash,
     ensure_ids,
     is_context_edit,
@@ -1269,7 +1270,14 @@ class ContextEngine:
         # twice the margin beyond what is needed. A tokenizer's ratio moves a few
         # percent with the content, and following it rewrote the state on every call (a
         # provider counting 12-18% more: 300 calibrations in 300 calls; soak audit).
-        if not (scale >= old + 0.01 or scale * CALIBRATION_MARGIN**2 < old):
+        # Never down on a provider's own compaction (in the reply or the request): the
+        # reply reports the compacted context, and Anthropic bills a request from its
+        # compaction block on, not what the package sent (it put the scale back to 1,
+        # under the provider's tokenizer, until the package compressed the block away).
+        lowers = scale * CALIBRATION_MARGIN**2 < old and not (
+            carries_compaction(reply) or any(carries_compaction(m) for m in call.messages)
+        )
+        if not (scale >= old + 0.01 or lowers):
             return None, None
         new_state = {**normalize_state(state), TOKEN_SCALE_KEY: scale}
         event = {

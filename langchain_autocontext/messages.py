@@ -38,6 +38,7 @@ from langchain_autocontext.errors import InvariantViolationError
 __all__ = [
     "AC_KEY",
     "AUTONOMOUS_KEY",
+    "COMPACTION_BLOCK_TYPE",
     "EDIT_KEY",
     "FOREIGN_SUMMARY_KWARGS",
     "LEADING_BLOCK_TYPES",
@@ -48,6 +49,7 @@ __all__ = [
     "assert_valid_sequence",
     "atomic_groups",
     "autonomous_steps",
+    "carries_compaction",
     "clean_text",
     "content_hash",
     "context_edit",
@@ -407,8 +409,22 @@ LEADING_BLOCK_TYPES = frozenset({"thinking", "redacted_thinking", "reasoning_con
 #: Reasoning blocks of every provider: Anthropic's thinking, OpenAI's reasoning items
 #: (and LangChain's standard ``reasoning``), Bedrock Converse's ``reasoning_content``.
 REASONING_BLOCK_TYPES = LEADING_BLOCK_TYPES | {"reasoning"}
+#: A provider's own compaction of the conversation, as langchain-anthropic and
+#: langchain-openai keep it in a reply's content and send it back: Anthropic's
+#: ``compact_20260112`` edit returns ``{"type": "compaction", "content": <summary>}``
+#: (later requests are read from it on: the API drops every block before it), the OpenAI
+#: Responses API's ``context_management`` a ``compaction`` item (``encrypted_content``).
+COMPACTION_BLOCK_TYPE = "compaction"
 #: Blocks that repeat an ``AIMessage``'s ``tool_calls`` (Anthropic/Responses content).
 TOOL_CALL_BLOCK_TYPES = frozenset({"tool_use", "tool_call", "function_call"})
+
+
+def carries_compaction(message: Any) -> bool:
+    """Whether ``message`` holds a provider's compaction (:data:`COMPACTION_BLOCK_TYPE`)."""
+    content = getattr(message, "content", None)
+    return isinstance(content, list) and any(
+        isinstance(b, dict) and b.get("type") == COMPACTION_BLOCK_TYPE for b in content
+    )
 
 
 def text_of(message: BaseMessage) -> str:

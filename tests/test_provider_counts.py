@@ -461,3 +461,55 @@ def test_one_report_far_beyond_the_budget_does_not_stop_the_run(mode: str) -> No
     out = run(agent(ac, model, store), mode, "spike")
     assert out["messages"][-1].content == "All documents read."
     assert not events(ac, store, "spike", "calibration")
+
+
+class CompactingProvider(ProviderModel):
+    """A provider with its own server-side compaction (Anthropic's ``compact_20260112``)
+    and a tokenizer counting 25% more: its reply to call ``compact_at`` opens with a
+    ``compaction`` block and reports the compacted context's tokens (the top-level
+    usage leaves the compaction out); later requests are billed from their last
+    compaction block on (the provider drops what comes before it), the whole request
+    once the package compressed the block away."""
+
+    compact_at: int = 4
+
+    def _generate(self, messages, stop=None, run_manager=None, **kw):
+        result = super()._generate(messages, stop, run_manager, **kw)
+        msg = result.generations[0].message
+        last = max(
+            (
+                i
+                for i, m in enumerate(messages)
+                if isinstance(m.content, list)
+                and any(isinstance(b, dict) and b.get("type") == "compaction" for b in m.content)
+            ),
+            default=None,
+        )
+        billed = self.reported[-1]
+        if self.calls - 1 == self.compact_at:
+            summary = {"type": "compaction", "content": "Summary: documents 0-3 read."}
+            msg.content = [summary, *(msg.content if isinstance(msg.content, list) else [])]
+            billed = 300  # what is left after the compaction
+        elif last is not None:
+            kept = [messages[0], *messages[last:]]  # the system prompt is never dropped
+            billed = int(self.counter.count(kept, self.bound) * self.factor)
+        self.reported[-1] = billed
+        msg.usage_metadata = {**msg.usage_metadata, "input_tokens": billed}
+        return result
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_the_usage_of_a_provider_compaction_does_not_lower_the_calibration(mode: str) -> None:
+    """The provider's own compaction reports the compacted context's tokens (and then
+    bills only from its compaction block on), far less than the package sent: taken as
+    the provider's ratio, it put the thread's scale back to 1, under a tokenizer
+    counting 25% more, until a reply to a request without the block raised it again
+    (a request sent in between counted less than the provider bills). Such a report
+    may raise the scale, never lower it."""
+    store = InMemoryStore()
+    ac = AutoContext(NEAR, store=store)
+    model = CompactingProvider(counter=ac.counter, factor=1.25, steps=20)
+    out = run(agent(ac, model, store), mode, "compact")
+    assert out["messages"][-1].content == "All documents read."
+    assert min(e.scale_after for e in events(ac, store, "compact", "calibration")) >= 1.25
+    assert max(model.reported[1:]) <= BUDGET, model.reported
