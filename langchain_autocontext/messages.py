@@ -399,22 +399,26 @@ def speaker_role(kind: str, extra: Any = None) -> str:
 
 
 # --- content ----------------------------------------------------------------------
-#: Content blocks a provider requires first in an assistant message, unchanged:
-#: Anthropic's extended thinking (the assistant turn that continues a tool loop must
-#: start with them), and the same thinking as Bedrock Converse returns it
-#: (``reasoning_content``, sent back as ``reasoningContent``: Claude on Bedrock keeps
-#: the rule). OpenAI's reasoning items are not among them: each must be followed by the
-#: item it produced, so nothing may come between them and their reply.
-LEADING_BLOCK_TYPES = frozenset({"thinking", "redacted_thinking", "reasoning_content"})
-#: Reasoning blocks of every provider: Anthropic's thinking, OpenAI's reasoning items
-#: (and LangChain's standard ``reasoning``), Bedrock Converse's ``reasoning_content``.
-REASONING_BLOCK_TYPES = LEADING_BLOCK_TYPES | {"reasoning"}
 #: A provider's own compaction of the conversation, as langchain-anthropic and
 #: langchain-openai keep it in a reply's content and send it back: Anthropic's
 #: ``compact_20260112`` edit returns ``{"type": "compaction", "content": <summary>}``
 #: (later requests are read from it on: the API drops every block before it), the OpenAI
 #: Responses API's ``context_management`` a ``compaction`` item (``encrypted_content``).
 COMPACTION_BLOCK_TYPE = "compaction"
+#: Reasoning blocks of every provider: Anthropic's thinking, OpenAI's reasoning items
+#: (and LangChain's standard ``reasoning``), Bedrock Converse's ``reasoning_content``.
+REASONING_BLOCK_TYPES = frozenset(
+    {"thinking", "redacted_thinking", "reasoning_content", "reasoning"}
+)
+#: Content blocks a provider requires first in an assistant message, unchanged:
+#: Anthropic's extended thinking (the assistant turn that continues a tool loop must
+#: start with them), and the same thinking as Bedrock Converse returns it
+#: (``reasoning_content``, sent back as ``reasoningContent``: Claude on Bedrock keeps
+#: the rule); a provider's compaction, which opens its reply (Anthropic reads a request
+#: from it on: a block before it, a metadata tag, would be dropped and the thinking
+#: after it no longer first). OpenAI's reasoning items are not among them: each must
+#: be followed by the item it produced, so nothing may come between them and their reply.
+LEADING_BLOCK_TYPES = (REASONING_BLOCK_TYPES - {"reasoning"}) | {COMPACTION_BLOCK_TYPE}
 #: Blocks that repeat an ``AIMessage``'s ``tool_calls`` (Anthropic/Responses content).
 TOOL_CALL_BLOCK_TYPES = frozenset({"tool_use", "tool_call", "function_call"})
 

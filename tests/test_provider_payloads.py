@@ -120,7 +120,9 @@ def anthropic_problems(p: dict) -> list[str]:
     if p.get("thinking") and len(msgs) > 1:
         last = blocks(msgs[-1])
         if any(b.get("type") == "tool_result" for b in last):
-            head = blocks(msgs[-2])[0].get("type")
+            # the API reads a turn from its compaction block on: the thinking follows it
+            turn = blocks(msgs[-2])
+            head = next((b["type"] for b in turn if b.get("type") != "compaction"), None)
             if head not in ("thinking", "redacted_thinking"):
                 problems.append(f"the turn continuing the tool loop starts with {head}")
     return problems
@@ -742,3 +744,104 @@ def test_openai_server_side_chain_restarts_after_a_working_context_edit_or_a_del
         for m in msgs
         if isinstance(m, AIMessage)
     )
+
+
+# --- beside the provider's own server-side compaction -----------------------------------------
+COMPACTION_SUMMARY = "Summary: the agent read the build logs b1 to b6; every build passed."
+
+
+class CompactingServer(Provider):
+    """The provider with its own compaction on: the reply at step ``at`` opens with it
+    (Anthropic's ``compaction`` block with the summary, the Responses API's
+    ``compaction`` item with its ``encrypted_content``). ``sent_at``: the number of
+    requests before the first that can send it back."""
+
+    def __init__(self, api: str, at: int = 7) -> None:
+        super().__init__(api)
+        self.at = at
+        self.block: dict[str, Any] | None = None
+        self.sent_at = 0
+
+    def answer(self, content: bytes) -> dict:
+        out = super().answer(content)
+        if self.block is None and self.payloads[-1].get("tools") and self.step == self.at:
+            if self.api == "anthropic":
+                self.block = {"type": "compaction", "content": COMPACTION_SUMMARY}
+                out["content"].insert(0, dict(self.block))
+            else:
+                enc = "gAAAAB" + hashlib.sha256(b"compaction").hexdigest() * 60
+                self.block = {"type": "compaction", "id": "cmp_1", "encrypted_content": enc}
+                out["output"].insert(0, dict(self.block))
+            self.sent_at = len(self.payloads)
+        return out
+
+    def sent_back(self, payload: dict) -> list[tuple[int, list[dict]]]:
+        """Where ``payload`` holds the compaction: (its index in its turn or in the input,
+        the turn's blocks or the input items)."""
+        if self.api == "anthropic":
+            return [
+                (k, m["content"])
+                for m in payload["messages"]
+                if isinstance(m["content"], list)
+                for k, b in enumerate(m["content"])
+                if b.get("type") == "compaction"
+            ]
+        items = payload["input"]
+        return [(k, items) for k, it in enumerate(items) if it.get("type") == "compaction"]
+
+
+def set_fields(block: dict) -> dict:
+    """``block`` without the null fields langchain-anthropic keeps from the SDK's model."""
+    return {k: v for k, v in block.items() if v is not None}
+
+
+COMPACTING = {
+    "anthropic": {
+        "betas": ["compact-2026-01-12"],
+        "context_management": {"edits": [{"type": "compact_20260112"}]},
+    },
+    "responses": {"context_management": [{"type": "compaction", "compact_threshold": 200_000}]},
+}
+
+
+@pytest.mark.parametrize("surface", ["create_agent", "state_graph"])
+@pytest.mark.parametrize("api", ["anthropic", "responses"])
+def test_the_providers_own_compaction_is_sent_back_where_the_provider_put_it(
+    api: str, surface: str
+) -> None:
+    """Beside the provider's server-side compaction (Anthropic's ``compact_20260112``
+    with extended thinking, the Responses API's ``context_management``) at 6,000 tokens
+    with metadata tags: the reply that opens with the compaction is sent back with it
+    intact and first in its turn. The tag went before it (Anthropic drops every block
+    before the compaction block, and the turn continuing the tool loop no longer
+    started with the provider's blocks; the Responses API got an assistant message
+    between the compaction item and the items before it). The history keeps the reply
+    with its compaction."""
+    server = CompactingServer(api)
+    store = OffloadStore(InMemoryStore())
+    cfg = AutoContextConfig(max_tokens=6_000, metadata_tags=True, tag_format="seed")
+    ac = AutoContext(cfg, store=store)
+    model = server.model(**model_kwargs(api), **COMPACTING[api])
+    config: Any = {"configurable": {"thread_id": "t"}, "recursion_limit": 200}
+    if surface == "create_agent":
+        run_build_rounds(build_agent(ac, model, store), server, config, False)
+    else:
+        graph = build_graph(ac, model, store)
+        run_build_rounds(graph, server, config, False, system_in_state=True)
+    assert server.problems == []
+    assert server.block is not None and server.sent_at
+    assert server.sent_back(server.payloads[server.sent_at])  # the next request has it
+    for payload in server.payloads[server.sent_at :]:
+        for k, seq in server.sent_back(payload):
+            assert set_fields(seq[k]) == server.block  # intact: unsplit, unmasked
+            if api == "anthropic":
+                assert k == 0, seq[:k]  # nothing of its turn before it
+            else:  # the item before it is no part of its reply
+                assert seq[k - 1].get("role") != "assistant", seq[k - 1]
+    kept = [
+        e.message
+        for e in store.get_history("t")
+        if isinstance(e.message.content, list)
+        and any(set_fields(b) == server.block for b in e.message.content if isinstance(b, dict))
+    ]
+    assert len(kept) == 1
