@@ -40,6 +40,7 @@ from langgraph.store.memory import InMemoryStore
 from typing_extensions import Unpack
 
 from langchain_autocontext.budget import BudgetSpec, ModelWindow, model_window, sent_settings
+from langchain_autocontext.cache import _LRU
 from langchain_autocontext.commands import process_reply
 from langchain_autocontext.config import AutoContextConfig, AutoContextConfigFields
 from langchain_autocontext.copies import drop_dead_copies
@@ -89,7 +90,7 @@ from langchain_autocontext.strategies.pipeline import (
     run_pipeline,
 )
 from langchain_autocontext.summarizers import LLMSummarizer, Summarizer, resolve_summarizer
-from langchain_autocontext.tokens import _LRU, TokenCounter, resolve_counter
+from langchain_autocontext.tokens import TokenCounter, resolve_counter
 from langchain_autocontext.view import (
     ModelCall,
     augment_system,

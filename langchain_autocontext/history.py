@@ -43,12 +43,12 @@ from langchain_core.runnables import RunnableConfig, RunnableSerializable
 from langgraph.store.base import BaseStore
 from pydantic import field_validator
 
+from langchain_autocontext.cache import _LRU
 from langchain_autocontext.engine import ContextEngine, run_thread
 from langchain_autocontext.errors import ContextBudgetError
 from langchain_autocontext.messages import content_hash, dump_messages, is_pinned, load_messages
 from langchain_autocontext.metadata import strip_message_tags
 from langchain_autocontext.store import OffloadStore, encode_thread_id, plain_json, revive
-from langchain_autocontext.tokens import _LRU
 from langchain_autocontext.tools import attach_tools
 
 __all__ = [

@@ -41,6 +41,7 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
 from langchain_autocontext.budget import sent_settings
+from langchain_autocontext.cache import _LRU
 from langchain_autocontext.config import AutoContextConfig
 from langchain_autocontext.copies import memo_with_id
 from langchain_autocontext.errors import ContextBudgetError
@@ -54,7 +55,7 @@ from langchain_autocontext.metadata import (
     with_ids,
 )
 from langchain_autocontext.strategies.base import KIND_RECURSIVE
-from langchain_autocontext.tokens import _LRU, TokenCounter
+from langchain_autocontext.tokens import TokenCounter
 
 __all__ = [
     "INSTRUCTIONS_ID",

@@ -964,7 +964,7 @@ def test_a_thread_resending_its_conversation_keeps_its_prints_past_the_cache_siz
     prints to other threads' one-off messages and serialized them all again. The cache
     keeps the most recently sent (a small one here: what the process sends past it)."""
     from langchain_autocontext import history
-    from langchain_autocontext.tokens import _LRU
+    from langchain_autocontext.cache import _LRU
 
     monkeypatch.setattr(history, "_PRINTS", _LRU(8))
     count = _counting_serializations(monkeypatch)

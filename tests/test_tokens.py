@@ -43,6 +43,7 @@ from langchain_core.tools import tool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import BaseModel, Field
 
+from langchain_autocontext import media as media_mod
 from langchain_autocontext import tokens as tokens_mod
 from langchain_autocontext.tokens import (
     BLOCK_TOKEN_ESTIMATES,
@@ -616,9 +617,9 @@ def test_a_pdf_whose_pages_do_not_read_keeps_an_estimate_and_reading_is_bounded(
     block = {"type": "file", "base64": b64(data), "mime_type": "application/pdf"}
     assert counter.count_message(HumanMessage([block])) == base + 5 * PDF_PAGE
     reads: list[bytes] = []
-    read = tokens_mod._count_pdf_pages
-    monkeypatch.setattr(tokens_mod, "_count_pdf_pages", lambda raw: reads.append(raw) or read(raw))
-    monkeypatch.setattr(tokens_mod, "_PAYLOAD_READS", tokens_mod._LRU(8))  # none read yet
+    read = media_mod._count_pdf_pages
+    monkeypatch.setattr(media_mod, "_count_pdf_pages", lambda raw: reads.append(raw) or read(raw))
+    monkeypatch.setattr(media_mod, "_PAYLOAD_READS", media_mod._LRU(8))  # none read yet
     report = b64(pdf_document(12))
     for k in range(3):
         msg = HumanMessage(
@@ -700,7 +701,7 @@ def test_inline_audio_and_video_count_by_their_duration_in_every_block_format(
         rate = AUDIO_SECOND if kind == "audio" else VIDEO_SECOND
         expected = math.ceil(seconds * rate)
         for fmt, block in recording_blocks(data, mime, kind).items():
-            rest, _ = tokens_mod._without_media({k: v for k, v in block.items()})
+            rest, _ = media_mod._without_media({k: v for k, v in block.items()})
             shell = 0 if "type" in block and fmt != "nested data url" else t(enc, json.dumps(rest))
             got = counter.count_message(HumanMessage([block])) - base - shell
             assert got == expected, (name, fmt, got, expected)
@@ -708,7 +709,7 @@ def test_inline_audio_and_video_count_by_their_duration_in_every_block_format(
     for name in ("wav", "mp4"):
         data, _, seconds, kind = RECORDINGS[name]
         block = {"attachment": {"source": {"bytes": data}}}
-        rest, media = tokens_mod._without_media(block)
+        rest, media = media_mod._without_media(block)
         rate = AUDIO_SECOND if kind == "audio" else VIDEO_SECOND
         assert media == math.ceil(seconds * rate), name
 
@@ -755,11 +756,11 @@ def test_a_recording_whose_duration_does_not_read_keeps_the_estimate_and_reading
         decoded.append(len(out))
         return out
 
-    monkeypatch.setattr(tokens_mod.base64, "b64decode", spy)
-    monkeypatch.setattr(tokens_mod, "_PAYLOAD_READS", tokens_mod._LRU(8))  # none read yet
+    monkeypatch.setattr(media_mod.base64, "b64decode", spy)
+    monkeypatch.setattr(media_mod, "_PAYLOAD_READS", media_mod._LRU(8))  # none read yet
     reads: list[Any] = []
-    read = tokens_mod._media_seconds
-    monkeypatch.setattr(tokens_mod, "_media_seconds", lambda src: reads.append(1) or read(src))
+    read = media_mod._media_seconds
+    monkeypatch.setattr(media_mod, "_media_seconds", lambda src: reads.append(1) or read(src))
     for name, data in (("ogg", ogg_audio(600)), ("wav", wav_audio(3600, rate=16000))):
         last = data.rindex(b"OggS") if name == "ogg" else len(data)
         big = b64(data[:last] + b"\0" * (60 << 20) + data[last:])  # 60 MB, the Ogg end after it
