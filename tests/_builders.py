@@ -874,12 +874,9 @@ def self_managed_agent(ac: Any, model: Any, store: Any, *, tools: Sequence[Any] 
         )
 
 
-def self_managed_graph(
-    ac: Any, model: Any, store: Any, *, tools: Sequence[Any] = (), state_schema: Any = None
-) -> Any:
-    """A hand-written StateGraph: autocontext node -> model -> commands -> tools -> back
-    (``state_schema``: ``AutoContextState`` unless given)."""
-    from langgraph.checkpoint.memory import InMemorySaver
+def loop_graph(ac: Any, model: Any, tools: Sequence[Any], state_schema: Any = None) -> Any:
+    """The documented loop, not compiled: autocontext node -> model node -> command node
+    -> ``tools`` -> back (``state_schema``: ``AutoContextState`` unless given)."""
     from langgraph.graph import START, StateGraph
     from langgraph.prebuilt import ToolNode, tools_condition
 
@@ -889,13 +886,24 @@ def self_managed_graph(
     g.add_node("autocontext", ac.node())
     g.add_node("model", ac.model_node(model))
     g.add_node("commands", ac.command_node())
-    g.add_node("tools", ToolNode([*tools, *ac.tools]))
+    g.add_node("tools", ToolNode(list(tools)))
     g.add_edge(START, "autocontext")
     g.add_edge("autocontext", "model")
     g.add_edge("model", "commands")
     g.add_conditional_edges("commands", tools_condition)
     g.add_edge("tools", "autocontext")
-    return g.compile(store=store, checkpointer=InMemorySaver())
+    return g
+
+
+def self_managed_graph(
+    ac: Any, model: Any, store: Any, *, tools: Sequence[Any] = (), state_schema: Any = None
+) -> Any:
+    """A hand-written StateGraph: :func:`loop_graph` with the package's tools beside
+    ``tools``, checkpointed in memory."""
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    graph = loop_graph(ac, model, [*tools, *ac.tools], state_schema)
+    return graph.compile(store=store, checkpointer=InMemorySaver())
 
 
 def self_managed_create_agent(

@@ -9,7 +9,7 @@ import warnings
 from typing import Annotated, Any, NotRequired
 
 import pytest
-from _builders import ScriptedModel, bash
+from _builders import ScriptedModel, bash, loop_graph
 from langchain_core.messages import AnyMessage, HumanMessage, SystemMessage
 from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.memory import InMemorySaver
@@ -576,16 +576,7 @@ def test_a_stateless_run_on_messages_state_keeps_its_own_thread() -> None:
     def run(first: str) -> dict[str, Any]:
         model = Searcher(steps=3)
         tools = [bash, *ac.all_tools]
-        g = StateGraph(MessagesState)
-        g.add_node("autocontext", ac.node())
-        g.add_node("model", ac.model_node(model))
-        g.add_node("commands", ac.command_node())
-        g.add_node("tools", ToolNode(tools))
-        g.add_edge(START, "autocontext")
-        g.add_edge("autocontext", "model")
-        g.add_edge("model", "commands")
-        g.add_conditional_edges("commands", tools_condition)
-        g.add_edge("tools", "autocontext")
+        g = loop_graph(ac, model, tools, MessagesState)
         graph = g.compile(store=store)  # no checkpointer, no thread_id
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -991,19 +982,13 @@ class ChatState(TypedDict):  # the conversation under another key
     autocontext: NotRequired[dict[str, Any]]
 
 
-def _own_loop_graph(schema: Any, ac: AutoContext, model: ScriptedModel, store: Any) -> Any:
-    """The documented loop (node → model node → command node → tools) on ``schema``."""
-    g = StateGraph(schema)
-    g.add_node("autocontext", ac.node())
-    g.add_node("model", ac.model_node(model))
-    g.add_node("commands", ac.command_node())
-    g.add_node("tools", ToolNode([bash]))
-    g.add_edge(START, "autocontext")
-    g.add_edge("autocontext", "model")
-    g.add_edge("model", "commands")
-    g.add_conditional_edges("commands", tools_condition)
-    g.add_edge("tools", "autocontext")
-    return g.compile(store=store, checkpointer=InMemorySaver())
+def _own_loop_graph(
+    schema: Any, ac: AutoContext, model: ScriptedModel, store: Any, checkpointer: Any = None
+) -> Any:
+    """The documented loop (node → model node → command node → tools) on ``schema``
+    (checkpointed in memory unless ``checkpointer`` is given)."""
+    g = loop_graph(ac, model, [bash], schema)
+    return g.compile(store=store, checkpointer=checkpointer or InMemorySaver())
 
 
 def test_a_pydantic_state_runs_the_node_model_node_and_command_node() -> None:
@@ -1176,17 +1161,7 @@ async def test_a_delta_channel_conversation_compresses_and_resumes(
     config = {"configurable": {"thread_id": "delta"}, "recursion_limit": 1_000}
 
     def graph(saver: Any) -> Any:
-        g = StateGraph(DeltaState)
-        g.add_node("autocontext", ac.node())
-        g.add_node("model", ac.model_node(model))
-        g.add_node("commands", ac.command_node())
-        g.add_node("tools", ToolNode([bash]))
-        g.add_edge(START, "autocontext")
-        g.add_edge("autocontext", "model")
-        g.add_edge("model", "commands")
-        g.add_conditional_edges("commands", tools_condition)
-        g.add_edge("tools", "autocontext")
-        return g.compile(store=store, checkpointer=saver)
+        return _own_loop_graph(DeltaState, ac, model, store, saver)
 
     async def run(messages: list[Any]) -> tuple[dict[str, Any], list[Any]]:
         """One run on a graph built anew on the database, and the messages it restored."""

@@ -2091,19 +2091,6 @@ def screenshot(step: int) -> list[dict[str, Any]]:
     ]
 
 
-def billed_by_claude(ac: AutoContext, sent: list[BaseMessage], tools: list[Any]) -> int:
-    """The request's tokens with each image billed as Claude does, its text as the counter."""
-    images = 0
-    plain: list[BaseMessage] = []
-    for m in sent:
-        if isinstance(m.content, list):
-            kept = [b for b in m.content if not (isinstance(b, dict) and b.get("type") == "image")]
-            images += len(m.content) - len(kept)
-            m = m.model_copy(update={"content": kept})
-        plain.append(m)
-    return ac.counter.count(plain, tools) + images * CLAUDE_SCREENSHOT
-
-
 REPORT = b64(pdf_document(3, object_stream=True))
 #: What Claude bills a 3-page PDF, its pages' text and images (its PDF docs: "3-page
 #: PDF ... approximately 7,000 tokens").
@@ -2136,15 +2123,20 @@ def billed_by_provider(
 
 
 def check_media_agent(
-    fetch: Any, args: Callable[[int], dict[str, Any]], kind: str, cost: int, max_tokens: int
+    fetch: Any,
+    args: Callable[[int], dict[str, Any]],
+    kind: str,
+    cost: int,
+    max_tokens: int,
+    calls: int = 8,
 ) -> None:
     """A ``create_agent`` run at ``max_tokens`` whose tool ``fetch`` returns a ``kind``
-    block the provider bills ``cost``, called 8 times: every request fits by the
+    block the provider bills ``cost``, called ``calls`` times: every request fits by the
     provider's count, and the latest block is still shown."""
     ac = AutoContext(CFG.model_copy(update={"max_tokens": max_tokens}))
 
     def reply(messages: list[BaseMessage], n: int) -> AIMessage:
-        if n < 8:
+        if n < calls:
             return call(fetch.name, args(n), n)
         return AIMessage("done")
 
@@ -2158,7 +2150,7 @@ def check_media_agent(
         store=InMemoryStore(),
     )
     graph.invoke({"messages": [HumanMessage("Go through all of them.")]}, THREAD)
-    assert len(model.seen) == 9
+    assert len(model.seen) == calls + 1
     assert any(
         isinstance(b, dict) and b.get("type") == kind
         for m in model.seen[-1]
@@ -2206,29 +2198,4 @@ def test_a_computer_use_agent_sending_screenshots_stays_within_the_budget() -> N
     """A browser agent whose tool returns 1280x800 screenshots: each counted 85 tokens
     while Claude bills ~1,366, so with an 8,000-token budget the requests went over
     the budget by the provider's count. Every request now fits by that count."""
-    ac = AutoContext(CFG.model_copy(update={"max_tokens": 8000}))
-
-    def reply(messages: list[BaseMessage], n: int) -> AIMessage:
-        if n < 12:
-            return call("screenshot", {"step": n}, n)
-        return AIMessage("done")
-
-    model = ReplyModel(reply=reply)
-    graph = create_agent(
-        model,
-        [screenshot],
-        system_prompt="Operate the browser.",
-        middleware=[ac.middleware()],
-        checkpointer=InMemorySaver(),
-        store=InMemoryStore(),
-    )
-    graph.invoke({"messages": [HumanMessage("Book a flight.")]}, THREAD)
-    assert len(model.seen) == 13
-    assert any(
-        isinstance(b, dict) and b.get("type") == "image"
-        for m in model.seen[-1]
-        if isinstance(m.content, list)
-        for b in m.content
-    )  # the latest screenshots are still shown
-    for sent in model.seen:
-        assert billed_by_claude(ac, sent, model.bound) <= ac.config.max_tokens
+    check_media_agent(screenshot, lambda n: {"step": n}, "image", CLAUDE_SCREENSHOT, 8000, 12)

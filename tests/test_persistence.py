@@ -30,6 +30,7 @@ from _builders import (
     check_model_inputs,
     expected_originals,
     history_originals,
+    loop_graph,
     script_model,
 )
 from conftest import open_sqlite
@@ -364,25 +365,11 @@ def _deployable(surface: str, ac: Any, model: Any) -> Any:
     """The graph as a module for ``langgraph.json`` defines it: no store, no checkpointer."""
     from _builders import fetch
     from langchain.agents import create_agent
-    from langgraph.graph import START, StateGraph
-    from langgraph.prebuilt import ToolNode, tools_condition
-
-    from langchain_autocontext import AutoContextState
 
     if surface == "create_agent":
         return create_agent(model, [fetch], middleware=[ac.middleware()])
     tools = [fetch, *ac.tools]
-    g = StateGraph(AutoContextState)
-    g.add_node("autocontext", ac.node())
-    g.add_node("model", ac.model_node(model.bind_tools(tools)))
-    g.add_node("commands", ac.command_node())
-    g.add_node("tools", ToolNode(tools))
-    g.add_edge(START, "autocontext")
-    g.add_edge("autocontext", "model")
-    g.add_edge("model", "commands")
-    g.add_conditional_edges("commands", tools_condition)
-    g.add_edge("tools", "autocontext")
-    return g.compile()
+    return loop_graph(ac, model.bind_tools(tools), tools).compile()
 
 
 def _on_the_wire(values: dict[str, Any]) -> dict[str, Any]:
