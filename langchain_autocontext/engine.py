@@ -58,6 +58,7 @@ from langchain_autocontext.messages import (
     is_pinned,
     latest_user_index,
     marker,
+    new_uuid,
     pinned_tokens,
     repair_tool_pairs,
     sanitize_message,
@@ -2153,7 +2154,7 @@ def run_thread(
     if configured_thread(config) is not None or (state or {}).get(RUN_THREAD_KEY):
         return thread_id_of(config, state), None
     derived = _conversation_thread(messages)
-    thread = derived or f"run-{uuid.uuid4().hex}"
+    thread = derived or f"run-{new_uuid().hex}"
     if not _warned_run_thread:
         _warned_run_thread = True
         where = (

@@ -46,7 +46,13 @@ from pydantic import field_validator
 from langchain_autocontext.cache import _LRU
 from langchain_autocontext.engine import ContextEngine, run_thread
 from langchain_autocontext.errors import ContextBudgetError
-from langchain_autocontext.messages import content_hash, dump_messages, is_pinned, load_messages
+from langchain_autocontext.messages import (
+    content_hash,
+    dump_messages,
+    is_pinned,
+    load_messages,
+    new_id,
+)
 from langchain_autocontext.metadata import strip_message_tags
 from langchain_autocontext.store import OffloadStore, encode_thread_id, plain_json, revive
 from langchain_autocontext.tools import attach_tools
@@ -204,7 +210,7 @@ class AutoContextChatMessageHistory(BaseChatMessageHistory):
         for m in _checked(messages):
             m = message_chunk_to_message(m)
             if not m.id:
-                m = m.model_copy(update={"id": str(uuid.uuid4())})
+                m = m.model_copy(update={"id": new_id()})
             out.append(strip_message_tags(m) if isinstance(m, AIMessage) else m)
         return out
 
@@ -289,7 +295,7 @@ def _reissued(
     out = []
     for m, in_history in zip(new, held, strict=True):
         if in_history or m.id in taken:
-            m = m.model_copy(update={"id": str(uuid.uuid4())})
+            m = m.model_copy(update={"id": new_id()})
         taken.add(m.id)
         out.append(m)
     return out

@@ -13,12 +13,15 @@ concept of their own.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import hashlib
 import json
+import random
 import re
 import uuid
 import weakref
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from langchain_core.messages import (
@@ -71,6 +74,7 @@ __all__ = [
     "marker",
     "message_chars",
     "new_id",
+    "new_uuid",
     "open_loop_index",
     "pending_call_index",
     "pin",
@@ -81,6 +85,7 @@ __all__ = [
     "result_tool_name",
     "round_starts",
     "sanitize_message",
+    "seeded_ids",
     "sent_calls",
     "speaker_role",
     "state_messages",
@@ -215,9 +220,48 @@ def load_messages(data: Iterable[dict[str, Any]]) -> list[BaseMessage]:
 
 
 # --- ids and markers --------------------------------------------------------------
+#: The seeded generator :func:`seeded_ids` puts in place for the current context (None:
+#: random uuid4s). A ContextVar, so one override is scoped to its block, its thread and
+#: its asyncio task, and follows into the workers that copy the context.
+_SEEDED_IDS: contextvars.ContextVar[random.Random | None] = contextvars.ContextVar(
+    "langchain_autocontext_seeded_ids", default=None
+)
+
+
+def new_uuid() -> uuid.UUID:
+    """A fresh uuid4: every random id the package draws (message ids, offload ids, event
+    keys, run threads) comes from here. Unguessable (``uuid.uuid4``), except inside
+    :func:`seeded_ids`, where it is the next of a fixed sequence."""
+    rng = _SEEDED_IDS.get()
+    if rng is None:
+        return uuid.uuid4()
+    return uuid.UUID(int=rng.getrandbits(128), version=4)
+
+
 def new_id() -> str:
-    """A fresh, unguessable id (uuid4), the form LangGraph gives messages."""
-    return str(uuid.uuid4())
+    """A fresh, unguessable id (uuid4), the form LangGraph gives messages (see
+    :func:`new_uuid`)."""
+    return str(new_uuid())
+
+
+@contextlib.contextmanager
+def seeded_ids(seed: int = 0) -> Iterator[None]:
+    """Within the block, the package's own ids (:func:`new_uuid`: offload ids, ids of
+    the messages it writes, event keys) are one fixed sequence of valid uuid4s, drawn
+    from ``random.Random(seed)``; outside it they are random again.
+
+    Offload ids are shown in the context and a uuid's token count varies, so two runs
+    of the same input differ by a few tokens with random ids; the replay runs each
+    trajectory under a seed so the same input gives the same report. The override is
+    scoped to the current context (thread, asyncio task, and the workers the package
+    starts with a copy of it); ids LangChain and LangGraph draw are left alone. Not
+    for production: seeded ids are guessable.
+    """
+    token = _SEEDED_IDS.set(random.Random(seed))
+    try:
+        yield
+    finally:
+        _SEEDED_IDS.reset(token)
 
 
 #: The namespace of the ids :func:`ensure_ids` derives (uuid5).

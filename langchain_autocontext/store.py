@@ -90,6 +90,8 @@ from langchain_autocontext.messages import (
     is_context_edit,
     is_rewrite,
     load_message,
+    new_id,
+    new_uuid,
     sent_calls,
     text_of,
 )
@@ -1231,8 +1233,14 @@ class OffloadStore(BaseStore):
         ]
         extra_plain = plain_json(dict(extra or {}), "offload extra")
         if not reuse:
-            offload_id = str(uuid.uuid4())
-            meta = yield [GetOp(meta_ns, OFFLOAD, False)]
+            offload_id = new_id()
+            meta = yield [GetOp(meta_ns, OFFLOAD, False), GetOp(ns, offload_id, False)]
+            # Never over another offload: a random uuid4 does not repeat, but a seeded
+            # sequence (messages.seeded_ids: the replay) replayed into the same thread does,
+            # and would overwrite the offloads its first run's events name.
+            while isinstance(meta[1], Item):
+                offload_id = new_id()
+                meta = [meta[0], *(yield [GetOp(ns, offload_id, False)])]
         else:
             offload_id = _content_id(dumped, strategy, preview, tokens, extra_plain)
             meta = yield [GetOp(meta_ns, OFFLOAD, False), GetOp(ns, offload_id, False)]
@@ -1396,7 +1404,7 @@ class OffloadStore(BaseStore):
         meta_ns = self.namespace(thread_id, META)
         meta = yield [GetOp(meta_ns, EVENTS, False)]
         seq = yield from self._next_seq_plan(thread_id, EVENTS, meta[0])
-        key = f"{seq:012d}-{uuid.uuid4().hex[:12]}"
+        key = f"{seq:012d}-{new_uuid().hex[:12]}"
         yield [
             PutOp(meta_ns, EVENTS, {"next_seq": seq + 1}, index=False, ttl=None),
             PutOp(

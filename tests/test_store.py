@@ -52,7 +52,7 @@ from langchain_autocontext.errors import (
     AutoContextError,
     OffloadNotFoundError,
 )
-from langchain_autocontext.messages import dump_message
+from langchain_autocontext.messages import UUID4_RE, dump_message, new_id, seeded_ids
 from langchain_autocontext.store import (
     OFFLOAD_REF_LENGTH,
     EventRecord,
@@ -1439,3 +1439,72 @@ def test_a_history_entry_reads_at_a_glance() -> None:
     [entry] = store.get_history("t")
     text = repr(entry)
     assert len(text) < 200 and "'m1'" in text and "seq=0" in text and "'tool'" in text
+
+
+# --- the package's ids under seeded_ids ------------------------------------------------------
+async def test_seeded_ids_are_one_sequence_sync_and_async_and_random_without(
+    tmp_path: Path,
+) -> None:
+    """``seeded_ids`` (what makes a replay reproducible) on a ``SqliteStore``, whose async
+    calls run on the store's worker threads: offload ids, event keys and the engine's
+    offloads are the same sequence sync and async, valid uuid4s; outside the block the
+    ids are random again."""
+    from _builders import coding_run
+
+    from langchain_autocontext import AutoContext, AutoContextConfig
+
+    backend = open_sqlite(tmp_path / "ids.db")
+    store = OffloadStore(backend)
+    msgs = [HumanMessage("original", id="m1")]
+    kw: dict[str, Any] = {"strategy": "test", "preview": "p", "tokens": 3}
+    run = coding_run(30, output_lines=80)
+    ac = AutoContext(AutoContextConfig(max_tokens=8_000), store=store)
+
+    def offloaded(events: Sequence[dict[str, Any]]) -> list[str]:
+        return [oid for e in events for oid in e.get("offload_ids") or ()]
+
+    try:
+        with seeded_ids(5):
+            sync = [store.offload("s", msgs, **kw).offload_id for _ in range(3)]
+            sync.append(store.record_event("s", {"k": 1}))
+            sync += offloaded(ac.compress(run, thread_id="cs").events)
+        with seeded_ids(5):
+            asyn = [(await store.aoffload("a", msgs, **kw)).offload_id for _ in range(3)]
+            asyn.append(await store.arecord_event("a", {"k": 1}))
+            asyn += offloaded((await ac.acompress(run, thread_id="ca")).events)
+        assert sync == asyn and len(sync) > 5 and len(set(sync)) == len(sync)
+        assert all(UUID4_RE.match(i) for i in sync[:3] + sync[4:])
+        free = [store.offload("s", msgs, **kw).offload_id, new_id()]
+        free += [(await store.aoffload("a", msgs, **kw)).offload_id, new_id()]
+        assert all(UUID4_RE.match(i) for i in free) and not set(free) & set(sync)
+        assert len(set(free)) == len(free)
+    finally:
+        backend.conn.close()
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+async def test_a_repeated_seeded_sequence_never_overwrites_an_offload(mode: str) -> None:
+    """A replay run twice into one store and thread (``autocontext replay --append``)
+    draws the same seeded ids: the second run's offloads overwrote the first's, which
+    its events name (half the offloads ``--append`` should add were missing). An id
+    already taken in the thread is drawn again."""
+    store = OffloadStore(InMemoryStore())
+    kw: dict[str, Any] = {"strategy": "test", "preview": "p", "tokens": 3}
+
+    async def offload(text: str) -> str:
+        msgs = [HumanMessage(text, id=text)]
+        if mode == "sync":
+            return store.offload("t", msgs, **kw).offload_id
+        return (await store.aoffload("t", msgs, **kw)).offload_id
+
+    with seeded_ids(0):
+        first = [await offload("first"), await offload("first, again")]
+    with seeded_ids(0):
+        second = [await offload("second"), await offload("second, again")]
+    assert len(set(first + second)) == 4 and UUID4_RE.match(second[0])
+    assert [store.reload("t", oid).messages[0].content for oid in first + second] == [
+        "first",
+        "first, again",
+        "second",
+        "second, again",
+    ]
