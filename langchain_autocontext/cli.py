@@ -35,6 +35,7 @@ from langchain_autocontext.config import AutoContextConfig
 from langchain_autocontext.errors import AutoContextError
 from langchain_autocontext.facade import AutoContext
 from langchain_autocontext.replay import (
+    DEFAULT_SEED,
     PLOT_FORMATS,
     STRATEGY_LABELS,
     CallRecord,
@@ -252,6 +253,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="also count what an agent without context management would have sent",
     )
     rp.add_argument("--limit", type=_int, metavar="N", help="replay only the first N trajectories")
+    rp.add_argument(
+        "--seed",
+        type=_int,
+        default=DEFAULT_SEED,
+        metavar="N",
+        help="seed of the package's own ids (offload ids, ids of the messages it writes), "
+        "shown in the context: the same seed gives the same report for the same input; "
+        f"another shows how much a figure owes to where they fall (default: {DEFAULT_SEED})",
+    )
     rp.add_argument(
         "--no-progress", action="store_true", help="no progress bar or progress lines on stderr"
     )
@@ -506,7 +516,9 @@ def _run(args: argparse.Namespace, setup: _Setup) -> list[ReplayReport]:
                 ac = AutoContext(
                     setup.config, setup.summarizer, store=store, token_counter=setup.counter
                 )
-                report = replay(trajectory, ac, on_call=progress.call, compare=args.compare)
+                report = replay(
+                    trajectory, ac, on_call=progress.call, compare=args.compare, seed=args.seed
+                )
             except AutoContextError as exc:  # ContextBudgetError: an impossible budget
                 # this trajectory fails; the others still replay (the report says why)
                 report = ReplayReport.failure(
@@ -695,6 +707,7 @@ def _write_json(
         "config": setup.config.model_dump(mode="json"),
         "store": args.store,
         "compare": bool(args.compare),
+        "seed": args.seed,
         "total": merge_reports(reports).summary(),
         "trajectories": [r.to_dict() for r in reports],
     }

@@ -15,6 +15,7 @@ report with its measures (about 175 lines) and the plot.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import statistics
@@ -44,6 +45,7 @@ from langchain_autocontext.messages import (
     find_violations,
     load_message,
     sanitize_message,
+    seeded_ids,
 )
 
 if TYPE_CHECKING:
@@ -54,6 +56,7 @@ if TYPE_CHECKING:
     from langchain_autocontext.view import ModelCall
 
 __all__ = [
+    "DEFAULT_SEED",
     "PLOT_FORMATS",
     "SAMPLE_ID",
     "STRATEGY_LABELS",
@@ -1140,6 +1143,15 @@ def _same(stored: BaseMessage | None, original: BaseMessage) -> bool:
     return getattr(stored, "tool_call_id", None) == getattr(original, "tool_call_id", None)
 
 
+#: The seed of the package's ids in a replay (:func:`replay`'s ``seed``).
+DEFAULT_SEED = 0
+
+
+def _ids(seed: int | None) -> contextlib.AbstractContextManager[None]:
+    """The package's ids from the sequence of ``seed`` (random with None)."""
+    return contextlib.nullcontext() if seed is None else seeded_ids(seed)
+
+
 def replay(
     trajectory: Trajectory,
     ac: ContextEngine,
@@ -1148,6 +1160,7 @@ def replay(
     store: Any = None,
     on_call: Callable[[CallRecord], None] | None = None,
     compare: bool = False,
+    seed: int | None = DEFAULT_SEED,
 ) -> ReplayReport:
     """Stream ``trajectory`` through ``ac`` (an :class:`AutoContext`) call by call.
 
@@ -1160,6 +1173,13 @@ def replay(
     check that every original message is there, unchanged, and that every offload
     id the events name reloads.
 
+    The package's own ids (offload ids, ids of the messages it writes) are shown in
+    the context and a uuid's token count varies, so they are drawn from a fixed
+    sequence seeded with ``seed`` (:func:`~langchain_autocontext.messages.seeded_ids`)
+    for the trajectory: the same input and configuration give the same report. Another
+    seed shows how much a figure owes to where those ids fall; ``None`` draws random
+    ids, as in production.
+
     Raises:
         ContextBudgetError: the budget cannot hold the system prompt and latest
             user message (nothing would have been sent).
@@ -1167,16 +1187,18 @@ def replay(
     thread = thread_id or trajectory.id
     st = ac.resolve_store(store)
     run = _Run(trajectory, ac, compare)
-    for call_index, point, working in run.steps():
-        started = time.perf_counter()
-        # the schemas the file records are what is counted (no warning for those it lacks)
-        tools = ac.count_tools
-        result = ac.compress(working, thread_id=thread, store=st, state=run.state, tools=tools)
-        call = run.view(result)
-        record = run.record(call_index, point, result, call, time.perf_counter() - started)
-        if on_call is not None:
-            on_call(record)
-    return run.report(st, thread)
+    with _ids(seed):
+        for call_index, point, working in run.steps():
+            started = time.perf_counter()
+            # the schemas the file records are what is counted (no warning for those it
+            # lacks)
+            tools = ac.count_tools
+            result = ac.compress(working, thread_id=thread, store=st, state=run.state, tools=tools)
+            call = run.view(result)
+            record = run.record(call_index, point, result, call, time.perf_counter() - started)
+            if on_call is not None:
+                on_call(record)
+        return run.report(st, thread)
 
 
 async def areplay(
@@ -1187,22 +1209,24 @@ async def areplay(
     store: Any = None,
     on_call: Callable[[CallRecord], None] | None = None,
     compare: bool = False,
+    seed: int | None = DEFAULT_SEED,
 ) -> ReplayReport:
-    """Async twin of :func:`replay` (uses ``ac.acompress``)."""
+    """Async twin of :func:`replay` (uses ``ac.acompress``; the same ids for ``seed``)."""
     thread = thread_id or trajectory.id
     st = ac.resolve_store(store)
     run = _Run(trajectory, ac, compare)
-    for call_index, point, working in run.steps():
-        started = time.perf_counter()
-        tools = ac.count_tools  # the schemas the file records: see the sync twin
-        result = await ac.acompress(
-            working, thread_id=thread, store=st, state=run.state, tools=tools
-        )
-        call = run.view(result)
-        record = run.record(call_index, point, result, call, time.perf_counter() - started)
-        if on_call is not None:
-            on_call(record)
-    return await run.areport(st, thread)
+    with _ids(seed):
+        for call_index, point, working in run.steps():
+            started = time.perf_counter()
+            tools = ac.count_tools  # the schemas the file records: see the sync twin
+            result = await ac.acompress(
+                working, thread_id=thread, store=st, state=run.state, tools=tools
+            )
+            call = run.view(result)
+            record = run.record(call_index, point, result, call, time.perf_counter() - started)
+            if on_call is not None:
+                on_call(record)
+        return await run.areport(st, thread)
 
 
 def iter_reports(

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 import struct
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +20,7 @@ from langchain_core.messages import (
 from langgraph.store.memory import InMemoryStore
 
 from langchain_autocontext import AutoContext, AutoContextConfig, ContextBudgetError, OffloadStore
+from langchain_autocontext.messages import UUID4_RE
 from langchain_autocontext.replay import (
     SAMPLE_ID,
     STRATEGY_LABELS,
@@ -323,18 +322,47 @@ def test_recoverable_check_detects_lost_originals() -> None:
     assert not r.ok
 
 
-def _seeded_uuids(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Offload ids are random uuids whose token counts vary: make them repeatable."""
-    counter = itertools.count(1)
-    monkeypatch.setattr(uuid, "uuid4", lambda: uuid.UUID(int=next(counter) * 7919))
+#: The report's timings (how long the manager took): the only figures that vary.
+TIMINGS = {"seconds", "overhead_s", "overhead_ms", "overhead_ms_p50", "overhead_ms_p99"}
 
 
-async def test_async_replay_matches_sync(monkeypatch: pytest.MonkeyPatch) -> None:
+def untimed(doc: Any) -> Any:
+    """A report's JSON (``ReplayReport.to_dict``, the CLI's ``--json``) without timings."""
+    if isinstance(doc, dict):
+        return {k: untimed(v) for k, v in doc.items() if k not in TIMINGS}
+    if isinstance(doc, list):
+        return [untimed(v) for v in doc]
+    return doc
+
+
+def test_two_replays_of_the_same_trajectory_give_the_same_report() -> None:
+    """Offload ids are shown in the context and a uuid's token count varies: with random
+    ids, two replays of the bundled sample differed (prefix tokens 418,685 against
+    418,639), noise a user comparing two configurations cannot tell from a change. The
+    package's ids come from one sequence per trajectory (``seed``, default 0)."""
     t = parse_trajectory(openai_run(25, size=300), "same")
-    _seeded_uuids(monkeypatch)
-    sync = replay(t, fresh_ac(4_000))
-    _seeded_uuids(monkeypatch)
+    first, again = (untimed(replay(t, fresh_ac(4_000)).to_dict()) for _ in range(2))
+    assert first == again and first["offloads"] > 3
+    offload_ids = [
+        oid for c in first["per_call"] for e in c["events"] for oid in e.get("offload_ids") or ()
+    ]
+    assert offload_ids and all(UUID4_RE.match(oid) for oid in offload_ids)  # still uuid4s
+    # another seed, other ids (and so other token counts); None draws random ones
+    other = untimed(replay(t, fresh_ac(4_000), seed=3).to_dict())
+    assert other != first
+    unseeded = [replay(t, fresh_ac(4_000), seed=None).to_dict() for _ in range(2)]
+    ids = [
+        {oid for c in r["per_call"] for e in c["events"] for oid in e.get("offload_ids") or ()}
+        for r in unseeded
+    ]
+    assert ids[0] and not ids[0] & ids[1] and not ids[0] & set(offload_ids)
+
+
+async def test_async_replay_matches_sync() -> None:
+    t = parse_trajectory(openai_run(25, size=300), "same")
+    sync = replay(t, fresh_ac(4_000))  # the same ids: both seed 0 (see above)
     asyn = await areplay(t, fresh_ac(4_000))
+    assert untimed(sync.to_dict()) == untimed(asyn.to_dict())
     assert [(c.tokens, c.messages, c.prefix_tokens) for c in sync.calls] == [
         (c.tokens, c.messages, c.prefix_tokens) for c in asyn.calls
     ]
