@@ -47,7 +47,6 @@ import statistics
 import sys
 import threading
 import time
-import types
 import typing
 import uuid
 from collections import Counter
@@ -70,7 +69,7 @@ from langgraph.store.memory import InMemoryStore
 from pydantic import ConfigDict, PrivateAttr
 
 from langchain_autocontext import AutoContext, AutoContextConfig
-from langchain_autocontext.messages import find_violations, text_of
+from langchain_autocontext.messages import find_violations, seeded_ids, text_of
 from langchain_autocontext.replay import Trajectory, load_trajectories, percentile
 from langchain_autocontext.store import OffloadStore
 from langchain_autocontext.tokens import TokenCounter, default_counter
@@ -98,7 +97,7 @@ TASK_STAND_IN: str | None = None
 #: agents often carry prompts of thousands of tokens; the data sets' are short).
 PAD_SYSTEM = 0
 #: Set from --ids-seed: the seed of the fixed sequence the package's own ids come from
-#: (:func:`seeded_package_ids`). Another seed shifts offload ids' token counts, and with
+#: (:func:`langchain_autocontext.messages.seeded_ids`, per trajectory: ``OursRunner.ids``). Another seed shifts offload ids' token counts, and with
 #: them where compactions fall: how much a figure owes to that phase.
 IDS_SEED = 0
 #: Set from --parallel-calls: the data reshaped as agents that call tools in parallel
@@ -543,29 +542,6 @@ class MiddlewareRunner(Runner):
         return ([self.system] if self.system is not None else []) + list(self.state)
 
 
-@contextlib.contextmanager
-def seeded_package_ids(seed: int = 0) -> Iterator[None]:
-    """Within the block, this package's own ids (offload ids, ids of the messages it
-    writes) come from one fixed sequence, as ``tests/conftest.py``'s ``seeded_uuids``.
-
-    Offload ids are shown in the context and a uuid's token count varies, so with
-    random ids two runs of the same code differed by about 0.3 points of support;
-    seeded for every trajectory, a run is reproducible and two variants differ only
-    by what they change. LangChain's and the peers' ids are left alone.
-    """
-    from langchain_autocontext import messages, store
-
-    rng = random.Random(seed)
-    shim = types.SimpleNamespace(**{k: getattr(uuid, k) for k in dir(uuid)})
-    shim.uuid4 = lambda: uuid.UUID(int=rng.getrandbits(128), version=4)
-    saved = messages.uuid, store.uuid  # type: ignore[attr-defined]
-    messages.uuid = store.uuid = shim  # type: ignore[attr-defined]
-    try:
-        yield
-    finally:
-        messages.uuid, store.uuid = saved  # type: ignore[attr-defined]
-
-
 class OursRunner(Runner):
     """``AutoContext`` driven as its ``create_agent`` middleware drives it.
 
@@ -646,8 +622,14 @@ class OursRunner(Runner):
         )
 
     def ids(self) -> contextlib.AbstractContextManager[None]:
-        """The package's ids from one fixed sequence per trajectory (reproducible runs)."""
-        return seeded_package_ids(IDS_SEED)
+        """The package's ids from one fixed sequence per trajectory (reproducible runs).
+
+        Offload ids are shown in the context and a uuid's token count varies, so with
+        random ids two runs of the same code differed by about 0.3 points of support;
+        seeded for every trajectory, a run is reproducible and two variants differ only
+        by what they change. LangChain's and the peers' ids are left alone.
+        """
+        return seeded_ids(IDS_SEED)
 
     def context_messages(self, last: Sent) -> list[BaseMessage]:
         return self.working

@@ -21,7 +21,7 @@ from langchain_core.language_models.fake_chat_models import FakeListChatModel
 from langgraph.store.memory import InMemoryStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compare_peers import SUMMARY_150_WORDS, seeded_package_ids
+from compare_peers import SUMMARY_150_WORDS
 
 from langchain_autocontext import AutoContext, AutoContextConfig
 from langchain_autocontext.replay import ReplayReport, load_trajectories, median, percentile, replay
@@ -39,14 +39,13 @@ def fake_summarizer() -> LLMSummarizer:
 def run(path: Path, budget: int, limit: int | None) -> dict[str, float]:
     trajectories = load_trajectories(path, limit=limit)
     reports: list[ReplayReport] = []
-    for t in trajectories:
-        with seeded_package_ids():
-            ac = AutoContext(
-                AutoContextConfig(max_tokens=budget),
-                summarizer=fake_summarizer(),
-                store=OffloadStore(InMemoryStore()),
-            )
-            reports.append(replay(t, ac))
+    for t in trajectories:  # replay seeds the package's ids per trajectory (its ``seed``)
+        ac = AutoContext(
+            AutoContextConfig(max_tokens=budget),
+            summarizer=fake_summarizer(),
+            store=OffloadStore(InMemoryStore()),
+        )
+        reports.append(replay(t, ac))
     calls = [c for r in reports for c in r.calls]
     overheads = [c.overhead_s for c in calls]
     sent = sum(r.tokens_sent for r in reports)

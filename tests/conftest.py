@@ -199,27 +199,3 @@ def build(request: pytest.FixtureRequest) -> Any:
         "graph": self_managed_graph,
         "create_agent": self_managed_create_agent,
     }[request.param]
-
-
-@pytest.fixture
-def seeded_uuids(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
-    """Call to (re)start one fixed uuid4 sequence. Offload ids are shown in the context
-    and a uuid's token count varies, so two runs meant to be identical (sync against
-    async, a replay against its --append) can differ by a few tokens at a compression
-    boundary with random ids."""
-
-    def restart(seed: int = 7) -> None:
-        import random
-        import types
-
-        from langchain_autocontext import messages, store
-
-        rng = random.Random(seed)
-        # the package's own ids only: LangChain draws uuid4s for its run ids too, and
-        # does so differently in sync and async runs
-        shim = types.SimpleNamespace(**{k: getattr(uuid, k) for k in dir(uuid)})
-        shim.uuid4 = lambda: uuid.UUID(int=rng.getrandbits(128), version=4)
-        for module in (messages, store):
-            monkeypatch.setattr(module, "uuid", shim)
-
-    return restart

@@ -95,17 +95,16 @@ def test_compare_one_trajectory(cp: ModuleType, system: str) -> None:
 
 
 def test_a_run_is_reproducible_and_leaves_the_package_ids_random(cp: ModuleType) -> None:
-    import uuid
-
-    from langchain_autocontext import messages, store
+    from langchain_autocontext.messages import UUID4_RE, new_id
 
     def measured(row) -> dict:
         return {k: v for k, v in row.as_dict().items() if not k.endswith("_ms")}  # timings vary
 
     first, again = (cp.run(_data(MINI), ["ours"], [8_000], limit=2)[0] for _ in range(2))
     assert measured(first) == measured(again) and first.compactions > 0
-    assert messages.uuid is uuid and store.uuid is uuid  # restored after every trajectory
-    assert messages.new_id() != messages.new_id()
+    # random again after every trajectory
+    first_id, second_id = new_id(), new_id()
+    assert first_id != second_id and UUID4_RE.match(first_id) and UUID4_RE.match(second_id)
 
 
 def test_task_statement_presence_and_the_stand_in_ablation(
@@ -830,6 +829,7 @@ def _graph_gets(
     from langgraph.store.memory import InMemoryStore
 
     from langchain_autocontext import AutoContext, AutoContextConfig
+    from langchain_autocontext.messages import seeded_ids
     from langchain_autocontext.store import OffloadStore
 
     replies = [m for m in run.messages if isinstance(m, AIMessage)]
@@ -856,7 +856,7 @@ def _graph_gets(
         for user in users:
             await agent.ainvoke({"messages": [user]}, config)
 
-    with cp.seeded_package_ids(cp.IDS_SEED):
+    with seeded_ids(cp.IDS_SEED):
         if mode == "ainvoke":
             asyncio.run(ainvoke_all())
         else:

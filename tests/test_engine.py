@@ -37,7 +37,7 @@ from langchain_autocontext import (
 )
 from langchain_autocontext.config import AutoContextConfigFields
 from langchain_autocontext.engine import AutoContextArgs, ContextEngine
-from langchain_autocontext.messages import find_violations, marker, pin, text_of
+from langchain_autocontext.messages import find_violations, marker, pin, seeded_ids, text_of
 from langchain_autocontext.store import OffloadStore, offload_ref
 from langchain_autocontext.strategies import (
     CurrentRoundCompression,
@@ -287,9 +287,7 @@ def test_offload_keeps_last_keep_then_offload_all() -> None:
     assert sum(k == "offloaded" for k in kinds(res4.messages)) == 4
 
 
-def test_a_result_masked_for_age_keeps_its_first_line_a_large_payload_its_preview(
-    seeded_uuids,
-) -> None:
+def test_a_result_masked_for_age_keeps_its_first_line_a_large_payload_its_preview() -> None:
     """Strategy 3's observation masking: a tool result under ``large_payload_threshold``
     masked because it left the working set keeps its first line (the call before it says
     what it was) and the note; a large payload keeps the seed's preview of
@@ -303,8 +301,8 @@ def test_a_result_masked_for_age_keeps_its_first_line_a_large_payload_its_previe
     msgs += tool_group("bash", {"command": "ls"}, ["a.py"])  # the freshest: left alone
     cfg = AutoContextConfig(max_tokens=100_000, target_ratio=0.01, token_ratio=0.5)
     ac, store = make(cfg, [LargeMessageOffload(keep_last=False)])
-    seeded_uuids()  # fixed offload ids: a uuid's token count varies
-    res = ac.compress(msgs, thread_id="t", force=True)
+    with seeded_ids(7):  # fixed offload ids: a uuid's token count varies
+        res = ac.compress(msgs, thread_id="t", force=True)
     masked = {m.id: m for m in res.messages if (marker(m) or {}).get("kind") == "offloaded"}
     assert set(masked) == {msgs[3].id, msgs[5].id}
     head, note = masked[msgs[3].id].content.split("\n")
@@ -639,17 +637,17 @@ def test_messages_without_ids_get_ids_and_are_archived() -> None:
     assert store.history_count("t") == 2
 
 
-async def test_async_parity_with_sync(seeded_uuids: Any) -> None:
+async def test_async_parity_with_sync() -> None:
     msgs = coding_run(40, output_lines=80)
     cfg = AutoContextConfig(max_tokens=12_000, last_keep=10)
     ac1, _ = make(cfg)
     ac2, _ = make(cfg)
     # offload ids are shown in the context and a uuid's token count varies: one fixed
     # sequence for both runs (with random ids, a run at a boundary took one step more)
-    seeded_uuids()
-    sync = ac1.compress(msgs, thread_id="t")
-    seeded_uuids()
-    asyn = await ac2.acompress(msgs, thread_id="t")
+    with seeded_ids(7):
+        sync = ac1.compress(msgs, thread_id="t")
+    with seeded_ids(7):
+        asyn = await ac2.acompress(msgs, thread_id="t")
     assert [e["strategy"] for e in sync.events] == [e["strategy"] for e in asyn.events]
     assert sync.tokens_after == asyn.tokens_after
     assert [type(m) for m in sync.messages] == [type(m) for m in asyn.messages]

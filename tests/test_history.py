@@ -35,7 +35,7 @@ from langchain_autocontext import (
     ExtractiveSummarizer,
     OffloadStore,
 )
-from langchain_autocontext.messages import find_violations, is_pinned, marker, text_of
+from langchain_autocontext.messages import find_violations, is_pinned, marker, seeded_ids, text_of
 from langchain_autocontext.strategies.pipeline import minimal_context
 
 CFG = AutoContextConfig(max_tokens=4000, token_ratio=0.6, target_ratio=0.4, last_keep=4)
@@ -146,19 +146,19 @@ def test_history_clear_keeps_the_originals_and_sessions_are_apart() -> None:
     assert [text_of(m) for m in a.original_messages] == [text_of(m) for m in turn(0, 3)]
 
 
-async def test_history_async_twins_match_sync(seeded_uuids) -> None:
+async def test_history_async_twins_match_sync() -> None:
     """The async twins do what the sync methods do. Each twin draws the same ids (offload
     ids are shown in the context and a uuid's token count varies, so with random ids the
     two can compress at different points): the same working messages, compressed the
     same way, and the same originals."""
-    seeded_uuids()
-    sync_h = AutoContextChatMessageHistory("s", make_ac())
-    for k in range(8):
-        sync_h.add_messages(turn(k))
-    seeded_uuids()
-    async_h = AutoContextChatMessageHistory("s", make_ac())
-    for k in range(8):
-        await async_h.aadd_messages(turn(k))
+    with seeded_ids(7):
+        sync_h = AutoContextChatMessageHistory("s", make_ac())
+        for k in range(8):
+            sync_h.add_messages(turn(k))
+    with seeded_ids(7):
+        async_h = AutoContextChatMessageHistory("s", make_ac())
+        for k in range(8):
+            await async_h.aadd_messages(turn(k))
     working = await async_h.aget_messages()
     assert working and not find_violations(working)
     assert any(marker(m) for m in working)  # compressed
@@ -311,16 +311,16 @@ def test_runnable_reuses_its_last_result_and_ids() -> None:
     assert store.history_count("r") == history + 2  # only the edited message is new
 
 
-async def test_runnable_async_matches_sync_and_threads_are_apart(seeded_uuids) -> None:
+async def test_runnable_async_matches_sync_and_threads_are_apart() -> None:
     # the same thread name in two stores: ids the package derives from the thread are
     # then the same too, and a few tokens of id never decide a compression boundary
     ac, twin = make_ac(), make_ac()
     run = ac.as_runnable()
     convo = conversation(8)
-    seeded_uuids()
-    sync_out = run.invoke(convo, {"configurable": {"thread_id": "x"}})
-    seeded_uuids()
-    async_out = await twin.as_runnable().ainvoke(convo, {"configurable": {"thread_id": "x"}})
+    with seeded_ids(7):
+        sync_out = run.invoke(convo, {"configurable": {"thread_id": "x"}})
+    with seeded_ids(7):
+        async_out = await twin.as_runnable().ainvoke(convo, {"configurable": {"thread_id": "x"}})
     assert [m.type for m in sync_out] == [m.type for m in async_out]
     assert [text_of(m) for m in sync_out] == [text_of(m) for m in async_out]
     await run.ainvoke(convo, {"configurable": {"thread_id": "y"}})
