@@ -100,9 +100,14 @@ _URLSAFE = str.maketrans("-_", "+/")
 
 
 def _scaled(width: float, height: float, limit: float) -> tuple[float, float]:
-    """``width`` x ``height`` scaled down (never up) so that ``limit`` bounds the longer side."""
-    scale = min(1.0, limit / max(width, height))
-    return width * scale, height * scale
+    """``width`` x ``height`` scaled down (never up) so that ``limit`` bounds the longer side:
+    the longer side becomes ``limit`` exactly (``width * (limit / width)`` can round
+    above it, and a tile count taken of 3072.0000000000005 pixels is a tile too many)."""
+    if max(width, height) <= limit:
+        return width, height
+    if width >= height:
+        return limit, height * limit / width
+    return width * limit / height, limit
 
 
 def _image_tokens(width: int, height: int) -> int:

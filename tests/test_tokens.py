@@ -424,6 +424,18 @@ def test_an_inline_image_counts_by_its_size_in_every_block_format(
     assert counter.count_message(HumanMessage([part])) == 3 + t(enc, "user") + shell + expected
 
 
+def test_an_image_beyond_every_fitting_counts_as_its_fitted_size(enc: tiktoken.Encoding) -> None:
+    """A 5203x5203 photo counted 6,450 tokens where a 3072x3072 one, the size Gemini fits
+    it to, counts 4,128: its long side scaled to 3072.0000000000005 pixels, a fifth row
+    and column of Gemini tiles. An image larger than every provider's fitting counts as
+    the fitted size, whatever its pixels."""
+    counter = TokenCounter()
+    base = 3 + t(enc, "user")
+    for side in (3072, 5203, 10_000):
+        block = {"type": "image", "base64": b64(png_image(side, side)), "mime_type": "image/png"}
+        assert counter.count_message(HumanMessage([block])) == base + 4128, side
+
+
 def test_an_image_of_unknown_size_keeps_the_estimate(enc: tiktoken.Encoding) -> None:
     """An image whose size is not inline (a URL, a file id) or whose header does not
     read (corrupt base64, a truncated or foreign header, a JPEG without a frame header)
