@@ -301,8 +301,13 @@ _PDF_MAX_MATCHES = 20_000
 #: ``/Type /Page``, ``/Type /Pages`` or ``/Type /ObjStm`` (a name ends at a delimiter).
 _PDF_TYPE = re.compile(rb"/Type\s*/(Pages?|ObjStm)(?![^\s/<>\[\]()%{}])")
 _PDF_OBJ = re.compile(rb"(\d+)\s+\d+\s+obj\s*$")
-_PDF_COUNT = re.compile(rb"/Count\s+(\d+)")
-_PDF_INT = re.compile(rb"/(N|First|Length)\s+(\d+)(?![\d.])(?!\s+\d+\s+R)")
+#: A number of a PDF's page tree or object stream: at most 12 digits (no PDF holds a
+#: larger count, length or offset; a longer run is damage, read as no number: Python
+#: refuses to convert 4,301 digits, and a 20-digit offset overflows a regex position).
+_PDF_NUMBER = rb"(?<!\d)\d{1,12}(?!\d)"
+_PDF_COUNT = re.compile(rb"/Count\s+(" + _PDF_NUMBER + rb")")
+_PDF_INT = re.compile(rb"/(N|First|Length)\s+(" + _PDF_NUMBER + rb")(?!\.)(?!\s+\d+\s+R)")
+_PDF_HEADER_INT = re.compile(_PDF_NUMBER)
 #: What was read from a payload (a PDF's pages, a recording's duration and kind), by
 #: (what was read, the payload's length and hash): the same payload in another message
 #: is not decoded again.
@@ -412,7 +417,7 @@ def _object_stream_pages(
         return
     budget[0] -= len(body)
     first = ints.get(b"First", 0)
-    header = [int(v) for v in re.findall(rb"\d+", body[:first])]
+    header = [int(v) for v in _PDF_HEADER_INT.findall(body, 0, first)]
     numbers, offsets = header[0::2], [first + o for o in header[1::2]]
     for n, match in enumerate(_PDF_TYPE.finditer(body, first)):
         if n >= _PDF_MAX_MATCHES:

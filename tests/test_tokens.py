@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+import re
 import struct
 import threading
 import warnings
@@ -639,6 +640,50 @@ def test_a_pdf_whose_pages_do_not_read_keeps_an_estimate_and_reading_is_bounded(
         )
         assert counter.count_message(msg) == base + t(enc, f"copy {k}") + 12 * PDF_PAGE
     assert len(reads) == 1
+
+
+def test_a_pdf_whose_numbers_run_to_thousands_of_digits_counts_without_an_error(
+    enc: tiktoken.Encoding,
+) -> None:
+    """A PDF from a tool or a user is untrusted: a ``/Count`` of 5,000 digits raised
+    ``ValueError`` (Python converts at most 4,300), an object stream's ``/First`` of 30
+    digits ``OverflowError``, and counting the message failed. A number no PDF holds
+    is damage, read as no number: the pages that do read count."""
+    counter = TokenCounter()
+    base = 3 + t(enc, "user")
+    huge = b"9" * 5000
+    header = zlib.compress(huge + b" 0\n<< /Type /Page >>\n")
+    damaged = {
+        "a /Count of 5,000 digits": (
+            pdf_document(3).replace(b"/Count 3", b"/Count " + huge),
+            3,
+        ),
+        "an object stream's /Length of 5,000 digits": (
+            re.sub(
+                rb"/Length \d+ >>\nstream",
+                b"/Length " + huge + b" >>\nstream",
+                pdf_document(3, object_stream=True),
+            ),
+            3,
+        ),
+        "an object stream's /First of 30 digits": (
+            re.sub(rb"/First \d+", b"/First " + b"9" * 30, pdf_document(3, object_stream=True)),
+            3,
+        ),
+        "an object stream's header of 5,000 digits": (
+            b"%%PDF-1.5\n1 0 obj\n<< /Type /ObjStm /N 1 /First 5003 /Filter /FlateDecode "
+            b"/Length %d >>\nstream\n%s\nendstream\nendobj\n" % (len(header), header),
+            1,
+        ),
+    }
+    for name, (data, pages) in damaged.items():
+        for block in (
+            {"type": "file", "base64": b64(data), "mime_type": "application/pdf"},
+            {"document": {"format": "pdf", "name": "d", "source": {"bytes": data}}},
+        ):
+            media = media_mod._without_media(block)[1]
+            assert media == pages * PDF_PAGE, (name, media)
+            assert counter.count_message(HumanMessage([block])) >= base + pages * PDF_PAGE
 
 
 #: Recordings of a known duration, by container: (bytes, MIME type, seconds, kind).
