@@ -652,7 +652,7 @@ def _matroska_seconds(src: _Bytes) -> float | None:
                 end = data + length
             pos = data
             continue
-        if element[0] == 0x2AD7B1:  # TimecodeScale
+        if element[0] == 0x2AD7B1 and length <= 8:  # TimecodeScale, an unsigned int
             scale = int.from_bytes(src.read(data, length) or b"", "big") or scale
         elif element[0] == 0x4489 and length in (4, 8):  # Duration, a float
             raw = src.read(data, length)

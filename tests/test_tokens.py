@@ -832,6 +832,31 @@ def test_a_recording_whose_duration_does_not_read_keeps_the_estimate_and_reading
     assert len(reads) == 2  # each recording read once
 
 
+def test_a_recording_header_claiming_a_huge_element_decodes_no_more_than_a_header(
+    enc: tiktoken.Encoding, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A WebM whose TimecodeScale (an integer of at most 8 bytes) claimed a terabyte
+    decoded the whole payload from its base64 to read it: 4 MB for a 4 MB video, where
+    a header read decodes a few kilobytes. Its header still counts as it reads."""
+    webm = webm_video(4)
+    at = webm.index(b"\x2a\xd7\xb1") + 3  # TimecodeScale's 8-byte size
+    claim = (1 << 56 | 1 << 40).to_bytes(8, "big")
+    big = webm[:at] + claim + webm[at + 8 :] + b"\0" * (4 << 20)
+    decoded: list[int] = []
+    decode = base64.b64decode
+
+    def spy(data: Any, *args: Any, **kwargs: Any) -> bytes:
+        out = decode(data, *args, **kwargs)
+        decoded.append(len(out))
+        return out
+
+    monkeypatch.setattr(media_mod.base64, "b64decode", spy)
+    monkeypatch.setattr(media_mod, "_PAYLOAD_READS", media_mod._LRU(8))
+    block = {"type": "video", "base64": b64(big), "mime_type": "video/webm"}
+    assert TokenCounter().count_message(HumanMessage([block])) == 3 + t(enc, "user") + 85
+    assert sum(decoded) < 64 << 10, sum(decoded)
+
+
 def test_tool_calls_and_tool_messages(enc: tiktoken.Encoding) -> None:
     counter = TokenCounter()
     args = {"path": "/src/main.py", "query": "naïve", "limit": 10}
