@@ -610,9 +610,12 @@ def _mvhd_seconds(src: _Bytes, pos: int, end: int) -> float | None:
                 return None
             if head[8] == 1:  # 64-bit times: created, modified, timescale, duration
                 scale, duration = struct.unpack(">IQ", head[8 + 20 : 8 + 32])
+                unknown = (1 << 64) - 1
             else:
                 scale, duration = struct.unpack(">II", head[8 + 12 : 8 + 20])
-            return duration / scale if scale and duration != (1 << 32) - 1 else None
+                unknown = (1 << 32) - 1
+            # a duration of all ones: unknown (a fragmented or live recording)
+            return duration / scale if scale and duration != unknown else None
         if size < 8:
             return None
         pos += size

@@ -857,6 +857,24 @@ def test_a_recording_header_claiming_a_huge_element_decodes_no_more_than_a_heade
     assert sum(decoded) < 64 << 10, sum(decoded)
 
 
+def test_an_mp4_whose_duration_is_unknown_keeps_the_estimate_in_either_mvhd_version(
+    enc: tiktoken.Encoding,
+) -> None:
+    """An MP4 (a fragmented or live recording) says an unknown duration with all ones:
+    in a version-0 ``mvhd`` it kept the estimate, but in a version-1 (64-bit) one it
+    read as 2^64 - 1 units and counted 9.5 hours of video, 10.7 million tokens."""
+    base = 3 + t(enc, "user")
+    unknown = {
+        0: mp4_video(5).replace(struct.pack(">II", 600, 3000), struct.pack(">II", 600, 2**32 - 1)),
+        1: mp4_video(5, version=1).replace(
+            struct.pack(">IQ", 600, 3000), struct.pack(">IQ", 600, 2**64 - 1)
+        ),
+    }
+    for version, data in unknown.items():
+        block = {"type": "video", "base64": b64(data), "mime_type": "video/mp4"}
+        assert TokenCounter().count_message(HumanMessage([block])) == base + 85, version
+
+
 def test_tool_calls_and_tool_messages(enc: tiktoken.Encoding) -> None:
     counter = TokenCounter()
     args = {"path": "/src/main.py", "query": "naïve", "limit": 10}
