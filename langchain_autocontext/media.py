@@ -295,7 +295,7 @@ _PDF_MAX_PAGES = 1000
 _PDF_MAX_BYTES = 64 << 20
 #: At most this much is inflated from its compressed object streams, in all.
 _PDF_MAX_INFLATED = 16 << 20
-#: At most this many object streams, and this many page dictionaries, are read.
+#: At most this many object streams, and this many page dictionaries, are read in all.
 _PDF_MAX_STREAMS = 4096
 _PDF_MAX_MATCHES = 20_000
 #: ``/Type /Page``, ``/Type /Pages`` or ``/Type /ObjStm`` (a name ends at a delimiter).
@@ -366,39 +366,68 @@ def _count_pdf_pages(raw: bytes) -> int:
     """The page count of PDF bytes: its page objects (``/Type /Page``, each object
     number once, also in FlateDecode object streams, PDF 1.5+), or the ``/Count`` of
     its page tree root when that is larger (pages in a stream not read); 0 if neither
-    reads. Bounded: the object streams inflate to :data:`_PDF_MAX_INFLATED` in all."""
-    pages: set[Hashable] = set()
-    counts = [0]
-    budget = [_PDF_MAX_INFLATED]
+    reads. Bounded (:class:`_PdfTally`): the object streams inflate to
+    :data:`_PDF_MAX_INFLATED` in all, and :data:`_PDF_MAX_MATCHES` page dictionaries
+    are read in all."""
+    tally = _PdfTally()
+    scanned = [0]
     streams = 0
-    for n, match in enumerate(_PDF_TYPE.finditer(raw)):
-        if n >= _PDF_MAX_MATCHES:
+    for match in _PDF_TYPE.finditer(raw):
+        if not tally.take_match():
             break
         kind, at = match.group(1), match.start()
         start = raw.rfind(b"obj", max(0, at - 8192), at)  # the object's "N G obj"
         number = _PDF_OBJ.search(raw, max(0, start - 24), start + 3) if start >= 0 else None
         if kind == b"Page":
-            pages.add(int(number.group(1)) if number else ("at", at))
+            tally.pages.add(int(number.group(1)) if number else ("at", at))
         elif kind == b"Pages":
             end = raw.find(b"endobj", at, at + 8192)
             lo = start if number else max(0, at - 512)
-            counts.extend(
-                int(c) for c in _PDF_COUNT.findall(raw, lo, end if end >= 0 else at + 512)
-            )
-        elif streams < _PDF_MAX_STREAMS and budget[0] > 0:
+            _page_counts(raw, lo, end if end >= 0 else at + 512, tally.counts, scanned)
+        elif streams < _PDF_MAX_STREAMS and tally.inflate > 0:
             streams += 1
-            _object_stream_pages(raw, start if number else at, pages, counts, budget)
-    return max(len(pages), *counts)
+            _object_stream_pages(raw, start if number else at, tally)
+    return max(len(tally.pages), *tally.counts)
 
 
-def _object_stream_pages(
-    raw: bytes, at: int, pages: set[Hashable], counts: list[int], budget: list[int]
-) -> None:
+class _PdfTally:
+    """What the reading of a PDF's pages found (its page objects, its page trees'
+    ``/Count`` values) and what it may still spend, in all its object streams: the
+    bytes to inflate and the page dictionaries to read (a PDF of thousands of object
+    streams each full of ``/Type /Pages`` is read as far as one of them would be)."""
+
+    __slots__ = ("counts", "inflate", "matches", "pages")
+
+    def __init__(self) -> None:
+        self.pages: set[Hashable] = set()
+        self.counts = [0]
+        self.inflate = _PDF_MAX_INFLATED
+        self.matches = _PDF_MAX_MATCHES
+
+    def take_match(self) -> bool:
+        """Whether another page dictionary may be read (and count it)."""
+        self.matches -= 1
+        return self.matches >= 0
+
+
+def _page_counts(data: bytes, lo: int, hi: int, counts: list[int], scanned: list[int]) -> None:
+    """The ``/Count`` values in ``data[lo:hi]`` (a page tree node's object) into
+    ``counts``, what an earlier window scanned (up to ``scanned[0]``) not scanned again:
+    thousands of ``/Type /Pages`` in one object each rescanned it, a 6 kB PDF took
+    seconds. The windows overlap by a few bytes (a ``/Count`` across their border is
+    read, perhaps twice: only the largest counts)."""
+    lo = max(lo, scanned[0] - 64)
+    if lo < hi:
+        counts.extend(int(c) for c in _PDF_COUNT.findall(data, lo, hi))
+        scanned[0] = max(scanned[0], hi)
+
+
+def _object_stream_pages(raw: bytes, at: int, tally: _PdfTally) -> None:
     """Read the object stream whose dictionary starts before ``at`` (its ``obj``
-    keyword, or its ``/Type /ObjStm``): its page objects into ``pages`` (by object
-    number), its page tree's ``/Count`` into ``counts``; inflates no more than
-    ``budget[0]`` bytes and takes them from it. Another filter than FlateDecode (or
-    a predictor, or encryption) reads nothing."""
+    keyword, or its ``/Type /ObjStm``): its page objects into ``tally.pages`` (by
+    object number), its page tree's ``/Count`` into ``tally.counts``; inflates (or, not
+    compressed, takes) no more than ``tally.inflate`` bytes and takes them from it.
+    Another filter than FlateDecode (or a predictor, or encryption) reads nothing."""
     begin = raw.find(b"stream", at, at + 8192)
     if begin < 0:
         return
@@ -412,24 +441,29 @@ def _object_stream_pages(
     length = ints.get(b"Length")
     data = memoryview(raw)[begin : begin + length if length else len(raw)]
     try:
-        body = zlib.decompressobj().decompress(data, budget[0]) if flate else bytes(data)
+        body = (
+            zlib.decompressobj().decompress(data, tally.inflate)
+            if flate
+            else bytes(data[: tally.inflate])
+        )
     except zlib.error:
         return
-    budget[0] -= len(body)
+    tally.inflate -= len(body)
     first = ints.get(b"First", 0)
+    scanned = [0]
     header = [int(v) for v in _PDF_HEADER_INT.findall(body, 0, first)]
     numbers, offsets = header[0::2], [first + o for o in header[1::2]]
-    for n, match in enumerate(_PDF_TYPE.finditer(body, first)):
-        if n >= _PDF_MAX_MATCHES:
+    for match in _PDF_TYPE.finditer(body, first):
+        if not tally.take_match():
             break
         i = bisect.bisect_right(offsets, match.start()) - 1
         known = 0 <= i < len(numbers)
         if match.group(1) == b"Page":
-            pages.add(numbers[i] if known else ("in", begin, match.start()))
+            tally.pages.add(numbers[i] if known else ("in", begin, match.start()))
         elif match.group(1) == b"Pages":
             lo = offsets[i] if known else max(first, match.start() - 512)
             hi = offsets[i + 1] if known and i + 1 < len(offsets) else match.start() + 512
-            counts.extend(int(c) for c in _PDF_COUNT.findall(body, lo, hi))
+            _page_counts(body, lo, hi, tally.counts, scanned)
 
 
 # --- audio and video billed by their duration ---------------------------------------------------

@@ -7,6 +7,7 @@ import json
 import math
 import re
 import struct
+import sys
 import threading
 import warnings
 import zlib
@@ -684,6 +685,52 @@ def test_a_pdf_whose_numbers_run_to_thousands_of_digits_counts_without_an_error(
             media = media_mod._without_media(block)[1]
             assert media == pages * PDF_PAGE, (name, media)
             assert counter.count_message(HumanMessage([block])) >= base + pages * PDF_PAGE
+
+
+def test_reading_a_pdf_full_of_page_trees_is_bounded(
+    enc: tiktoken.Encoding, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A page tree's ``/Count`` is read in its object: an object stream holding one
+    object with 16,000 ``/Type /Pages`` rescanned that object for each (a 6 kB PDF took
+    5 seconds, a 50 kB one hours), and 70 object streams each gave 20,000 page
+    dictionaries to read (a 44 kB PDF, 2 seconds). Each object's text is scanned once,
+    and at most 20,000 page dictionaries are read in a PDF, however many streams it has."""
+
+    def object_stream(body: bytes, first: int = 0) -> bytes:
+        data = zlib.compress(body)
+        return (
+            b"9 0 obj\n<< /Type /ObjStm /N 1 /First %d /Filter /FlateDecode /Length %d >>\n"
+            b"stream\n%s\nendstream\nendobj\n" % (first, len(data), data)
+        )
+
+    one_object = b"%PDF-1.5\n" + object_stream(b"1 0\n" + b"/Type /Pages " * 16000, 4)
+    many_streams = b"%PDF-1.5\n" + object_stream(b"/Type /Pages " * 20000) * 70
+    scanned: list[int] = []
+    matches: list[int] = []
+
+    class Spied:
+        def __init__(self, pattern: re.Pattern[bytes]) -> None:
+            self.pattern = pattern
+
+        def findall(self, data: bytes, lo: int = 0, hi: int = sys.maxsize) -> list[Any]:
+            scanned.append(min(hi, len(data)) - lo)
+            return self.pattern.findall(data, lo, hi)
+
+        def finditer(self, *args: Any) -> Any:
+            for match in self.pattern.finditer(*args):
+                matches.append(1)
+                yield match
+
+    monkeypatch.setattr(media_mod, "_PDF_COUNT", Spied(media_mod._PDF_COUNT))
+    monkeypatch.setattr(media_mod, "_PDF_TYPE", Spied(media_mod._PDF_TYPE))
+    base = 3 + t(enc, "user")
+    for data in (one_object, many_streams):
+        scanned.clear()
+        matches.clear()
+        block = {"type": "file", "base64": b64(data), "mime_type": "application/pdf"}
+        assert TokenCounter().count_message(HumanMessage([block])) == base + PDF_PAGE
+        assert sum(scanned) < 4 << 20, sum(scanned)  # each text about once
+        assert len(matches) < 21_000, len(matches)  # 20,000 read in all
 
 
 #: Recordings of a known duration, by container: (bytes, MIME type, seconds, kind).
