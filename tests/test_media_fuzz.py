@@ -1,0 +1,336 @@
+"""Property tests of the media readers (:mod:`langchain_autocontext.media`) on hostile bytes.
+
+Inline media comes from tool results, users and MCP servers: untrusted bytes. The
+promise of docs/token-counting.md: counting never crashes, a block counts no more than
+the readers' maximums (a PDF 3,000 tokens a page and at most 1,000 pages, a recording at
+most 9.5 hours, an image at most the largest size a provider bills), and reading is
+bounded (a few kilobytes of a recording or an image decoded, at most 64 MiB of a PDF and
+16 MiB inflated from its object streams), whatever the container's header claims.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import math
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+from unittest import mock
+
+from _builders import (
+    flac_audio,
+    gif_image,
+    jpeg_image,
+    mp3_audio,
+    mp4_video,
+    ogg_audio,
+    pdf_document,
+    png_image,
+    wav_audio,
+    webm_video,
+    webp_image,
+)
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from langchain_core.messages import HumanMessage, ToolMessage
+
+from langchain_autocontext import media as media_mod
+from langchain_autocontext.tokens import TokenCounter
+
+#: The readers' maximums (docs/token-counting.md): a PDF of 1,000 pages at 3,000 tokens
+#: each, 9.5 hours of audio (32 tokens a second) or video (312), and the largest image
+#: (Gemini's 24 tiles of 258 tokens, an image fitted to 3072 pixels whose short side
+#: makes 256-pixel tiles; Anthropic's 1,600 and OpenAI's 1,445 stay under it).
+PDF_MAX = 1000 * 3000
+AUDIO_MAX = math.ceil(9.5 * 3600 * 32)
+VIDEO_MAX = math.ceil(9.5 * 3600 * 312)
+IMAGE_MAX = 24 * 258
+#: What a recording's or an image's header reads decode, at most (an Ogg stream's last
+#: 64 kB page search, the rest a few kilobytes).
+HEADER_READ_MAX = 256 << 10
+
+#: A valid start of each container the readers know, by the family that reads it.
+MAGICS: dict[bytes, str] = {
+    b"%PDF-1.7\n": "pdf",
+    b"RIFF\x24\x00\x00\x00WAVEfmt ": "av",
+    b"ID3\x04\x00\x00": "av",
+    b"\xff\xfb\x90\x64": "av",
+    b"fLaC\x80\x00\x00\x22": "av",
+    b"OggS\x00\x02": "av",
+    b"\x00\x00\x00\x18ftypisom": "av",
+    b"\x00\x00\x00\x6cmoov\x00\x00\x00\x64mvhd": "av",
+    b"\x1a\x45\xdf\xa3": "av",
+    b"\x89PNG\r\n\x1a\n\x00\x00\x00\x0dIHDR": "image",
+    b"GIF89a": "image",
+    b"RIFF\x1a\x00\x00\x00WEBPVP8X": "image",
+    b"\xff\xd8\xff\xe0": "image",
+}
+
+#: Valid files of each container (tests/_builders.py), to mutate.
+SAMPLES: list[tuple[bytes, str]] = [
+    (pdf_document(3), "pdf"),
+    (pdf_document(4, object_stream=True), "pdf"),
+    (pdf_document(2, incremental=True), "pdf"),
+    (wav_audio(0.05, list_chunk=True), "av"),
+    (mp3_audio(0.2), "av"),
+    (mp3_audio(0.2, xing=True, id3=40), "av"),
+    (mp3_audio(0.2, vbri=True), "av"),
+    (flac_audio(3), "av"),
+    (ogg_audio(2), "av"),
+    (ogg_audio(2, "opus"), "av"),
+    (mp4_video(5), "av"),
+    (mp4_video(5, moov_last=True, version=1), "av"),
+    (mp4_video(5, brand=b"M4A "), "av"),
+    (webm_video(4), "av"),
+    (png_image(1280, 800), "image"),
+    (jpeg_image(640, 480, exif=64), "image"),
+    (gif_image(32, 32), "image"),
+    (webp_image(800, 600), "image"),
+    (webp_image(800, 600, "VP8 "), "image"),
+    (webp_image(800, 600, "VP8L"), "image"),
+]
+
+#: Where a size, an offset, a rate or a count sits: around the tags of each container.
+TAGS = (
+    b"RIFF",
+    b"fmt ",
+    b"data",
+    b"LIST",
+    b"ftyp",
+    b"moov",
+    b"mvhd",
+    b"mdat",
+    b"OggS",
+    b"vorbis",
+    b"OpusHead",
+    b"Xing",
+    b"VBRI",
+    b"fLaC",
+    b"IHDR",
+    b"/Count",
+    b"/Length",
+    b"/First",
+    b"/N ",
+    b"stream",
+    b"\x2a\xd7\xb1",
+    b"\x44\x89",
+    b"\x15\x49\xa9\x66",
+    b"\x18\x53\x80\x67",
+)
+#: Field values that break naive readers: zero, one, all ones, the sign bit.
+EDGES = (0, 1, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFF)
+
+
+def _field_offsets(data: bytes) -> tuple[list[int], list[int]]:
+    """Where the fields around the tags of ``data`` sit, and where a PDF name ends."""
+    offsets, ends = [], []
+    for tag in TAGS:
+        at = data.find(tag)
+        while at >= 0 and len(offsets) < 300:
+            if tag.startswith(b"/"):  # a PDF name whose number follows
+                ends.append(at + len(tag))
+            offsets.extend(o for o in (at - 4, at + len(tag), at + len(tag) + 4) if o >= 0)
+            at = data.find(tag, at + 1)
+    return offsets or [0], ends or [0]
+
+
+@st.composite
+def mutated(draw: st.DrawFn) -> tuple[bytes, str]:
+    """A valid file with a few bytes flipped, a field set to an edge value, cut short,
+    extended, or its digits or box sizes blown up."""
+    family = draw(st.sampled_from(["pdf", "av", "image"]))
+    data, _ = draw(st.sampled_from([sample for sample in SAMPLES if sample[1] == family]))
+    out = bytearray(data)
+    fields, ends = _field_offsets(data)
+    for _ in range(draw(st.integers(1, 4))):
+        op = draw(st.sampled_from(["flip", "edge", "truncate", "extend", "digits", "edge64"]))
+        if op == "flip" and out:
+            at = draw(st.integers(0, len(out) - 1))
+            out[at] = draw(st.integers(0, 255))
+        elif op in ("edge", "edge64"):
+            at = min(draw(st.sampled_from(fields)), max(0, len(out) - 4))
+            width = 4 if op == "edge" else 8
+            value = draw(st.sampled_from(EDGES)) * (1 if width == 4 else 0x100000001)
+            order = draw(st.sampled_from(["big", "little"]))
+            out[at : at + width] = (value % (1 << (8 * width))).to_bytes(width, order)
+        elif op == "truncate" and out:
+            out = out[: draw(st.integers(0, len(out)))]
+        elif op == "extend":
+            out += draw(st.binary(max_size=64))
+        elif op == "digits":  # a PDF number thousands of digits long, or with a sign
+            at = min(draw(st.sampled_from(ends)), len(out))
+            digits = draw(st.sampled_from([b"9" * 5000, b"9" * 5000, b"9" * 40, b"-1", b"0"]))
+            out[at:at] = b" " + digits
+    return bytes(out), family
+
+
+@st.composite
+def prefixed(draw: st.DrawFn) -> tuple[bytes, str]:
+    """A valid start of a container, then arbitrary bytes."""
+    magic = draw(st.sampled_from(sorted(MAGICS)))
+    return magic + draw(st.binary(max_size=300)), MAGICS[magic]
+
+
+@st.composite
+def encoded(draw: st.DrawFn, data: bytes) -> str:
+    """``data`` as base64 text: standard, URL-safe, wrapped, padded oddly, or broken."""
+    text = base64.b64encode(data).decode("ascii")
+    style = draw(
+        st.sampled_from(
+            ["plain", "urlsafe", "wrapped", "crlf", "spaces", "unpadded", "overpadded", "junk"]
+        )
+    )
+    if style == "urlsafe":
+        text = base64.urlsafe_b64encode(data).decode("ascii")
+    elif style in ("wrapped", "crlf", "spaces"):
+        width = draw(st.sampled_from([1, 4, 64, 76, 200]))
+        sep = {"wrapped": "\n", "crlf": "\r\n", "spaces": draw(st.sampled_from([" ", "\t", "\v"]))}
+        text = sep[style].join(text[i : i + width] for i in range(0, len(text), width))
+    elif style == "unpadded":
+        text = text.rstrip("=")
+    elif style == "overpadded":
+        text += "=" * draw(st.integers(1, 5))
+    elif style == "junk" and text:
+        at = draw(st.integers(0, len(text)))
+        text = text[:at] + draw(st.sampled_from(["!", "*", "é", "\0", "==", "-_"])) + text[at:]
+    return text
+
+
+MIMES = ["application/pdf", "audio/wav", "audio/mpeg", "video/mp4", "video/webm", "image/png"]
+
+
+def blocks(data: bytes, text: str, mime: str) -> list[dict[str, Any]]:
+    """The payload in every block format that carries media inline."""
+    url = f"data:{mime};base64,{text}"
+    return [
+        {"type": "image", "base64": text, "mime_type": mime},
+        {"type": "audio", "base64": text, "mime_type": mime},
+        {"type": "video", "source_type": "base64", "data": text, "mime_type": mime},
+        {"type": "file", "base64": text, "mime_type": mime},
+        {"type": "input_audio", "input_audio": {"data": text, "format": "wav"}},
+        {"type": "file", "file": {"filename": "a", "file_data": url}},
+        {"type": "input_file", "file_data": url},
+        {"type": "image_url", "image_url": {"url": url}},
+        {"type": "document", "source": {"type": "base64", "media_type": mime, "data": text}},
+        {"type": "image", "source": {"type": "base64", "media_type": mime, "data": text}},
+        {"type": "media", "mime_type": mime, "data": text},
+        {"inline_data": {"mime_type": mime, "data": text}},
+        {"video": {"format": "mp4", "source": {"bytes": data}}},
+        {"audio": {"format": "wav", "source": {"bytes": data}}},
+        {"document": {"format": "pdf", "name": "d", "source": {"bytes": data}}},
+        {"type": "tool_result", "tool_use_id": "t", "content": [{"type": "file", "url": url}]},
+    ]
+
+
+@contextmanager
+def decoding_spied() -> Iterator[dict[str, int]]:
+    """Count the bytes the readers decode from base64 and inflate, none read before."""
+    seen = {"decoded": 0, "inflated": 0, "largest": 0}
+    b64decode, a2b, decompressobj = base64.b64decode, binascii.a2b_base64, zlib.decompressobj
+
+    def decode(*args: Any, **kwargs: Any) -> bytes:
+        out = b64decode(*args, **kwargs)
+        seen["decoded"] += len(out)
+        seen["largest"] = max(seen["largest"], len(out))
+        return out
+
+    def a2b_base64(*args: Any, **kwargs: Any) -> bytes:
+        out = a2b(*args, **kwargs)
+        seen["decoded"] += len(out)
+        return out
+
+    class Inflater:
+        def __init__(self) -> None:
+            self.inner = decompressobj()
+
+        def decompress(self, data: Any, max_length: int = 0) -> bytes:
+            out = self.inner.decompress(data, max_length)
+            seen["inflated"] += len(out)
+            return out
+
+    with (
+        mock.patch.object(media_mod.base64, "b64decode", decode),
+        mock.patch.object(media_mod.binascii, "a2b_base64", a2b_base64),
+        mock.patch.object(media_mod.zlib, "decompressobj", Inflater),
+        mock.patch.object(media_mod, "_PAYLOAD_READS", media_mod._LRU(8)),
+    ):
+        yield seen
+
+
+def check_payload(data: bytes, family: str, text: str, mime: str) -> None:
+    counter = TokenCounter()
+    base = counter.count_message(HumanMessage([]))
+    for block in blocks(data, text, mime):
+        _, media = media_mod._without_media(block)
+        declared = media_mod._declared_kind(block, block.get("source"), block.get("inline_data"))
+        if "%PDF-" in data[:1024].decode("latin-1"):
+            cap = PDF_MAX
+        elif family == "image":
+            cap = max(IMAGE_MAX, 85)
+        elif family == "pdf":
+            cap = PDF_MAX
+        else:
+            cap = max(AUDIO_MAX if declared == "audio" else VIDEO_MAX, IMAGE_MAX)
+        assert isinstance(media, int) and 0 <= media <= cap, (block, media)
+        if family == "pdf" and media > 85:  # read as a PDF: whole pages
+            assert media % 3000 == 0, media
+        for msg in (HumanMessage([block]), ToolMessage([block], tool_call_id="c")):
+            count = counter.count_message(msg)
+            assert isinstance(count, int) and count >= base, (block, count)
+
+
+SETTINGS = settings(
+    max_examples=120,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+
+@SETTINGS
+@given(st.one_of(prefixed(), mutated()), st.sampled_from(MIMES), st.data())
+def test_hostile_media_never_crashes_and_counts_no_more_than_the_readers_maximums(
+    payload: tuple[bytes, str], mime: str, data: st.DataObject
+) -> None:
+    """Whatever the bytes after a container's magic, whatever a mutated file's fields
+    (zero, all ones, the sign bit, a box of size 0 or 1, a number of 5,000 digits, cut
+    short), in whatever base64 (URL-safe, wrapped, unpadded, broken) and block format:
+    counting returns a non-negative int, a block no more than its readers' maximum."""
+    raw, family = payload
+    check_payload(raw, family, data.draw(encoded(raw)), mime)
+
+
+@SETTINGS
+@given(st.one_of(prefixed(), mutated()), st.data())
+def test_reading_hostile_media_is_bounded_whatever_its_declared_sizes(
+    payload: tuple[bytes, str], data: st.DataObject
+) -> None:
+    """A header's sizes, offsets and lengths are untrusted: behind a megabyte of payload,
+    an image's or a recording's header read decodes a few kilobytes, a PDF is decoded
+    once and inflates at most 16 MiB, whatever the header claims."""
+    raw, family = payload
+    big = raw + b"\0" * (1 << 20)
+    text = data.draw(encoded(big))
+    with decoding_spied() as seen:
+        for block in blocks(big, text, data.draw(st.sampled_from(MIMES)))[:12]:
+            media_mod._without_media(block)
+    if family == "pdf" or b"%PDF-" in big[:1024]:  # decoded once, inflated within 16 MiB
+        assert seen["decoded"] <= len(big) + 12 * HEADER_READ_MAX, seen
+        assert seen["inflated"] <= 16 << 20, seen
+    else:
+        assert seen["largest"] <= HEADER_READ_MAX, seen
+        assert seen["decoded"] <= 12 * 2 * HEADER_READ_MAX, seen
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, (1 << 32) - 1), st.integers(1, (1 << 32) - 1), st.integers(2, 9))
+def test_an_image_of_any_size_counts_no_more_than_the_largest_image(
+    width: int, height: int, factor: int
+) -> None:
+    """Any width and height count between Gemini's small image and the largest image;
+    one scaled up beyond every provider's fitting (3072 pixels) counts as it did."""
+    tokens = media_mod._image_tokens(width, height)
+    assert 258 <= tokens <= IMAGE_MAX
+    if max(width, height) >= 3072:
+        assert media_mod._image_tokens(width * factor, height * factor) == tokens
