@@ -191,7 +191,7 @@ class _Bytes:
         total = self._clean_length()
         want = -(-size // 3) * 4 + 4
         if text is self._data:
-            chunk = text.rstrip("=")[-want:]
+            chunk = text[-(want + 4) :].rstrip("=")[-want:]  # a suffix: no copy of the payload
         else:  # wrapped: a bounded suffix, its line breaks removed
             chunk = "".join(text[-(want + want // 8 + 256) :].split()).rstrip("=")[-want:]
         chunk = chunk[(len(chunk) - total) % 4 :]  # from a 4-character group's start
