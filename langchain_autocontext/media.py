@@ -866,7 +866,7 @@ def _without_media(value: Any, kind: str | None = None) -> tuple[Any, int]:
     as an image of its size, a PDF of its pages or a recording of its duration (or the
     estimate), never their base64 as text; what sits under an ``audio`` or ``video`` key
     (Bedrock Converse's ``{"video": {"source": {"bytes": …}}}``) is read as that
-    ``kind``."""
+    ``kind``; media Bedrock names by ``s3Location`` counts the estimate of media by URL."""
     if isinstance(value, dict):
         if _is_media(value):
             return None, _media_tokens(value)
@@ -878,6 +878,11 @@ def _without_media(value: Any, kind: str | None = None) -> tuple[Any, int]:
                 media += _known_or(
                     _value_tokens(v.get("data"), _declared_kind(v)), BLOCK_TOKEN_ESTIMATES["media"]
                 )
+                continue
+            if k == "source" and isinstance(v, dict) and "s3Location" in v:
+                # Bedrock's media by S3 location: no size to read, the estimate of a URL
+                out[k] = None
+                media += BLOCK_TOKEN_ESTIMATES["file"]
                 continue
             out[k], n = _without_media(v, k if k in _AV_KINDS else kind)
             media += n

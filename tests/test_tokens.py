@@ -1409,6 +1409,20 @@ def test_raw_bytes_in_a_bedrock_native_block_never_count_as_their_repr() -> None
     )
 
 
+def test_bedrock_media_by_s3_location_counts_the_estimate_not_its_uri() -> None:
+    """Bedrock Converse's own block may name its media by S3 location
+    (``{"video": {"format": "mp4", "source": {"s3Location": {"uri": …}}}}``): nothing
+    to read its size from, so it counts the fixed estimate of media by URL, as an image
+    or a PDF given by URL does, never just the few tokens of its uri and keys."""
+    counter = TokenCounter()
+    bare = counter.count_message(HumanMessage([{"video": {"format": "mp4"}}]))
+    for kind, fmt in (("image", "png"), ("video", "mp4"), ("document", "pdf")):
+        located = {"s3Location": {"uri": f"s3://bucket/{kind}.{fmt}", "bucketOwner": "1234"}}
+        block = {kind: {"format": fmt, "source": located}}
+        extra = counter.count_message(HumanMessage([block])) - bare
+        assert BLOCK_TOKEN_ESTIMATES["file"] <= extra < BLOCK_TOKEN_ESTIMATES["file"] + 12, kind
+
+
 def test_list_content_edited_in_place_is_counted_again() -> None:
     """List content is remembered by what it holds, not by the list object: a block's
     text edited in place, a block appended, an image swapped for a larger one in the same
