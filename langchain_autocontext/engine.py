@@ -41,7 +41,7 @@ from typing_extensions import Unpack
 
 from langchain_autocontext.budget import BudgetSpec, ModelWindow, model_window, sent_settings
 from langchain_autocontext.cache import _LRU
-from langchain_autocontext.commands import process_reply
+from langchain_autocontext.commands import ReplyOutcome, process_reply
 from langchain_autocontext.config import AutoContextConfig, AutoContextConfigFields
 from langchain_autocontext.copies import drop_dead_copies
 from langchain_autocontext.errors import (
@@ -64,6 +64,7 @@ from langchain_autocontext.messages import (
     sanitize_message,
     text_of,
 )
+from langchain_autocontext.metadata import strip_message_tags
 from langchain_autocontext.records import HistoryEntry, OffloadRecord
 from langchain_autocontext.store import (
     OffloadStore,
@@ -1815,7 +1816,9 @@ class ContextEngine:
         a pending call before the tools run would otherwise replace the original). The
         middleware passes ``False``: other middlewares' ``after_model`` hooks (a PII
         redaction) run after its own, so it archives the reply once they have, at the
-        end of the run or at the next model call.
+        end of the run or at the next model call; a reply changed here only by its
+        copied tags stripped is left to it too (one its XML commands rewrote is archived
+        as written).
 
         Returns a LangGraph state update (``{"messages": […], "autocontext": {…}}``)
         or ``{}`` when there is nothing to do. After a ``<user>`` command,
@@ -1836,8 +1839,9 @@ class ContextEngine:
             return {}
         if outcome.changed:
             st = self.resolve_store(store)
-            self.archive(outcome.originals, thread_id=thread_id, store=st)
-            self.keep_edited(outcome.originals, thread_id=thread_id, store=st)
+            originals = _originals(outcome, messages, archive_reply)
+            self.archive(originals, thread_id=thread_id, store=st)
+            self.keep_edited(originals, thread_id=thread_id, store=st)
             for event in outcome.events:
                 st.record_event(thread_id, event)
         return outcome.update(messages)
@@ -1863,11 +1867,31 @@ class ContextEngine:
             return {}
         if outcome.changed:
             st = self.resolve_store(store)
-            await self.aarchive(outcome.originals, thread_id=thread_id, store=st)
-            await self.akeep_edited(outcome.originals, thread_id=thread_id, store=st)
+            originals = _originals(outcome, messages, archive_reply)
+            await self.aarchive(originals, thread_id=thread_id, store=st)
+            await self.akeep_edited(originals, thread_id=thread_id, store=st)
             for event in outcome.events:
                 await st.arecord_event(thread_id, event)
         return outcome.update(messages)
+
+
+def _originals(
+    outcome: ReplyOutcome, messages: Sequence[BaseMessage], archive_reply: bool
+) -> list[BaseMessage]:
+    """The originals to archive before the reply's edits reach the state. Without
+    ``archive_reply`` the caller archives the reply once every ``after_model`` hook has
+    run (a redaction's): a reply changed only by the copied tags stripped is left to it,
+    or the history would keep, beside a tag, what those hooks remove. A reply its XML
+    commands rewrote is kept as the model wrote it (the commands as written)."""
+    if archive_reply or not messages:
+        return outcome.originals
+    reply = messages[-1]
+    stripped = strip_message_tags(reply).content
+    if reply.id is None or not any(
+        m.id == reply.id and m.content == stripped for m in outcome.messages
+    ):
+        return outcome.originals
+    return [m for m in outcome.originals if m is not reply]
 
 
 class _Archived(NamedTuple):
