@@ -258,6 +258,31 @@ async def test_a_run_a_call_limit_ends_is_archived_valid_and_resumes(
     assert archived.count(last) >= 1
 
 
+@pytest.mark.parametrize("order", ORDERS)
+def test_a_tool_call_limit_listed_before_ours_leaves_no_copied_tag_in_the_state(
+    order: str,
+) -> None:
+    """docs/surfaces.md: list ``ToolCallLimitMiddleware`` before the package. Listed
+    after it, its ``after_model`` runs first and jumps to the end: the package's
+    ``after_model`` never sees the blocked reply, whose copied tag stays in the state."""
+    from langchain.agents.middleware import ToolCallLimitMiddleware
+
+    def respond(messages: list[BaseMessage], n: int) -> AIMessage:
+        copied = TAG.match(text_of(messages[-1]))
+        text = (copied.group(0) + "\n" if copied else "") + f"step {n}"
+        return calls("sh", {"command": f"make {n}", "lines": 40}, n, text)
+
+    limit = ToolCallLimitMiddleware(run_limit=12, exit_behavior="end")
+    cfg = CFG.model_copy(update={"metadata_tags": True})
+    model = FunctionModel(respond=respond)
+    graph, ac, store = build(model, [limit], order, cfg=cfg)
+    out = graph.invoke(go(), THREAD)
+    assert TAG.match(text_of(model.seen[-1][-1]))  # the blocked reply copied a tag
+    tagged = [m for m in out["messages"] if m.type == "ai" and TAG.match(text_of(m))]
+    assert len(tagged) == (0 if order == "listed-before" else 1)
+    check(graph, ac, store, model)
+
+
 # --- ToolRetryMiddleware -----------------------------------------------------------------------------
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("order", ORDERS)
