@@ -818,8 +818,25 @@ def test_inline_audio_and_video_count_by_their_duration_in_every_block_format(
         assert media == math.ceil(seconds * rate), name
 
 
+@pytest.fixture
+def decoded(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The sizes of what the media readers decode from base64, from an empty cache of
+    payloads read (none read yet)."""
+    sizes: list[int] = []
+    decode = base64.b64decode
+
+    def spy(data: Any, *args: Any, **kwargs: Any) -> bytes:
+        out = decode(data, *args, **kwargs)
+        sizes.append(len(out))
+        return out
+
+    monkeypatch.setattr(media_mod.base64, "b64decode", spy)
+    monkeypatch.setattr(media_mod, "_PAYLOAD_READS", media_mod._LRU(8))
+    return sizes
+
+
 def test_a_recording_whose_duration_does_not_read_keeps_the_estimate_and_reading_is_bounded(
-    enc: tiktoken.Encoding, monkeypatch: pytest.MonkeyPatch
+    enc: tiktoken.Encoding, monkeypatch: pytest.MonkeyPatch, decoded: list[int]
 ) -> None:
     """A recording given by URL or file id, or whose header does not read (damaged,
     truncated, another container), keeps the 85-token estimate: its size does not tell
@@ -852,16 +869,6 @@ def test_a_recording_whose_duration_does_not_read_keeps_the_estimate_and_reading
     block = {"type": "video", "base64": b64(day), "mime_type": "video/mp4"}
     assert counter.count_message(HumanMessage([block])) == base + int(9.5 * 3600) * VIDEO_SECOND
 
-    decoded: list[int] = []
-    decode = base64.b64decode
-
-    def spy(data: Any, *args: Any, **kwargs: Any) -> bytes:
-        out = decode(data, *args, **kwargs)
-        decoded.append(len(out))
-        return out
-
-    monkeypatch.setattr(media_mod.base64, "b64decode", spy)
-    monkeypatch.setattr(media_mod, "_PAYLOAD_READS", media_mod._LRU(8))  # none read yet
     reads: list[Any] = []
     read = media_mod._media_seconds
     monkeypatch.setattr(media_mod, "_media_seconds", lambda src: reads.append(1) or read(src))
@@ -880,7 +887,7 @@ def test_a_recording_whose_duration_does_not_read_keeps_the_estimate_and_reading
 
 
 def test_a_recording_header_claiming_a_huge_element_decodes_no_more_than_a_header(
-    enc: tiktoken.Encoding, monkeypatch: pytest.MonkeyPatch
+    enc: tiktoken.Encoding, decoded: list[int]
 ) -> None:
     """A WebM whose TimecodeScale (an integer of at most 8 bytes) claimed a terabyte
     decoded the whole payload from its base64 to read it: 4 MB for a 4 MB video, where
@@ -889,16 +896,6 @@ def test_a_recording_header_claiming_a_huge_element_decodes_no_more_than_a_heade
     at = webm.index(b"\x2a\xd7\xb1") + 3  # TimecodeScale's 8-byte size
     claim = (1 << 56 | 1 << 40).to_bytes(8, "big")
     big = webm[:at] + claim + webm[at + 8 :] + b"\0" * (4 << 20)
-    decoded: list[int] = []
-    decode = base64.b64decode
-
-    def spy(data: Any, *args: Any, **kwargs: Any) -> bytes:
-        out = decode(data, *args, **kwargs)
-        decoded.append(len(out))
-        return out
-
-    monkeypatch.setattr(media_mod.base64, "b64decode", spy)
-    monkeypatch.setattr(media_mod, "_PAYLOAD_READS", media_mod._LRU(8))
     block = {"type": "video", "base64": b64(big), "mime_type": "video/webm"}
     assert TokenCounter().count_message(HumanMessage([block])) == 3 + t(enc, "user") + 85
     assert sum(decoded) < 64 << 10, sum(decoded)
