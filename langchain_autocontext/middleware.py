@@ -124,8 +124,9 @@ _MAX_THREADS = 4096
 #: the running agent's name (``None`` when it has none).
 _CacheKey = tuple[Any, str, str, str | None]
 #: a view fitted in a model call: its working messages (None when the call fitted
-#: nothing) and the ids the request sent
-_Fit = tuple[list[BaseMessage] | None, frozenset[Any]]
+#: nothing), the ids the request sent and, when it fitted some, what the state's
+#: messages were (:func:`_print` of each)
+_Fit = tuple[list[BaseMessage] | None, frozenset[Any], frozenset[tuple[Any, ...]] | None]
 #: what a fit is kept under: the agent's run in the graph (:func:`_branch`) and the ids
 #: of the state the call was made from
 _FitKey = tuple[str, frozenset[Any]]
@@ -863,10 +864,11 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         cache_key = self._drop_fit(thread_id, branch, in_state)
         sent = frozenset(m.id for m in ensure_ids(msgs) if m.id != _SYSTEM_STANDIN_ID)
         held = frozenset(m.id for m in in_state)
+        made_of = frozenset(_print(m) for m in in_state) if kept is not None else None
         with self._lock:
             fits = self._fitted.setdefault(cache_key, {})
             self._fitted.move_to_end(cache_key)
-            fits[branch, held] = (kept, sent)
+            fits[branch, held] = (kept, sent, made_of)
             while len(fits) > _MAX_FITS:
                 del fits[next(iter(fits))]
             while len(self._fitted) > _MAX_THREADS:
@@ -950,13 +952,18 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         (those messages would be lost) and the next ``before_model`` compresses. Nor is
         it when the state is not the one the fit was made from (a held fit waits per
         thread, not per checkpoint: an ``after_model`` hook listed after this middleware
-        interrupted, and the user resumed an older checkpoint of the thread)."""
+        interrupted, and the user resumed an older checkpoint of the thread), nor when the
+        state holds those ids with other content (the user edited a message there with
+        ``update_state`` before resuming: the fit, made of the message as it was, would
+        undo the edit)."""
         cache_key, _ = self._keys(self._store(), thread_id)
         taken = self._take_fit(cache_key, branch, messages)
         if taken is None:
             return list(messages), False
-        held, (kept, sent) = taken
+        held, (kept, sent, made_of) = taken
         if kept is None or not held <= sent:
+            return list(messages), False
+        if made_of is not None and not made_of <= {_print(m) for m in messages}:
             return list(messages), False
         now = {m.id for m in messages}  # held <= now: _take_fit took a fit of this state
         working = [m for m in kept if m.id in now or m.id not in sent]
@@ -1155,6 +1162,19 @@ def _edited_in_request(msgs: Sequence[BaseMessage], state: Sequence[BaseMessage]
     return False
 
 
+def _print(m: BaseMessage) -> tuple[Any, ...]:
+    """What a message is, for the views this middleware keeps (:func:`_attempt_of`,
+    :meth:`AutoContextMiddleware._hold`): its id, type, content, tool calls and flags (a
+    pin)."""
+    return (
+        m.id,
+        m.type,
+        content_hash(m.content),
+        content_hash(getattr(m, "tool_calls", None)),
+        content_hash(m.additional_kwargs),
+    )
+
+
 def _attempt_of(
     msgs: Sequence[BaseMessage], tools: Sequence[Any], ac_state: Any, extra: frozenset[str]
 ) -> tuple[Any, ...]:
@@ -1163,16 +1183,7 @@ def _attempt_of(
     same objects in every attempt at a request), the package's state and the
     request-only ids."""
     return (
-        tuple(
-            (
-                m.id,
-                m.type,
-                content_hash(m.content),
-                content_hash(getattr(m, "tool_calls", None)),
-                content_hash(m.additional_kwargs),
-            )
-            for m in msgs
-        ),
+        tuple(_print(m) for m in msgs),
         tuple(id(t) for t in tools),
         json.dumps(ac_state, sort_keys=True, default=str),
         extra,

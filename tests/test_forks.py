@@ -38,9 +38,12 @@ from _builders import (
     SurfaceRun,
     build_surface,
     check_model_inputs,
+    sh,
+    user_turn,
     view_ids,
 )
 from conftest import open_sqlite
+from langchain_core.exceptions import ContextOverflowError
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, RemoveMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
@@ -363,3 +366,66 @@ def test_undoing_a_tool_call_keeps_every_sequence_valid(kind: str, how: str) -> 
     final = t.state().values["messages"]
     assert not find_violations(final)
     assert all(m.id != undone.id for m in final)
+
+
+# --- a fit held for after_model meets an edited checkpoint --------------------------------------
+class OverflowOnce(ProbeModel):
+    """The probe model, rejecting its call number ``overflow_on`` once as too long."""
+
+    overflow_on: int = -1
+
+    def _next(self, messages: Sequence[BaseMessage]) -> AIMessage:
+        if self.total_calls == self.overflow_on:
+            self.overflow_on = -1
+            raise ContextOverflowError("prompt is too long: 200000 tokens > 100000 maximum")
+        return super()._next(messages)
+
+
+def test_an_edit_made_after_the_model_call_is_not_undone_by_the_view_it_fitted() -> None:
+    """The model's request was compressed during the call (a rejection as too long), and
+    the run stopped after the model node (``interrupt_after``, or an ``after_model``
+    hook that interrupts). The user edits the round's message there
+    (``update_state``: a fork of that checkpoint) and resumes: the fitted working
+    messages of the call, made from the message as it was, must not be written over
+    the edited state (they were: the edit was lost, and the next request sent the
+    abandoned text)."""
+    from langchain.agents import create_agent
+
+    from langchain_autocontext import AutoContext
+
+    # call 19: round 2's last step, the state at its largest (compressing it changes it)
+    model = OverflowOnce(steps=STEPS, small_lines=16, big_lines=100, varied=True, overflow_on=19)
+    ac = AutoContext(AutoContextConfig(**SURFACE_CONFIG_KW))
+    agent = create_agent(
+        model,
+        [sh],
+        system_prompt="You are a coding agent.",
+        middleware=[ac.middleware()],
+        checkpointer=InMemorySaver(),
+        store=InMemoryStore(),
+        interrupt_after=["model"],
+    )
+    config = {"configurable": {"thread_id": "t"}, "recursion_limit": 1_000}
+
+    def until_done_or_rejected(inputs: Any) -> Any:
+        agent.invoke(inputs, config)
+        while agent.get_state(config).next:
+            if model.overflow_on == -1:  # the rejected call returned on its retry
+                return agent.get_state(config)
+            agent.invoke(None, config)
+        return None
+
+    for r in range(3):
+        stopped = until_done_or_rejected({"messages": [user_turn(r)]})
+    assert stopped is not None and "after_model" in stopped.next[0]
+    user = next(m for m in reversed(stopped.values["messages"]) if m.type == "human")
+    edited = HumanMessage("Task 2, edited: make module_9 pass", id=user.id)
+    forked = agent.update_state(stopped.config, {"messages": [edited]})
+    first = len(model.seen)
+    agent.invoke(None, {**forked, "recursion_limit": 1_000})
+    final = agent.get_state(config).values["messages"]
+    assert [text_of(m) for m in final if m.id == user.id] == [text_of(edited)]
+    sent = model.seen[first:]
+    assert sent and all(text_of(edited) in texts(view) for view in sent)
+    assert not any("Task 2: make" in texts(view) for view in sent)
+    check_model_inputs(model, ac)
