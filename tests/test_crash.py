@@ -25,20 +25,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _builders import FunctionModel, ScriptedModel, call, fetch, node_agent, view_ids
+from _builders import FunctionModel, ScriptedModel, call, fetch, loop_graph, node_agent, view_ids
 from conftest import open_sqlite
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
-from langgraph.graph import START, StateGraph
-from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.store.base import BaseStore, Op, PutOp, Result
 from langgraph.store.sqlite import AsyncSqliteStore
 
 from langchain_autocontext import (
     AutoContext,
     AutoContextConfig,
-    AutoContextState,
     ExtractiveSummarizer,
     OffloadStore,
 )
@@ -486,17 +483,7 @@ def _tool_script(view: list[BaseMessage], n: int) -> AIMessage:
 
 
 def tool_agent(ac: AutoContext, model: FunctionModel, store: BaseStore, saver: Any) -> Any:
-    g = StateGraph(AutoContextState)
-    g.add_node("autocontext", ac.node())
-    g.add_node("model", ac.model_node(model))
-    g.add_node("commands", ac.command_node())
-    g.add_node("tools", ToolNode([fetch, *ac.tools]))
-    g.add_edge(START, "autocontext")
-    g.add_edge("autocontext", "model")
-    g.add_edge("model", "commands")
-    g.add_conditional_edges("commands", tools_condition)
-    g.add_edge("tools", "autocontext")
-    return g.compile(store=store, checkpointer=saver)
+    return loop_graph(ac, model, [fetch, *ac.tools]).compile(store=store, checkpointer=saver)
 
 
 def _answers_saved(graph: Any) -> int:

@@ -32,7 +32,7 @@ pytest.importorskip("mcp")
 pytest.importorskip("langchain_mcp_adapters")
 
 import anyio
-from _builders import FunctionModel, call, png_image
+from _builders import FunctionModel, call, loop_graph, png_image
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_mcp_adapters.tools import load_mcp_tools
@@ -337,23 +337,8 @@ async def test_mcp_results_survive_archive_offload_and_reload(
 
 # --- a StateGraph with the node, a SQLite checkpointer, a restart --------------------------------
 def mcp_graph(ac: AutoContext, model: Any, tools: list[Any], store: Any, saver: Any) -> Any:
-    from langgraph.graph import START, StateGraph
-    from langgraph.prebuilt import ToolNode, tools_condition
-
-    from langchain_autocontext import AutoContextState
-
     every = [*tools, *ac.tools]
-    g = StateGraph(AutoContextState)
-    g.add_node("autocontext", ac.node())
-    g.add_node("model", ac.model_node(model.bind_tools(every)))
-    g.add_node("commands", ac.command_node())
-    g.add_node("tools", ToolNode(every))
-    g.add_edge(START, "autocontext")
-    g.add_edge("autocontext", "model")
-    g.add_edge("model", "commands")
-    g.add_conditional_edges("commands", tools_condition)
-    g.add_edge("tools", "autocontext")
-    return g.compile(checkpointer=saver, store=store)
+    return loop_graph(ac, model.bind_tools(every), every).compile(checkpointer=saver, store=store)
 
 
 async def test_a_state_graph_on_mcp_tools_restarts_from_sqlite_with_its_artifacts(

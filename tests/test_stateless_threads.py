@@ -13,7 +13,7 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langgraph.store.memory import InMemoryStore
 
 from langchain_autocontext import AutoContext, AutoContextConfig, engine
-from tests._builders import FunctionModel, call, handoff
+from tests._builders import FunctionModel, call, handoff, loop_graph
 
 SECRET = "SSN 123-45-6789"
 
@@ -47,22 +47,7 @@ def build(kind: str, ac: AutoContext, model: Any, store: Any) -> Any:
                 state_schema=AutoContextAgentState,
                 store=store,
             )
-    from langgraph.graph import START, StateGraph
-    from langgraph.prebuilt import ToolNode, tools_condition
-
-    from langchain_autocontext import AutoContextState
-
-    g = StateGraph(AutoContextState)
-    g.add_node("autocontext", ac.node())
-    g.add_node("model", ac.model_node(model))
-    g.add_node("commands", ac.command_node())
-    g.add_node("tools", ToolNode(ac.tools))
-    g.add_edge(START, "autocontext")
-    g.add_edge("autocontext", "model")
-    g.add_edge("model", "commands")
-    g.add_conditional_edges("commands", tools_condition)
-    g.add_edge("tools", "autocontext")
-    return g.compile(store=store)
+    return loop_graph(ac, model, ac.tools).compile(store=store)
 
 
 def answers(result: dict[str, Any]) -> str:
