@@ -574,10 +574,14 @@ def _block_text(block: Mapping[str, Any]) -> str | None:
     ``executable_code`` and ``code_execution_result``), a server-side tool's call and
     result (LangChain's standard ``server_tool_call``, ``server_tool_call_chunk`` and
     ``server_tool_result``, what the providers' own blocks translate to: a call's
-    ``code`` argument shown as it is, below it, a result's output by :func:`_readable`)
-    and a ``refusal``. Each is led by its type, so a preview or a summary still tells
-    them from the model's own words."""
+    ``code`` argument shown as it is, below it, a result's output by :func:`_readable`),
+    a ``refusal``, and a provider's ``compaction`` that holds its summary as text
+    (Anthropic's; OpenAI's is encrypted). Each is led by its type, so a preview or a
+    summary still tells them from the model's own words."""
     kind = block.get("type")
+    if kind == COMPACTION_BLOCK_TYPE and isinstance(block.get("content"), str):
+        # Anthropic's summary of what it compacted (OpenAI's compaction is encrypted)
+        return f"[compaction]\n{block['content']}"
     if kind == "executable_code":
         language = str(block.get("language") or "").lower()
         lead = f"[executable_code {language}]" if language else "[executable_code]"

@@ -20,6 +20,7 @@ from langchain_core.messages import (
 from langgraph.store.memory import InMemoryStore
 
 from langchain_autocontext import search as search_module
+from langchain_autocontext.messages import text_of
 from langchain_autocontext.search import (
     BM25Index,
     SearchFilter,
@@ -150,6 +151,33 @@ def test_server_tool_calls_and_results_are_searchable() -> None:
     hit = search_history(store, "t", "Reykjavik weather", 3)[0]
     assert hit.id == "oai" and "Reykjavik" in hit.snippet
     assert not search_history(store, "t", "EqgfCioIARgBIiQ3YTAwMjY1", 3)
+
+
+def test_a_providers_compaction_summary_is_searchable() -> None:
+    """Anthropic's own compaction (``compact_20260112``) answers with a ``compaction``
+    block whose ``content`` is its summary of what it dropped; that summary showed as a
+    bare ``[compaction]``, so neither ``search_history`` nor a preview or a summary of
+    that reply saw it. OpenAI's compaction item is encrypted and stays a placeholder."""
+    store = OffloadStore(InMemoryStore())
+    summary = "The user is migrating the billing tables to Postgres 16; column ledger_id stays."
+    store.append_history(
+        "t",
+        [
+            HumanMessage("Go on with the migration.", id="u"),
+            AIMessage(
+                [{"type": "compaction", "content": summary}, {"type": "text", "text": "On it."}],
+                id="anthropic",
+            ),
+            AIMessage(
+                [{"type": "compaction", "id": "cmp_1", "encrypted_content": "gAAAAB3xq9"}],
+                id="openai",
+            ),
+        ],
+    )
+    hit = search_history(store, "t", "ledger_id Postgres", 3)[0]
+    assert hit.id == "anthropic" and "ledger_id" in hit.snippet
+    entry = store.get_history_message("t", "openai")
+    assert entry is not None and text_of(entry.message) == "[compaction]"  # nothing to read
 
 
 def test_a_call_whose_arguments_did_not_parse_is_searchable_and_summarized() -> None:
