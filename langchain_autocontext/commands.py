@@ -657,7 +657,9 @@ class ReplyOutcome:
     """The working messages after the reply was processed."""
     changed: bool
     originals: list[BaseMessage] = field(default_factory=list)
-    """Messages to archive before persisting (the raw reply and every edited original)."""
+    """Messages to archive before persisting: the reply as the model wrote it (its copied
+    metadata tags stripped, as they are from everything stored) and every original its
+    commands edited."""
     events: list[dict[str, Any]] = field(default_factory=list)
     state: dict[str, Any] = field(default_factory=dict)
     """The new ``autocontext`` state dict."""
@@ -854,7 +856,9 @@ def process_reply(
         a is not b for a, b in zip(working, msgs, strict=False)
     )
     if changed:
-        originals = [raw, *originals]
+        # the reply as the model wrote it, less the tags it copied: those are never stored
+        # (kept as raw, the history held the reply twice, tagged and as the state has it)
+        originals = [reply, *originals]
     return ReplyOutcome(
         messages=working,
         changed=changed,

@@ -64,7 +64,6 @@ from langchain_autocontext.messages import (
     sanitize_message,
     text_of,
 )
-from langchain_autocontext.metadata import strip_message_tags
 from langchain_autocontext.records import HistoryEntry, OffloadRecord
 from langchain_autocontext.store import (
     OffloadStore,
@@ -1839,7 +1838,7 @@ class ContextEngine:
             return {}
         if outcome.changed:
             st = self.resolve_store(store)
-            originals = _originals(outcome, messages, archive_reply)
+            originals = _originals(outcome, archive_reply)
             self.archive(originals, thread_id=thread_id, store=st)
             self.keep_edited(originals, thread_id=thread_id, store=st)
             for event in outcome.events:
@@ -1867,7 +1866,7 @@ class ContextEngine:
             return {}
         if outcome.changed:
             st = self.resolve_store(store)
-            originals = _originals(outcome, messages, archive_reply)
+            originals = _originals(outcome, archive_reply)
             await self.aarchive(originals, thread_id=thread_id, store=st)
             await self.akeep_edited(originals, thread_id=thread_id, store=st)
             for event in outcome.events:
@@ -1875,23 +1874,23 @@ class ContextEngine:
         return outcome.update(messages)
 
 
-def _originals(
-    outcome: ReplyOutcome, messages: Sequence[BaseMessage], archive_reply: bool
-) -> list[BaseMessage]:
-    """The originals to archive before the reply's edits reach the state. Without
-    ``archive_reply`` the caller archives the reply once every ``after_model`` hook has
-    run (a redaction's): a reply changed only by the copied tags stripped is left to it,
-    or the history would keep, beside a tag, what those hooks remove. A reply its XML
-    commands rewrote is kept as the model wrote it (the commands as written)."""
-    if archive_reply or not messages:
-        return outcome.originals
-    reply = messages[-1]
-    stripped = strip_message_tags(reply).content
-    if reply.id is None or not any(
-        m.id == reply.id and m.content == stripped for m in outcome.messages
+def _originals(outcome: ReplyOutcome, archive_reply: bool) -> list[BaseMessage]:
+    """The originals to archive before the reply's edits reach the state, the reply first
+    as the model wrote it (:attr:`ReplyOutcome.originals`). Without ``archive_reply``
+    the caller archives the reply once every ``after_model`` hook has run (a
+    redaction's): a reply changed only by the copied tags stripped, which the state
+    holds as it is, is left to it, or the history would keep what those hooks remove.
+    A reply its XML commands rewrote is kept as the model wrote it (the commands as
+    written)."""
+    originals = outcome.originals
+    if archive_reply or not originals:
+        return originals
+    written = originals[0]
+    if written.id is None or not any(
+        m.id == written.id and m.content == written.content for m in outcome.messages
     ):
-        return outcome.originals
-    return [m for m in outcome.originals if m is not reply]
+        return originals
+    return originals[1:]
 
 
 class _Archived(NamedTuple):

@@ -820,6 +820,22 @@ class FunctionModel(BaseChatModel):
         return ChatResult(generations=[ChatGeneration(message=msg)])
 
 
+def copying_tags(respond: Any) -> Any:
+    """``respond(messages, n)`` whose reply starts with the metadata tag of the last
+    message the model received, as models sometimes copy it (the package strips it)."""
+    from langchain_autocontext.metadata import TAG_PATTERN
+
+    def copy(messages: list[BaseMessage], n: int) -> AIMessage:
+        reply = respond(messages, n)
+        last = messages[-1].content
+        found = TAG_PATTERN.match(last if isinstance(last, str) else str(last))
+        if not found:
+            return reply
+        return reply.model_copy(update={"content": found.group(0) + str(reply.content)})
+
+    return copy
+
+
 def call(name: str, args: dict[str, Any], call_id: str | None = None) -> dict[str, Any]:
     """A tool call dict for an AIMessage."""
     return {"name": name, "args": args, "id": call_id or uid("call"), "type": "tool_call"}

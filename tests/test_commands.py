@@ -8,6 +8,7 @@ import pytest
 from _builders import (
     FunctionModel,
     call,
+    copying_tags,
     fetch,
     saved,
     view_ids,
@@ -17,7 +18,9 @@ from langgraph.store.memory import InMemoryStore
 
 from langchain_autocontext import AutoContext, AutoContextConfig
 from langchain_autocontext.commands import code_spans, parse_commands, process_reply
-from langchain_autocontext.messages import autonomous_steps, find_violations
+from langchain_autocontext.messages import autonomous_steps, find_violations, text_of
+from langchain_autocontext.metadata import TAG_PATTERN
+from langchain_autocontext.search import search_history
 from langchain_autocontext.store import OffloadStore
 
 XML = AutoContextConfig(
@@ -257,6 +260,122 @@ def test_commands_edit_the_state_and_keep_originals(build) -> None:
         "update",
     ]
     assert ws.history_count("x1") == 2 + 4 + 1  # system, user, 2 calls + 2 results, the reply
+
+
+def zebras(calls: int) -> Any:
+    """A model that calls ``fetch`` ``calls`` times, then answers; reply ``n`` says
+    ``zebra{n}``, after the metadata tag of the last message it received, copied."""
+
+    def respond(view, n):
+        if n < calls:
+            return AIMessage(f"step {n} zebra{n}", tool_calls=[call("fetch", {"name": f"d{n}"})])
+        return AIMessage(f"done zebra{n}")
+
+    return copying_tags(respond)
+
+
+def archived_once(store: Any, thread: str, messages: list, model: FunctionModel) -> None:
+    """The history holds each message of ``messages`` once, as the state does: no reply
+    also as the model wrote it, with the tag it copied, and a search finds it once."""
+    assert all(TAG_PATTERN.match(text_of(sent[-1])) for sent in model.seen)  # tags to copy
+    ws = OffloadStore.wrap(store)
+    history = [e.message for e in ws.iter_history(thread)]
+    assert not any(TAG_PATTERN.search(text_of(m)) for m in history)
+    assert sorted(str(m.id) for m in history) == sorted(str(m.id) for m in messages)
+    replies = {m.id: m.content for m in messages if isinstance(m, AIMessage)}
+    assert {m.id: m.content for m in history if isinstance(m, AIMessage)} == replies
+    hits = [h for h in search_history(ws, thread, "zebra3") if h.role == "assistant"]
+    assert len(hits) == 1 and hits[0].version_of is None
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+async def test_a_reply_with_a_copied_tag_is_archived_once_as_the_state_holds_it(
+    build, mode: str
+) -> None:
+    """A reply that starts with the tag the model copied was archived as written, tag
+    and all, by the post_model_hook and the command node, then again without the tag
+    (a later version under its id) at the next call: 26 history entries for a state of
+    18 messages, and search_history found each reply twice, once with the tag."""
+    store = InMemoryStore()
+    ac = AutoContext(XML, store=store)
+    model = FunctionModel(respond=zebras(6))
+    graph = build(ac, model, store, tools=[fetch])
+    inputs = start()
+    out = (
+        await graph.ainvoke(inputs, cfg("z")) if mode == "async" else graph.invoke(inputs, cfg("z"))
+    )
+    assert out["messages"][-1].content == "done zebra6"
+    archived_once(store, "z", out["messages"], model)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+async def test_the_functional_api_archives_a_reply_with_a_copied_tag_once(mode: str) -> None:
+    """docs/surfaces.md's entrypoint loop (compress, prepare_model_call, the model,
+    after_model_call) archived each reply twice too: with its copied tag, then stripped."""
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.func import entrypoint
+    from langgraph.graph.message import add_messages
+
+    store = InMemoryStore()
+    ac = AutoContext(XML.model_copy(update={"self_management_tools": False}), store=store)
+    model = FunctionModel(respond=zebras(0))
+
+    if mode == "sync":
+
+        @entrypoint(checkpointer=InMemorySaver(), store=store)
+        def chat(question: str, *, previous: list | None) -> Any:
+            messages = add_messages(previous or [], [HumanMessage(question)])
+            messages = ac.compress(messages).messages
+            view = ac.prepare_model_call(messages).messages
+            messages = add_messages(messages, [model.invoke(view)])
+            messages = add_messages(messages, ac.after_model_call(messages).get("messages", []))
+            return entrypoint.final(value=messages, save=messages)
+
+    else:
+
+        @entrypoint(checkpointer=InMemorySaver(), store=store)
+        async def chat(question: str, *, previous: list | None) -> Any:
+            messages = add_messages(previous or [], [HumanMessage(question)])
+            messages = (await ac.acompress(messages)).messages
+            view = ac.prepare_model_call(messages).messages
+            messages = add_messages(messages, [await model.ainvoke(view)])
+            update = await ac.aafter_model_call(messages)
+            messages = add_messages(messages, update.get("messages", []))
+            return entrypoint.final(value=messages, save=messages)
+
+    for n in range(5):
+        text = f"question {n}"
+        messages = (
+            await chat.ainvoke(text, cfg("f")) if mode == "async" else chat.invoke(text, cfg("f"))
+        )
+    ac.compress(messages, thread_id="f")  # the next call archives what the last one left
+    assert [m.content for m in messages if isinstance(m, AIMessage)] == [
+        f"done zebra{n}" for n in range(5)
+    ]
+    archived_once(store, "f", messages, model)
+
+
+def test_a_reply_its_commands_rewrote_is_archived_as_written_less_the_copied_tag(build) -> None:
+    """The reply as the model wrote it (its commands kept, docs/self-management.md) is
+    archived without the tag it copied: the history never holds a copied tag."""
+    store = InMemoryStore()
+    ac = AutoContext(XML, store=store)
+
+    def respond(view, n):
+        if n == 0:
+            return AIMessage("", tool_calls=[call("fetch", {"name": "d1"})])
+        result = next(sid for sid, m in view_ids(view) if isinstance(m, ToolMessage))
+        return AIMessage(f'Noted. <update id="{result}">d1: 40 lines</update> Done.')
+
+    model = FunctionModel(respond=copying_tags(respond))
+    out = build(ac, model, store, tools=[fetch]).invoke(start(), cfg("w"))
+    final = out["messages"][-1]
+    assert final.content.startswith("Noted. [updated ")
+    ws = OffloadStore.wrap(store)
+    written = ws.get_history_message("w", final.id)
+    assert written is not None and written.message.content.startswith('Noted. <update id="')
+    assert not any(TAG_PATTERN.search(text_of(e.message)) for e in ws.iter_history("w"))
+    assert ws.history_count("w") == 2 + 3  # system, user, the call, its result, the reply
 
 
 def test_errors_are_reported_on_the_next_turn_once(build) -> None:
