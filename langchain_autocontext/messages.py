@@ -65,6 +65,7 @@ __all__ = [
     "is_foreign_summary",
     "is_pinned",
     "is_real_user",
+    "is_user_turn",
     "latest_plan_note",
     "latest_user_index",
     "leading_blocks",
@@ -420,6 +421,26 @@ def is_real_user(message: BaseMessage) -> bool:
     )
 
 
+#: Marker kinds of a message the package rewrote in place (same id, role and place): its
+#: content offloaded behind a preview, or summarized.
+KIND_OFFLOADED = "offloaded"
+KIND_SUMMARIZED = "summarized"
+
+
+def is_user_turn(message: BaseMessage) -> bool:
+    """A user message the user wrote (:func:`is_real_user`), or one the package offloaded
+    or summarized in place (a long pasted log): it still opens its round. Only the
+    package's messages written in the user role (summaries, notices) and other
+    libraries' summaries are not user turns."""
+    if is_real_user(message):
+        return True
+    return (
+        isinstance(message, HumanMessage)
+        and (marker(message) or {}).get("kind") in (KIND_OFFLOADED, KIND_SUMMARIZED)
+        and not is_foreign_summary(message)
+    )
+
+
 #: LangChain message types (``message.type``, a chunk's class name) and the role each is.
 _ROLE_OF = {
     "human": "user",
@@ -741,12 +762,13 @@ def autonomous_steps(messages: Sequence[BaseMessage]) -> int:
 
 
 def round_starts(messages: Sequence[BaseMessage], request_only: Collection[str] = ()) -> list[int]:
-    """Indices of the real user messages: each opens a round (user … final answer);
-    ``request_only`` as :func:`latest_user_index` has it."""
+    """Indices of the user's messages (:func:`is_user_turn`: those offloaded or
+    summarized in place included): each opens a round (user … final answer), so no
+    round holds another's request; ``request_only`` as :func:`latest_user_index` has it."""
     return [
         i
         for i, m in enumerate(messages)
-        if is_real_user(m) and not (request_only and m.id in request_only)
+        if is_user_turn(m) and not (request_only and m.id in request_only)
     ]
 
 

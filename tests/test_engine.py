@@ -47,7 +47,7 @@ from langchain_autocontext.strategies import (
     RoundSummary,
     ToolRunCompression,
 )
-from langchain_autocontext.strategies.base import SUMMARY_KINDS
+from langchain_autocontext.strategies.base import SUMMARY_KINDS, is_summary
 from langchain_autocontext.strategies.offload import NOTE_TOKENS
 
 OFFLOAD_ID = re.compile(r'offload_id="([0-9a-f-]{8,36})"')
@@ -413,6 +413,33 @@ def test_a_summary_of_summarization_middleware_opens_no_round() -> None:
     rounds = [m for m in res.messages if (marker(m) or {}).get("kind") == "round_summary"]
     assert len(rounds) == 1  # the user's round before the current one; none of the summary
     assert [m.id for m in res.messages[:4]] == [m.id for m in msgs[:4]]
+    assert not find_violations(res.messages)
+    assert_recoverable(store, "t", msgs, res.messages)
+
+
+def test_a_user_message_offloaded_in_place_still_opens_its_round() -> None:
+    """A long pasted log in an older request is offloaded by strategy 2 (its id, role
+    and place kept); it still opens its round. It was taken for no user turn, and the
+    round before it was summarized across it: "the 15 messages that answered the user
+    message above" held the next request too, which the model then never saw asked."""
+    msgs = chat_rounds(4)
+    second = next(k for k, m in enumerate(msgs) if text_of(m).startswith("Request 1"))
+    msgs[second] = HumanMessage(
+        "Request 1: why does this fail?\n" + log_text(200), id=msgs[second].id
+    )
+    cfg = AutoContextConfig(max_tokens=100_000, target_ratio=0.01, token_ratio=0.5, last_keep=2)
+    ac, store = make(cfg, [LargeMessageOffload(keep_last=True), RoundSummary()])
+    res = ac.compress(msgs, thread_id="t", force=True)
+    assert [m.id for m in res.messages if isinstance(m, HumanMessage) and not is_summary(m)] == [
+        m.id for m in msgs if isinstance(m, HumanMessage)
+    ]
+    assert kinds(res.messages).count("offloaded") == 1
+    rounds = [m for m in res.messages if (marker(m) or {}).get("kind") == "round_summary"]
+    assert len(rounds) == 3  # one for each round but the current
+    for summary in rounds:
+        replaced = store.reload("t", marker(summary)["offload_id"]).messages
+        assert not any(isinstance(m, HumanMessage) for m in replaced)
+        assert f"Summary of the {len(replaced)} messages that answered" in text_of(summary)
     assert not find_violations(res.messages)
     assert_recoverable(store, "t", msgs, res.messages)
 

@@ -28,9 +28,11 @@ from langchain_core.messages import (
 )
 
 from langchain_autocontext.messages import (
+    KIND_OFFLOADED,
+    KIND_SUMMARIZED,
     atomic_groups,
     group_start,
-    is_foreign_summary,
+    is_user_turn,
     latest_user_index,
     mark,
     marker,
@@ -69,9 +71,8 @@ __all__ = [
     "summary_offload_ids",
 ]
 
-#: Marker kinds of messages the package writes.
-KIND_OFFLOADED = "offloaded"  # a message whose content was offloaded (id kept, preview shown)
-KIND_SUMMARIZED = "summarized"  # a message whose content was summarized (id kept)
+#: Marker kinds of messages the package writes (KIND_OFFLOADED and KIND_SUMMARIZED, a
+#: message rewritten in place, are :mod:`~langchain_autocontext.messages`').
 KIND_TOOL_RUN = "tool_run"
 KIND_ROUND = "round_summary"
 KIND_CURRENT = "current_round_summary"
@@ -745,20 +746,15 @@ def conversation_origin(messages: Sequence[BaseMessage]) -> str | None:
     when none is there. A thread derived from it stays the same after compression
     (the engine's stateless conversations)."""
     for m in messages:
-        info = marker(m)
-        if info is None:
-            # another library's summary in the user's role is no user message: its id
-            # is new each time that library summarizes again
-            if isinstance(m, HumanMessage) and not is_foreign_summary(m):
-                return m.id
-            continue
-        kind = info.get("kind")
-        if kind == KIND_RECURSIVE:
+        # another library's summary in the user's role is no user message: its id is
+        # new each time that library summarizes again
+        if is_user_turn(m):
+            return m.id
+        info = marker(m) or {}
+        if info.get("kind") == KIND_RECURSIVE:
             origin = info.get("conversation")
             if isinstance(origin, str) and origin:
                 return origin
-        elif kind in (KIND_OFFLOADED, KIND_SUMMARIZED) and isinstance(m, HumanMessage):
-            return m.id
     return None
 
 
