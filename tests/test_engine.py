@@ -116,6 +116,39 @@ def test_tool_run_plan_note_tools_are_one_line() -> None:
     assert all(m in res.messages for m in latest)
 
 
+def test_a_tool_run_summary_counts_the_calls_whose_arguments_did_not_parse() -> None:
+    """A call whose arguments did not parse (``invalid_tool_calls``) gets its result
+    (create_agent answers it with an error) and is sent to the provider like any call;
+    the run's summary replaced it but its header said "Compressed 3 tool calls" of six."""
+    cfg = AutoContextConfig(
+        max_tokens=8_000, last_keep=2, min_consecutive_tool_messages=2, target_ratio=0.1
+    )
+    ac, store = make(cfg, [ToolRunCompression()])
+    msgs: list[BaseMessage] = [SystemMessage("s", id=uid()), HumanMessage("task", id=uid())]
+    for k in range(3):
+        bad = {"type": "invalid_tool_call", "id": f"bad{k}", "name": "bash", "error": "json"}
+        msgs += [
+            AIMessage("", id=uid(), invalid_tool_calls=[{**bad, "args": '{"command": "ls'}]),
+            ToolMessage(f"Error: invalid arguments\n{log_text(20, k)}", tool_call_id=f"bad{k}"),
+        ]
+        msgs += tool_group("bash", {"command": f"cat {k}.py"}, [log_text(20, k)])
+    msgs += [*tool_group("bash", {"command": "ls"}, [log_text(40)]), AIMessage("done", id=uid())]
+    res = ac.compress(msgs, thread_id="t", force=True)
+    run = next(m for m in res.messages if (marker(m) or {}).get("kind") == "tool_run")
+    replaced = store.reload("t", marker(run)["offload_id"]).messages
+    assert (
+        sum(
+            len(m.tool_calls) + len(m.invalid_tool_calls)
+            for m in replaced
+            if isinstance(m, AIMessage)
+        )
+        == 6
+    )
+    assert text_of(run).startswith("[Compressed 6 tool calls (bash) and their results;")
+    assert "Summary of a run of 6 tool calls" in text_of(run)
+    assert not find_violations(res.messages)
+
+
 def _planning_thread(rounds: int) -> tuple[list[BaseMessage], list[BaseMessage]]:
     """A thread whose agent rewrote its todo list (a large one, ``write_todos``'s result
     repeating it as ``TodoListMiddleware``'s does) among long tool outputs; with

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from langchain_core.messages import AIMessage, BaseMessage
 
-from langchain_autocontext.messages import atomic_groups, marker, tool_call_ids
+from langchain_autocontext.messages import atomic_groups, marker, sent_calls, tool_call_ids
 from langchain_autocontext.strategies.base import (
     KIND_TOOL_RUN,
     Job,
@@ -63,12 +63,14 @@ class ToolRunCompression:
         names: list[str] = []
         skip_results: set[str] = set()
         for m in span:
-            if isinstance(m, AIMessage) and m.tool_calls:
-                for tc in m.tool_calls:
-                    names.append(tc["name"])
-                if all(tc["name"] in plan_tools for tc in m.tool_calls):
+            # the calls whose arguments did not parse count too: each has its result
+            # (an error) in the span, and the header says how many calls it replaced
+            calls_made = sent_calls(m)
+            if calls_made:
+                names += [tc.get("name") or "?" for tc in calls_made]
+                if all(tc.get("name") in plan_tools for tc in calls_made):
                     skip_results.update(tool_call_ids(m))
-                    listed = ", ".join(sorted({tc["name"] for tc in m.tool_calls}))
+                    listed = ", ".join(sorted({str(tc.get("name")) for tc in calls_made}))
                     shown.append(AIMessage(content=f"(updated its plan notes with {listed})"))
                     continue
             if getattr(m, "tool_call_id", None) in skip_results:

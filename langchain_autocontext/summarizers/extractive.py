@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.messages import BaseMessage, ToolMessage
 
 from langchain_autocontext.messages import (
     is_real_user,
@@ -409,7 +409,7 @@ class ExtractiveSummarizer(Summarizer):
         n = len(msgs)
         names = tool_call_names(msgs)
         total_chars = sum(message_chars(m) for m in msgs)
-        calls = sum(len(m.tool_calls) for m in msgs if isinstance(m, AIMessage))
+        calls = sum(len(tool_calls_of(m)) for m in msgs)  # unparsed ones too
         s = "" if n == 1 else "s"
         tag = "offline extractive summary"
         section: str | None = None
