@@ -25,6 +25,10 @@ from _builders import (
     script_model,
     strategies_fired,
 )
+from langchain_core.messages import HumanMessage
+
+from langchain_autocontext.messages import marker, text_of
+from langchain_autocontext.store import OffloadStore
 
 LONG_ROUNDS, LONG_STEPS = 15, 20  # 15 * (20 + 1) = 315 model calls
 SHORT_ROUNDS, SHORT_STEPS = 3, 6
@@ -99,3 +103,28 @@ async def test_graph_surfaces_persist_the_compressed_context() -> None:
         if kind == "node":
             assert state["task_label"] == f"T-{SHORT_ROUNDS - 1}"
             assert state["turns"] == [f"T-{r}" for r in range(SHORT_ROUNDS)]
+
+
+@pytest.mark.parametrize("kind", ["middleware", "node"])
+def test_a_round_summary_replaces_one_rounds_work_and_says_how_many_messages(kind: str) -> None:
+    """Every third user turn of the script pastes a long CI log, which strategy 2
+    offloads in place once it is history. It still opens its round: the round before
+    it was summarized across it, "the 27 messages that answered the user message
+    above" holding the next request, which the model then never saw asked."""
+    model = script_model(6)
+    surface = build_surface(kind, model)
+    for r in range(8):
+        surface.round(r)
+    store = OffloadStore.wrap(surface.store)
+    checked: set[str] = set()
+    for sent in model.seen:
+        for m in sent:
+            info = marker(m) or {}
+            if info.get("kind") != "round_summary" or info["offload_id"] in checked:
+                continue
+            checked.add(info["offload_id"])
+            replaced = store.reload(surface.thread, info["offload_id"]).messages
+            assert not [text_of(x)[:30] for x in replaced if isinstance(x, HumanMessage)]
+            header = f"[Summary of the {len(replaced)} messages that answered the user message"
+            assert text_of(m).startswith(header)
+    assert len(checked) >= 3
