@@ -12,7 +12,9 @@ drives it, and checks what issue 11 asks of every strategy:
 * the two running summaries (the recursive one and the current round's) take at most a
   sixteenth of the room each;
 * a pinned message reaches the model verbatim on every later call;
-* a result of a ``keep_tool_results`` tool is never masked or offloaded on its own.
+* a result of a ``keep_tool_results`` tool is never masked or offloaded on its own;
+* every summary's header says what the offload it names holds (the model reads the
+  header as a fact about the conversation), also over generated multi-round chats.
 """
 
 from __future__ import annotations
@@ -23,19 +25,34 @@ from functools import cache
 from typing import Any
 
 import pytest
-from _builders import DATA
+from _builders import DATA, log_text
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolMessage
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
 from langgraph.store.memory import InMemoryStore
 
 from langchain_autocontext import AutoContext, AutoContextConfig
-from langchain_autocontext.messages import atomic_groups, marker, pin
+from langchain_autocontext.messages import (
+    atomic_groups,
+    is_user_turn,
+    marker,
+    pin,
+    sent_calls,
+    text_of,
+)
 from langchain_autocontext.replay import load_trajectories
 from langchain_autocontext.store import OffloadStore
 from langchain_autocontext.strategies.base import (
     KIND_CURRENT,
     KIND_RECURSIVE,
+    KIND_ROUND,
+    KIND_TOOL_RUN,
     is_summary,
     summary_body,
 )
@@ -228,3 +245,109 @@ def test_results_of_kept_tools_are_sent_whole_or_summarized_with_their_span(
                     continue
                 assert not marker(m), (m.id, marker(m))
                 assert m.content == originals[m.id].content
+
+
+def _check_headers(ac: AutoContext, calls: list[dict[str, Any]]) -> int:
+    """Every summary sent says in its header what the offload it names holds: a round's
+    or the current round's summary how many messages it replaced (none of them a user
+    request: each replaces work that answered the one above it), a tool run's how many
+    calls, the recursive summary how many messages it absorbed in all. Returns how many
+    summaries were checked."""
+    assert ac.store is not None
+    seen: set[str] = set()
+    for call in calls:
+        for m in call["result"].messages:
+            info = marker(m) or {}
+            kind, oid = info.get("kind"), info.get("offload_id")
+            if kind not in (KIND_ROUND, KIND_CURRENT, KIND_TOOL_RUN, KIND_RECURSIVE):
+                continue
+            if oid in seen:
+                continue
+            seen.add(oid)
+            held = ac.store.reload("t", oid).messages
+            header = text_of(m).split("\n", 1)[0]
+            if kind in (KIND_ROUND, KIND_CURRENT):
+                assert header.startswith(f"[Summary of the {len(held)} messages "), header
+                assert not any(is_user_turn(x) for x in held), (header, [x.type for x in held])
+            elif kind == KIND_TOOL_RUN:
+                calls_held = sum(len(sent_calls(x)) for x in held)
+                assert header.startswith(f"[Compressed {calls_held} tool calls "), header
+            else:
+                first = marker(held[0]) or {} if held else {}
+                earlier = held[:1] if first.get("kind") == KIND_RECURSIVE else []
+                before = int((marker(earlier[0]) or {}).get("evicted", 0)) if earlier else 0
+                absorbed = before + len(held) - len(earlier)
+                assert header.startswith(f"[Summary of {absorbed} earlier messages"), header
+    return len(seen)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(run=runs, budget=budgets)
+def test_every_summary_header_says_what_its_offload_holds_in_real_runs(run, budget) -> None:
+    name, k = run
+    trajectories = _runs(name)
+    ac, _summarizer, calls = _replay(trajectories[k % len(trajectories)], budget)
+    _check_headers(ac, calls)
+
+
+@st.composite
+def chats(draw: st.DrawFn) -> list[BaseMessage]:
+    """A multi-round chat: each request short or a pasted log (large enough to be
+    offloaded in place), then tool calls (some with arguments that did not parse, as
+    create_agent answers them with an error) with outputs of varied sizes, then an
+    answer; the last request still being worked on."""
+    msgs: list[BaseMessage] = [SystemMessage("You are a support agent.", id="sys")]
+    rounds = draw(st.integers(3, 8), label="rounds")
+    n = itertools.count()
+    for r in range(rounds):
+        text = f"Request {r}: look into ticket T-{r}"
+        if draw(st.booleans(), label="pasted log"):
+            text += ". The log:\n" + log_text(draw(st.integers(30, 60)), seed=r)
+        msgs.append(HumanMessage(text, id=f"u{r}"))
+        for _ in range(draw(st.integers(0, 6), label="calls")):
+            k = next(n)
+            if draw(st.integers(0, 5)) == 0:
+                bad = {
+                    "type": "invalid_tool_call",
+                    "id": f"c{k}",
+                    "name": "lookup",
+                    "error": "json",
+                }
+                msgs.append(
+                    AIMessage("", id=f"a{k}", invalid_tool_calls=[{**bad, "args": '{"id": "T'}])
+                )
+                msgs.append(
+                    ToolMessage("Error: invalid arguments", tool_call_id=f"c{k}", id=f"t{k}")
+                )
+                continue
+            call = {
+                "name": "lookup",
+                "args": {"id": f"T-{r}-{k}"},
+                "id": f"c{k}",
+                "type": "tool_call",
+            }
+            msgs.append(AIMessage(f"checking {k}", id=f"a{k}", tool_calls=[call]))
+            out = log_text(draw(st.sampled_from([2, 15, 60])), seed=k)
+            msgs.append(ToolMessage(out, tool_call_id=f"c{k}", id=f"t{k}"))
+        if r < rounds - 1:
+            msgs.append(AIMessage(f"Done with request {r}.", id=f"done{r}"))
+    msgs.append(AIMessage("working on it", id="last"))
+    return msgs
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    messages=chats(),
+    budget=st.sampled_from([3_000, 4_000, 8_000]),
+    min_run=st.sampled_from([2, 8]),
+)
+def test_every_summary_header_says_what_its_offload_holds(messages, budget, min_run) -> None:
+    ac, _summarizer, calls = _replay(
+        messages,
+        budget,
+        min_consecutive_tool_messages=min_run,
+        large_payload_threshold=1_500,  # a pasted log is offloaded in place
+        last_keep=2,
+        target_ratio=0.3,
+    )
+    _check_headers(ac, calls)
