@@ -247,7 +247,7 @@ def test_a_fork_with_an_edited_user_message_sends_only_the_forks_messages(
     assert [r.status for r in results] == ["success"] * len(refs), [text_of(r) for r in results]
     abandoned_after([list(results)], 2 * (STEPS + 1))
     # the history keeps both branches: the original under its id, the edit as a version
-    (found,) = t.do([["search_history", {"query": "Task 2 make module", "limit": 50}]])
+    (found,) = t.do([["search_history", {"query": "Task 2 module_2 module_9", "limit": 50}]])
     ids = found_ids(text_of(found))
     assert user2.id in ids, text_of(found)
     assert any(i.startswith(f"{user2.id}~") for i in ids), text_of(found)
