@@ -583,6 +583,41 @@ def test_fifo_eviction_builds_a_recursive_summary() -> None:
     assert marker(res2.messages[1])["evicted"] > marker(res.messages[1])["evicted"]
 
 
+def test_a_recursive_summary_of_work_on_the_request_below_it_says_so() -> None:
+    """Eviction hops over the latest user message and writes the summary before it: in
+    a coding agent's single round, every message it evicts is work done on that
+    request. Its header called them "earlier messages", which the model reads as what
+    came before the task (work it then believes it has still to do). It says how many
+    came after the request below; once that request is evicted too, none did."""
+    cfg = AutoContextConfig(max_tokens=8_000, last_keep=2, target_ratio=0.2)
+    ac, store = make(cfg, [FifoEviction()])
+    msgs = coding_run(12, output_lines=5)
+    res = ac.compress(msgs, thread_id="t", force=True)
+    summary, below = res.messages[1], res.messages[2]
+    assert below.id == msgs[1].id  # the task, kept in place after the summary
+    evicted = marker(summary)["evicted"]
+    assert text_of(summary).startswith(
+        f"[Summary of {evicted} messages, all after the request below;"
+    )
+    # more work on it: the new summary carries the count on
+    more = [*res.messages, *coding_run(6, output_lines=5)[2:]]
+    res2 = ac.compress(more, thread_id="t", force=True)
+    assert res2.messages[2].id == msgs[1].id
+    total = marker(res2.messages[1])["evicted"]
+    assert total > evicted
+    assert text_of(res2.messages[1]).startswith(f"[Summary of {total} messages, all after the")
+    # the work is done and a new request comes: the old request is history, evicted with
+    # the rest; all the summary holds came before what stays below it
+    fixed = AIMessage("fixed", id=uid())
+    later = [*res2.messages, fixed, HumanMessage("now the docs", id=uid())]
+    later += coding_run(8, output_lines=5)[2:]
+    res3 = ac.compress(later, thread_id="t", force=True)
+    assert msgs[1].id not in {m.id for m in res3.messages}
+    n = marker(res3.messages[1])["evicted"]
+    assert text_of(res3.messages[1]).startswith(f"[Summary of {n} earlier messages;")
+    assert_recoverable(store, "t", [m for m in later if not marker(m)], res3.messages)
+
+
 # --- the pipeline ----------------------------------------------------------------------------
 @pytest.mark.parametrize("steps", [30, 120])
 def test_pipeline_brings_a_coding_run_under_target(steps: int) -> None:

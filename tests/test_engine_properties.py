@@ -20,6 +20,7 @@ drives it, and checks what issue 11 asks of every strategy:
 from __future__ import annotations
 
 import itertools
+import re
 from collections import Counter
 from functools import cache
 from typing import Any
@@ -53,6 +54,7 @@ from langchain_autocontext.strategies.base import (
     KIND_RECURSIVE,
     KIND_ROUND,
     KIND_TOOL_RUN,
+    SPAN_KINDS,
     is_summary,
     summary_body,
 )
@@ -247,16 +249,46 @@ def test_results_of_kept_tools_are_sent_whole_or_summarized_with_their_span(
                 assert m.content == originals[m.id].content
 
 
+RECURSIVE_HEADER = re.compile(
+    r"\[Summary of (\d+) (?:earlier messages|messages, (all|the last (\d+)) after the "
+    r"(request|message) below);"
+)
+
+
+def _absorbed(store: OffloadStore, summary: BaseMessage) -> list[BaseMessage]:
+    """The messages a recursive summary absorbed, oldest first (through the summaries
+    it extended, each in its offload's first place)."""
+    held = store.reload("t", (marker(summary) or {})["offload_id"]).messages
+    if held and (marker(held[0]) or {}).get("kind") == KIND_RECURSIVE:
+        return [*_absorbed(store, held[0]), *held[1:]]
+    return held
+
+
+def _position(store: OffloadStore, order: dict[str, int], m: BaseMessage) -> int:
+    """Where ``m`` stood in the thread's history: a summary where its first original did."""
+    info = marker(m) or {}
+    if info.get("kind") in SPAN_KINDS:
+        return _position(store, order, store.reload("t", info["offload_id"]).messages[0])
+    return order[m.id or ""]
+
+
 def _check_headers(ac: AutoContext, calls: list[dict[str, Any]]) -> int:
     """Every summary sent says in its header what the offload it names holds: a round's
     or the current round's summary how many messages it replaced (none of them a user
     request: each replaces work that answered the one above it), a tool run's how many
-    calls, the recursive summary how many messages it absorbed in all. Returns how many
-    summaries were checked."""
-    assert ac.store is not None
+    calls, the recursive summary how many messages it absorbed in all and how many of
+    them came after the message kept below it (it stands before the latest request,
+    and work done on that request is no "earlier messages"). Returns how many summaries
+    were checked."""
+    store = ac.store
+    assert store is not None
+    order: dict[str, int] = {}
+    for k, entry in enumerate(store.iter_history("t")):
+        order.setdefault(entry.message.id or "", k)
     seen: set[str] = set()
     for call in calls:
-        for m in call["result"].messages:
+        sent = call["result"].messages
+        for i, m in enumerate(sent):
             info = marker(m) or {}
             kind, oid = info.get("kind"), info.get("offload_id")
             if kind not in (KIND_ROUND, KIND_CURRENT, KIND_TOOL_RUN, KIND_RECURSIVE):
@@ -264,7 +296,7 @@ def _check_headers(ac: AutoContext, calls: list[dict[str, Any]]) -> int:
             if oid in seen:
                 continue
             seen.add(oid)
-            held = ac.store.reload("t", oid).messages
+            held = store.reload("t", oid).messages
             header = text_of(m).split("\n", 1)[0]
             if kind in (KIND_ROUND, KIND_CURRENT):
                 assert header.startswith(f"[Summary of the {len(held)} messages "), header
@@ -273,11 +305,17 @@ def _check_headers(ac: AutoContext, calls: list[dict[str, Any]]) -> int:
                 calls_held = sum(len(sent_calls(x)) for x in held)
                 assert header.startswith(f"[Compressed {calls_held} tool calls "), header
             else:
-                first = marker(held[0]) or {} if held else {}
-                earlier = held[:1] if first.get("kind") == KIND_RECURSIVE else []
-                before = int((marker(earlier[0]) or {}).get("evicted", 0)) if earlier else 0
-                absorbed = before + len(held) - len(earlier)
-                assert header.startswith(f"[Summary of {absorbed} earlier messages"), header
+                found = RECURSIVE_HEADER.match(header)
+                assert found, header
+                absorbed = _absorbed(store, m)
+                assert int(found[1]) == len(absorbed), header
+                below = sent[i + 1] if i + 1 < len(sent) else None
+                at = _position(store, order, below) if below is not None else len(order)
+                later = sum(_position(store, order, x) > at for x in absorbed)
+                said = (
+                    0 if found[2] is None else len(absorbed) if found[2] == "all" else int(found[3])
+                )
+                assert said == later, (header, later)
     return len(seen)
 
 

@@ -725,16 +725,31 @@ def place_summaries(
 
 
 def replacement_summary(
-    body: str, out: JobOutput, evicted: int, conversation: str | None = None
+    body: str,
+    out: JobOutput,
+    evicted: int,
+    conversation: str | None = None,
+    *,
+    after: int = 0,
+    below: BaseMessage | None = None,
 ) -> HumanMessage:
     """The MemGPT recursive summary (user role: providers accept it right after system).
     ``conversation``: the id of the conversation's first user message, when the summary
-    stands for it (:func:`conversation_origin`)."""
-    msg = HumanMessage(
-        content=(f"[Summary of {evicted} earlier messages; {out.note}]\n{body}").rstrip(),
-        id=new_id(),
-    )
+    stands for it (:func:`conversation_origin`). ``after``: how many of the ``evicted``
+    messages (the last ones) came after ``below``, the message kept in place right
+    after the summary (the latest user message, a pin): the header says so, since
+    the summary stands before it."""
+    if after <= 0:
+        header = f"Summary of {evicted} earlier messages"
+    else:
+        # "request": the view may put its instructions, a user-role note, in between
+        what = "request" if isinstance(below, HumanMessage) else "message"
+        last = "all" if after >= evicted else f"the last {after}"
+        header = f"Summary of {evicted} messages, {last} after the {what} below"
+    msg = HumanMessage(content=f"[{header}; {out.note}]\n{body}".rstrip(), id=new_id())
     info: dict[str, Any] = {"conversation": conversation} if conversation else {}
+    if after > 0:
+        info["after"] = after
     return mark(msg, KIND_RECURSIVE, offload_id=out.offload_id, evicted=evicted, **info)  # type: ignore[return-value]
 
 

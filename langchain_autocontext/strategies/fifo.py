@@ -121,6 +121,15 @@ class FifoEviction:
             int((marker(ctx.messages[sys_end]) or {}).get("evicted", 0)) if has_summary else 0
         )
         total = previous_count + len(evicted)
+        # How many of them came after the message kept in place right below the summary
+        # (the latest user message, or a pin): the summary stands before that message,
+        # and its header says so rather than call work done on the request "earlier".
+        after = 0
+        if kept_at is not None:
+            after = sum(b - a for a, b in spans if a > kept_at)
+            if kept_at == first and has_summary:  # the same message stays below it
+                after += int((marker(ctx.messages[sys_end]) or {}).get("after", 0))
+        below = ctx.messages[kept_at] if kept_at is not None else None
         preview = ctx.config.offload_single_preview
         to_read = summarizer_input([m for m in evicted if not is_summary(m)], preview)
         carried = [summary_body(m) for m in evicted if is_summary(m)]
@@ -131,7 +140,7 @@ class FifoEviction:
         def build(out: JobOutput) -> list[BaseMessage]:
             parts = [p for p in (prev, *carried, out.summary or "") if p.strip()]
             body = clip_text(_one_cut_line("\n".join(parts)), cap, counter, keep="end")
-            return [replacement_summary(body, out, total, origin)]
+            return [replacement_summary(body, out, total, origin, after=after, below=below)]
 
         request = (
             SummaryRequest(
