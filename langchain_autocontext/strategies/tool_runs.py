@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from langchain_core.messages import AIMessage, BaseMessage
 
-from langchain_autocontext.messages import atomic_groups, marker, sent_calls, tool_call_ids
+from langchain_autocontext.messages import atomic_groups, marker, tool_call_ids
 from langchain_autocontext.strategies.base import (
     KIND_TOOL_RUN,
     Job,
@@ -12,6 +12,7 @@ from langchain_autocontext.strategies.base import (
     PassContext,
     replacement_message,
 )
+from langchain_autocontext.summarizers.transcript import tool_calls_of
 
 __all__ = ["ToolRunCompression"]
 
@@ -65,12 +66,12 @@ class ToolRunCompression:
         for m in span:
             # the calls whose arguments did not parse count too: each has its result
             # (an error) in the span, and the header says how many calls it replaced
-            calls_made = sent_calls(m)
+            calls_made = tool_calls_of(m)
             if calls_made:
-                names += [tc.get("name") or "?" for tc in calls_made]
-                if all(tc.get("name") in plan_tools for tc in calls_made):
+                names += [tc["name"] for tc in calls_made]
+                if all(tc["name"] in plan_tools for tc in calls_made):
                     skip_results.update(tool_call_ids(m))
-                    listed = ", ".join(sorted({str(tc.get("name")) for tc in calls_made}))
+                    listed = ", ".join(sorted({tc["name"] for tc in calls_made}))
                     shown.append(AIMessage(content=f"(updated its plan notes with {listed})"))
                     continue
             if getattr(m, "tool_call_id", None) in skip_results:
