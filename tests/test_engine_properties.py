@@ -44,6 +44,7 @@ from langchain_autocontext.messages import (
     is_user_turn,
     marker,
     pin,
+    seeded_ids,
     sent_calls,
     text_of,
 )
@@ -88,9 +89,25 @@ class RecordingSummarizer(ExtractiveSummarizer):
 
 
 def _replay(
-    messages: list[BaseMessage], budget: int, pin_at: int | None = None, **fields: Any
+    messages: list[BaseMessage],
+    budget: int,
+    pin_at: int | None = None,
+    *,
+    ids: int,
+    **fields: Any,
 ) -> tuple[AutoContext, RecordingSummarizer, list[dict[str, Any]]]:
-    """Drive ``compress`` before every recorded assistant message; check each call."""
+    """Drive ``compress`` before every recorded assistant message; check each call.
+
+    ``ids``: the seed of the ids the package draws (:func:`seeded_ids`). An offload id
+    is shown in the context and its token count varies, so the sizes of what a replay
+    writes depend on them: hypothesis draws the seed, and a failure it finds replays."""
+    with seeded_ids(ids):
+        return _replay_seeded(messages, budget, pin_at, **fields)
+
+
+def _replay_seeded(
+    messages: list[BaseMessage], budget: int, pin_at: int | None, **fields: Any
+) -> tuple[AutoContext, RecordingSummarizer, list[dict[str, Any]]]:
     summarizer = RecordingSummarizer()
     cfg = AutoContextConfig(
         max_tokens=budget, self_management_tools=False, metadata_tags=False, **fields
@@ -134,16 +151,17 @@ def _tail(ac: AutoContext, msgs: list[BaseMessage], target: int) -> list[BaseMes
 
 
 budgets = st.sampled_from([4_000, 8_000, 16_000])
-runs = st.tuples(st.sampled_from(FILES), st.integers(0, 11))
+#: (file, run, seed of the package's ids)
+runs = st.tuples(st.sampled_from(FILES), st.integers(0, 11), st.integers(0, 2**16))
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(run=runs, budget=budgets)
 def test_real_runs_keep_the_tail_stop_at_the_target_and_never_grow(run, budget) -> None:
-    name, k = run
+    name, k, ids = run
     trajectories = _runs(name)
     messages = trajectories[k % len(trajectories)]
-    ac, summarizer, calls = _replay(messages, budget)
+    ac, summarizer, calls = _replay(messages, budget, ids=ids)
     for call in calls:
         result, before = call["result"], call["before"]
         assert result.tokens_after <= ac.config.max_tokens
@@ -192,7 +210,7 @@ def test_real_runs_keep_the_tail_stop_at_the_target_and_never_grow(run, budget) 
 )
 @given(run=runs, budget=budgets, where=st.floats(0.0, 0.6))
 def test_a_pinned_message_survives_every_strategy(run, budget, where) -> None:
-    name, k = run
+    name, k, ids = run
     trajectories = _runs(name)
     messages = trajectories[k % len(trajectories)]
     at = 1 + int(where * (len(messages) - 2))
@@ -201,7 +219,7 @@ def test_a_pinned_message_survives_every_strategy(run, budget, where) -> None:
     probe = AutoContext(AutoContextConfig(max_tokens=budget))
     # beyond a sensible pin limit the pin tool refuses the pin: try another message
     assume(probe.counter.count(messages[group[0] : group[1]]) <= budget // 8)
-    _ac, _summarizer, calls = _replay(messages, budget, pin_at=at)
+    _ac, _summarizer, calls = _replay(messages, budget, pin_at=at, ids=ids)
     for call in calls:
         if not call["pinned"]:
             continue
@@ -219,14 +237,14 @@ def _tool_names(messages: list[BaseMessage]) -> list[str]:
 def test_results_of_kept_tools_are_sent_whole_or_summarized_with_their_span(
     run, budget, data
 ) -> None:
-    name, k = run
+    name, k, ids = run
     trajectories = _runs(name)
     messages = trajectories[k % len(trajectories)]
     names = _tool_names(messages)
     assume(names)
     kept = data.draw(st.sets(st.sampled_from(names), min_size=1), label="kept")
     originals = {m.id: m for m in messages}
-    ac, _summarizer, calls = _replay(messages, budget, keep_tool_results=tuple(kept))
+    ac, _summarizer, calls = _replay(messages, budget, keep_tool_results=tuple(kept), ids=ids)
     last_resort: set[str] = set()  # offloads of the last resort (it may take anything)
     for call in calls:
         result = call["result"]
@@ -322,9 +340,9 @@ def _check_headers(ac: AutoContext, calls: list[dict[str, Any]]) -> int:
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(run=runs, budget=budgets)
 def test_every_summary_header_says_what_its_offload_holds_in_real_runs(run, budget) -> None:
-    name, k = run
+    name, k, ids = run
     trajectories = _runs(name)
-    ac, _summarizer, calls = _replay(trajectories[k % len(trajectories)], budget)
+    ac, _summarizer, calls = _replay(trajectories[k % len(trajectories)], budget, ids=ids)
     _check_headers(ac, calls)
 
 
@@ -378,11 +396,13 @@ def chats(draw: st.DrawFn) -> list[BaseMessage]:
     messages=chats(),
     budget=st.sampled_from([3_000, 4_000, 8_000]),
     min_run=st.sampled_from([2, 8]),
+    ids=st.integers(0, 2**16),
 )
-def test_every_summary_header_says_what_its_offload_holds(messages, budget, min_run) -> None:
+def test_every_summary_header_says_what_its_offload_holds(messages, budget, min_run, ids) -> None:
     ac, _summarizer, calls = _replay(
         messages,
         budget,
+        ids=ids,
         min_consecutive_tool_messages=min_run,
         large_payload_threshold=1_500,  # a pasted log is offloaded in place
         last_keep=2,

@@ -69,6 +69,26 @@ class FifoEviction:
         fresh_tokens = 0  # of those, what the summarizer reads (not earlier summaries)
         kept_tokens = 0  # earlier summaries' text, appended as it is
         removed = 0
+
+        def gain() -> int:
+            """What evicting the groups so far frees, net of the summary it writes (an
+            estimate: the header is counted at its usual size)."""
+            expected = (
+                HEADER_TOKENS
+                + ctx.tag_tokens
+                + min(
+                    cap,
+                    (
+                        ctx.counter.count_message(ctx.messages[sys_end]) - HEADER_TOKENS
+                        if has_summary
+                        else 0
+                    )
+                    + kept_tokens
+                    + (ctx.summary_budget(fresh_tokens, running=True) if fresh_tokens else 0),
+                )
+            )
+            return freed + old_tokens - expected
+
         for k, (a, b) in enumerate(groups):
             if k == len(groups) - 1 or a >= end:
                 break  # the protected tail (and always the freshest group) stays
@@ -90,26 +110,20 @@ class FifoEviction:
             removed += b - a
             if self.squeeze:
                 continue
-            expected = (
-                HEADER_TOKENS
-                + ctx.tag_tokens
-                + min(
-                    cap,
-                    (
-                        ctx.counter.count_message(ctx.messages[sys_end]) - HEADER_TOKENS
-                        if has_summary
-                        else 0
-                    )
-                    + kept_tokens
-                    + (ctx.summary_budget(fresh_tokens, running=True) if fresh_tokens else 0),
-                )
-            )
             if (
-                freed + old_tokens - expected >= ctx.need_tokens
+                gain() >= ctx.need_tokens
                 and removed - (0 if has_summary else 1) >= ctx.need_messages
             ):
                 break
         if evict_end == first:
+            return []
+        if not self.squeeze and not (
+            (ctx.need_tokens > 0 and gain() > 0)
+            or (ctx.need_messages > 0 and removed - (0 if has_summary else 1) > 0)
+        ):
+            # What it can reach frees nothing: a summary it would only wrap in a new
+            # header (the current round's, all that is left before the protected tail),
+            # a few tokens larger or smaller as the new offload id tokenizes.
             return []
         # What stays in place (the latest user message, pins) cuts the evicted range.
         spans = ctx.spans_between_protected(first, evict_end)

@@ -485,19 +485,25 @@ def run_pipeline(
         )
         _check_pass(msgs, new, strategy.name, request_only)
         new_tokens = count(new)
+        # No pass grows the context: one whose estimate missed (a replacement's header,
+        # an offload id that tokenizes long) is dropped, as if it had planned nothing.
+        # Its event says so and keeps what it spent; what it offloaded stays in the
+        # store, unreferenced.
+        dropped = new_tokens > tokens
         event = {
             "strategy": strategy.name,
             "tokens_before": tokens,
-            "tokens_after": new_tokens,
+            "tokens_after": tokens if dropped else new_tokens,
             "messages_before": len(msgs),
-            "messages_after": len(new),
+            "messages_after": len(msgs) if dropped else len(new),
             "target_tokens": ctx.target_tokens,
             "seconds": round(time.perf_counter() - started, 6),
             **stats,
+            **({"dropped": True} if dropped else {}),
         }
         yield EventOp(thread_id, event)
         events.append(event)
-        return new, new_tokens
+        return None if dropped else (new, new_tokens)
 
     # The tool results just returned, too large to fit under the hard budget beside what
     # is never compressed, are shortened first: compressing older work cannot make room
