@@ -12,6 +12,7 @@ import operator
 import os
 import sqlite3
 import uuid
+import zlib
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
@@ -23,6 +24,7 @@ from langgraph.store.base import BaseStore, Op, Result, SearchOp
 from langgraph.store.memory import InMemoryStore
 from langgraph.store.sqlite import AsyncSqliteStore, SqliteStore
 
+from langchain_autocontext.messages import seeded_ids
 from langchain_autocontext.store import OffloadStore
 
 POSTGRES_ENV = "AUTOCONTEXT_TEST_POSTGRES_URI"
@@ -33,6 +35,24 @@ POSTGRES_ENV = "AUTOCONTEXT_TEST_POSTGRES_URI"
 settings.register_profile("ci", derandomize=True, database=None)
 settings.register_profile("explore", derandomize=False)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture(autouse=True)
+def _fixed_package_ids(request: pytest.FixtureRequest) -> Iterator[None]:
+    """The package's own ids (offload ids, the ids of what it writes) drawn from a
+    sequence fixed per test, for the same reason: an offload id is shown in the context
+    and a uuid's token count varies, so a size checked against a budget could pass or
+    fail by the ids a run happened to draw (a CI run failed on one such draw). The
+    "explore" profile leaves them random, as does ``@pytest.mark.random_ids`` (a test
+    that patches ``uuid.uuid4``); tests that vary them on purpose nest their own
+    ``seeded_ids``."""
+    explore = os.environ.get("HYPOTHESIS_PROFILE", "ci") != "ci"
+    if explore or request.node.get_closest_marker("random_ids"):
+        yield
+        return
+    with seeded_ids(zlib.crc32(request.node.nodeid.encode())):
+        yield
+
 
 # "sqlite-thread": a sync SqliteStore driven through the async API (run in a worker thread).
 # "textcmp": InMemoryStore comparing range filters as text, as PostgresStore does.

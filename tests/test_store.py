@@ -606,6 +606,7 @@ async def test_reload_unknown_or_foreign_offload_raises(api: StoreAPI) -> None:
     assert len(str(info.value)) < 600 and "5,000 characters" in str(info.value)
 
 
+@pytest.mark.random_ids
 async def test_reload_takes_the_shortened_id_a_note_shows(
     api: StoreAPI, monkeypatch: pytest.MonkeyPatch
 ) -> None:

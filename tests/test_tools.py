@@ -528,6 +528,7 @@ def drive(graph: Any, inputs: dict, config: dict, run: str) -> dict:
     return graph.invoke(inputs, config)
 
 
+@pytest.mark.random_ids
 @pytest.mark.parametrize("run", ["invoke", "ainvoke"])
 def test_a_shortened_id_that_starts_two_offloads_reloads_the_one_in_view(
     monkeypatch: pytest.MonkeyPatch, run: str
