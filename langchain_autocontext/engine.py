@@ -1815,9 +1815,9 @@ class ContextEngine:
         a pending call before the tools run would otherwise replace the original). The
         middleware passes ``False``: other middlewares' ``after_model`` hooks (a PII
         redaction) run after its own, so it archives the reply once they have, at the
-        end of the run or at the next model call; a reply changed here only by its
-        copied tags stripped is left to it too (one its XML commands rewrote is archived
-        as written).
+        end of the run or at the next model call, as the state then holds it (a reply
+        its XML commands rewrote, with their receipts; the messages they edited are
+        archived here, before the edit).
 
         Returns a LangGraph state update (``{"messages": […], "autocontext": {…}}``)
         or ``{}`` when there is nothing to do. After a ``<user>`` command,
@@ -1875,22 +1875,18 @@ class ContextEngine:
 
 
 def _originals(outcome: ReplyOutcome, archive_reply: bool) -> list[BaseMessage]:
-    """The originals to archive before the reply's edits reach the state, the reply first
-    as the model wrote it (:attr:`ReplyOutcome.originals`). Without ``archive_reply``
+    """The originals to archive before the reply's edits reach the state: with
+    ``archive_reply``, the reply first as the model wrote it
+    (:attr:`ReplyOutcome.originals`) and every message its commands edited. Without it
     the caller archives the reply once every ``after_model`` hook has run (a
-    redaction's): a reply changed only by the copied tags stripped, which the state
-    holds as it is, is left to it, or the history would keep what those hooks remove.
-    A reply its XML commands rewrote is kept as the model wrote it (the commands as
-    written)."""
+    redaction's), as the state then holds it (its applied commands replaced by their
+    receipts): archived as written now, the history would keep what those hooks remove,
+    and what a command moved out of the reply (a ``<user>`` message, an ``<update>``'s
+    content) no redaction of the reply can reach."""
     originals = outcome.originals
     if archive_reply or not originals:
         return originals
-    written = originals[0]
-    if written.id is None or not any(
-        m.id == written.id and m.content == written.content for m in outcome.messages
-    ):
-        return originals
-    return originals[1:]
+    return originals[1:]  # process_reply puts the reply first
 
 
 class _Archived(NamedTuple):

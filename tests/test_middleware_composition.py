@@ -10,13 +10,14 @@ and file-search tools, ``ContextEditingMiddleware``, ``PIIMiddleware``,
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from _builders import FunctionModel, log_text, sh
+from _builders import FunctionModel, log_text, sh, view_ids
 from langchain.agents import create_agent
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
@@ -468,6 +469,63 @@ async def test_a_reply_with_a_copied_tag_is_archived_as_redacted(mode: str) -> N
     archived = [text_of(e.message) for e in store.get_history("t")]
     assert not [text for text in archived if "@example.com" in text]
     assert not [text for text in archived if TAG.match(text)]
+
+
+SECRET = "bob.secret@example.com"
+
+
+def commanding(kind: str) -> Callable[..., AIMessage]:
+    """A model that looks something up, then replies with an address and an XML
+    command (``kind``: ``delete`` the earlier call, or ``user``: its next message)."""
+
+    def respond(messages: list[BaseMessage], n: int) -> AIMessage:
+        if n == 0:
+            return calls("customers", {"query": "q"}, n, "looking")
+        if n > 1:
+            return AIMessage("finished")
+        if kind == "delete":
+            call_id = next(sid for sid, m in view_ids(messages) if m.type == "ai")
+            return AIMessage(f'Write to {SECRET}. <delete id="{call_id}"/>')
+        return AIMessage(f"Done. <user>now mail {SECRET}</user>")
+
+    return respond
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("kind", ["delete", "user"])
+async def test_a_reply_its_commands_rewrote_reaches_the_store_as_redacted(
+    kind: str, order: str, mode: str
+) -> None:
+    """A reply with an address and an XML command, ``PIIMiddleware`` redacting the
+    replies: listed before the package (its ``after_model`` runs after the package's),
+    the package archived the reply as the model wrote it, address and all, before the
+    redaction (a ``<user>`` command's text too, which the redaction of the reply never
+    sees). Now nothing in the store holds the address, in either order, and the
+    commands ran."""
+    from langchain.agents.middleware import PIIMiddleware
+
+    pii = PIIMiddleware(
+        "email", apply_to_input=True, apply_to_output=True, apply_to_tool_results=True
+    )
+    shown = {"metadata_tags": True, "xml_commands": True, "disclosure": "always"}
+    model = FunctionModel(respond=commanding(kind))
+    graph, ac, store = build(
+        model, [pii], order, tools=[customers], cfg=CFG.model_copy(update=shown)
+    )
+    out = await run(graph, go(), mode)
+    assert [e for e in store.list_events("t") if e.strategy == f"xml:{kind}"]
+    assert len(model.seen) == (3 if kind == "user" else 2)
+    assert not any(SECRET in text_of(m) for m in out["messages"])
+    raw = store.backend
+    held = [
+        (ns, item.key)
+        for ns in raw.list_namespaces()
+        for item in raw.search(ns, limit=10_000)
+        if SECRET in json.dumps(item.value, default=str)
+    ]
+    assert held == []
+    check(graph, ac, store, model)
 
 
 # --- HumanInTheLoopMiddleware ----------------------------------------------------------------------------
