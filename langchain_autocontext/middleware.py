@@ -89,10 +89,12 @@ from langchain_autocontext.messages import (
     dump_message,
     ensure_ids,
     load_message,
+    marker,
     remove_all,
     sanitize_message,
     state_messages,
 )
+from langchain_autocontext.metadata import strip_message_tags
 from langchain_autocontext.store import (
     OffloadStore,
     on_thread_deleted,
@@ -1060,16 +1062,23 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         """Archive what the run added since the last model call (its final answer):
         otherwise it would reach the history store only at the next model call. Here,
         not in ``after_model``: every middleware's ``after_model`` has run by now, so a
-        redacting one's output (``PIIMiddleware``) is what the history keeps."""
-        self._archive_state(state, runtime)
-        return None
+        redacting one's output (``PIIMiddleware``) is what the history keeps.
+
+        A reply whose copied metadata tags this middleware's ``after_model`` never
+        stripped (another middleware's ``after_model``, run before it, jumped to the end:
+        ``ToolCallLimitMiddleware(exit_behavior="end")`` listed after it) is stripped
+        here, in the state and in what is archived."""
+        messages, update = _untagged(state)
+        self._archive_state(state, runtime, messages)
+        return update
 
     async def aafter_agent(
         self, state: AgentState[Any], runtime: Runtime[Any]
     ) -> dict[str, Any] | None:
         """Async twin of :meth:`after_agent`."""
-        await self._aarchive_state(state, runtime)
-        return None
+        messages, update = _untagged(state)
+        await self._aarchive_state(state, runtime, messages)
+        return update
 
     def _archive_state(
         self, state: Any, runtime: Any, messages: Sequence[BaseMessage] | None = None
@@ -1103,6 +1112,20 @@ class AutoContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             thread_id=_thread_id(runtime, _ac_state(state)),  # type: ignore[arg-type]
             store=ac.resolve_store(),
         )
+
+
+def _untagged(state: Any) -> tuple[list[BaseMessage] | None, dict[str, Any] | None]:
+    """The state's messages with the metadata tags a model copied into its replies
+    stripped, and the state update that strips them (``None`` when none holds one)."""
+    if not isinstance(state, dict):
+        return None, None
+    messages = state_messages(state)
+    stripped = [
+        strip_message_tags(m) if isinstance(m, AIMessage) and marker(m) is None else m
+        for m in messages
+    ]
+    changed = [new for new, old in zip(stripped, messages, strict=True) if new is not old]
+    return stripped, ({"messages": changed} if changed else None)
 
 
 def _handed_off(request: ToolCallRequest, result: Any) -> list[BaseMessage]:
