@@ -49,6 +49,7 @@ from langchain_autocontext.strategies import (
 )
 from langchain_autocontext.strategies.base import SUMMARY_KINDS, Job, PassContext, is_summary
 from langchain_autocontext.strategies.offload import NOTE_TOKENS
+from langchain_autocontext.summarizers import ExtractiveSummarizer, SummaryRequest, SummaryResult
 
 OFFLOAD_ID = re.compile(r'offload_id="([0-9a-f-]{8,36})"')
 
@@ -147,6 +148,67 @@ def test_a_tool_run_summary_counts_the_calls_whose_arguments_did_not_parse() -> 
     assert text_of(run).startswith("[Compressed 6 tool calls (bash) and their results;")
     assert "Summary of a run of 6 tool calls" in text_of(run)
     assert not find_violations(res.messages)
+
+
+class _ReadingSummarizer(ExtractiveSummarizer):
+    """The offline summarizer, keeping the messages of every request it was given."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.read: list[BaseMessage] = []
+
+    def summarize(self, request: SummaryRequest) -> SummaryResult:
+        self.read.extend(request.messages)
+        return super().summarize(request)
+
+
+@pytest.mark.parametrize("long_args", [False, True])
+def test_the_summarizer_reads_the_calls_whose_arguments_did_not_parse(long_args: bool) -> None:
+    """An assistant turn with a valid call and one whose arguments did not parse: the
+    summarizer read the valid call alone (the malformed one dropped when the valid
+    call's long arguments were shortened, or when the call ids were renamed), and the
+    malformed call's result then answered a call it never saw."""
+    cfg = AutoContextConfig(
+        max_tokens=8_000, last_keep=2, min_consecutive_tool_messages=2, target_ratio=0.1
+    )
+    reader = _ReadingSummarizer()
+    ac = AutoContext(
+        cfg,
+        store=OffloadStore(InMemoryStore()),
+        strategies=[ToolRunCompression()],
+        summarizer=reader,
+    )
+    content = ("x = 1\n" * 400) if long_args else "x = 1"
+    msgs: list[BaseMessage] = [SystemMessage("s", id=uid()), HumanMessage("task", id=uid())]
+    for k in range(3):
+        bad = {"type": "invalid_tool_call", "id": f"bad{k}", "name": "apply_patch"}
+        msgs += [
+            AIMessage(
+                "",
+                id=uid(),
+                tool_calls=[
+                    {
+                        "name": "write",
+                        "args": {"path": f"{k}.py", "content": content},
+                        "id": f"w{k}",
+                    }
+                ],
+                invalid_tool_calls=[{**bad, "args": '{"patch": "MALFORMED', "error": "json"}],
+            ),
+            ToolMessage(f"wrote {k}.py\n{log_text(20, k)}", tool_call_id=f"w{k}"),
+            ToolMessage(f"Error: invalid arguments\n{log_text(20, k)}", tool_call_id=f"bad{k}"),
+        ]
+    msgs += [*tool_group("bash", {"command": "ls"}, [log_text(40)]), AIMessage("done", id=uid())]
+    res = ac.compress(msgs, thread_id="t", force=True)
+    assert any((marker(m) or {}).get("kind") == "tool_run" for m in res.messages)
+    turns = [m for m in reader.read if isinstance(m, AIMessage) and m.tool_calls]
+    assert len(turns) == 3
+    for turn in turns:
+        assert [c["name"] for c in turn.invalid_tool_calls] == ["apply_patch"]
+        assert "MALFORMED" in turn.invalid_tool_calls[0]["args"]
+    called = {c["id"] for m in turns for c in [*m.tool_calls, *m.invalid_tool_calls]}
+    answered = {m.tool_call_id for m in reader.read if isinstance(m, ToolMessage)}
+    assert answered <= called
 
 
 def _planning_thread(rounds: int) -> tuple[list[BaseMessage], list[BaseMessage]]:

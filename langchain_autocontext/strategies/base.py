@@ -41,6 +41,7 @@ from langchain_autocontext.messages import (
     pending_call_index,
     pinned_group_indices,
     result_tool_name,
+    sent_calls,
     text_of,
     tool_call_ids,
     tool_call_names,
@@ -513,11 +514,13 @@ def summarizer_view(message: BaseMessage, preview_chars: int) -> BaseMessage:
     if info.get("kind") == KIND_OFFLOADED and isinstance(message.content, str):
         preview = message.content.rsplit("\n[Offloaded ", 1)[0]
         return message.model_copy(update={"content": f"{preview} [rest offloaded]"})
-    if isinstance(message, AIMessage) and message.tool_calls:
-        keep = max(preview_chars, 32)
-        calls = [{**tc, "args": shrink_args(tc["args"], keep)} for tc in message.tool_calls]
-        if calls != message.tool_calls:
-            return message.model_copy(update={"tool_calls": calls, "invalid_tool_calls": []})
+    if isinstance(message, AIMessage) and sent_calls(message):
+        update = shrunk_calls(message, max(preview_chars, 32))
+        if update != {
+            "tool_calls": message.tool_calls,
+            "invalid_tool_calls": message.invalid_tool_calls,
+        }:
+            return message.model_copy(update=update)
     return message
 
 
@@ -536,9 +539,15 @@ def summarizer_input(messages: Sequence[BaseMessage], preview_chars: int) -> lis
     out: list[BaseMessage] = []
     for m in messages:
         v = summarizer_view(m, preview_chars)
-        if isinstance(v, AIMessage) and v.tool_calls:
-            calls = [{**tc, "id": short(tc.get("id"))} for tc in v.tool_calls]
-            v = v.model_copy(update={"tool_calls": calls, "invalid_tool_calls": []})
+        if isinstance(v, AIMessage) and sent_calls(v):
+            # the calls whose arguments did not parse too: the summary should know one
+            # was attempted, and their results are renamed with the rest
+            v = v.model_copy(
+                update={
+                    key: [{**tc, "id": short(tc.get("id"))} for tc in getattr(v, key)]
+                    for key in ("tool_calls", "invalid_tool_calls")
+                }
+            )
         elif isinstance(v, ToolMessage):
             v = v.model_copy(update={"tool_call_id": short(v.tool_call_id) or ""})
         out.append(v)
