@@ -16,6 +16,7 @@ report: rich tables with a plain-text fallback and a progress bar.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sqlite3
 import sys
@@ -227,7 +228,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--append",
         action="store_true",
         help="with a SQLite --store that already holds data of a replayed trajectory: replay "
-        "into it anyway, adding a second copy of that trajectory's events and offloads",
+        "into it anyway, adding a second copy of that trajectory's events and offloads (its ids "
+        "drawn with a seed derived from --seed, which the report names)",
     )
     rp.add_argument(
         "--token-counter",
@@ -499,6 +501,20 @@ def _check_unused(args: argparse.Namespace, setup: _Setup, backend: BaseStore) -
         )
 
 
+def _append_seed(seed: int, store: OffloadStore, thread: str) -> int | None:
+    """The seed of an ``--append`` replay into ``thread``: ``None`` when the thread holds
+    nothing yet (``seed`` itself), else one derived from ``seed`` and what the thread
+    holds. The same seed would draw the earlier run's ids again, and an offload never
+    takes an id already taken, so every id after the first taken one would shift: the
+    figures would be those of no seed (no fresh store gives them). A derived seed draws
+    ids no earlier run took, and the report names it."""
+    held = len(store.list_offloads(thread)) + len(store.list_events(thread))
+    if not held:
+        return None
+    digest = hashlib.sha256(f"autocontext-append:{seed}:{thread}:{held}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") >> 1
+
+
 def _run(args: argparse.Namespace, setup: _Setup) -> list[ReplayReport]:
     reports: list[ReplayReport] = []
     calls = [count_calls(t) for t in setup.trajectories]
@@ -512,13 +528,24 @@ def _run(args: argparse.Namespace, setup: _Setup) -> list[ReplayReport]:
         for k, (trajectory, n) in enumerate(zip(setup.trajectories, calls, strict=True), 1):
             progress.start(k, trajectory, n)
             store = OffloadStore.wrap(new_store(), prefix=setup.config.store_prefix)
+            seed = _append_seed(args.seed, store, trajectory.id) if args.append else None
             try:
                 ac = AutoContext(
                     setup.config, setup.summarizer, store=store, token_counter=setup.counter
                 )
                 report = replay(
-                    trajectory, ac, on_call=progress.call, compare=args.compare, seed=args.seed
+                    trajectory,
+                    ac,
+                    on_call=progress.call,
+                    compare=args.compare,
+                    seed=args.seed if seed is None else seed,
                 )
+                if seed is not None:
+                    report.notes.append(
+                        f"its thread already held a replay: its ids were drawn with seed {seed} "
+                        f"(derived from --seed {args.seed}; a fresh store gives the same figures "
+                        f"with --seed {seed})"
+                    )
             except AutoContextError as exc:  # ContextBudgetError: an impossible budget
                 # this trajectory fails; the others still replay (the report says why)
                 report = ReplayReport.failure(

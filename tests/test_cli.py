@@ -6,6 +6,7 @@ import importlib.util
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import typing
@@ -283,18 +284,36 @@ def test_sqlite_store_used_twice_is_refused_unless_append(
     # Another prefix is another namespace: nothing of it is in the file yet.
     code, _, err = run_cli(capsys, *argv, "--store-prefix", "other")
     assert code == 0, err
-    # What a second replay writes, learned from the same ids (--seed) into a fresh file (a
-    # uuid's token count varies, so other ids could compress at another boundary).
+    code, _, err = run_cli(capsys, *argv, "--append", "--json", str(tmp_path / "appended.json"))
+    assert code == 0, err
+    # The same --seed would draw the first run's ids again, and an offload never takes a
+    # taken id: the ids after it shifted, and the figures were no fresh file's. The run
+    # says which seed it drew its ids with, and a fresh file gives its figures with it.
+    (seed,) = re.findall(r"its ids were drawn with seed (\d+)", err)
     fresh = tmp_path / "fresh.db"
-    code, _, err = run_cli(capsys, str(small), "--store", str(fresh), *argv[3:], "--seed", "11")
+    code, _, err = run_cli(
+        capsys,
+        str(small),
+        "--store",
+        str(fresh),
+        *argv[3:],
+        "--seed",
+        seed,
+        "--json",
+        str(tmp_path / "fresh.json"),
+    )
     assert code == 0, err
     second = counts(fresh)
-    code, _, err = run_cli(capsys, *argv, "--append", "--seed", "11")
-    assert code == 0, err
     history, events, offloads = counts()
     assert history == first[0]  # one history entry per message id
     # what --append asks for: the second replay's events and offloads beside the first's
     assert events == first[1] + second[1] and offloads == first[2] + second[2]
+
+    def figures(name: str) -> dict[str, Any]:
+        total = json.loads((tmp_path / name).read_text())["total"]
+        return {k: v for k, v in total.items() if "_ms" not in k and k != "notes"}
+
+    assert figures("appended.json") == figures("fresh.json")
 
 
 @pytest.mark.parametrize(
