@@ -680,6 +680,36 @@ def test_a_recursive_summary_of_work_on_the_request_below_it_says_so() -> None:
     assert_recoverable(store, "t", [m for m in later if not marker(m)], res3.messages)
 
 
+def test_the_count_after_a_pin_below_the_summary_survives_the_request_s_eviction() -> None:
+    """The request stayed below the recursive summary with a pin further down, both kept
+    in place; the header counted the messages after the request, some of them after the
+    pin too. Once the request was evicted, the pin stood right below the summary and the
+    header counted only the messages this eviction took after it: the earlier ones,
+    work done after the pinned message, were called earlier than it."""
+    cfg = AutoContextConfig(max_tokens=8_000, last_keep=2, target_ratio=0.2)
+    ac, _store = make(cfg, [FifoEviction()])
+    msgs = coding_run(12, output_lines=5)
+    k = next(i for i, m in enumerate(msgs) if i > 3 and isinstance(m, AIMessage) and m.tool_calls)
+    msgs[k] = pin(msgs[k])
+    res = ac.compress(msgs, thread_id="t", force=True)
+    assert [m.id for m in res.messages[2:4]] == [msgs[1].id, msgs[k].id]  # both kept in place
+    first_after_pin = [m for m in msgs[k + 1 :] if m.id not in {x.id for x in res.messages}]
+    assert first_after_pin  # the first eviction took messages after the pin
+    later = [*res.messages, AIMessage("fixed", id=uid()), HumanMessage("now the docs", id=uid())]
+    later += coding_run(8, output_lines=5)[2:]
+    res2 = ac.compress(later, thread_id="t", force=True)
+    assert msgs[1].id not in {m.id for m in res2.messages}  # the request is evicted
+    assert res2.messages[2].id == msgs[k].id  # the pin stands right below the summary
+    kept = {m.id for m in res2.messages}
+    pinned_at = next(i for i, m in enumerate(later) if m.id == msgs[k].id)
+    then_after_pin = [m for m in later[pinned_at + 1 :] if m.id not in kept]
+    after = len(first_after_pin) + len(then_after_pin)
+    n = marker(res2.messages[1])["evicted"]
+    assert text_of(res2.messages[1]).startswith(
+        f"[Summary of {n} messages, the last {after} after the message below;"
+    )
+
+
 def test_eviction_leaves_a_lone_summary_as_it_is() -> None:
     """When all eviction can reach before the protected tail is the current round's
     summary, it only wrapped it in a recursive summary's header: a few tokens freed or

@@ -741,13 +741,16 @@ def replacement_summary(
     *,
     after: int = 0,
     below: BaseMessage | None = None,
+    after_each: Mapping[str, int] | None = None,
 ) -> HumanMessage:
     """The MemGPT recursive summary (user role: providers accept it right after system).
     ``conversation``: the id of the conversation's first user message, when the summary
     stands for it (:func:`conversation_origin`). ``after``: how many of the ``evicted``
     messages (the last ones) came after ``below``, the message kept in place right
     after the summary (the latest user message, a pin): the header says so, since
-    the summary stands before it."""
+    the summary stands before it. ``after_each``: that count for each message kept in
+    place below the summary (by id, those with some), which the next eviction carries
+    on when ``below`` is evicted and another of them stands right after the summary."""
     if after <= 0:
         header = f"Summary of {evicted} earlier messages"
     else:
@@ -759,6 +762,8 @@ def replacement_summary(
     info: dict[str, Any] = {"conversation": conversation} if conversation else {}
     if after > 0:
         info["after"] = after
+    if after_each:
+        info["after_each"] = dict(after_each)
     return mark(msg, KIND_RECURSIVE, offload_id=out.offload_id, evicted=evicted, **info)  # type: ignore[return-value]
 
 

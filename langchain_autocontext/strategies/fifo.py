@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import BaseMessage, ToolMessage
 
 from langchain_autocontext.messages import atomic_groups, marker
 from langchain_autocontext.strategies.base import (
@@ -135,15 +135,21 @@ class FifoEviction:
             int((marker(ctx.messages[sys_end]) or {}).get("evicted", 0)) if has_summary else 0
         )
         total = previous_count + len(evicted)
-        # How many of them came after the message kept in place right below the summary
-        # (the latest user message, or a pin): the summary stands before that message,
-        # and its header says so rather than call work done on the request "earlier".
-        after = 0
-        if kept_at is not None:
-            after = sum(b - a for a, b in spans if a > kept_at)
-            if kept_at == first and has_summary:  # the same message stays below it
-                after += int((marker(ctx.messages[sys_end]) or {}).get("after", 0))
-        below = ctx.messages[kept_at] if kept_at is not None else None
+        # How many of them came after each message kept in place below the summary (the
+        # latest user message, pins): the summary stands before them, and its header
+        # counts those after the first one rather than call work done on the request
+        # "earlier". The counts are carried per kept message (a few: the request and the
+        # pins), so when the first is evicted the next one down keeps its own.
+        summary_end = evict_end if kept_at is None else kept_at
+        after_each = _after_each(
+            ctx,
+            _carried_after(ctx.messages[sys_end], ctx.messages[first]) if has_summary else {},
+            spans,
+            first,
+            evict_end,
+        )
+        below = ctx.messages[summary_end] if summary_end < len(ctx.messages) else None
+        after = after_each.get(below.id, 0) if below is not None and below.id else 0
         preview = ctx.config.offload_single_preview
         to_read = summarizer_input([m for m in evicted if not is_summary(m)], preview)
         carried = [summary_body(m) for m in evicted if is_summary(m)]
@@ -154,7 +160,11 @@ class FifoEviction:
         def build(out: JobOutput) -> list[BaseMessage]:
             parts = [p for p in (prev, *carried, out.summary or "") if p.strip()]
             body = clip_text(_one_cut_line("\n".join(parts)), cap, counter, keep="end")
-            return [replacement_summary(body, out, total, origin, after=after, below=below)]
+            return [
+                replacement_summary(
+                    body, out, total, origin, after=after, below=below, after_each=after_each
+                )
+            ]
 
         request = (
             SummaryRequest(
@@ -168,7 +178,6 @@ class FifoEviction:
         )
         # The summary replaces the old summary and the evicted span before the latest
         # user message (an insertion when that span is empty).
-        summary_end = evict_end if kept_at is None else kept_at
         jobs = [
             Job(
                 start,
@@ -199,3 +208,44 @@ def _one_cut_line(text: str) -> str:
         return text
     dropped = set(cuts[:-1])
     return "\n".join(line for i, line in enumerate(lines) if i not in dropped)
+
+
+def _carried_after(summary: BaseMessage, first_below: BaseMessage) -> dict[str, int]:
+    """What the recursive summary ``summary`` counted after each message kept below it
+    (``after_each`` in its marker); a summary written before those were kept per message
+    counted them after the one right below it (``first_below``) alone."""
+    info = marker(summary) or {}
+    each = info.get("after_each")
+    if isinstance(each, dict):
+        return {k: v for k, v in each.items() if isinstance(v, int) and v > 0}
+    after = info.get("after", 0)
+    if isinstance(after, int) and after > 0 and first_below.id:
+        return {first_below.id: after}
+    return {}
+
+
+def _after_each(
+    ctx: PassContext,
+    carried: dict[str, int],
+    spans: list[tuple[int, int]],
+    first: int,
+    evict_end: int,
+) -> dict[str, int]:
+    """Message id -> how many of the new summary's messages came after it, for each
+    message that stays below the summary and has some: the ones kept in place in the
+    evicted range (whose assistant turns and user messages the summary can stand right
+    before: a tool result never does), and those beyond it that the old summary
+    counted (``carried``)."""
+    out: dict[str, int] = {}
+    for i in range(first, evict_end):
+        m = ctx.messages[i]
+        if not ctx.protected(i) or not m.id or isinstance(m, ToolMessage):
+            continue
+        n = carried.get(m.id, 0) + sum(b - a for a, b in spans if a > i)
+        if n > 0:
+            out[m.id] = n
+    if carried:
+        for m in ctx.messages[evict_end:]:
+            if m.id in carried and m.id not in out:
+                out[m.id] = carried[m.id]
+    return out
