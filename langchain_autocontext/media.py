@@ -508,15 +508,26 @@ _MP3_RATES = (44100, 48000, 32000)
 _MP4_AUDIO_BRANDS = frozenset({b"M4A ", b"M4B ", b"M4P "})
 #: What a payload is, by the MIME type its block or ``data:`` URL declares.
 _AV_KINDS = ("audio", "video")
+#: MIME types that declare no type (the payload's own bytes say what it is).
+_GENERIC_MIMES = frozenset(
+    {"application/octet-stream", "binary/octet-stream", "application/binary", "application/unknown"}
+)
 
 
-def _av_kind(mime: Any) -> str | None:
-    """``"audio"`` or ``"video"`` for a MIME type (``audio/wav``, ``video/mp4``), else ``None``."""
-    if isinstance(mime, str):
-        kind = mime.partition("/")[0].strip().lower()
-        if kind in _AV_KINDS:
-            return kind
-    return None
+def _mime_kind(mime: Any) -> str | None:
+    """What a MIME type declares: ``"audio"``, ``"video"``, ``"pdf"``
+    (``application/pdf``), ``"other"`` (``text/plain``, ``image/png``: not a PDF,
+    whatever its bytes quote), or ``None`` (none, or a generic one such as
+    ``application/octet-stream``: the payload's bytes say what it is)."""
+    if not isinstance(mime, str):
+        return None
+    mime = mime.partition(";")[0].strip().lower()
+    major, slash, minor = mime.partition("/")
+    if not slash or not major or not minor or mime in _GENERIC_MIMES:
+        return None
+    if major in _AV_KINDS:
+        return major
+    return "pdf" if minor in ("pdf", "x-pdf") else "other"
 
 
 def _media_seconds(src: _Bytes) -> tuple[float, str] | None:
@@ -759,7 +770,8 @@ def _media_tokens_of(src: _Bytes, kind: str | None) -> int | None:
     if read is None:
         return None
     seconds, held = read
-    rate = _AUDIO_TOKENS_PER_SECOND if (kind or held) == "audio" else _VIDEO_TOKENS_PER_SECOND
+    audio = (kind if kind in _AV_KINDS else held) == "audio"
+    rate = _AUDIO_TOKENS_PER_SECOND if audio else _VIDEO_TOKENS_PER_SECOND
     return math.ceil(seconds * rate)
 
 
@@ -768,8 +780,9 @@ def _payload_tokens(data: str | bytes, kind: str | None = None) -> int | None:
     (:func:`_image_tokens`), a PDF by its pages (:func:`_pdf_pages`) at
     :data:`_PDF_TOKENS_PER_PAGE` each, audio or video by its duration
     (:func:`_media_seconds`) at :data:`_AUDIO_TOKENS_PER_SECOND` or
-    :data:`_VIDEO_TOKENS_PER_SECOND` (``kind``: what its block or MIME type declares),
-    each the largest a provider documents (over-counting costs a little room,
+    :data:`_VIDEO_TOKENS_PER_SECOND` (``kind``: what its block or MIME type declares,
+    :func:`_mime_kind`; a payload declared as another type than a PDF is not read as
+    one, whatever its first kilobyte quotes), each the largest a provider documents (over-counting costs a little room,
     under-counting a rejected request); ``None`` for anything else (a URL or a file id,
     whose content cannot be read, keeps the estimate of :data:`BLOCK_TOKEN_ESTIMATES`,
     and so does a recording whose duration does not read: its size does not tell it, a
@@ -777,17 +790,17 @@ def _payload_tokens(data: str | bytes, kind: str | None = None) -> int | None:
     size = _image_size(data)
     if size is not None:
         return _image_tokens(*size)
-    if _is_pdf(data):
+    if kind in (None, "pdf") and _is_pdf(data):
         return _pdf_pages(data) * _PDF_TOKENS_PER_PAGE
     return _media_tokens_of(_Bytes(data), kind)
 
 
 def _value_tokens(value: Any, kind: str | None = None) -> int | None:
     """:func:`_payload_tokens` of a block's value: a base64 ``data:`` URL (its MIME type
-    saying audio or video when ``kind`` does not), base64 text or bytes; ``None`` for a
+    saying what it is when ``kind`` does not), base64 text or bytes; ``None`` for a
     URL, an id, or what does not read."""
     if isinstance(value, str) and value.startswith("data:"):
-        kind = kind or _av_kind(value[5:100].partition(";")[0])
+        kind = kind or _mime_kind(value[5:100].partition(";")[0])
         value = _data_url_payload(value)
     if isinstance(value, (str, bytes)) and value:
         return _payload_tokens(value, kind)
@@ -795,21 +808,25 @@ def _value_tokens(value: Any, kind: str | None = None) -> int | None:
 
 
 def _declared_kind(block: dict[str, Any], *parts: Any) -> str | None:
-    """``"audio"`` or ``"video"`` as ``block`` declares it: its type (LangChain's
-    ``audio``/``video``, OpenAI's ``input_audio``) or a MIME type (``mime_type``,
-    ``mimeType``, Anthropic-style ``media_type``) of it or of its ``parts``."""
+    """What ``block`` declares it is (:func:`_mime_kind`): ``"audio"`` or ``"video"`` by
+    its type (LangChain's ``audio``/``video``, OpenAI's ``input_audio``) or a MIME type
+    (``mime_type``, ``mimeType``, Anthropic-style ``media_type``) of it or of its
+    ``parts``, else ``"pdf"`` or ``"other"`` by such a MIME type, else ``None``."""
     kind = block.get("type")
     if kind in ("audio", "input_audio"):
         return "audio"
     if kind == "video":
         return "video"
+    declared: list[str] = []
     for part in (block, *parts):
         if isinstance(part, dict):
             for field in ("mime_type", "mimeType", "media_type"):
-                found = _av_kind(part.get(field))
-                if found:
+                found = _mime_kind(part.get(field))
+                if found in _AV_KINDS:
                     return found
-    return None
+                if found:
+                    declared.append(found)
+    return "pdf" if "pdf" in declared else declared[0] if declared else None
 
 
 def _inline_tokens(block: dict[str, Any]) -> int | None:

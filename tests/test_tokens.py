@@ -592,6 +592,31 @@ def test_an_inline_pdf_counts_by_its_pages_in_every_block_format(
     )
 
 
+def test_a_payload_declared_as_another_type_is_not_read_as_a_pdf(enc: tiktoken.Encoding) -> None:
+    """A text file quoting a PDF's header (``%PDF-`` in its first kilobyte) counted as a
+    PDF, 3,000 tokens a page, whatever its block declared: the declared MIME type now
+    decides (a ``text/plain`` or ``image/png`` payload is no PDF); a PDF declared as one,
+    or with no type or a generic one (``application/octet-stream``), is still read."""
+    counter = TokenCounter()
+    base = 3 + t(enc, "user")
+    quote = b"A PDF starts with %PDF-1.7 then its objects: 1 0 obj << /Type /Page >>\n" * 4
+    for mime in ("text/plain", "text/markdown; charset=utf-8", "image/png"):
+        text = b64(quote)
+        for block in (
+            {"type": "file", "base64": text, "mime_type": mime},
+            {"type": "document", "source": {"type": "base64", "media_type": mime, "data": text}},
+            {"type": "file", "file": {"filename": "a", "file_data": f"data:{mime};base64,{text}"}},
+            {"type": "media", "mime_type": mime, "data": text},
+        ):
+            assert counter.count_message(HumanMessage([block])) == base + 85, (mime, block["type"])
+    pdf = pdf_document(2)
+    for mime in ("application/pdf", "application/octet-stream", None):
+        block = {"type": "file", "base64": b64(pdf)}
+        if mime:
+            block["mime_type"] = mime
+        assert counter.count_message(HumanMessage([block])) == base + 2 * PDF_PAGE, mime
+
+
 def test_a_pdf_whose_pages_do_not_read_keeps_an_estimate_and_reading_is_bounded(
     enc: tiktoken.Encoding, monkeypatch: pytest.MonkeyPatch
 ) -> None:
