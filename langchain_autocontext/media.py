@@ -563,8 +563,9 @@ def _media_seconds(src: _Bytes) -> tuple[float, str] | None:
 
 
 def _wav_seconds(src: _Bytes) -> float | None:
-    """A WAV's ``data`` size over the byte rate of its ``fmt `` chunk (a streamed WAV
-    whose data size is unset or too large: the bytes there are)."""
+    """A WAV's ``data`` size over the byte rate of its ``fmt `` chunk (a streamed WAV,
+    whose recorder left its data size 0 or all ones, or any that claims more than it
+    holds: the bytes there are)."""
     pos, rate = 12, 0
     for _ in range(_MEDIA_MAX_STEPS):
         chunk = src.read(pos, 16, partial=True)
@@ -576,8 +577,8 @@ def _wav_seconds(src: _Bytes) -> float | None:
         elif chunk[:4] == b"data":
             if not rate:
                 return None
-            size = min(size, src.size() - pos - 8)
-            return size / rate
+            held = src.size() - pos - 8
+            return (min(size, held) if size else held) / rate
         pos += 8 + size + (size & 1)
     return None
 

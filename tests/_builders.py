@@ -1104,15 +1104,18 @@ def _xref_table(offsets: dict[int, Any], size: int, at: int, extra: bytes) -> by
 
 
 # --- audio and video (tiny, hand-written: a real header of a known duration, silence) ------
-def wav_audio(seconds: float, *, rate: int = 8000, list_chunk: bool = False) -> bytes:
+def wav_audio(
+    seconds: float, *, rate: int = 8000, list_chunk: bool = False, streamed: int | None = None
+) -> bytes:
     """A PCM WAV of ``seconds`` (mono, 8-bit): RIFF, ``fmt `` (its byte rate), a ``LIST``
-    chunk before the data when asked, ``data``."""
+    chunk before the data when asked, ``data``; its RIFF and data sizes ``streamed``
+    when asked (0 or 0xFFFFFFFF, as a recorder writes them while streaming)."""
     fmt = struct.pack("<HHIIHH", 1, 1, rate, rate, 1, 8)
     data = b"\x80" * int(seconds * rate)
     extra = b"LIST" + struct.pack("<I", 12) + b"INFOISFT\0\0\0\0" if list_chunk else b""
     body = b"WAVE" + b"fmt " + struct.pack("<I", len(fmt)) + fmt + extra
-    body += b"data" + struct.pack("<I", len(data)) + data
-    return b"RIFF" + struct.pack("<I", len(body)) + body
+    body += b"data" + struct.pack("<I", len(data) if streamed is None else streamed) + data
+    return b"RIFF" + struct.pack("<I", len(body) if streamed is None else streamed) + body
 
 
 def mp3_audio(seconds: float, *, xing: bool = False, id3: int = 0, vbri: bool = False) -> bytes:

@@ -74,6 +74,7 @@ SAMPLES: list[tuple[bytes, str]] = [
     (pdf_document(4, object_stream=True), "pdf"),
     (pdf_document(2, incremental=True), "pdf"),
     (wav_audio(0.05, list_chunk=True), "av"),
+    (wav_audio(0.05, streamed=0), "av"),
     (mp3_audio(0.2), "av"),
     (mp3_audio(0.2, xing=True, id3=40), "av"),
     (mp3_audio(0.2, vbri=True), "av"),

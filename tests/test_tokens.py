@@ -763,6 +763,8 @@ MP3_SECONDS = 2297 * 1152 / 44100  # 60 s of 1,152-sample frames at 44.1 kHz
 RECORDINGS: dict[str, tuple[bytes, str, float, str]] = {
     "wav": (wav_audio(60), "audio/wav", 60, "audio"),
     "wav, a chunk before its data": (wav_audio(7.5, list_chunk=True), "audio/wav", 7.5, "audio"),
+    "wav, streamed (sizes 0)": (wav_audio(9, streamed=0), "audio/wav", 9, "audio"),
+    "wav, streamed (sizes all ones)": (wav_audio(9, streamed=2**32 - 1), "audio/wav", 9, "audio"),
     "mp3, constant bit rate": (mp3_audio(60), "audio/mpeg", MP3_SECONDS, "audio"),
     "mp3, Xing after an ID3 tag": (
         mp3_audio(60, xing=True, id3=3000),
@@ -822,7 +824,8 @@ def test_inline_audio_and_video_count_by_their_duration_in_every_block_format(
     (Gemini: 32 tokens a second of audio, a minute 1,920; a second of video up to 280
     for its frame at high resolution and 32 for its sound), so a voice or video agent's
     budget held nothing. Its duration is read from its container's header, in every
-    block format; what it is (audio, video) from its block or MIME type, else from its
+    block format (a streamed WAV, whose recorder left its sizes 0 or all ones, by the
+    bytes it holds); what it is (audio, video) from its block or MIME type, else from its
     container (an MP4 or a WebM that may hold video: video)."""
     counter = TokenCounter()
     base = 3 + t(enc, "user")
