@@ -138,13 +138,21 @@ def _image_tokens(width: int, height: int) -> int:
 class _Bytes:
     """Random access to the bytes of media given as bytes or base64 text: a read decodes
     only the base64 characters that hold the bytes asked for (at the start, at an offset
-    or at the end), never the whole payload."""
+    or at the end), never the whole payload. Base64 wrapped in lines of one width (MIME's
+    76 characters, PEM's 64) is read anywhere by where its lines fall (an MP4's ``moov``
+    after its media data); wrapped otherwise, in its first 128 kB and at its end."""
 
-    __slots__ = ("_data", "_text")
+    __slots__ = ("_data", "_line", "_text")
 
     def __init__(self, data: str | bytes) -> None:
         self._text = data
+        #: wrapped base64: its line width and the line break after each line
+        self._line: tuple[int, str] | None = None
         if isinstance(data, str) and any(c.isspace() for c in data[:128]):
+            width = next(i for i, c in enumerate(data) if c.isspace())
+            brk = data[width : width + 2]
+            if width and len(data) > 1 << 17:  # longer than its prefix
+                self._line = (width, brk if brk == "\r\n" else brk[:1])
             data = "".join(data[: 1 << 17].split())  # wrapped base64: a bounded prefix
         self._data = data
 
@@ -155,8 +163,14 @@ class _Bytes:
         if isinstance(data, bytes):
             out = data[start : start + size]
         else:
-            first = start // 3 * 4
-            chunk = data[first : -(-(start + size) // 3) * 4].translate(_URLSAFE)
+            first, last = start // 3 * 4, -(-(start + size) // 3) * 4
+            if last <= len(data) or self._line is None:  # unwrapped, or in the prefix
+                chunk: str | None = data[first:last]
+            else:
+                chunk = self._unwrapped(first, last)
+            if chunk is None:
+                return None
+            chunk = chunk.translate(_URLSAFE)
             try:
                 raw = base64.b64decode(chunk + "=" * (-len(chunk) % 4), validate=True)
             except (binascii.Error, ValueError):
@@ -164,6 +178,29 @@ class _Bytes:
             skip = start - first // 4 * 3
             out = raw[skip : skip + size]
         return out if len(out) == size or (partial and out) else None
+
+    def _unwrapped(self, first: int, last: int) -> str | None:
+        """Base64 characters ``first`` to ``last`` (fewer at the end) of wrapped text, its
+        line breaks left out, found where they fall in lines of one width: ``None`` if a
+        line's break is not where it should be (wrapped otherwise: read in its prefix)."""
+        text = self._text
+        assert isinstance(text, str) and self._line is not None
+        width, brk = self._line
+        step = width + len(brk)
+        pieces = []
+        at = first
+        while at < last:
+            line, col = divmod(at, width)
+            begin = line * step
+            if line and begin - len(brk) < len(text) and text[begin - len(brk) : begin] != brk:
+                return None
+            piece = text[begin + col : begin + min(width, col + last - at)]
+            pieces.append(piece)
+            if len(piece) < min(width - col, last - at):  # the end of the text
+                break
+            at += len(piece)
+        out = "".join(pieces).rstrip()
+        return None if any(c.isspace() for c in out) else out
 
     def _clean_length(self) -> int:
         """Base64 characters of the whole text, line breaks and padding left out (counting

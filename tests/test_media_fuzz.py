@@ -324,6 +324,40 @@ def test_reading_hostile_media_is_bounded_whatever_its_declared_sizes(
         assert seen["decoded"] <= 12 * 2 * HEADER_READ_MAX, seen
 
 
+def moov_after(media: int) -> bytes:
+    """An MP4 of 60 seconds whose ``moov`` follows ``media`` bytes of media data."""
+    small = mp4_video(60, moov_last=True)
+    mdat = (8 + media).to_bytes(4, "big") + b"mdat" + b"\0" * media
+    return small[: small.index(b"mdat") - 4] + mdat + small[small.index(b"moov") - 4 :]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    st.one_of(prefixed(), mutated(), st.builds(lambda: (moov_after(200_000), "av"))),
+    st.sampled_from([0, 150_000]),
+    st.sampled_from([(76, "\n"), (76, "\r\n"), (64, "\n"), (64, "\r\n"), (200, "\n")]),
+    st.booleans(),
+)
+def test_base64_wrapped_in_lines_counts_as_unwrapped(
+    payload: tuple[bytes, str], padding: int, line: tuple[int, str], trailing: bool
+) -> None:
+    """Base64 wrapped in lines of one width (MIME, PEM) counts what the same base64
+    unwrapped counts, for any bytes, whatever far into a large payload its reader looks
+    (an MP4's ``moov`` after its media data)."""
+    raw = payload[0] + b"\0" * padding
+    text = base64.b64encode(raw).decode("ascii")
+    width, brk = line
+    wrapped = brk.join(text[i : i + width] for i in range(0, len(text), width))
+    wrapped += brk if trailing else ""
+    counts = []
+    for body in (text, wrapped):
+        with mock.patch.object(media_mod, "_PAYLOAD_READS", media_mod._LRU(8)):
+            counts.append(
+                [media_mod._without_media(block)[1] for block in blocks(raw, body, "video/mp4")]
+            )
+    assert counts[0] == counts[1]
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.integers(1, (1 << 32) - 1), st.integers(1, (1 << 32) - 1), st.integers(2, 9))
 def test_an_image_of_any_size_counts_no_more_than_the_largest_image(

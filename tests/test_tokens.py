@@ -914,6 +914,31 @@ def test_a_recording_whose_duration_does_not_read_keeps_the_estimate_and_reading
     assert len(reads) == 2  # each recording read once
 
 
+def test_wrapped_base64_reads_a_header_at_the_end_of_a_large_recording(
+    enc: tiktoken.Encoding, decoded: list[int]
+) -> None:
+    """Base64 wrapped in lines (MIME's 76 characters, PEM's 64, with LF or CRLF) was read
+    only in its first 128 kB: an MP4 whose ``moov`` sits after its media data (as a phone
+    or a camera writes it) counted 85 tokens wrapped, its duration's price unwrapped. It
+    now reads anywhere by where its lines fall, decoding a few kilobytes of it."""
+    counter = TokenCounter()
+    base = 3 + t(enc, "user")
+    small = mp4_video(60, moov_last=True)
+    ftyp = small[: small.index(b"mdat") - 4]
+    mdat = struct.pack(">I", 8 + (2 << 20)) + b"mdat" + b"\0" * (2 << 20)
+    data = ftyp + mdat + small[small.index(b"moov") - 4 :]  # moov after 2 MB of media
+    text = b64(data)
+    for width, brk in ((76, "\n"), (76, "\r\n"), (64, "\n"), (len(text), "")):
+        wrapped = brk.join(text[i : i + width] for i in range(0, len(text), width))
+        for payload in (wrapped, wrapped + brk):
+            decoded.clear()
+            media_mod._PAYLOAD_READS.clear()
+            block = {"type": "video", "base64": payload, "mime_type": "video/mp4"}
+            got = counter.count_message(HumanMessage([block])) - base
+            assert got == 60 * VIDEO_SECOND, (width, brk, got)
+            assert sum(decoded) < 64 << 10, (width, sum(decoded))
+
+
 def test_a_recording_header_claiming_a_huge_element_decodes_no_more_than_a_header(
     enc: tiktoken.Encoding, decoded: list[int]
 ) -> None:
