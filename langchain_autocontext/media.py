@@ -541,6 +541,10 @@ _MP3_BITRATES = {
 }
 _MP3_BITRATES[(False, 3)] = _MP3_BITRATES[(False, 2)]
 _MP3_RATES = (44100, 48000, 32000)
+#: A variable bit rate MP3 without a Xing or VBRI header is timed by the mean bit rate of
+#: the frames at this many points spread across it, this many frames at each (a frame
+#: header's 4 bytes each, a point found in a window of this many bytes).
+_MP3_POINTS, _MP3_FRAMES_AT, _MP3_WINDOW = 16, 4, 4096
 #: MP4 brands of audio-only files (M4A, audiobooks, protected iTunes audio).
 _MP4_AUDIO_BRANDS = frozenset({b"M4A ", b"M4B ", b"M4P "})
 #: What a payload is, by the MIME type its block or ``data:`` URL declares.
@@ -753,10 +757,45 @@ def _matroska_seconds(src: _Bytes) -> float | None:
     return duration * scale / 1e9 if duration else None
 
 
+def _mp3_frame(head: bytes | None) -> tuple[tuple[int, int, int], int, int, int] | None:
+    """An MPEG audio frame header (4 bytes): its stream's (version, layer, sample rate
+    index), its bit rate (bit/s), its sample rate and its length in bytes; ``None`` if
+    it is none (no sync, a reserved value, free format)."""
+    if head is None or len(head) < 4 or head[0] != 0xFF or head[1] & 0xE0 != 0xE0:
+        return None
+    b1, b2 = head[1], head[2]
+    version, layer = (b1 >> 3) & 3, 4 - ((b1 >> 1) & 3)
+    bitrate_index, rate_index = b2 >> 4, (b2 >> 2) & 3
+    if version == 1 or layer == 4 or rate_index == 3 or bitrate_index in (0, 15):
+        return None
+    mpeg1 = version == 3
+    rate = _MP3_RATES[rate_index] >> (0 if mpeg1 else 1 if version == 2 else 2)
+    samples = 384 if layer == 1 else 1152 if mpeg1 or layer == 2 else 576
+    bitrate = _MP3_BITRATES[(mpeg1, layer)][bitrate_index] * 1000
+    slot = 4 if layer == 1 else 1
+    length = (samples // 8 // slot * bitrate // rate + (b2 >> 1 & 1)) * slot
+    return (version, layer, rate_index), bitrate, rate, length
+
+
+def _mp3_bitrates(src: _Bytes, pos: int, stream: tuple[int, int, int], count: int) -> list[int]:
+    """The bit rates of up to ``count`` frames of ``stream`` from ``pos``, one after the
+    other (fewer where the frames stop)."""
+    out: list[int] = []
+    for _ in range(count):
+        frame = _mp3_frame(src.read(pos, 4))
+        if frame is None or frame[0] != stream:
+            break
+        out.append(frame[1])
+        pos += frame[3]
+    return out
+
+
 def _mp3_seconds(src: _Bytes) -> float | None:
     """An MP3's duration: the frame count of its Xing/Info or VBRI header times the samples
-    of a frame, else (constant bit rate) its size over its first frame's bit rate; an
-    ID3v2 tag before it skipped by its size."""
+    of a frame, else its size over its frames' bit rate (the harmonic mean of the frames
+    at :data:`_MP3_POINTS` points spread across its bytes: a constant bit rate reads
+    exactly, a variable one near its duration);
+    an ID3v2 tag before it skipped by its size."""
     pos = 0
     tag = src.read(0, 10)
     if tag is not None and tag[:3] == b"ID3":
@@ -769,19 +808,15 @@ def _mp3_seconds(src: _Bytes) -> float | None:
         (i for i in range(len(window) - 3) if window[i] == 0xFF and window[i + 1] & 0xE0 == 0xE0),
         -1,
     )
-    if at < 0:
+    first = _mp3_frame(window[at : at + 4]) if at >= 0 else None
+    if first is None:
         return None
     pos += at
-    b1, b2, b3 = window[at + 1], window[at + 2], window[at + 3]
-    version, layer = (b1 >> 3) & 3, 4 - ((b1 >> 1) & 3)
-    bitrate_index, rate_index = b2 >> 4, (b2 >> 2) & 3
-    if version == 1 or layer == 4 or rate_index == 3 or bitrate_index in (0, 15):
-        return None  # reserved values, free format: not a frame header
-    mpeg1 = version == 3
-    rate = _MP3_RATES[rate_index] >> (0 if mpeg1 else 1 if version == 2 else 2)
-    samples = 384 if layer == 1 else 1152 if mpeg1 or layer == 2 else 576
-    mono = b3 >> 6 == 3
-    side = (17 if mono else 32) if mpeg1 else (9 if mono else 17)
+    stream, _, rate, _ = first
+    version, layer = stream[0], stream[1]
+    samples = 384 if layer == 1 else 1152 if version == 3 or layer == 2 else 576
+    mono = window[at + 3] >> 6 == 3
+    side = (17 if mono else 32) if version == 3 else (9 if mono else 17)
     frame = src.read(pos, 4 + 36 + 18, partial=True) or b""
     xing = frame[4 + side : 4 + side + 12]
     frames = 0
@@ -791,13 +826,26 @@ def _mp3_seconds(src: _Bytes) -> float | None:
         frames = int.from_bytes(frame[50:54], "big")
     if frames:
         return frames * samples / rate
-    bitrate = _MP3_BITRATES[(mpeg1, layer)][bitrate_index] * 1000
-    slot = 4 if layer == 1 else 1
-    length = (samples // 8 // slot * bitrate // rate + (b2 >> 1 & 1)) * slot
-    following = src.read(pos + length, 2)  # a stream of frames, not two stray bytes
-    if following is None or following[0] != 0xFF or following[1] & 0xE0 != 0xE0:
+    bitrates = _mp3_bitrates(src, pos, stream, _MP3_FRAMES_AT)
+    if len(bitrates) < 2:  # a stream of frames, not two stray bytes
         return None
-    return (src.size() - pos) * 8 / bitrate
+    end = src.size()
+    for point in range(1, _MP3_POINTS):
+        start = pos + (end - pos) * point // _MP3_POINTS
+        window = src.read(start, _MP3_WINDOW, partial=True) or b""
+        found = window.find(b"\xff")
+        for _ in range(_MEDIA_MAX_STEPS):  # a few candidates: bounded in a window of 0xFF
+            if not 0 <= found < len(window) - 3:
+                break
+            candidate = _mp3_frame(window[found : found + 4])
+            if candidate is not None and candidate[0] == stream:
+                sampled = _mp3_bitrates(src, start + found, stream, _MP3_FRAMES_AT)
+                if len(sampled) >= 2:  # a frame another follows: no stray sync in the data
+                    bitrates += sampled
+                    break
+            found = window.find(b"\xff", found + 1)
+    # points spread by bytes: a frame stands for its bytes, each lasting 8 / its bit rate
+    return (end - pos) * 8 * sum(1 / b for b in bitrates) / len(bitrates)
 
 
 def _media_tokens_of(src: _Bytes, kind: str | None) -> int | None:

@@ -1118,11 +1118,27 @@ def wav_audio(
     return b"RIFF" + struct.pack("<I", len(body) if streamed is None else streamed) + body
 
 
-def mp3_audio(seconds: float, *, xing: bool = False, id3: int = 0, vbri: bool = False) -> bytes:
+def mp3_audio(
+    seconds: float,
+    *,
+    xing: bool = False,
+    id3: int = 0,
+    vbri: bool = False,
+    passages: Sequence[int] = (),
+) -> bytes:
     """An MPEG-1 Layer III stream of ``seconds`` at 128 kbit/s, 44.1 kHz (1,152 samples a
     frame): constant bit rate, or with a Xing (VBR) or VBRI header frame giving its frame
-    count; behind an ID3v2 tag of ``id3`` bytes when asked."""
+    count; behind an ID3v2 tag of ``id3`` bytes when asked. ``passages``: a variable bit
+    rate stream with no such header instead, its frames in equal passages at these bit
+    rate indexes (5: 64 kbit/s, 9: 128, 14: 320)."""
     frames = round(seconds * 44100 / 1152)
+    if passages:
+        out = b""
+        for n in range(frames):
+            index = passages[n * len(passages) // frames]
+            kbps = (0, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320)[index]
+            out += bytes((0xFF, 0xFB, index << 4, 0x64)) + b"\0" * (144 * kbps * 1000 // 44100 - 4)
+        return out
     header = bytes((0xFF, 0xFB, 0x90, 0x64))  # MPEG-1 L3, 128 kbit/s, 44.1 kHz, joint stereo
     size = 144 * 128000 // 44100  # 417 bytes a frame, 418 with its padding byte
     frame = header + b"\0" * (size - 4)

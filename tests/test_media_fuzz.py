@@ -78,6 +78,7 @@ SAMPLES: list[tuple[bytes, str]] = [
     (mp3_audio(0.2), "av"),
     (mp3_audio(0.2, xing=True, id3=40), "av"),
     (mp3_audio(0.2, vbri=True), "av"),
+    (mp3_audio(0.5, passages=(14, 5, 9)), "av"),
     (flac_audio(3), "av"),
     (ogg_audio(2), "av"),
     (ogg_audio(2, "opus"), "av"),

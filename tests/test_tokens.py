@@ -939,6 +939,25 @@ def test_wrapped_base64_reads_a_header_at_the_end_of_a_large_recording(
             assert sum(decoded) < 64 << 10, (width, sum(decoded))
 
 
+def test_a_variable_bit_rate_mp3_without_a_frame_count_is_timed_by_its_mean_bit_rate(
+    enc: tiktoken.Encoding, decoded: list[int]
+) -> None:
+    """An MP3 of a variable bit rate with no Xing or VBRI header was timed by its size
+    over its first frame's bit rate: a minute whose first passage is loud (320 kbit/s)
+    and the rest quiet (64) counted some 20 seconds, one starting quiet some 3 minutes.
+    It is now timed by the mean bit rate of frames spread across it (within a few per
+    cent), decoding a few kilobytes; a constant bit rate still reads exactly."""
+    counter = TokenCounter()
+    base = 3 + t(enc, "user")
+    for passages in ((14, 5, 5, 5), (5, 5, 5, 14), (5, 14, 9, 5, 14, 5, 9, 9)):
+        data = mp3_audio(60, passages=passages)
+        block = {"type": "audio", "base64": b64(data), "mime_type": "audio/mpeg"}
+        decoded.clear()
+        got = counter.count_message(HumanMessage([block])) - base
+        assert abs(got - MP3_SECONDS * AUDIO_SECOND) < 0.05 * MP3_SECONDS * AUDIO_SECOND, got
+        assert sum(decoded) < 128 << 10, sum(decoded)
+
+
 def test_a_recording_header_claiming_a_huge_element_decodes_no_more_than_a_header(
     enc: tiktoken.Encoding, decoded: list[int]
 ) -> None:
