@@ -588,7 +588,7 @@ def _media_seconds(src: _Bytes) -> tuple[float, str] | None:
         elif head[:4] == b"fLaC":
             seconds = _flac_seconds(src)
         elif head[:4] == b"OggS":
-            seconds = _ogg_seconds(src)
+            seconds, kind = _ogg_seconds(src) or (None, kind)
         elif head[4:8] in (b"ftyp", b"moov", b"mdat", b"free", b"wide", b"skip"):
             seconds = _mp4_seconds(src)
             kind = "audio" if head[4:8] == b"ftyp" and head[8:12] in _MP4_AUDIO_BRANDS else "video"
@@ -634,32 +634,60 @@ def _flac_seconds(src: _Bytes) -> float | None:
     return samples / rate if rate and samples else None
 
 
-def _ogg_seconds(src: _Bytes) -> float | None:
-    """An Ogg stream's last granule position (of its first logical stream) over the rate
-    of its Vorbis or Opus identification header (Opus: 48 kHz, less its pre-skip)."""
-    first = src.read(0, 27 + 255 + 32, partial=True)
-    if first is None or len(first) < 28:
+def _ogg_streams(src: _Bytes) -> dict[bytes, tuple[int, int, int, int]]:
+    """The logical streams of an Ogg file, by serial, from the pages that begin them (all
+    at its start): Vorbis and Opus as (rate, pre-skip, 0, 0), Theora as (frame rate
+    numerator, denominator, its granule's keyframe shift, 1); other codecs left out."""
+    streams: dict[bytes, tuple[int, int, int, int]] = {}
+    pos = 0
+    for _ in range(_MEDIA_MAX_STEPS):
+        page = src.read(pos, 27 + 255, partial=True)
+        if page is None or len(page) < 28 or page[:4] != b"OggS" or not page[5] & 2:
+            break  # past the pages that begin a stream
+        lacing = page[27 : 27 + page[26]]
+        body = pos + 27 + page[26]
+        packet = src.read(body, 42, partial=True) or b""
+        serial = page[14:18]
+        if packet[:7] == b"\x01vorbis" and len(packet) >= 16:
+            streams[serial] = (int.from_bytes(packet[12:16], "little"), 0, 0, 0)
+        elif packet[:8] == b"OpusHead" and len(packet) >= 12:
+            streams[serial] = (48000, int.from_bytes(packet[10:12], "little"), 0, 0)
+        elif packet[:7] == b"\x80theora" and len(packet) >= 42:
+            shift = (int.from_bytes(packet[40:42], "big") >> 5) & 31
+            rate = int.from_bytes(packet[22:26], "big"), int.from_bytes(packet[26:30], "big")
+            streams[serial] = (*rate, shift, 1)
+        pos = body + sum(lacing)
+    return streams
+
+
+def _ogg_seconds(src: _Bytes) -> tuple[float, str] | None:
+    """An Ogg file's duration and kind: the longest of its Vorbis, Opus and Theora
+    streams (it holds video if one is Theora), each by the granule position of its last
+    page in the file's last :data:`_OGG_TAIL` bytes over its rate (Opus: 48 kHz, less its
+    pre-skip; Theora: its frames over its frame rate). A chained Ogg (its last pages
+    of a stream that does not begin at its start) does not read."""
+    streams = _ogg_streams(src)
+    tail = src.tail(_OGG_TAIL) if streams else None
+    if tail is None:
         return None
-    serial = first[14:18]
-    body = 27 + first[26]
-    packet = first[body : body + 32]
-    if packet[:7] == b"\x01vorbis" and len(packet) >= 16:
-        rate, skip = int.from_bytes(packet[12:16], "little"), 0
-    elif packet[:8] == b"OpusHead" and len(packet) >= 12:
-        rate, skip = 48000, int.from_bytes(packet[10:12], "little")
-    else:  # Theora, FLAC or Speex in Ogg: not read
-        return None
-    tail = src.tail(_OGG_TAIL)
-    if not rate or tail is None:
-        return None
+    held = "video" if any(stream[3] for stream in streams.values()) else "audio"
+    seconds: float | None = None
     at = len(tail)
-    while (at := tail.rfind(b"OggS", 0, at)) >= 0:
+    while streams and (at := tail.rfind(b"OggS", 0, at)) >= 0:
         page = tail[at : at + 18]
-        if len(page) == 18 and page[14:18] == serial:
-            granule = int.from_bytes(page[6:14], "little", signed=True)
-            if granule > 0:  # -1: no packet ends on that page
-                return (granule - skip) / rate
-    return None
+        stream = streams.get(page[14:18]) if len(page) == 18 else None
+        granule = int.from_bytes(page[6:14], "little", signed=True) if stream else -1
+        if stream is None or granule <= 0:  # -1: no packet ends on that page
+            continue
+        rate, other, shift, video = streams.pop(page[14:18])
+        if video:  # the frame of the last keyframe, plus the frames after it
+            frames = (granule >> shift) + (granule & ((1 << shift) - 1))
+            found = frames * other / rate if rate else None
+        else:
+            found = (granule - other) / rate if rate else None
+        if found is not None and found > (seconds or 0):
+            seconds = found
+    return None if seconds is None else (seconds, held)
 
 
 def _mp4_seconds(src: _Bytes) -> float | None:

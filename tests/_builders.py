@@ -1197,6 +1197,33 @@ def ogg_audio(seconds: float, codec: str = "vorbis") -> bytes:
     return b"".join(pages)
 
 
+def ogg_video(seconds: float, *, sound: bool = True) -> bytes:
+    """An Ogg Theora video of ``seconds`` at 25 frames a second (its granule positions
+    with a keyframe shift of 6, a keyframe every 64 frames), with a Vorbis sound track
+    (its pages interleaved, begun after the Theora stream's) when ``sound``."""
+    video, audio = 0x7E0, 0x50D
+    ident = b"\x80theora" + bytes((3, 2, 1)) + struct.pack(">HH", 40, 30)
+    ident += (640).to_bytes(3, "big") + (480).to_bytes(3, "big") + bytes(2)
+    ident += struct.pack(">II", 25, 1) + bytes(6) + bytes(1) + bytes(3)
+    ident += struct.pack(">H", 6 << 5)  # quality 0, keyframe shift 6, pixel format 0
+    vorbis = b"\x01vorbis" + struct.pack("<IBIiiiBB", 0, 1, 22050, 0, 64000, 0, 0xB8, 1)
+    frames, samples = int(seconds * 25), int(seconds * 22050)
+
+    def granule(frame: int) -> int:
+        key = frame // 64 * 64
+        return key << 6 | (frame - key)
+
+    pages = [_ogg_page(video, 0, 0, ident, flags=2)]
+    if sound:
+        pages.append(_ogg_page(audio, 0, 0, vorbis, flags=2))
+    for seq in range(1, 5):
+        last = seq == 4
+        pages.append(_ogg_page(video, seq, granule(frames * seq // 4), b"\0" * 900, 4 * last))
+        if sound:
+            pages.append(_ogg_page(audio, seq, samples * seq // 4, b"\0" * 300, 4 * last))
+    return b"".join(pages)
+
+
 def _box(kind: bytes, payload: bytes) -> bytes:
     return struct.pack(">I", 8 + len(payload)) + kind + payload
 

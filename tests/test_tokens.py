@@ -24,6 +24,7 @@ from _builders import (
     mp3_audio,
     mp4_video,
     ogg_audio,
+    ogg_video,
     pdf_document,
     png_image,
     wav_audio,
@@ -776,6 +777,8 @@ RECORDINGS: dict[str, tuple[bytes, str, float, str]] = {
     "flac": (flac_audio(90), "audio/flac", 90, "audio"),
     "ogg vorbis": (ogg_audio(45), "audio/ogg", 45, "audio"),
     "ogg opus": (ogg_audio(45, "opus"), "audio/ogg", 45, "audio"),
+    "ogg theora and vorbis": (ogg_video(30), "video/ogg", 30, "video"),
+    "ogg theora": (ogg_video(20, sound=False), "video/ogg", 20, "video"),
     "m4a": (mp4_video(30, brand=b"M4A "), "audio/mp4", 30, "audio"),
     "mp4": (mp4_video(60), "video/mp4", 60, "video"),
     "mov, moov last, 64-bit": (
@@ -826,7 +829,8 @@ def test_inline_audio_and_video_count_by_their_duration_in_every_block_format(
     budget held nothing. Its duration is read from its container's header, in every
     block format (a streamed WAV, whose recorder left its sizes 0 or all ones, by the
     bytes it holds); what it is (audio, video) from its block or MIME type, else from its
-    container (an MP4 or a WebM that may hold video: video)."""
+    container (an MP4 or a WebM that may hold video, an Ogg with a Theora stream: video;
+    an Ogg whose first stream is Theora counted 85)."""
     counter = TokenCounter()
     base = 3 + t(enc, "user")
     for name, (data, mime, seconds, kind) in RECORDINGS.items():
@@ -838,7 +842,7 @@ def test_inline_audio_and_video_count_by_their_duration_in_every_block_format(
             got = counter.count_message(HumanMessage([block])) - base - shell
             assert got == expected, (name, fmt, got, expected)
     # what the container holds decides when nothing is declared (raw bytes in a block)
-    for name in ("wav", "mp4"):
+    for name in ("wav", "mp4", "ogg theora and vorbis"):
         data, _, seconds, kind = RECORDINGS[name]
         block = {"attachment": {"source": {"bytes": data}}}
         rest, media = media_mod._without_media(block)
