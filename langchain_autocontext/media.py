@@ -531,6 +531,9 @@ _MEDIA_MAX_SECONDS = 9.5 * 3600
 _MEDIA_MAX_STEPS = 64
 #: The last Ogg page is looked for in this many bytes at the payload's end.
 _OGG_TAIL = 1 << 16
+#: A chained Ogg's links are found by bisection, each probe finding a page in this many
+#: bytes (at most :data:`_MEDIA_MAX_STEPS` probes in all).
+_OGG_PROBE = 1 << 13
 #: Bit rates (kbit/s) of MPEG audio by (MPEG-1, layer) and index; MPEG-2 and 2.5 share theirs.
 _MP3_BITRATES = {
     (True, 1): (0, 32, 64, 96, 128, 160, 192, 224, 256, 288, 320, 352, 384, 416, 448),
@@ -634,12 +637,16 @@ def _flac_seconds(src: _Bytes) -> float | None:
     return samples / rate if rate and samples else None
 
 
-def _ogg_streams(src: _Bytes) -> dict[bytes, tuple[int, int, int, int]]:
-    """The logical streams of an Ogg file, by serial, from the pages that begin them (all
-    at its start): Vorbis and Opus as (rate, pre-skip, 0, 0), Theora as (frame rate
-    numerator, denominator, its granule's keyframe shift, 1); other codecs left out."""
-    streams: dict[bytes, tuple[int, int, int, int]] = {}
-    pos = 0
+#: An Ogg stream's rates, as :func:`_ogg_streams` reads them (``None``: another codec).
+_OggStream = tuple[int, int, int, int] | None
+
+
+def _ogg_streams(src: _Bytes, pos: int) -> dict[bytes, _OggStream]:
+    """The logical streams of an Ogg file (or of a chained Ogg's link) that begin at
+    ``pos``, by serial, from their first pages (all before any other page): Vorbis and
+    Opus as (rate, pre-skip, 0, 0), Theora as (frame rate numerator, denominator, its
+    granule's keyframe shift, 1), another codec as ``None``."""
+    streams: dict[bytes, _OggStream] = {}
     for _ in range(_MEDIA_MAX_STEPS):
         page = src.read(pos, 27 + 255, partial=True)
         if page is None or len(page) < 28 or page[:4] != b"OggS" or not page[5] & 2:
@@ -647,47 +654,95 @@ def _ogg_streams(src: _Bytes) -> dict[bytes, tuple[int, int, int, int]]:
         lacing = page[27 : 27 + page[26]]
         body = pos + 27 + page[26]
         packet = src.read(body, 42, partial=True) or b""
-        serial = page[14:18]
+        stream: _OggStream = None
         if packet[:7] == b"\x01vorbis" and len(packet) >= 16:
-            streams[serial] = (int.from_bytes(packet[12:16], "little"), 0, 0, 0)
+            stream = (int.from_bytes(packet[12:16], "little"), 0, 0, 0)
         elif packet[:8] == b"OpusHead" and len(packet) >= 12:
-            streams[serial] = (48000, int.from_bytes(packet[10:12], "little"), 0, 0)
+            stream = (48000, int.from_bytes(packet[10:12], "little"), 0, 0)
         elif packet[:7] == b"\x80theora" and len(packet) >= 42:
             shift = (int.from_bytes(packet[40:42], "big") >> 5) & 31
-            rate = int.from_bytes(packet[22:26], "big"), int.from_bytes(packet[26:30], "big")
-            streams[serial] = (*rate, shift, 1)
+            fps = int.from_bytes(packet[22:26], "big"), int.from_bytes(packet[26:30], "big")
+            stream = (*fps, shift, 1)
+        streams[page[14:18]] = stream
         pos = body + sum(lacing)
     return streams
 
 
-def _ogg_seconds(src: _Bytes) -> tuple[float, str] | None:
-    """An Ogg file's duration and kind: the longest of its Vorbis, Opus and Theora
-    streams (it holds video if one is Theora), each by the granule position of its last
-    page in the file's last :data:`_OGG_TAIL` bytes over its rate (Opus: 48 kHz, less its
-    pre-skip; Theora: its frames over its frame rate). A chained Ogg (its last pages
-    of a stream that does not begin at its start) does not read."""
-    streams = _ogg_streams(src)
-    tail = src.tail(_OGG_TAIL) if streams else None
-    if tail is None:
-        return None
-    held = "video" if any(stream[3] for stream in streams.values()) else "audio"
+def _ogg_link_seconds(pages: bytes, streams: dict[bytes, _OggStream]) -> float | None:
+    """The longest of ``streams`` by the granule position of its last page in ``pages``
+    over its rate (Opus: 48 kHz, less its pre-skip; Theora: its frames over its frame
+    rate); ``None`` if none of their pages there says one."""
+    timed = {serial: stream for serial, stream in streams.items() if stream is not None}
     seconds: float | None = None
-    at = len(tail)
-    while streams and (at := tail.rfind(b"OggS", 0, at)) >= 0:
-        page = tail[at : at + 18]
-        stream = streams.get(page[14:18]) if len(page) == 18 else None
+    at = len(pages)
+    while timed and (at := pages.rfind(b"OggS", 0, at)) >= 0:
+        page = pages[at : at + 18]
+        stream = timed.get(page[14:18]) if len(page) == 18 else None
         granule = int.from_bytes(page[6:14], "little", signed=True) if stream else -1
         if stream is None or granule <= 0:  # -1: no packet ends on that page
             continue
-        rate, other, shift, video = streams.pop(page[14:18])
+        rate, other, shift, video = timed.pop(page[14:18])
+        if not rate:
+            continue
         if video:  # the frame of the last keyframe, plus the frames after it
-            frames = (granule >> shift) + (granule & ((1 << shift) - 1))
-            found = frames * other / rate if rate else None
+            found = ((granule >> shift) + (granule & ((1 << shift) - 1))) * other / rate
         else:
-            found = (granule - other) / rate if rate else None
-        if found is not None and found > (seconds or 0):
-            seconds = found
-    return None if seconds is None else (seconds, held)
+            found = (granule - other) / rate
+        seconds = found if seconds is None else max(seconds, found)
+    return seconds
+
+
+def _ogg_page_after(src: _Bytes, pos: int) -> tuple[int, bytes] | None:
+    """The first page at or after ``pos`` (within :data:`_OGG_PROBE` bytes): its offset
+    and serial."""
+    window = src.read(pos, _OGG_PROBE + 18, partial=True) or b""
+    at = window.find(b"OggS\0")
+    return (pos + at, window[at + 14 : at + 18]) if 0 <= at <= len(window) - 18 else None
+
+
+def _ogg_seconds(src: _Bytes) -> tuple[float, str] | None:
+    """An Ogg file's duration and kind (video if a stream is Theora): the longest of its
+    Vorbis, Opus and Theora streams by their last pages (:func:`_ogg_link_seconds`, in
+    its last :data:`_OGG_TAIL` bytes); a chained Ogg's (links one after another, each
+    beginning its own streams) the sum of its links', each link's end found by
+    bisection (:data:`_MEDIA_MAX_STEPS` probes in all, else it does not read)."""
+    streams = _ogg_streams(src, 0)
+    tail = src.tail(_OGG_TAIL) if streams else None
+    last = tail.rfind(b"OggS") if tail else -1
+    if tail is None or last < 0:
+        return None
+    final = tail[last + 14 : last + 18]  # the serial of the last page: the last link's
+    total, start, end = 0.0, 0, src.size()
+    video = False
+    probes = _MEDIA_MAX_STEPS
+    for _ in range(_MEDIA_MAX_STEPS):
+        if not streams:
+            return None
+        video = video or any(stream and stream[3] for stream in streams.values())
+        if final in streams:  # the last link
+            seconds = _ogg_link_seconds(tail, streams)
+            return None if seconds is None else (total + seconds, "video" if video else "audio")
+        lo, hi = start, end  # the next link begins after lo, at most a probe after hi
+        while hi - lo > _OGG_PROBE:
+            probes -= 1
+            mid = (lo + hi) // 2
+            page = _ogg_page_after(src, mid) if probes >= 0 else None
+            if page is None:
+                return None
+            lo, hi = (min(page[0], hi), hi) if page[1] in streams else (lo, mid)
+        pages = src.read(lo, hi - lo + _OGG_PROBE + 27, partial=True) or b""
+        at = -1
+        while (at := pages.find(b"OggS\0", at + 1)) >= 0:  # the next link's first page
+            head = pages[at : at + 18]
+            if len(head) == 18 and head[5] & 2 and head[14:18] not in streams:
+                break
+        seconds = _ogg_link_seconds(pages[: max(at, 0)], streams)
+        if at < 0 or seconds is None:
+            return None
+        total += seconds
+        start = lo + at
+        streams = _ogg_streams(src, start)
+    return None
 
 
 def _mp4_seconds(src: _Bytes) -> float | None:

@@ -1179,11 +1179,13 @@ def _ogg_page(serial: int, seq: int, granule: int, packet: bytes, flags: int = 0
     return head + bytes((len(segments),)) + bytes(segments) + packet
 
 
-def ogg_audio(seconds: float, codec: str = "vorbis") -> bytes:
+def ogg_audio(
+    seconds: float, codec: str = "vorbis", *, serial: int = 0x1234, data_pages: int = 3
+) -> bytes:
     """An Ogg stream of ``seconds``: its identification page (Vorbis at 22,050 Hz, or Opus
-    with a pre-skip of 312 samples at 48 kHz), data pages, and a last page whose granule
-    position says its end."""
-    serial = 0x1234
+    with a pre-skip of 312 samples at 48 kHz), ``data_pages`` data pages of 700 bytes,
+    and a last page whose granule position says its end (a chained Ogg: several
+    joined, each of its own ``serial``)."""
     if codec == "opus":
         ident = b"OpusHead" + struct.pack("<BBHIhB", 1, 1, 312, 16000, 0, 0)
         end = int(seconds * 48000) + 312
@@ -1191,9 +1193,9 @@ def ogg_audio(seconds: float, codec: str = "vorbis") -> bytes:
         ident = b"\x01vorbis" + struct.pack("<IBIiiiBB", 0, 1, 22050, 0, 64000, 0, 0xB8, 1)
         end = int(seconds * 22050)
     pages = [_ogg_page(serial, 0, 0, ident, flags=2)]
-    for seq in range(1, 4):
-        pages.append(_ogg_page(serial, seq, end * seq // 4, b"\0" * 700))
-    pages.append(_ogg_page(serial, 4, end, b"\0" * 300, flags=4))
+    for seq in range(1, data_pages + 1):
+        pages.append(_ogg_page(serial, seq, end * seq // (data_pages + 1), b"\0" * 700))
+    pages.append(_ogg_page(serial, data_pages + 1, end, b"\0" * 300, flags=4))
     return b"".join(pages)
 
 

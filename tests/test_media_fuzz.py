@@ -84,6 +84,7 @@ SAMPLES: list[tuple[bytes, str]] = [
     (ogg_audio(2), "av"),
     (ogg_audio(2, "opus"), "av"),
     (ogg_video(2), "av"),
+    (ogg_audio(2, serial=1, data_pages=8) + ogg_audio(1, "opus", serial=2, data_pages=8), "av"),
     (mp4_video(5), "av"),
     (mp4_video(5, moov_last=True, version=1), "av"),
     (mp4_video(5, brand=b"M4A "), "av"),

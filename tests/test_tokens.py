@@ -778,6 +778,20 @@ RECORDINGS: dict[str, tuple[bytes, str, float, str]] = {
     "ogg vorbis": (ogg_audio(45), "audio/ogg", 45, "audio"),
     "ogg opus": (ogg_audio(45, "opus"), "audio/ogg", 45, "audio"),
     "ogg theora and vorbis": (ogg_video(30), "video/ogg", 30, "video"),
+    "ogg, chained": (
+        ogg_audio(45, serial=1, data_pages=150)
+        + ogg_audio(30, "opus", serial=2, data_pages=150)
+        + ogg_audio(20, serial=3, data_pages=150),
+        "audio/ogg",
+        95,
+        "audio",
+    ),
+    "ogg, chained in its tail": (
+        ogg_audio(45, serial=1) + ogg_audio(30, "opus", serial=2),
+        "audio/ogg",
+        75,
+        "audio",
+    ),
     "ogg theora": (ogg_video(20, sound=False), "video/ogg", 20, "video"),
     "m4a": (mp4_video(30, brand=b"M4A "), "audio/mp4", 30, "audio"),
     "mp4": (mp4_video(60), "video/mp4", 60, "video"),
@@ -830,7 +844,8 @@ def test_inline_audio_and_video_count_by_their_duration_in_every_block_format(
     block format (a streamed WAV, whose recorder left its sizes 0 or all ones, by the
     bytes it holds); what it is (audio, video) from its block or MIME type, else from its
     container (an MP4 or a WebM that may hold video, an Ogg with a Theora stream: video;
-    an Ogg whose first stream is Theora counted 85)."""
+    an Ogg whose first stream is Theora counted 85, and a chained one, its streams one
+    after another, 85 or its last stream's duration over its first stream's rate)."""
     counter = TokenCounter()
     base = 3 + t(enc, "user")
     for name, (data, mime, seconds, kind) in RECORDINGS.items():
