@@ -13,7 +13,7 @@ what a payload costs is read once (:data:`_PAYLOAD_READS`).
 :mod:`langchain_autocontext.tokens` counts a message's media through
 :func:`_media_tokens` and :func:`_without_media` (media nested in other blocks).
 
-About 1,100 lines because each container has its own header to read (PNG, GIF, WebP,
+Over 600 lines because each container has its own header to read (PNG, GIF, WebP,
 JPEG, PDF page trees and object streams, WAV, MP3, FLAC, Ogg, MP4 and Matroska), each
 short, bounded and documented with the provider prices it feeds.
 """
