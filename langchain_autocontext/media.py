@@ -97,6 +97,7 @@ _JPEG_MAX_SEGMENTS = 64
 #: JPEG start-of-frame markers (the ones carrying the size): C0-CF but DHT, JPG, DAC.
 _JPEG_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 _URLSAFE = str.maketrans("-_", "+/")
+_SPACE = re.compile(r"\s")
 
 
 def _scaled(width: float, height: float, limit: float) -> tuple[float, float]:
@@ -148,8 +149,11 @@ class _Bytes:
         self._text = data
         #: wrapped base64: its line width and the line break after each line
         self._line: tuple[int, str] | None = None
-        if isinstance(data, str) and any(c.isspace() for c in data[:128]):
-            width = next(i for i, c in enumerate(data) if c.isspace())
+        space = _SPACE.search(data, 0, 1 << 17) if isinstance(data, str) else None
+        if isinstance(data, str) and space is not None:
+            # the first break in the bounded prefix, however wide the lines (a width
+            # over 128 characters read as invalid base64 when only those were looked at)
+            width = space.start()
             brk = data[width : width + 2]
             if width and len(data) > 1 << 17:  # longer than its prefix
                 self._line = (width, brk if brk == "\r\n" else brk[:1])

@@ -33,7 +33,7 @@ from _builders import (
     webm_video,
     webp_image,
 )
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import HumanMessage, ToolMessage
 
@@ -342,6 +342,9 @@ def moov_after(media: int) -> bytes:
     st.sampled_from([(76, "\n"), (76, "\r\n"), (64, "\n"), (64, "\r\n"), (200, "\n")]),
     st.booleans(),
 )
+# lines wider than 128 characters: their first break fell past the window the reader
+# looked in, and the payload read as invalid base64 (found by the explore profile)
+@example((moov_after(200_000), "av"), 0, (200, "\n"), False)
 def test_base64_wrapped_in_lines_counts_as_unwrapped(
     payload: tuple[bytes, str], padding: int, line: tuple[int, str], trailing: bool
 ) -> None:
