@@ -231,7 +231,8 @@ def delete_op(
     results = len(removed) - 1
     text = f"Deleted message {mid} ({target.type}"
     text += f", with its {results} tool result(s))." if results else ")."
-    text += " The original stays in the history: search_history finds it."
+    # what it removed: the original, or the version a user's edit (a fork) made of it
+    text += " What it removed stays in the history: search_history finds it."
     return Edit(
         True,
         text,
@@ -308,7 +309,7 @@ def update_op(
     return Edit(
         True,
         f"Updated message {mid} ({target.type}): {before:,} -> {after:,} characters. "
-        "The original stays in the history.",
+        "The text it replaced stays in the history: search_history finds it.",
         new,
         originals=[target],
         event=_event("update", via, message_ids=[mid], chars_before=before, chars_after=after),
