@@ -581,8 +581,9 @@ def _mime_kind(mime: Any) -> str | None:
 def _media_seconds(src: _Bytes) -> tuple[float, str] | None:
     """The duration in seconds of an audio or video payload and the kind its container
     holds (``"audio"``, or ``"video"`` where the container can hold either: MP4 but M4A,
-    WebM, Matroska), read from the container's header (WAV, MP3, FLAC, Ogg Vorbis or
-    Opus, MP4/MOV/M4A, WebM/Matroska) with a few bounded reads; ``None`` for another
+    WebM, Matroska), read from the container's header (WAV with RF64 and BW64, MP3,
+    FLAC, Ogg Vorbis or Opus, MP4/MOV/M4A, WebM/Matroska) with a few bounded reads;
+    ``None`` for another
     format or a header that does not read."""
     head = src.read(0, 16, partial=True)
     if head is None or len(head) < 12:
@@ -590,7 +591,7 @@ def _media_seconds(src: _Bytes) -> tuple[float, str] | None:
     seconds: float | None = None
     kind = "audio"
     try:
-        if head[:4] == b"RIFF" and head[8:12] == b"WAVE":
+        if head[:4] in (b"RIFF", b"RF64", b"BW64") and head[8:12] == b"WAVE":
             seconds = _wav_seconds(src)
         elif head[:4] == b"fLaC":
             seconds = _flac_seconds(src)
@@ -613,8 +614,9 @@ def _media_seconds(src: _Bytes) -> tuple[float, str] | None:
 def _wav_seconds(src: _Bytes) -> float | None:
     """A WAV's ``data`` size over the byte rate of its ``fmt `` chunk (a streamed WAV,
     whose recorder left its data size 0 or all ones, or any that claims more than it
-    holds: the bytes there are)."""
-    pos, rate = 12, 0
+    holds: the bytes there are). An RF64 or BW64 file (a WAV over 4 GB, or any a
+    broadcast tool writes) whose data size is all ones gives it in its ``ds64`` chunk."""
+    pos, rate, data64 = 12, 0, 0
     for _ in range(_MEDIA_MAX_STEPS):
         chunk = src.read(pos, 16, partial=True)
         if chunk is None or len(chunk) < 8:
@@ -622,9 +624,13 @@ def _wav_seconds(src: _Bytes) -> float | None:
         size = int.from_bytes(chunk[4:8], "little")
         if chunk[:4] == b"fmt ":  # format, channels, sample rate, then the byte rate
             rate = int.from_bytes(src.read(pos + 16, 4) or b"", "little")
+        elif chunk[:4] == b"ds64":  # 64-bit sizes: the RIFF's, then the data's
+            data64 = int.from_bytes(src.read(pos + 16, 8) or b"", "little")
         elif chunk[:4] == b"data":
             if not rate:
                 return None
+            if size == 0xFFFFFFFF and data64:
+                size = data64
             held = src.size() - pos - 8
             return (min(size, held) if size else held) / rate
         pos += 8 + size + (size & 1)

@@ -1105,16 +1105,32 @@ def _xref_table(offsets: dict[int, Any], size: int, at: int, extra: bytes) -> by
 
 # --- audio and video (tiny, hand-written: a real header of a known duration, silence) ------
 def wav_audio(
-    seconds: float, *, rate: int = 8000, list_chunk: bool = False, streamed: int | None = None
+    seconds: float,
+    *,
+    rate: int = 8000,
+    list_chunk: bool = False,
+    streamed: int | None = None,
+    rf64: bytes | None = None,
+    after: bytes = b"",
 ) -> bytes:
     """A PCM WAV of ``seconds`` (mono, 8-bit): RIFF, ``fmt `` (its byte rate), a ``LIST``
-    chunk before the data when asked, ``data``; its RIFF and data sizes ``streamed``
-    when asked (0 or 0xFFFFFFFF, as a recorder writes them while streaming)."""
+    chunk before the data when asked, ``data``, the chunk ``after`` it when given; its
+    RIFF and data sizes ``streamed`` when asked (0 or 0xFFFFFFFF, as a recorder writes
+    them while streaming). ``rf64``: an RF64 or BW64 file of that magic instead, its
+    32-bit sizes all ones and its real ones in a ``ds64`` chunk first."""
     fmt = struct.pack("<HHIIHH", 1, 1, rate, rate, 1, 8)
     data = b"\x80" * int(seconds * rate)
     extra = b"LIST" + struct.pack("<I", 12) + b"INFOISFT\0\0\0\0" if list_chunk else b""
-    body = b"WAVE" + b"fmt " + struct.pack("<I", len(fmt)) + fmt + extra
-    body += b"data" + struct.pack("<I", len(data) if streamed is None else streamed) + data
+    chunks = b"fmt " + struct.pack("<I", len(fmt)) + fmt + extra
+    size = len(data) if streamed is None else streamed
+    if rf64:
+        size = 0xFFFFFFFF
+    chunks += b"data" + struct.pack("<I", size) + data + after
+    if rf64:
+        riff = 4 + 8 + 28 + len(chunks)
+        ds64 = b"ds64" + struct.pack("<IQQQI", 28, riff, len(data), len(data), 0)
+        return rf64 + struct.pack("<I", 0xFFFFFFFF) + b"WAVE" + ds64 + chunks
+    body = b"WAVE" + chunks
     return b"RIFF" + struct.pack("<I", len(body) if streamed is None else streamed) + body
 
 

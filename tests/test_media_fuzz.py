@@ -56,6 +56,8 @@ HEADER_READ_MAX = 256 << 10
 MAGICS: dict[bytes, str] = {
     b"%PDF-1.7\n": "pdf",
     b"RIFF\x24\x00\x00\x00WAVEfmt ": "av",
+    b"RF64\xff\xff\xff\xffWAVEds64\x1c\x00\x00\x00": "av",
+    b"BW64\x24\x00\x00\x00WAVEfmt ": "av",
     b"ID3\x04\x00\x00": "av",
     b"\xff\xfb\x90\x64": "av",
     b"fLaC\x80\x00\x00\x22": "av",
@@ -76,6 +78,8 @@ SAMPLES: list[tuple[bytes, str]] = [
     (pdf_document(2, incremental=True), "pdf"),
     (wav_audio(0.05, list_chunk=True), "av"),
     (wav_audio(0.05, streamed=0), "av"),
+    (wav_audio(0.05, rf64=b"RF64", after=b"axml\x04\x00\x00\x00<x/>"), "av"),
+    (wav_audio(0.05, rf64=b"BW64"), "av"),
     (mp3_audio(0.2), "av"),
     (mp3_audio(0.2, xing=True, id3=40), "av"),
     (mp3_audio(0.2, vbri=True), "av"),
@@ -100,6 +104,7 @@ SAMPLES: list[tuple[bytes, str]] = [
 #: Where a size, an offset, a rate or a count sits: around the tags of each container.
 TAGS = (
     b"RIFF",
+    b"ds64",
     b"fmt ",
     b"data",
     b"LIST",

@@ -958,6 +958,27 @@ def test_wrapped_base64_reads_a_header_at_the_end_of_a_large_recording(
             assert sum(decoded) < 64 << 10, (width, sum(decoded))
 
 
+def test_an_rf64_or_bw64_wav_is_timed_like_a_wav(enc: tiktoken.Encoding) -> None:
+    """RF64 and BW64 (a WAV over 4 GB, and any a broadcast tool writes) begin ``RF64`` or
+    ``BW64`` instead of ``RIFF``, their 32-bit sizes all ones and the real ones in a
+    ``ds64`` chunk: they counted 85 tokens. They are timed like a WAV, by the data size
+    the ``ds64`` chunk gives (a chunk after the data is not taken for sound)."""
+    counter = TokenCounter()
+    base = 3 + t(enc, "user")
+    after = b"axml" + struct.pack("<I", 4000) + b"<x/>" * 1000  # BW64 metadata after its data
+    for magic in (b"RF64", b"BW64"):
+        for data in (wav_audio(30, rf64=magic), wav_audio(30, rf64=magic, after=after)):
+            for block in (
+                {"type": "audio", "base64": b64(data), "mime_type": "audio/wav"},
+                {"type": "input_audio", "input_audio": {"data": b64(data), "format": "wav"}},
+            ):
+                got = counter.count_message(HumanMessage([block])) - base
+                assert got == 30 * AUDIO_SECOND, (magic, len(data), got)
+    small = wav_audio(30)  # BW64 under 4 GB may keep its 32-bit sizes, no ds64 chunk
+    block = {"type": "audio", "base64": b64(b"BW64" + small[4:]), "mime_type": "audio/wav"}
+    assert counter.count_message(HumanMessage([block])) - base == 30 * AUDIO_SECOND
+
+
 def test_a_variable_bit_rate_mp3_without_a_frame_count_is_timed_by_its_mean_bit_rate(
     enc: tiktoken.Encoding, decoded: list[int]
 ) -> None:
