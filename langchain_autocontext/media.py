@@ -1080,7 +1080,12 @@ def _without_media(value: Any, kind: str | None = None) -> tuple[Any, int]:
                 out[k] = None
                 media += BLOCK_TOKEN_ESTIMATES["file"]
                 continue
-            out[k], n = _without_media(v, k if k in _AV_KINDS else kind)
+            sub = k if k in _AV_KINDS else kind
+            if k == "document" and isinstance(v, dict) and isinstance(v.get("format"), str):
+                # Bedrock's document names its format (pdf, txt, csv, docx…), no MIME
+                # type: another than pdf is not read as a PDF, whatever its bytes quote
+                sub = "pdf" if v["format"].strip().lower() == "pdf" else "other"
+            out[k], n = _without_media(v, sub)
             media += n
         return out, media
     if isinstance(value, list):
@@ -1097,8 +1102,10 @@ def _raw_bytes_tokens(data: bytes, kind: str | None = None) -> tuple[Any, int]:
     """Raw bytes in a block (Bedrock Converse's native ``{"image": {"format": "png",
     "source": {"bytes": …}}}``, a ``document``, a ``video``): never their ``repr`` as text
     (100 kB of PNG counted some 300,000 tokens). An image whose header reads counts as
-    :func:`_image_tokens`, a PDF by its pages, audio or video (``kind``) by its duration;
-    bytes that are UTF-8 text (a ``txt``, ``md`` or ``csv`` document) count as that text;
+    :func:`_image_tokens`, a PDF by its pages (not one whose ``kind`` says otherwise: a
+    Bedrock ``document`` of another ``format`` than ``pdf``), audio or video (``kind``) by
+    its duration; bytes that are UTF-8 text (a ``txt``, ``md`` or ``csv`` document) count
+    as that text;
     anything else the fixed estimate of a file."""
     tokens = _payload_tokens(data, kind)
     if tokens is not None:

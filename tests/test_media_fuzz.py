@@ -230,6 +230,7 @@ def blocks(data: bytes, text: str, mime: str) -> list[dict[str, Any]]:
         {"video": {"format": "mp4", "source": {"bytes": data}}},
         {"audio": {"format": "wav", "source": {"bytes": data}}},
         {"document": {"format": "pdf", "name": "d", "source": {"bytes": data}}},
+        {"document": {"format": "txt", "name": "d", "source": {"bytes": data}}},
         {"type": "tool_result", "tool_use_id": "t", "content": [{"type": "file", "url": url}]},
     ]
 
@@ -286,6 +287,8 @@ def check_payload(data: bytes, family: str, text: str, mime: str) -> None:
         assert isinstance(media, int) and 0 <= media <= cap, (block, media)
         if family == "pdf" and media > 85:  # read as a PDF: whole pages
             assert media % 3000 == 0, media
+        if data.startswith(b"%PDF-") and block.get("document", {}).get("format") == "txt":
+            assert media in (0, 85), media  # a text document quoting a PDF is no PDF
         for msg in (HumanMessage([block]), ToolMessage([block], tool_call_id="c")):
             count = counter.count_message(msg)
             assert isinstance(count, int) and count >= base, (block, count)

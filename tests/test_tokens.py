@@ -1518,6 +1518,30 @@ def test_raw_bytes_in_a_bedrock_native_block_never_count_as_their_repr() -> None
     )
 
 
+def test_a_bedrock_document_is_read_as_its_format_says() -> None:
+    """Bedrock's ``document`` names its format (pdf, csv, doc, docx, xls, xlsx, html,
+    txt, md) two levels above its bytes, no MIME type. A ``txt`` document quoting a PDF's
+    header (``%PDF-`` in its first kilobyte) counted as a PDF, 3,000 tokens a page: a
+    text format now counts as its text, another format is not read as a PDF, whatever
+    its bytes quote; a ``pdf`` one is still read by its pages."""
+    counter = TokenCounter()
+    quote = "Our parser rejects a file unless it starts with %PDF-1.7 then objects. " * 20
+    as_text = counter.count_message(HumanMessage(quote))
+    for fmt in ("txt", "md", "csv", "html", "TXT"):
+        doc = {"document": {"format": fmt, "name": "notes", "source": {"bytes": quote.encode()}}}
+        assert abs(counter.count_message(HumanMessage([doc])) - as_text) < 40, fmt
+    binary = b"PK\x03\x04\xff\xfe %PDF-1.7 " + bytes(range(256)) * 4  # a docx quoting it
+    for fmt in ("docx", "xlsx"):
+        doc = {"document": {"format": fmt, "name": "sheet", "source": {"bytes": binary}}}
+        empty = {"document": {"format": fmt, "name": "sheet", "source": {"bytes": b""}}}
+        extra = counter.count_message(HumanMessage([doc])) - counter.count_message(
+            HumanMessage([empty])
+        )
+        assert extra == BLOCK_TOKEN_ESTIMATES["file"], fmt
+    pdf = {"document": {"format": "pdf", "name": "spec", "source": {"bytes": pdf_document(2)}}}
+    assert counter.count_message(HumanMessage([pdf])) > 2 * PDF_PAGE
+
+
 def test_bedrock_media_by_s3_location_counts_the_estimate_not_its_uri() -> None:
     """Bedrock Converse's own block may name its media by S3 location
     (``{"video": {"format": "mp4", "source": {"s3Location": {"uri": …}}}}``): nothing
