@@ -231,10 +231,22 @@ class _Bytes:
             return text[-size:]
         total = self._clean_length()
         want = -(-size // 3) * 4 + 4
-        if text is self._data:
-            chunk = text[-(want + 4) :].rstrip("=")[-want:]  # a suffix: no copy of the payload
-        else:  # wrapped: a bounded suffix, its line breaks removed
-            chunk = "".join(text[-(want + want // 8 + 256) :].split()).rstrip("=")[-want:]
+        first = max(0, total - want)
+        chunk: str | None = None
+        if text is self._data:  # a suffix: no copy of the payload
+            chunk = text[first:total]
+        elif self._line is not None:  # lines of one width: found where they fall
+            chunk = self._unwrapped(first, total)
+        if chunk is None or len(chunk) != total - first:
+            # not in lines of one width (one break out of place): a suffix holding
+            # enough of its characters, however many line breaks it holds
+            span = want + want // 8 + 256
+            while True:
+                chunk = "".join(text[-span:].split()).rstrip("=")
+                if len(chunk) >= want or span >= len(text):
+                    break
+                span *= 2
+            chunk = chunk[-want:]
         chunk = chunk[(len(chunk) - total) % 4 :]  # from a 4-character group's start
         try:
             raw = base64.b64decode(

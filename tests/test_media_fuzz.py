@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import binascii
 import math
+import random
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -384,3 +385,34 @@ def test_an_image_of_any_size_counts_no_more_than_the_largest_image(
     assert 258 <= tokens <= IMAGE_MAX
     if max(width, height) >= 3072:
         assert media_mod._image_tokens(width * factor, height * factor) == tokens
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    st.integers(0, 200_000),
+    st.integers(1, 70_000),
+    st.sampled_from([1, 2, 3, 4, 5, 64, 76, 200]),
+    st.sampled_from(["\n", "\r\n", " "]),
+    st.booleans(),
+    st.one_of(st.none(), st.integers(0, 1 << 20)),
+)
+# 4-character CRLF lines: a 64 kB tail read returned 49,282 bytes (its suffix was sized
+# for line breaks adding at most an eighth)
+@example(196_608, 65_536, 4, "\r\n", False, None)
+# a break out of place in the first line: its width read as 1, the tail's lines mapped
+# past the text's end, and the read returned nothing (found by the explore profile)
+@example(49_153, 1, 2, "\r\n", False, 1)
+def test_a_tail_read_returns_the_bytes_asked_whatever_the_wrapping(
+    length: int, size: int, width: int, brk: str, trailing: bool, stray: int | None
+) -> None:
+    """The last bytes of a payload (an Ogg's last page) read as asked, however narrow the
+    lines its base64 is wrapped in, with a break after its last line or not, its lines
+    of one width or one break out of place (``stray``)."""
+    raw = random.Random(length).randbytes(length)
+    text = base64.b64encode(raw).decode("ascii")
+    wrapped = brk.join(text[i : i + width] for i in range(0, len(text), width))
+    wrapped += brk if trailing else ""
+    if stray is not None:
+        at = stray % (len(wrapped) + 1)
+        wrapped = wrapped[:at] + brk + wrapped[at:]
+    assert media_mod._Bytes(wrapped).tail(size) == raw[-size:]

@@ -958,6 +958,35 @@ def test_wrapped_base64_reads_a_header_at_the_end_of_a_large_recording(
             assert sum(decoded) < 64 << 10, (width, sum(decoded))
 
 
+def test_narrowly_wrapped_base64_reads_the_last_page_of_a_large_ogg(
+    enc: tiktoken.Encoding, decoded: list[int]
+) -> None:
+    """An Ogg is timed by its last page, looked for in its last 64 kB. Base64 wrapped in
+    narrow lines (4 characters and CRLF: half as many line-break characters as base64
+    ones) read fewer of them (some 49 kB, a suffix sized for breaks adding an eighth):
+    a last page 55 kB long was missed and the recording counted 85 tokens. The tail is
+    now found where the lines fall, whatever their width."""
+    counter = TokenCounter()
+    base = 3 + t(enc, "user")
+    small = ogg_audio(600, data_pages=1)
+    last = small.rindex(b"OggS")
+    head = small[:last]
+    final = small[last:]
+    # the last page's packet: 55,000 bytes (its lacing values say so)
+    segments = [255] * (55_000 // 255) + [55_000 % 255]
+    final = final[:26] + bytes((len(segments),)) + bytes(segments) + b"\0" * 55_000
+    data = head + b"\0" * 60_000 + final  # filler before it: over 128 kB of base64
+    text = b64(data)
+    for width, brk in ((4, "\r\n"), (4, "\n"), (8, "\r\n"), (76, "\n")):
+        wrapped = brk.join(text[i : i + width] for i in range(0, len(text), width))
+        decoded.clear()
+        media_mod._PAYLOAD_READS.clear()
+        block = {"type": "audio", "base64": wrapped, "mime_type": "audio/ogg"}
+        got = counter.count_message(HumanMessage([block])) - base
+        assert got == 600 * AUDIO_SECOND, (width, brk, got)
+        assert sum(decoded) < 256 << 10, (width, sum(decoded))  # its ends, not all of it
+
+
 def test_an_rf64_or_bw64_wav_is_timed_like_a_wav(enc: tiktoken.Encoding) -> None:
     """RF64 and BW64 (a WAV over 4 GB, and any a broadcast tool writes) begin ``RF64`` or
     ``BW64`` instead of ``RIFF``, their 32-bit sizes all ones and the real ones in a
