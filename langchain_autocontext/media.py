@@ -98,6 +98,10 @@ _JPEG_MAX_SEGMENTS = 64
 _JPEG_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 _URLSAFE = str.maketrans("-_", "+/")
 _SPACE = re.compile(r"\s")
+#: The whitespace base64 is wrapped with: what :data:`_SPACE` finds but Unicode spaces
+#: (invalid base64 either way). Vertical tabs and form feeds taken for base64 made its
+#: length too long, and its tail was read from inside a 4-character group.
+_BLANKS = " \t\r\n\v\f"
 
 
 def _scaled(width: float, height: float, limit: float) -> tuple[float, float]:
@@ -208,15 +212,16 @@ class _Bytes:
 
     def _clean_length(self) -> int:
         """Base64 characters of the whole text, line breaks and padding left out (counting
-        the line breaks of wrapped base64 is one pass in C; unwrapped text is not copied)."""
+        the line breaks of wrapped base64 is one pass in C for each whitespace character
+        its prefix leaves out; unwrapped text is not copied)."""
         text = self._text
         assert isinstance(text, str)
         end = len(text)
-        while end and text[end - 1] in " \t\r\n=":
+        while end and text[end - 1] in _BLANKS + "=":
             end -= 1
         if text is self._data:  # not wrapped
             return end
-        return end - sum(text.count(c, 0, end) for c in " \t\r\n")
+        return end - sum(text.count(c, 0, end) for c in _BLANKS)
 
     def size(self) -> int:
         """The number of bytes of the whole payload."""

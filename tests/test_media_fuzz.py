@@ -392,7 +392,7 @@ def test_an_image_of_any_size_counts_no_more_than_the_largest_image(
     st.integers(0, 200_000),
     st.integers(1, 70_000),
     st.sampled_from([1, 2, 3, 4, 5, 64, 76, 200]),
-    st.sampled_from(["\n", "\r\n", " "]),
+    st.sampled_from(["\n", "\r\n", " ", "\t", "\v", "\f"]),
     st.booleans(),
     st.one_of(st.none(), st.integers(0, 1 << 20)),
 )
@@ -402,12 +402,16 @@ def test_an_image_of_any_size_counts_no_more_than_the_largest_image(
 # a break out of place in the first line: its width read as 1, the tail's lines mapped
 # past the text's end, and the read returned nothing (found by the explore profile)
 @example(49_153, 1, 2, "\r\n", False, 1)
+# lines broken by vertical tabs: the payload's length counted them as base64, its tail
+# read began mid-group and decoded other bytes
+@example(196_608, 100, 76, "\v", False, None)
 def test_a_tail_read_returns_the_bytes_asked_whatever_the_wrapping(
     length: int, size: int, width: int, brk: str, trailing: bool, stray: int | None
 ) -> None:
-    """The last bytes of a payload (an Ogg's last page) read as asked, however narrow the
-    lines its base64 is wrapped in, with a break after its last line or not, its lines
-    of one width or one break out of place (``stray``)."""
+    """The last bytes of a payload (an Ogg's last page) read as asked and its size is its
+    size (a WAV's held data), however narrow the lines its base64 is wrapped in, by
+    whatever whitespace, with a break after its last line or not, its lines of one width
+    or one break out of place (``stray``)."""
     raw = random.Random(length).randbytes(length)
     text = base64.b64encode(raw).decode("ascii")
     wrapped = brk.join(text[i : i + width] for i in range(0, len(text), width))
@@ -415,4 +419,6 @@ def test_a_tail_read_returns_the_bytes_asked_whatever_the_wrapping(
     if stray is not None:
         at = stray % (len(wrapped) + 1)
         wrapped = wrapped[:at] + brk + wrapped[at:]
-    assert media_mod._Bytes(wrapped).tail(size) == raw[-size:]
+    src = media_mod._Bytes(wrapped)
+    assert src.tail(size) == raw[-size:]
+    assert src.size() == length
