@@ -23,6 +23,7 @@ from __future__ import annotations
 import base64
 import binascii
 import bisect
+import codecs
 import math
 import re
 import struct
@@ -573,6 +574,16 @@ _MP3_POINTS, _MP3_FRAMES_AT, _MP3_WINDOW = 16, 4, 4096
 _MP4_AUDIO_BRANDS = frozenset({b"M4A ", b"M4B ", b"M4P "})
 #: What a payload is, by the MIME type its block or ``data:`` URL declares.
 _AV_KINDS = ("audio", "video")
+#: Bedrock document formats whose bytes are text (the others: pdf, doc, docx, xls, xlsx).
+_TEXT_FORMATS = frozenset({"txt", "csv", "md", "html"})
+#: Byte order marks of the encodings a text document may come in besides UTF-8 (the
+#: longer UTF-32 marks first: they begin with UTF-16's).
+_BOMS = (
+    (codecs.BOM_UTF32_LE, "utf-32"),
+    (codecs.BOM_UTF32_BE, "utf-32"),
+    (codecs.BOM_UTF16_LE, "utf-16"),
+    (codecs.BOM_UTF16_BE, "utf-16"),
+)
 #: MIME types that declare no type (the payload's own bytes say what it is).
 _GENERIC_MIMES = frozenset(
     {"application/octet-stream", "binary/octet-stream", "application/binary", "application/unknown"}
@@ -1100,8 +1111,10 @@ def _without_media(value: Any, kind: str | None = None) -> tuple[Any, int]:
             sub = k if k in _AV_KINDS else kind
             if k == "document" and isinstance(v, dict) and isinstance(v.get("format"), str):
                 # Bedrock's document names its format (pdf, txt, csv, docx…), no MIME
-                # type: another than pdf is not read as a PDF, whatever its bytes quote
-                sub = "pdf" if v["format"].strip().lower() == "pdf" else "other"
+                # type: another than pdf is not read as a PDF, whatever its bytes quote,
+                # and a text format's bytes are text in whatever encoding they are in
+                fmt = v["format"].strip().lower()
+                sub = "pdf" if fmt == "pdf" else "text" if fmt in _TEXT_FORMATS else "other"
             out[k], n = _without_media(v, sub)
             media += n
         return out, media
@@ -1121,13 +1134,26 @@ def _raw_bytes_tokens(data: bytes, kind: str | None = None) -> tuple[Any, int]:
     (100 kB of PNG counted some 300,000 tokens). An image whose header reads counts as
     :func:`_image_tokens`, a PDF by its pages (not one whose ``kind`` says otherwise: a
     Bedrock ``document`` of another ``format`` than ``pdf``), audio or video (``kind``) by
-    its duration; bytes that are UTF-8 text (a ``txt``, ``md`` or ``csv`` document) count
-    as that text;
-    anything else the fixed estimate of a file."""
+    its duration; bytes that are UTF-8 text count as that text, and so do those of a
+    document of a text format (``txt``, ``md``, ``csv``, ``html``: ``kind`` ``"text"``)
+    in another encoding (UTF-16 or UTF-32 by its byte order mark, else one byte a
+    character); anything else the fixed estimate of a file."""
     tokens = _payload_tokens(data, kind)
     if tokens is not None:
         return "", tokens
     try:
         return data.decode("utf-8"), 0
     except UnicodeDecodeError:
-        return "", BLOCK_TOKEN_ESTIMATES["file"]
+        if kind != "text":
+            return "", BLOCK_TOKEN_ESTIMATES["file"]
+    # a text document in another encoding: UTF-16 or UTF-32 by its byte order mark, else
+    # a single-byte one (Latin-1 decodes any bytes, one character each, as Windows-1252
+    # text has them). Counted as the fixed estimate of a file, 17 kB of a CSV exported
+    # in Windows-1252 counted 85 tokens for its 8,776
+    for bom, codec in _BOMS:
+        if data.startswith(bom):
+            try:
+                return data.decode(codec), 0
+            except UnicodeDecodeError:
+                break
+    return data.decode("latin-1"), 0

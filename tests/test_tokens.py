@@ -1571,6 +1571,34 @@ def test_a_bedrock_document_is_read_as_its_format_says() -> None:
     assert counter.count_message(HumanMessage([pdf])) > 2 * PDF_PAGE
 
 
+def test_a_bedrock_text_document_in_another_encoding_counts_as_its_text() -> None:
+    """A ``csv`` or ``txt`` document exported in Windows-1252 or UTF-16 (a spreadsheet's
+    "Save as CSV", a Windows tool's log) is no UTF-8: it counted the 85 tokens of a file
+    whatever its size, and a large one took the request past the budget unseen. It
+    counts as its text, in whatever encoding it comes (UTF-16 and UTF-32 by their byte
+    order mark, else one byte a character); a binary format still counts the estimate."""
+    counter = TokenCounter()
+    rows = "".join(f"Müller;Straße {k};Zürich;{k * 37} €;café crème\n" for k in range(400))
+    as_text = counter.count_message(HumanMessage(rows))
+    assert as_text > 20 * BLOCK_TOKEN_ESTIMATES["file"]
+    for fmt, encoded in (
+        ("csv", rows.encode("cp1252")),
+        ("txt", rows.encode("latin-1", errors="replace")),
+        ("csv", rows.encode("utf-16")),  # with its byte order mark, as Windows writes it
+        ("txt", rows.encode("utf-32")),
+    ):
+        doc = {"document": {"format": fmt, "name": "export", "source": {"bytes": encoded}}}
+        assert counter.count_message(HumanMessage([doc])) >= as_text * 0.9, (fmt, encoded[:4])
+    doc = {
+        "document": {"format": "xlsx", "name": "export", "source": {"bytes": rows.encode("cp1252")}}
+    }
+    empty = {"document": {"format": "xlsx", "name": "export", "source": {"bytes": b""}}}
+    extra = counter.count_message(HumanMessage([doc])) - counter.count_message(
+        HumanMessage([empty])
+    )
+    assert extra == BLOCK_TOKEN_ESTIMATES["file"]
+
+
 def test_bedrock_media_by_s3_location_counts_the_estimate_not_its_uri() -> None:
     """Bedrock Converse's own block may name its media by S3 location
     (``{"video": {"format": "mp4", "source": {"s3Location": {"uri": …}}}}``): nothing
