@@ -69,25 +69,22 @@ class FifoEviction:
         fresh_tokens = 0  # of those, what the summarizer reads (not earlier summaries)
         kept_tokens = 0  # earlier summaries' text, appended as it is
         removed = 0
+        # the old summary's text, which the new one carries (its header replaced)
+        old_body = (
+            ctx.counter.count_message(ctx.messages[sys_end]) - HEADER_TOKENS if has_summary else 0
+        )
 
         def gain() -> int:
             """What evicting the groups so far frees, net of the summary it writes (an
             estimate: the header is counted at its usual size)."""
-            expected = (
-                HEADER_TOKENS
-                + ctx.tag_tokens
-                + min(
-                    cap,
-                    (
-                        ctx.counter.count_message(ctx.messages[sys_end]) - HEADER_TOKENS
-                        if has_summary
-                        else 0
-                    )
-                    + kept_tokens
-                    + (ctx.summary_budget(fresh_tokens, running=True) if fresh_tokens else 0),
-                )
-            )
+            fresh = ctx.summary_budget(fresh_tokens, running=True) if fresh_tokens else 0
+            expected = HEADER_TOKENS + ctx.tag_tokens + min(cap, old_body + kept_tokens + fresh)
             return freed + old_tokens - expected
+
+        def fewer() -> int:
+            """How many messages fewer evicting the groups so far leaves (the summary it
+            writes replaces the old one, or is one more)."""
+            return removed - (0 if has_summary else 1)
 
         for k, (a, b) in enumerate(groups):
             if k == len(groups) - 1 or a >= end:
@@ -110,16 +107,12 @@ class FifoEviction:
             removed += b - a
             if self.squeeze:
                 continue
-            if (
-                gain() >= ctx.need_tokens
-                and removed - (0 if has_summary else 1) >= ctx.need_messages
-            ):
+            if gain() >= ctx.need_tokens and fewer() >= ctx.need_messages:
                 break
         if evict_end == first:
             return []
         if not self.squeeze and not (
-            (ctx.need_tokens > 0 and gain() > 0)
-            or (ctx.need_messages > 0 and removed - (0 if has_summary else 1) > 0)
+            (ctx.need_tokens > 0 and gain() > 0) or (ctx.need_messages > 0 and fewer() > 0)
         ):
             # What it can reach frees nothing: a summary it would only wrap in a new
             # header (the current round's, all that is left before the protected tail),
