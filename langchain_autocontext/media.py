@@ -145,23 +145,34 @@ class _Bytes:
     """Random access to the bytes of media given as bytes or base64 text: a read decodes
     only the base64 characters that hold the bytes asked for (at the start, at an offset
     or at the end), never the whole payload. Base64 wrapped in lines of one width (MIME's
-    76 characters, PEM's 64) is read anywhere by where its lines fall (an MP4's ``moov``
+    76 characters, PEM's 64), its first line of that width or another (a part whose
+    first line is short), is read anywhere by where its lines fall (an MP4's ``moov``
     after its media data); wrapped otherwise, in its first 128 kB and at its end."""
 
     __slots__ = ("_data", "_line", "_text")
 
     def __init__(self, data: str | bytes) -> None:
         self._text = data
-        #: wrapped base64: its line width and the line break after each line
-        self._line: tuple[int, str] | None = None
+        #: wrapped base64: the width of its first line, of the lines after it, and the
+        #: line break after each line
+        self._line: tuple[int, int, str] | None = None
         space = _SPACE.search(data, 0, 1 << 17) if isinstance(data, str) else None
         if isinstance(data, str) and space is not None:
             # the first break in the bounded prefix, however wide the lines (a width
             # over 128 characters read as invalid base64 when only those were looked at)
-            width = space.start()
-            brk = data[width : width + 2]
-            if width and len(data) > 1 << 17:  # longer than its prefix
-                self._line = (width, brk if brk == "\r\n" else brk[:1])
+            head = space.start()
+            brk = data[head : head + 2]
+            brk = brk if brk == "\r\n" else brk[:1]
+            if head and len(data) > 1 << 17:  # longer than its prefix
+                # the lines after the first are as wide as the second (a first line of
+                # another width mapped every later line where it is not, and the
+                # payload read as invalid base64 past its prefix)
+                after = head + len(brk)
+                second = _SPACE.search(data, after, 1 << 17)
+                width = head
+                if second is not None and second.start() > after:
+                    width = second.start() - after
+                self._line = (head, width, brk)
             data = "".join(data[: 1 << 17].split())  # wrapped base64: a bounded prefix
         self._data = data
 
@@ -190,22 +201,27 @@ class _Bytes:
 
     def _unwrapped(self, first: int, last: int) -> str | None:
         """Base64 characters ``first`` to ``last`` (fewer at the end) of wrapped text, its
-        line breaks left out, found where they fall in lines of one width: ``None`` if a
-        line's break is not where it should be (wrapped otherwise: read in its prefix)."""
+        line breaks left out, found where they fall in lines of one width after the first:
+        ``None`` if a line's break is not where it should be (wrapped otherwise: read in
+        its prefix)."""
         text = self._text
         assert isinstance(text, str) and self._line is not None
-        width, brk = self._line
+        head, width, brk = self._line
         step = width + len(brk)
         pieces = []
         at = first
         while at < last:
-            line, col = divmod(at, width)
-            begin = line * step
+            if at < head:  # the first line
+                line, col, begin, span = 0, at, 0, head
+            else:
+                line, col = divmod(at - head, width)
+                line += 1
+                begin, span = head + line * step - width, width
             if line and begin - len(brk) < len(text) and text[begin - len(brk) : begin] != brk:
                 return None
-            piece = text[begin + col : begin + min(width, col + last - at)]
+            piece = text[begin + col : begin + min(span, col + last - at)]
             pieces.append(piece)
-            if len(piece) < min(width - col, last - at):  # the end of the text
+            if len(piece) < min(span - col, last - at):  # the end of the text
                 break
             at += len(piece)
         out = "".join(pieces).rstrip()

@@ -184,6 +184,13 @@ def prefixed(draw: st.DrawFn) -> tuple[bytes, str]:
     return magic + draw(st.binary(max_size=300)), MAGICS[magic]
 
 
+def wrap(text: str, width: int, first: int | None = None) -> list[str]:
+    """The lines of ``text`` wrapped at ``width``, its first line ``first`` wide if given
+    (a MIME part or a PEM-like body whose first line is short, or long)."""
+    head = width if first is None else first
+    return [text[:head]] + [text[i : i + width] for i in range(head, len(text), width)]
+
+
 @st.composite
 def encoded(draw: st.DrawFn, data: bytes) -> str:
     """``data`` as base64 text: standard, URL-safe, wrapped, padded oddly, or broken."""
@@ -198,7 +205,7 @@ def encoded(draw: st.DrawFn, data: bytes) -> str:
     elif style in ("wrapped", "crlf", "spaces"):
         width = draw(st.sampled_from([1, 4, 64, 76, 200]))
         sep = {"wrapped": "\n", "crlf": "\r\n", "spaces": draw(st.sampled_from([" ", "\t", "\v"]))}
-        text = sep[style].join(text[i : i + width] for i in range(0, len(text), width))
+        text = sep[style].join(wrap(text, width, draw(st.sampled_from([None, 1, 10, 100]))))
     elif style == "unpadded":
         text = text.rstrip("=")
     elif style == "overpadded":
@@ -350,20 +357,28 @@ def moov_after(media: int) -> bytes:
     st.sampled_from([0, 150_000]),
     st.sampled_from([(76, "\n"), (76, "\r\n"), (64, "\n"), (64, "\r\n"), (200, "\n")]),
     st.booleans(),
+    st.sampled_from([None, 1, 10, 20, 100, 300]),
 )
 # lines wider than 128 characters: their first break fell past the window the reader
 # looked in, and the payload read as invalid base64 (found by the explore profile)
-@example((moov_after(200_000), "av"), 0, (200, "\n"), False)
+@example((moov_after(200_000), "av"), 0, (200, "\n"), False, None)
+# a first line narrower than the rest: every later line was looked for where the first
+# line's width put it, and the moov past the prefix read as invalid base64
+@example((moov_after(200_000), "av"), 0, (76, "\n"), False, 20)
 def test_base64_wrapped_in_lines_counts_as_unwrapped(
-    payload: tuple[bytes, str], padding: int, line: tuple[int, str], trailing: bool
+    payload: tuple[bytes, str],
+    padding: int,
+    line: tuple[int, str],
+    trailing: bool,
+    first: int | None,
 ) -> None:
-    """Base64 wrapped in lines of one width (MIME, PEM) counts what the same base64
-    unwrapped counts, for any bytes, whatever far into a large payload its reader looks
-    (an MP4's ``moov`` after its media data)."""
+    """Base64 wrapped in lines of one width (MIME, PEM), its first line of that width or
+    another, counts what the same base64 unwrapped counts, for any bytes, whatever far
+    into a large payload its reader looks (an MP4's ``moov`` after its media data)."""
     raw = payload[0] + b"\0" * padding
     text = base64.b64encode(raw).decode("ascii")
     width, brk = line
-    wrapped = brk.join(text[i : i + width] for i in range(0, len(text), width))
+    wrapped = brk.join(wrap(text, width, first))
     wrapped += brk if trailing else ""
     counts = []
     for body in (text, wrapped):

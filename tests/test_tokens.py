@@ -958,6 +958,42 @@ def test_wrapped_base64_reads_a_header_at_the_end_of_a_large_recording(
             assert sum(decoded) < 64 << 10, (width, sum(decoded))
 
 
+def test_base64_whose_first_line_is_narrower_counts_as_unwrapped() -> None:
+    """Base64 wrapped in lines of one width after a first line of another (a MIME part or
+    a PEM-like body whose first line is short) was read past its first 128 kB as if every
+    line were as wide as the first: each later line was looked for where it is not, and
+    an MP4 whose ``moov`` follows its media data and a chained Ogg counted 85 tokens, a
+    variable bit rate MP3 its first frames' rate only (516 tokens for 983). Each counts
+    what the same base64 unwrapped counts, in any block format that carries it."""
+    counter = TokenCounter()
+    small = mp4_video(60, moov_last=True)
+    mdat = struct.pack(">I", 8 + 200_000) + b"mdat" + b"\0" * 200_000
+    payloads = {
+        "video/mp4": small[: small.index(b"mdat") - 4] + mdat + small[small.index(b"moov") - 4 :],
+        "audio/mpeg": mp3_audio(30, passages=(14, 5, 9)),
+        "audio/ogg": ogg_audio(20, serial=1, data_pages=300)
+        + ogg_audio(10, "opus", serial=2, data_pages=300),
+    }
+    for mime, data in payloads.items():
+        text = b64(data)
+
+        def count(payload: str, mime: str = mime) -> int:
+            media_mod._PAYLOAD_READS.clear()
+            url = f"data:{mime};base64,{payload}"
+            blocks = [
+                {"type": mime.partition("/")[0], "base64": payload, "mime_type": mime},
+                {"type": "file", "file": {"filename": "a", "file_data": url}},
+                {"inline_data": {"mime_type": mime, "data": payload}},
+            ]
+            return counter.count_message(HumanMessage(blocks))
+
+        unwrapped = count(text)
+        assert unwrapped > 3 * 85 + 500, (mime, unwrapped)  # its duration read
+        for first, width, brk in ((10, 76, "\n"), (20, 76, "\r\n"), (100, 64, "\n")):
+            lines = [text[:first]] + [text[i : i + width] for i in range(first, len(text), width)]
+            assert count(brk.join(lines)) == unwrapped, (mime, first, width, brk)
+
+
 def test_narrowly_wrapped_base64_reads_the_last_page_of_a_large_ogg(
     enc: tiktoken.Encoding, decoded: list[int]
 ) -> None:
