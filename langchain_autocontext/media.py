@@ -149,13 +149,15 @@ class _Bytes:
     first line is short), is read anywhere by where its lines fall (an MP4's ``moov``
     after its media data); wrapped otherwise, in its first 128 kB and at its end."""
 
-    __slots__ = ("_data", "_line", "_text")
+    __slots__ = ("_data", "_held", "_line", "_text")
 
     def __init__(self, data: str | bytes) -> None:
         self._text = data
         #: wrapped base64: the width of its first line, of the lines after it, and the
         #: line break after each line
         self._line: tuple[int, int, str] | None = None
+        #: whether every line is as :attr:`_line` says (:meth:`_lines_hold`, checked once)
+        self._held: bool | None = None
         space = _SPACE.search(data, 0, 1 << 17) if isinstance(data, str) else None
         if isinstance(data, str) and space is not None:
             # the first break in the bounded prefix, however wide the lines (a width
@@ -202,30 +204,53 @@ class _Bytes:
     def _unwrapped(self, first: int, last: int) -> str | None:
         """Base64 characters ``first`` to ``last`` (fewer at the end) of wrapped text, its
         line breaks left out, found where they fall in lines of one width after the first:
-        ``None`` if a line's break is not where it should be (wrapped otherwise: read in
-        its prefix)."""
+        ``None`` if its lines are not all so (wrapped otherwise: read in its prefix)."""
         text = self._text
         assert isinstance(text, str) and self._line is not None
+        if not self._lines_hold():
+            return None
         head, width, brk = self._line
         step = width + len(brk)
         pieces = []
         at = first
         while at < last:
             if at < head:  # the first line
-                line, col, begin, span = 0, at, 0, head
+                col, begin, span = at, 0, head
             else:
                 line, col = divmod(at - head, width)
-                line += 1
-                begin, span = head + line * step - width, width
-            if line and begin - len(brk) < len(text) and text[begin - len(brk) : begin] != brk:
-                return None
+                begin, span = head + len(brk) + line * step, width
             piece = text[begin + col : begin + min(span, col + last - at)]
             pieces.append(piece)
             if len(piece) < min(span - col, last - at):  # the end of the text
                 break
             at += len(piece)
-        out = "".join(pieces).rstrip()
-        return None if any(c.isspace() for c in out) else out
+        return "".join(pieces).rstrip()
+
+    def _lines_hold(self) -> bool:
+        """Whether the text is in lines as :attr:`_line` says, every one: a break where
+        each line's width puts it and no other whitespace before the end (checked once,
+        in C: a strided slice of where the breaks fall and a count of the blanks). A
+        check of only the breaks a read crosses let lines of other widths elsewhere put
+        one where it was expected, and the read decoded other bytes than it asked for."""
+        if self._held is None:
+            text = self._text
+            assert isinstance(text, str) and self._line is not None
+            head, width, brk = self._line
+            step, end = width + len(brk), self._end()
+            breaks = len(range(head, end, step)) * len(brk)
+            where = [text[head + i : end : step] for i in range(len(brk))]
+            self._held = all(at.count(c) == len(at) for at, c in zip(where, brk, strict=True))
+            self._held = self._held and breaks == sum(text.count(c, 0, end) for c in _BLANKS)
+        return self._held
+
+    def _end(self) -> int:
+        """Where the text ends, trailing whitespace and padding left out."""
+        text = self._text
+        assert isinstance(text, str)
+        end = len(text)
+        while end and text[end - 1] in _BLANKS + "=":
+            end -= 1
+        return end
 
     def _clean_length(self) -> int:
         """Base64 characters of the whole text, line breaks and padding left out (counting
@@ -233,9 +258,7 @@ class _Bytes:
         its prefix leaves out; unwrapped text is not copied)."""
         text = self._text
         assert isinstance(text, str)
-        end = len(text)
-        while end and text[end - 1] in _BLANKS + "=":
-            end -= 1
+        end = self._end()
         if text is self._data:  # not wrapped
             return end
         return end - sum(text.count(c, 0, end) for c in _BLANKS)

@@ -437,3 +437,35 @@ def test_a_tail_read_returns_the_bytes_asked_whatever_the_wrapping(
     src = media_mod._Bytes(wrapped)
     assert src.tail(size) == raw[-size:]
     assert src.size() == length
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    st.integers(100_000, 300_000),
+    st.sampled_from([64, 72, 76]),
+    st.sampled_from(["\n", "\r\n"]),
+    st.dictionaries(st.integers(0, 4000), st.integers(1, 160), max_size=3),
+    st.lists(st.tuples(st.integers(0, 300_000), st.sampled_from([1, 4, 16, 300])), max_size=40),
+)
+# a first and a second line of other widths than the rest: the second's width taken for
+# all of them put a break where one was expected, and a read decoded other bytes
+@example(200_000, 76, "\n", {0: 38, 1: 21}, [])
+def test_a_read_returns_the_bytes_asked_or_none_whatever_the_lines(
+    length: int, width: int, brk: str, odd: dict[int, int], reads: list[tuple[int, int]]
+) -> None:
+    """Base64 in lines of one width but a few (``odd``: by line, its width) reads, at any
+    offset and at its end, the bytes asked for or none (then it does not read past its
+    prefix): never other bytes, which a reader would take for a header."""
+    raw = random.Random(length).randbytes(length)
+    text = base64.b64encode(raw).decode("ascii")
+    lines, at = [], 0
+    while at < len(text):
+        lines.append(text[at : at + odd.get(len(lines), width)])
+        at += len(lines[-1])
+    src = media_mod._Bytes(brk.join(lines))
+    offsets = [(start, size) for start in range(0, length, 977) for size in (4, 16)]
+    for start, size in offsets + reads:
+        got = src.read(start, size, partial=True)
+        assert got is None or got == raw[start : start + size], (start, size)
+    got = src.tail(300)
+    assert got is None or got == raw[-300:]
