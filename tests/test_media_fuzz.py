@@ -344,6 +344,37 @@ def test_reading_hostile_media_is_bounded_whatever_its_declared_sizes(
         assert seen["decoded"] <= 12 * 2 * HEADER_READ_MAX, seen
 
 
+class Indexed(str):
+    """Text that counts the characters and slices taken of it one by one (in Python)."""
+
+    taken = 0
+
+    def __getitem__(self, key: Any) -> str:
+        Indexed.taken += 1
+        return super().__getitem__(key)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    st.sampled_from([wav_audio(5), ogg_audio(5), mp4_video(5), png_image(640, 480)]),
+    st.sampled_from(["\n", "=", " ", "\r\n", "=\n"]),
+)
+def test_trailing_whitespace_and_padding_are_not_walked_a_character_at_a_time(
+    raw: bytes, trailing: str
+) -> None:
+    """A payload ending in a megabyte of line breaks, spaces or padding counts as it does
+    without them, its end found in a few steps: it was walked back a character at a time
+    in Python (20 MB of them took seconds to count)."""
+    text = base64.b64encode(raw).decode("ascii")
+    with mock.patch.object(media_mod, "_PAYLOAD_READS", media_mod._LRU(8)):
+        want = media_mod._payload_tokens(text, None)
+    padded = Indexed(text + trailing * (1 << 20))
+    Indexed.taken = 0
+    with mock.patch.object(media_mod, "_PAYLOAD_READS", media_mod._LRU(8)):
+        assert media_mod._payload_tokens(padded, None) == want
+    assert Indexed.taken < 10_000, Indexed.taken
+
+
 def moov_after(media: int) -> bytes:
     """An MP4 of 60 seconds whose ``moov`` follows ``media`` bytes of media data."""
     small = mp4_video(60, moov_last=True)
