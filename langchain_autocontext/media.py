@@ -103,6 +103,7 @@ _SPACE = re.compile(r"\s")
 #: (invalid base64 either way). Vertical tabs and form feeds taken for base64 made its
 #: length too long, and its tail was read from inside a 4-character group.
 _BLANKS = " \t\r\n\v\f"
+_BREAK = re.compile(f"[{re.escape(_BLANKS)}]+")
 
 
 def _scaled(width: float, height: float, limit: float) -> tuple[float, float]:
@@ -146,37 +147,45 @@ class _Bytes:
     only the base64 characters that hold the bytes asked for (at the start, at an offset
     or at the end), never the whole payload. Base64 wrapped in lines of one width (MIME's
     76 characters, PEM's 64), its first line of that width or another (a part whose
-    first line is short), is read anywhere by where its lines fall (an MP4's ``moov``
-    after its media data); wrapped otherwise, in its first 128 kB and at its end."""
+    first line is short), after a line break or an indent or not, is read anywhere by
+    where its lines fall (an MP4's ``moov`` after its media data); wrapped otherwise, in
+    its first 128 kB and at its end."""
 
     __slots__ = ("_data", "_held", "_line", "_text")
 
     def __init__(self, data: str | bytes) -> None:
         self._text = data
-        #: wrapped base64: the width of its first line, of the lines after it, and the
-        #: line break after each line
-        self._line: tuple[int, int, str] | None = None
+        #: wrapped base64: the whitespace before its first line, the width of that line
+        #: and of the lines after it, and the line break after each line
+        self._line: tuple[int, int, int, str] | None = None
         #: whether every line is as :attr:`_line` says (:meth:`_lines_hold`, checked once)
         self._held: bool | None = None
         space = _SPACE.search(data, 0, 1 << 17) if isinstance(data, str) else None
         if isinstance(data, str) and space is not None:
-            # the first break in the bounded prefix, however wide the lines (a width
-            # over 128 characters read as invalid base64 when only those were looked at)
-            head = space.start()
-            brk = data[head : head + 2]
-            brk = brk if brk == "\r\n" else brk[:1]
-            if head and len(data) > 1 << 17:  # longer than its prefix
-                # the lines after the first are as wide as the second (a first line of
-                # another width mapped every later line where it is not, and the
-                # payload read as invalid base64 past its prefix)
-                after = head + len(brk)
-                second = _SPACE.search(data, after, 1 << 17)
-                width = head
-                if second is not None and second.start() > after:
-                    width = second.start() - after
-                self._line = (head, width, brk)
+            if len(data) > 1 << 17:  # longer than its prefix
+                self._line = self._lines_of(data)
             data = "".join(data[: 1 << 17].split())  # wrapped base64: a bounded prefix
         self._data = data
+
+    @staticmethod
+    def _lines_of(text: str) -> tuple[int, int, int, str] | None:
+        """The lines of wrapped base64 as its bounded prefix shows them: the whitespace
+        before its first line (a line break or an indent before the base64 left every
+        line unread past the prefix), the first line's width, the width of the lines after
+        it (the second's: a first line of another width put every later line where it
+        is not) and the whitespace after each line (a line break, with the spaces before
+        it if any); ``None`` if no line ends in the prefix."""
+        lead = _BREAK.match(text, 0, 1 << 17)
+        start = lead.end() if lead else 0
+        # the first break in the bounded prefix, however wide the lines (a width over
+        # 128 characters read as invalid base64 when only those were looked at)
+        brk = _BREAK.search(text, start, 1 << 17)
+        if brk is None or len(brk.group()) > 16:  # a run of blanks is no line break
+            return None
+        head = brk.start() - start
+        second = _BREAK.search(text, brk.end(), 1 << 17)
+        width = second.start() - brk.end() if second is not None else head
+        return start, head, width, brk.group()
 
     def read(self, start: int, size: int, *, partial: bool = False) -> bytes | None:
         """``size`` bytes at ``start`` (fewer at the end if ``partial``), or ``None`` past
@@ -209,16 +218,16 @@ class _Bytes:
         assert isinstance(text, str) and self._line is not None
         if not self._lines_hold():
             return None
-        head, width, brk = self._line
+        lead, head, width, brk = self._line
         step = width + len(brk)
         pieces = []
         at = first
         while at < last:
             if at < head:  # the first line
-                col, begin, span = at, 0, head
+                col, begin, span = at, lead, head
             else:
                 line, col = divmod(at - head, width)
-                begin, span = head + len(brk) + line * step, width
+                begin, span = lead + head + len(brk) + line * step, width
             piece = text[begin + col : begin + min(span, col + last - at)]
             pieces.append(piece)
             if len(piece) < min(span - col, last - at):  # the end of the text
@@ -235,12 +244,13 @@ class _Bytes:
         if self._held is None:
             text = self._text
             assert isinstance(text, str) and self._line is not None
-            head, width, brk = self._line
-            step, end = width + len(brk), self._end()
-            breaks = len(range(head, end, step)) * len(brk)
-            where = [text[head + i : end : step] for i in range(len(brk))]
+            lead, head, width, brk = self._line
+            step, end, first = width + len(brk), self._end(), lead + head
+            breaks = len(range(first, end, step)) * len(brk)
+            where = [text[first + i : end : step] for i in range(len(brk))]
             self._held = all(at.count(c) == len(at) for at, c in zip(where, brk, strict=True))
-            self._held = self._held and breaks == sum(text.count(c, 0, end) for c in _BLANKS)
+            blanks = sum(text.count(c, 0, end) for c in _BLANKS)
+            self._held = self._held and lead + breaks == blanks
         return self._held
 
     def _end(self) -> int:

@@ -386,30 +386,37 @@ def moov_after(media: int) -> bytes:
 @given(
     st.one_of(prefixed(), mutated(), st.builds(lambda: (moov_after(200_000), "av"))),
     st.sampled_from([0, 150_000]),
-    st.sampled_from([(76, "\n"), (76, "\r\n"), (64, "\n"), (64, "\r\n"), (200, "\n")]),
+    st.sampled_from([(76, "\n"), (76, "\r\n"), (64, "\n"), (64, "\r\n"), (200, "\n"), (76, " \n")]),
     st.booleans(),
     st.sampled_from([None, 1, 10, 20, 100, 300]),
+    st.sampled_from(["", "\n", "\r\n", "  "]),
 )
 # lines wider than 128 characters: their first break fell past the window the reader
 # looked in, and the payload read as invalid base64 (found by the explore profile)
-@example((moov_after(200_000), "av"), 0, (200, "\n"), False, None)
+@example((moov_after(200_000), "av"), 0, (200, "\n"), False, None, "")
 # a first line narrower than the rest: every later line was looked for where the first
 # line's width put it, and the moov past the prefix read as invalid base64
-@example((moov_after(200_000), "av"), 0, (76, "\n"), False, 20)
+@example((moov_after(200_000), "av"), 0, (76, "\n"), False, 20, "")
+# a line break before the first line, or a space before each break: no line was read
+# past the prefix
+@example((moov_after(200_000), "av"), 0, (76, "\n"), False, None, "\n")
+@example((moov_after(200_000), "av"), 0, (76, " \n"), False, None, "")
 def test_base64_wrapped_in_lines_counts_as_unwrapped(
     payload: tuple[bytes, str],
     padding: int,
     line: tuple[int, str],
     trailing: bool,
     first: int | None,
+    lead: str,
 ) -> None:
     """Base64 wrapped in lines of one width (MIME, PEM), its first line of that width or
-    another, counts what the same base64 unwrapped counts, for any bytes, whatever far
-    into a large payload its reader looks (an MP4's ``moov`` after its media data)."""
+    another, after a line break or an indent or not, counts what the same base64
+    unwrapped counts, for any bytes, whatever far into a large payload its reader looks
+    (an MP4's ``moov`` after its media data)."""
     raw = payload[0] + b"\0" * padding
     text = base64.b64encode(raw).decode("ascii")
     width, brk = line
-    wrapped = brk.join(wrap(text, width, first))
+    wrapped = lead + brk.join(wrap(text, width, first))
     wrapped += brk if trailing else ""
     counts = []
     for body in (text, wrapped):

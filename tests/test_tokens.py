@@ -994,6 +994,33 @@ def test_base64_whose_first_line_is_narrower_counts_as_unwrapped() -> None:
             assert count(brk.join(lines)) == unwrapped, (mime, first, width, brk)
 
 
+def test_wrapped_base64_after_a_line_break_or_with_spaces_before_its_breaks_reads() -> None:
+    """Wrapped base64 that begins with a line break or an indent (as it follows a header
+    or sits in an indented block, each line indented), or whose lines end in a space
+    before their break, was not read past its first 128 kB: an MP4 whose ``moov`` follows its media data counted
+    85 tokens, a variable bit rate MP3 its first frames' rate only. Each counts what the
+    same base64 unwrapped counts."""
+    counter = TokenCounter()
+    small = mp4_video(60, moov_last=True)
+    mdat = struct.pack(">I", 8 + 200_000) + b"mdat" + b"\0" * 200_000
+    moov_last = small[: small.index(b"mdat") - 4] + mdat + small[small.index(b"moov") - 4 :]
+    for mime, data in (("video/mp4", moov_last), ("audio/mpeg", mp3_audio(30, passages=(14, 9)))):
+        text = b64(data)
+        lines = [text[i : i + 76] for i in range(0, len(text), 76)]
+        counts = []
+        for payload in (
+            text,
+            "\n" + "\n".join(lines),
+            "    " + "\n".join(lines),
+            "    " + "\n    ".join(lines) + "\n",
+            " \n".join(lines),
+        ):
+            media_mod._PAYLOAD_READS.clear()
+            block = {"type": mime.partition("/")[0], "base64": payload, "mime_type": mime}
+            counts.append(counter.count_message(HumanMessage([block])))
+        assert counts[0] > 85 + 500 and counts == [counts[0]] * 5, (mime, counts)
+
+
 def test_narrowly_wrapped_base64_reads_the_last_page_of_a_large_ogg(
     enc: tiktoken.Encoding, decoded: list[int]
 ) -> None:
