@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import operator
 import os
+import random
 import sqlite3
 import uuid
 import zlib
@@ -19,12 +20,12 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
-from hypothesis import settings
+from hypothesis import register_random, settings
 from langgraph.store.base import BaseStore, Op, Result, SearchOp
 from langgraph.store.memory import InMemoryStore
 from langgraph.store.sqlite import AsyncSqliteStore, SqliteStore
 
-from langchain_autocontext.messages import seeded_ids
+from langchain_autocontext.messages import _SEEDED_IDS, seeded_ids
 from langchain_autocontext.store import OffloadStore
 
 POSTGRES_ENV = "AUTOCONTEXT_TEST_POSTGRES_URI"
@@ -37,21 +38,58 @@ settings.register_profile("explore", derandomize=False)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
+class _IdsPerExample:
+    """The generator the running test's :func:`seeded_ids` draws from, as hypothesis sees
+    a PRNG it manages (``register_random``): reseeded before every example (the test's
+    ``salt`` mixed in) and restored after, so an example draws the same ids each time
+    hypothesis runs it. Registered once: ``register_random`` collects garbage."""
+
+    rng: random.Random | None = None
+    salt = 0
+
+    def seed(self, seed: int) -> None:
+        if self.rng is not None:
+            self.rng.seed(self.salt ^ seed)
+
+    def getstate(self) -> object:
+        return None if self.rng is None else self.rng.getstate()
+
+    def setstate(self, state: Any) -> None:
+        if self.rng is not None and state is not None:
+            self.rng.setstate(state)
+
+
+_IDS = _IdsPerExample()
+register_random(_IDS)
+
+
 @pytest.fixture(autouse=True)
 def _fixed_package_ids(request: pytest.FixtureRequest) -> Iterator[None]:
     """The package's own ids (offload ids, the ids of what it writes) drawn from a
     sequence fixed per test, for the same reason: an offload id is shown in the context
     and a uuid's token count varies, so a size checked against a budget could pass or
-    fail by the ids a run happened to draw (a CI run failed on one such draw). The
-    "explore" profile leaves them random, as does ``@pytest.mark.random_ids`` (a test
-    that patches ``uuid.uuid4``); tests that vary them on purpose nest their own
-    ``seeded_ids``."""
-    explore = os.environ.get("HYPOTHESIS_PROFILE", "ci") != "ci"
-    if explore or request.node.get_closest_marker("random_ids"):
+    fail by the ids a run happened to draw (a CI run failed on one such draw). In a
+    property test the sequence restarts at every example, so hypothesis replaying an
+    example (to shrink it, or to check it) replays its ids too: a state machine whose
+    draws depend on the context (what it may edit, reload) otherwise fails as "flaky"
+    instead of reporting the example. The "explore" profile salts the sequence at random
+    (``AUTOCONTEXT_TEST_IDS_SALT`` replays a salt; a failure shows the one it ran with);
+    ``@pytest.mark.random_ids`` (a test that patches ``uuid.uuid4``) leaves them random;
+    tests that vary them on purpose nest their own ``seeded_ids``."""
+    if request.node.get_closest_marker("random_ids"):
         yield
         return
-    with seeded_ids(zlib.crc32(request.node.nodeid.encode())):
-        yield
+    if os.environ.get("HYPOTHESIS_PROFILE", "ci") == "ci":
+        salt = zlib.crc32(request.node.nodeid.encode())
+    else:
+        salt = int(os.environ.get("AUTOCONTEXT_TEST_IDS_SALT") or random.getrandbits(32))
+        request.node.add_report_section("call", "ids", f"AUTOCONTEXT_TEST_IDS_SALT={salt}")
+    with seeded_ids(salt):
+        _IDS.rng, _IDS.salt = _SEEDED_IDS.get(), salt
+        try:
+            yield
+        finally:
+            _IDS.rng = None
 
 
 # "sqlite-thread": a sync SqliteStore driven through the async API (run in a worker thread).
