@@ -85,6 +85,7 @@ from langchain_autocontext.strategies.pipeline import (
     PipelineResult,
     Progress,
     adrive,
+    applied,
     developer_pin_tokens,
     drive,
     floor_tokens,
@@ -124,14 +125,16 @@ class CompressionResult:
 
     @property
     def changed(self) -> bool:
-        """True when the working messages differ from the input."""
-        return bool(self.events) or self.ids_assigned
+        """True when the working messages differ from the input (a pass that was
+        dropped, its event saying ``dropped``, changed nothing)."""
+        return bool(applied(self.events)) or self.ids_assigned
 
     @property
     def offload_ids(self) -> list[str]:
-        """The offloads this compression wrote, in order: ``store.reload(thread, id)``
-        returns what each replaced."""
-        return [oid for e in self.events for oid in e.get("offload_ids") or ()]
+        """The offloads behind this compression's replacements, in order:
+        ``store.reload(thread, id)`` returns what each replaced. A dropped pass's
+        offloads, which replaced nothing, are named by its event alone."""
+        return [oid for e in applied(self.events) for oid in e.get("offload_ids") or ()]
 
     def __repr__(self) -> str:  # the default would print every message
         steps = ", ".join(

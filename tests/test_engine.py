@@ -758,6 +758,33 @@ def test_a_pass_that_would_grow_the_context_is_dropped_and_says_so() -> None:
     assert [e.strategy for e in store.list_events("t")] == [e["strategy"] for e in res.events]
 
 
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_compression_whose_only_pass_was_dropped_changed_nothing(mode: str) -> None:
+    """Past ``msg_threshold`` with two tiny messages to evict, the recursive summary
+    would be larger than they are: the pass is dropped and the context is the input.
+    The result said ``changed`` (every surface then wrote the whole context back to the
+    state) and listed the dropped pass's offload in ``offload_ids``, whose docstring
+    says each reloads what it replaced: it replaced nothing. Its event keeps it."""
+    msgs = [
+        SystemMessage("sys", id="s"),
+        HumanMessage("x0", id="h0"),
+        AIMessage("y0", id="a0"),
+        HumanMessage("x1", id="h1"),
+        AIMessage("y1", id="a1"),
+    ]
+    ac, store = make(AutoContextConfig(max_tokens=20_000, msg_threshold=3))
+    if mode == "sync":
+        res = ac.compress(msgs, thread_id="t")
+    else:
+        res = asyncio.run(ac.acompress(msgs, thread_id="t"))
+    assert [e.get("dropped") for e in res.events] == [True]  # the record of what it spent
+    assert [(m.id, m.content) for m in res.messages] == [(m.id, m.content) for m in msgs]
+    assert not res.changed
+    assert res.offload_ids == []
+    assert len(store.list_offloads("t")) == 1  # written, and named by its event alone
+    assert res.events[0]["offload_ids"] == [store.list_offloads("t")[0].offload_id]
+
+
 # --- the pipeline ----------------------------------------------------------------------------
 @pytest.mark.parametrize("steps", [30, 120])
 def test_pipeline_brings_a_coding_run_under_target(steps: int) -> None:

@@ -58,6 +58,7 @@ from langchain_autocontext.tokens import TokenCounter
 __all__ = [
     "PipelineResult",
     "adrive",
+    "applied",
     "default_strategies",
     "developer_pin_tokens",
     "drive",
@@ -130,6 +131,13 @@ class StartOp:
 Progress = Callable[[dict[str, Any]], None]
 
 
+def applied(events: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The events of the passes that changed the messages: a dropped pass's event (one
+    that would have grown the context, :func:`run_pipeline`) records what it spent,
+    its offloads included, and nothing it replaced."""
+    return [e for e in events if not e.get("dropped")]
+
+
 @dataclass
 class PipelineResult:
     """What one pass of the pipeline did."""
@@ -142,7 +150,8 @@ class PipelineResult:
 
     @property
     def changed(self) -> bool:
-        return bool(self.events)
+        """A pass changed the messages (not one that was dropped)."""
+        return bool(applied(self.events))
 
 
 Pipeline = Generator[OffloadOp | SummarizeOp | EventOp | StartOp, Any, PipelineResult]
