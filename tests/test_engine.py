@@ -211,6 +211,40 @@ def test_the_summarizer_reads_the_calls_whose_arguments_did_not_parse(long_args:
     assert answered <= called
 
 
+def test_a_plan_tool_call_that_did_not_parse_is_no_plan_update_in_a_tool_run() -> None:
+    """A run of tool calls reads a plan tool's call as one line, "updated its plan
+    notes", its result left out. A ``write_todos`` call whose arguments did not parse
+    updated nothing (its result is an error), yet it was read that way too, the error
+    left out: the summary told the model its plan was updated. It is read as the
+    failed call it is, with its error."""
+    cfg = AutoContextConfig(
+        max_tokens=8_000, last_keep=2, min_consecutive_tool_messages=2, target_ratio=0.1
+    )
+    reader = _ReadingSummarizer()
+    ac = AutoContext(
+        cfg,
+        store=OffloadStore(InMemoryStore()),
+        strategies=[ToolRunCompression()],
+        summarizer=reader,
+    )
+    bad = {"type": "invalid_tool_call", "id": "bad", "name": "write_todos", "error": "json"}
+    msgs: list[BaseMessage] = [SystemMessage("s", id=uid()), HumanMessage("task", id=uid())]
+    msgs += tool_group("write_todos", {"todos": ["the plan"]}, ["ok"])  # kept: the plan note
+    msgs += tool_group("bash", {"command": "ls"}, [log_text(40)])
+    msgs += [
+        AIMessage("", id=uid(), invalid_tool_calls=[{**bad, "args": '{"todos": [BROKEN'}]),
+        ToolMessage("Error: PLAN-NOT-SAVED, invalid JSON", tool_call_id="bad", id=uid()),
+    ]
+    msgs += tool_group("bash", {"command": "cat a.py"}, [log_text(40)])
+    msgs += [*tool_group("bash", {"command": "ls"}, [log_text(40)]), AIMessage("done", id=uid())]
+    res = ac.compress(msgs, thread_id="t", force=True)
+    assert any((marker(m) or {}).get("kind") == "tool_run" for m in res.messages)
+    assert not [m for m in reader.read if "updated its plan notes" in text_of(m)]
+    failed = [m for m in reader.read if isinstance(m, AIMessage) and m.invalid_tool_calls]
+    assert [c["name"] for m in failed for c in m.invalid_tool_calls] == ["write_todos"]
+    assert any("PLAN-NOT-SAVED" in text_of(m) for m in reader.read)
+
+
 def _planning_thread(rounds: int) -> tuple[list[BaseMessage], list[BaseMessage]]:
     """A thread whose agent rewrote its todo list (a large one, ``write_todos``'s result
     repeating it as ``TodoListMiddleware``'s does) among long tool outputs; with

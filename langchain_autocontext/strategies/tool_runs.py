@@ -69,7 +69,10 @@ class ToolRunCompression:
             calls_made = tool_calls_of(m)
             if calls_made:
                 names += [tc["name"] for tc in calls_made]
-                if all(tc["name"] in plan_tools for tc in calls_made):
+                # a plan tool's call whose arguments did not parse updated nothing (its
+                # result is an error): read as the failed call it is, error and all
+                parsed = isinstance(m, AIMessage) and not m.invalid_tool_calls
+                if parsed and all(tc["name"] in plan_tools for tc in calls_made):
                     skip_results.update(tool_call_ids(m))
                     listed = ", ".join(sorted({tc["name"] for tc in calls_made}))
                     shown.append(AIMessage(content=f"(updated its plan notes with {listed})"))
