@@ -456,14 +456,20 @@ def _edit_result(call: _Call, edit: Edit) -> tuple[Command | None, list[BaseMess
     return None, edit.originals
 
 
+def _copies_note(offload_ids: Sequence[str]) -> str:
+    """What an answer adds to name the offloads of the edited working copies an edit or a
+    restore kept (:meth:`~langchain_autocontext.engine.ContextEngine.keep_edited`)."""
+    if not offload_ids:
+        return ""
+    refs = ", ".join(f'reload_offloaded(offload_id="{offload_ref(oid)}")' for oid in offload_ids)
+    return f" The text it had, edited since the history kept it, is offloaded: {refs}."
+
+
 def _with_copies(edit: Edit, offload_ids: Sequence[str]) -> Edit:
-    """The edit's answer, naming the offloads of the edited working copies it kept
-    (:meth:`~langchain_autocontext.engine.ContextEngine.keep_edited`)."""
+    """The edit's answer, naming the offloads of the edited working copies it kept."""
     if not offload_ids:
         return edit
-    refs = ", ".join(f'reload_offloaded(offload_id="{offload_ref(oid)}")' for oid in offload_ids)
-    note = f" The text it had, edited since the history kept it, is offloaded: {refs}."
-    return dataclasses.replace(edit, text=edit.text + note)
+    return dataclasses.replace(edit, text=edit.text + _copies_note(offload_ids))
 
 
 def _structured(func: Any, coroutine: Any, name: str, schema: type[BaseModel]) -> StructuredTool:
@@ -701,6 +707,17 @@ def _restore_plan(
     return [*msgs[:i], *back, *msgs[i + 1 :]], True, ""
 
 
+@dataclasses.dataclass(frozen=True)
+class _Restored:
+    """A restore ``reload_offloaded`` will apply: its answer, the updates, its event and
+    the working copies it replaces (kept first when the history does not hold them)."""
+
+    text: str
+    updates: list[Any]
+    event: dict[str, Any]
+    replaced: list[BaseMessage]
+
+
 #: What the model can do when ``reload_offloaded`` finds nothing under the id it passed.
 _MODEL_RELOAD_ADVICE = (
     "Use an offload id exactly as it appears in the context (for example "
@@ -720,7 +737,8 @@ def _reload_tool(engine: ContextEngine) -> StructuredTool:
         restore: bool,
         record: OffloadRecord | None,
         entry: Any,
-    ) -> tuple[Command, dict[str, Any] | None]:
+    ) -> Command | _Restored:
+        """The answer, or the restore to apply."""
         entry_msg = entry.message if entry is not None else None
         seq = entry.seq if entry is not None else None
         full = _render_record(record, entry_msg, seq)
@@ -728,11 +746,11 @@ def _reload_tool(engine: ContextEngine) -> StructuredTool:
         if offset > len(full):
             return call.error(
                 f"offset {offset} is past the end: the content has {len(full):,} characters."
-            ), None
+            )
         note = ""
         if restore:
             if offset:
-                return call.error("restore=true reads from the start: pass offset=0."), None
+                return call.error("restore=true reads from the start: pass offset=0.")
             if entry is not None and entry.version_of is not None:  # back under the working id
                 entry_msg = entry.message.model_copy(update={"id": entry.version_of})
             new, rewrite, why = _restore_plan(call, record, entry_msg)
@@ -791,7 +809,7 @@ def _reload_tool(engine: ContextEngine) -> StructuredTool:
                 if claimed & set(event["message_ids"]):
                     return call.error(
                         "Those messages are already edited by an earlier call of this turn."
-                    ), None
+                    )
                 if rewrite:
                     updates: list[Any] = [remove_all(), *new]
                 else:
@@ -800,7 +818,9 @@ def _reload_tool(engine: ContextEngine) -> StructuredTool:
                     f"Restored {count} original message(s) of {ref} into your context, where "
                     "their summary or preview was; read them there."
                 )
-                return call.reply(text, updates=updates), event
+                ids = set(event["message_ids"])
+                replaced = [m for m in call.messages if str(m.id) in ids]
+                return _Restored(text, updates, event, replaced)
             note = f"\n[not restored: {why}]"
         # What fits before the next model call would compress: a larger result would be
         # offloaded again before the model reads it. The note, the tool message's own
@@ -814,7 +834,7 @@ def _reload_tool(engine: ContextEngine) -> StructuredTool:
                 f"Your context is too full to show it: {used:,} tokens, and compression starts "
                 f"at {call.trigger_tokens:,}. Make room first (delete_message, or shorten "
                 "messages with update_message), or find the part you need with search_history."
-            ), None
+            )
         part, next_offset = _cut(engine, full, offset, budget)
         if next_offset is not None:
             note = (
@@ -824,7 +844,10 @@ def _reload_tool(engine: ContextEngine) -> StructuredTool:
             )
         elif offset:
             note = f"\n[characters {offset:,}-{len(full):,} of {len(full):,}: the end]" + note
-        return call.reply(part + note), None
+        return call.reply(part + note)
+
+    def restored(call: _Call, restore: _Restored, copies: Sequence[str]) -> Command:
+        return call.reply(restore.text + _copies_note(copies), updates=restore.updates)
 
     def in_view(call: _Call, exc: AmbiguousOffloadRefError) -> str | None:
         """Of the offloads a shortened id starts, the one the context shows (the
@@ -905,10 +928,14 @@ def _reload_tool(engine: ContextEngine) -> StructuredTool:
             return call.error(lookup_error(ref))
         if needs_room(call, ref, offset, restore, record, entry):
             call.compress_first()
-        cmd, event = respond(call, ref, offset, restore, record, entry)
-        if event is not None:
-            call.store.record_event(call.thread_id, event)
-        return cmd
+        out = respond(call, ref, offset, restore, record, entry)
+        if isinstance(out, Command):
+            return out
+        # the working copies it replaces, when the history does not hold them (the
+        # model's own update of the message): offloaded first, as before an edit
+        copies = engine.keep_edited(out.replaced, thread_id=call.thread_id, store=call.store)
+        call.store.record_event(call.thread_id, out.event)
+        return restored(call, out, copies)
 
     async def areload_offloaded(
         offload_id: str, runtime: ToolRuntime, offset: int = 0, restore: bool = False
@@ -927,10 +954,12 @@ def _reload_tool(engine: ContextEngine) -> StructuredTool:
             return call.error(lookup_error(ref))
         if needs_room(call, ref, offset, restore, record, entry):
             await call.acompress_first()
-        cmd, event = respond(call, ref, offset, restore, record, entry)
-        if event is not None:
-            await call.store.arecord_event(call.thread_id, event)
-        return cmd
+        out = respond(call, ref, offset, restore, record, entry)
+        if isinstance(out, Command):
+            return out
+        copies = await engine.akeep_edited(out.replaced, thread_id=call.thread_id, store=call.store)
+        await call.store.arecord_event(call.thread_id, out.event)
+        return restored(call, out, copies)
 
     return StructuredTool.from_function(
         func=reload_offloaded,

@@ -51,6 +51,7 @@ from langchain_autocontext import (
 from langchain_autocontext.history import surface_namespace
 from langchain_autocontext.messages import find_violations, text_of
 from langchain_autocontext.search import search_history
+from langchain_autocontext.store import offload_ref
 from langchain_autocontext.strategies.base import summary_offload_ids
 from langchain_autocontext.view import NOTICE_ID, OPENER_ID
 
@@ -488,6 +489,37 @@ def test_a_context_edit_the_history_does_not_hold_is_offloaded_before_a_delete()
     (event,) = [e for e in ost.list_events("t") if e.strategy == "edited_copy"]
     (record,) = [ost.reload("t", oid) for oid in event.data["offload_ids"]]
     assert [m.content for m in record.messages] == ["GREENFINCH"]
+
+
+def test_a_context_edit_the_history_does_not_hold_is_offloaded_before_a_restore() -> None:
+    """A restore by message id puts the history's original back in place of the model's
+    own update: the updated text is offloaded first (``edited_copy``), as before a delete
+    or a second update; the restore dropped it, and nothing held it any more."""
+    store = InMemoryStore()
+    ac = AutoContext(CFG.model_copy(update={"metadata_tags": True}))
+    answers: list[str] = []
+
+    def reply(messages: list[BaseMessage], n: int) -> AIMessage:
+        if n == 1:
+            return call("update_message", {"message_id": "note-5", "content": "GREENFINCH"}, n)
+        if n == 3:
+            return call("reload_offloaded", {"offload_id": "note-5", "restore": True}, n)
+        if n == 4:
+            answers.append(text_of(messages[-1]))
+        return AIMessage("noted")
+
+    graph = agent(ReplyModel(reply=reply), ac, store)
+    graph.invoke({"messages": [HumanMessage("codename REDFOX", id="note-5")]}, THREAD)
+    graph.invoke({"messages": [HumanMessage("rename the codename")]}, THREAD)
+    graph.invoke({"messages": [HumanMessage("restore the codename")]}, THREAD)
+    (working,) = [m for m in graph.get_state(THREAD).values["messages"] if m.id == "note-5"]
+    assert working.content == "codename REDFOX", answers
+    ost = OffloadStore.wrap(store)
+    (event,) = [e for e in ost.list_events("t") if e.strategy == "edited_copy"]
+    assert event.data["message_ids"] == ["note-5"]
+    (oid,) = event.data["offload_ids"]
+    assert [m.content for m in ost.reload("t", oid).messages] == ["GREENFINCH"]
+    assert "Restored" in answers[0] and offload_ref(oid) in answers[0], answers
 
 
 def test_a_developer_edit_of_a_message_the_model_updated_is_kept_as_a_version() -> None:
