@@ -9,8 +9,13 @@ user turns and ordinary tool calls. After every step:
 - ``find_violations`` is empty, the system message is first and unchanged, the
   latest user message is still there;
 - the working context respects its limit;
-- and at the end every message that ever was in the state (except the package's
-  own summaries) is in the thread's history store, unchanged.
+- and at the end the history store keeps what the docs promise (docs/self-management.md):
+  every message that ever entered the state (except the package's own summaries) under
+  its id, once, with its first content (a reply as the model wrote it, copied metadata
+  tags aside); a user's edit in a fork as a later version ``<id>~<digest>`` of that id;
+  the model's own edits as no version at all; and every text the state ever held under
+  an id (the model's edited copies included) is still readable: in the history, an
+  offload, or the state.
 
 A second, smaller property runs random programs through a real ``create_react_agent``.
 """
@@ -31,7 +36,14 @@ from langgraph.store.memory import InMemoryStore
 from langgraph.types import Command
 
 from langchain_autocontext import AutoContext, AutoContextConfig
-from langchain_autocontext.messages import find_violations, latest_user_index, marker, new_id
+from langchain_autocontext.messages import (
+    find_violations,
+    is_context_edit,
+    latest_user_index,
+    marker,
+    new_id,
+)
+from langchain_autocontext.metadata import strip_message_tags
 from langchain_autocontext.store import OffloadStore
 
 CFG = AutoContextConfig(
@@ -62,6 +74,9 @@ class World:
         self.messages: list[BaseMessage] = []
         self.ac_state: dict[str, Any] = {}
         self.seen: dict[str, BaseMessage] = {}
+        # every (id, type, content) the state held, and the user's edits made in a fork
+        self.held: dict[tuple[str, str, str], BaseMessage] = {}
+        self.forks: list[BaseMessage] = []
         self.system = SystemMessage("You are tested.", id="sys")
         self.apply([self.system, HumanMessage("first task", id=new_id())])
 
@@ -69,8 +84,9 @@ class World:
     def apply(self, update: list[BaseMessage]) -> None:
         self.messages = add_messages(self.messages, update)
         for m in self.messages:
-            if m.id and marker(m) is None and m.id not in self.seen:
-                self.seen[m.id] = m
+            if m.id and marker(m) is None:
+                self.seen.setdefault(m.id, m)
+                self.held.setdefault((m.id, m.type, str(m.content)), m)
 
     def ids(self) -> list[str]:
         return [str(m.id) for m in self.messages]
@@ -192,6 +208,27 @@ class World:
     def step_user(self) -> None:
         self.apply([HumanMessage(f"task {self.rng.randint(0, 99)}", id=new_id())])
 
+    def step_fork(self) -> None:
+        """A user's edit in a fork (``graph.update_state`` with a message's id, which
+        ``add_messages`` applies as a replacement) of a user message or a plain reply. A
+        fork starts from a checkpoint the package has been through, so the edited content
+        is one the history holds (the package cannot keep what it was never shown)."""
+        history = OffloadStore.wrap(self.store).iter_history(THREAD)
+        archived = {(e.version_of or e.id, str(e.message.content)) for e in history}
+        editable = [
+            m
+            for m in self.messages
+            if m.id != "sys"
+            and marker(m) is None
+            and (m.id, str(m.content)) in archived
+            and (isinstance(m, HumanMessage) or (isinstance(m, AIMessage) and not m.tool_calls))
+        ]
+        if editable:
+            m = self.rng.choice(editable)
+            edit = type(m)(f"edited by the user {self.rng.randint(0, 9)}", id=m.id)
+            self.forks.append(edit)
+            self.apply([edit])
+
     def step_work(self) -> None:
         cid = new_id()
         size = self.rng.choice([3, 30, 60])
@@ -223,7 +260,70 @@ def check(world: World, latest_user_before: str | None, new_user: bool) -> None:
     assert len(world.ac_state.get("working_context", "")) <= CFG.working_context_max_chars
 
 
-STEPS = ["tools", "tools", "tools", "xml", "xml", "compress", "compress", "user", "work", "work"]
+STEPS = [
+    *["tools", "tools", "tools", "xml", "xml", "compress", "compress", "user", "work", "work"],
+    "fork",
+]
+
+
+def as_archived(message: BaseMessage) -> BaseMessage:
+    """What the history holds of an original: a reply without the tags the model copied."""
+    return strip_message_tags(message) if isinstance(message, AIMessage) else message
+
+
+def same(a: BaseMessage, b: BaseMessage) -> bool:
+    """Same type, content, tool calls and tool call id."""
+    return (
+        a.type,
+        a.content,
+        getattr(a, "tool_calls", None),
+        getattr(a, "tool_call_id", None),
+    ) == (
+        b.type,
+        b.content,
+        getattr(b, "tool_calls", None),
+        getattr(b, "tool_call_id", None),
+    )
+
+
+def check_history(world: World) -> None:
+    ws = OffloadStore.wrap(world.store)
+    entries = list(ws.iter_history(THREAD))
+    keys = [e.id for e in entries]
+    assert len(keys) == len(set(keys)), "the history holds a key twice"
+    history = {e.id: e for e in entries}
+    # every original, once, under its id, with its first content
+    for mid, original in world.seen.items():
+        assert mid in history, f"original {mid} ({original.type}) is not in the history"
+        entry = history[mid]
+        assert entry.version_of is None
+        assert same(entry.message, as_archived(original)), (mid, entry.message, original)
+    # later versions: the user's edits in a fork, each once; the model's edits are none
+    forks = {(str(f.id), f.type, str(f.content)) for f in world.forks}
+    for entry in entries:
+        if entry.version_of is None:
+            assert entry.id in world.seen, f"{entry.id} in the history was never in the state"
+        else:
+            assert entry.id.startswith(f"{entry.version_of}~")
+            m = entry.message
+            assert (entry.version_of, m.type, str(m.content)) in forks, (
+                f"a version not made by the user: {entry.id} {m.content!r}"
+            )
+    versions = {(e.version_of, e.message.type, str(e.message.content)) for e in entries}
+    for key in forks:
+        assert key in versions or history[key[0]].message.content == key[2], (
+            f"the user's edit {key} is not in the history"
+        )
+    # every text the state ever held under an id is still readable somewhere
+    readable = {(e.version_of or e.id, e.message.type, str(e.message.content)) for e in entries}
+    for record in ws.list_offloads(THREAD):
+        readable |= {(str(m.id), m.type, str(m.content)) for m in record.messages}
+    readable |= {(str(m.id), m.type, str(m.content)) for m in world.messages}
+    for (mid, kind, content), m in world.held.items():
+        shown = (mid, kind, str(as_archived(m).content))
+        assert (mid, kind, content) in readable or shown in readable, (
+            f"{kind} {mid} held {content!r} (context edit: {is_context_edit(m)}), now lost"
+        )
 
 
 @settings(
@@ -245,10 +345,7 @@ def test_random_programs_keep_the_state_valid_and_lose_nothing(
         getattr(world, f"step_{step}")()
         check(world, before, new_user=step in ("user", "xml"))
     world.step_compress()  # the next model call archives whatever is new
-    history = {e.id: e.message for e in OffloadStore.wrap(world.store).iter_history(THREAD)}
-    for mid, original in world.seen.items():
-        assert mid in history, f"original {mid} ({original.type}) is not in the history"
-        assert history[mid].content == original.content or history[mid].type == original.type
+    check_history(world)
 
 
 # --- the same through a real agent ------------------------------------------------------------------
@@ -295,7 +392,9 @@ def test_random_agents_through_create_react_agent(seed: int, turns: int) -> None
         assert ac.counter.count(sent, ac.count_tools) <= CFG.max_tokens
     ws = OffloadStore.wrap(store)
     ac.compress(out["messages"], thread_id="agent", state=out.get("autocontext"))
-    history = {e.id for e in ws.iter_history("agent")}
+    history = {e.id: e.message for e in ws.iter_history("agent")}
     for m in out["messages"]:
         if marker(m) is None:
             assert m.id in history
+            if not is_context_edit(m):  # the state holds the original: the history too
+                assert same(history[str(m.id)], m), (m, history[str(m.id)])
