@@ -10,7 +10,8 @@ the same checkpointer and store: a restart). After every turn:
 * every request the model received counts at most ``max_tokens`` with the tool
   schemas it was bound with, and is a valid sequence;
 * every message that ever was in the agent's state (but the package's own
-  replacements) is in the thread's history store.
+  replacements) is in the thread's history store, under its id, with the content it
+  had there (the model's own edits aside: the history keeps the original).
 
 ``benchmarks/adversarial.py`` runs the same machine much longer and reports.
 """
@@ -33,7 +34,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.memory import InMemoryStore
 
 from langchain_autocontext import AutoContext, AutoContextConfig
-from langchain_autocontext.messages import find_violations, marker, text_of
+from langchain_autocontext.messages import find_violations, is_rewrite, marker, text_of
 
 CFG = AutoContextConfig(
     max_tokens=6_000,
@@ -169,6 +170,8 @@ class AgentMachine(RuleBasedStateMachine):
         self.plan: list[tuple] = []
         self.model = FuzzModel(respond=self.respond)
         self.ever: set[str] = set()
+        #: (type, content) of each message the state held as it came (not rewritten)
+        self.as_held: dict[str, tuple[str, Any]] = {}
         self.checked = 0
         self.config = CFG
         self.build()
@@ -209,6 +212,9 @@ class AgentMachine(RuleBasedStateMachine):
         self.ever.update(
             str(m.id) for m in out["messages"] if m.id and not (marker(m) or {}).get("kind")
         )
+        for m in out["messages"]:
+            if m.id and not is_rewrite(m):
+                self.as_held.setdefault(str(m.id), (m.type, m.content))
 
     @rule()
     def restart(self) -> None:
@@ -229,9 +235,12 @@ class AgentMachine(RuleBasedStateMachine):
     def every_original_is_in_the_store(self) -> None:
         if not self.ever:
             return
-        history = {e.id for e in self.ac.resolve_store(self.store).iter_history("fuzz-agent")}
-        missing = self.ever - history
+        entries = self.ac.resolve_store(self.store).iter_history("fuzz-agent")
+        history = {e.id: (e.message.type, e.message.content) for e in entries}
+        missing = self.ever - set(history)
         assert not missing, sorted(missing)[:5]
+        changed = {mid for mid, held in self.as_held.items() if history[mid] != held}
+        assert not changed, [(mid, history[mid], self.as_held[mid]) for mid in sorted(changed)[:3]]
 
     def teardown(self) -> None:
         events = self.ac.resolve_store(self.store).list_events("fuzz-agent")
