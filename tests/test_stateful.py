@@ -12,7 +12,8 @@ After every step:
   and count at most ``max_tokens``;
 * the system message is first and unchanged; the latest user message is kept;
 * no loss: every original ever appended is in the history store with its
-  original content, and every offload the context names reloads.
+  original content, and every offload the context names reloads what the working
+  messages held (an original, or the model's edit of one) under the ids it names.
 """
 
 from __future__ import annotations
@@ -75,6 +76,8 @@ class ContextMachine(RuleBasedStateMachine):
         self.conn: sqlite3.Connection | None = None
         self.working: list[BaseMessage] = []
         self.originals: dict[str, tuple[str, Any]] = {}
+        #: (id, type, content) of every message the working list held, edits included
+        self.held: set[tuple[str, str, str]] = set()
         self.latest_user: str | None = None
         self.n = 0
         self.open()
@@ -103,6 +106,9 @@ class ContextMachine(RuleBasedStateMachine):
         self.compress()
 
     def compress(self, force: bool = False) -> None:
+        self.held.update(
+            (str(m.id), m.type, repr(m.content)) for m in self.working if marker(m) is None
+        )
         res = self.ac.compress(self.working, thread_id=THREAD, force=force)
         self.working = res.messages
 
@@ -114,6 +120,14 @@ class ContextMachine(RuleBasedStateMachine):
                 found.add(info["offload_id"])
             found.update(OFFLOAD_ID.findall(text_of(m)))
         return found
+
+    def check_offload(self, oid: str) -> None:
+        """The offload reloads the messages it replaced, as the working list held them."""
+        record = self.store.reload(THREAD, oid)
+        assert record.messages
+        for m in record.messages:
+            if marker(m) is None:  # an original, or an edit of one (not a summary it absorbed)
+                assert (str(m.id), m.type, repr(m.content)) in self.held, (oid, m)
 
     def editable(self) -> list[str]:
         return [
@@ -190,12 +204,7 @@ class ContextMachine(RuleBasedStateMachine):
     @precondition(lambda self: bool(self.offloads_shown()))
     @rule(data=st.data())
     def reload(self, data: st.DataObject) -> None:
-        oid = data.draw(st.sampled_from(sorted(self.offloads_shown())))
-        record = self.store.reload(THREAD, oid)
-        assert record.messages
-        for m in record.messages:
-            if marker(m) is None:  # an original (or an edit of one): its id is in history
-                assert m.id in self.originals
+        self.check_offload(data.draw(st.sampled_from(sorted(self.offloads_shown()))))
 
     @rule(word=st.sampled_from(WORDS))
     def search(self, word: str) -> None:
@@ -237,7 +246,7 @@ class ContextMachine(RuleBasedStateMachine):
             assert mid in history, f"original {mid} is not in the history"
             assert history[mid].type == kind and history[mid].content == content
         for oid in self.offloads_shown():
-            assert self.store.reload(THREAD, oid).messages
+            self.check_offload(oid)
 
 
 TestContextMachine = ContextMachine.TestCase
