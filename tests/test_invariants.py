@@ -10,8 +10,9 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langgraph.store.memory import InMemoryStore
 
 from langchain_autocontext import AutoContext, AutoContextConfig, ContextBudgetError
-from langchain_autocontext.messages import find_violations, latest_user_index
+from langchain_autocontext.messages import find_violations, latest_user_index, marker
 from langchain_autocontext.store import OffloadStore
+from langchain_autocontext.strategies.base import KIND_RECURSIVE
 from langchain_autocontext.strategies.pipeline import minimal_context
 
 OFFLOAD_ID = re.compile(r'offload_id="([0-9a-f-]{8,36})"')
@@ -131,10 +132,34 @@ def test_invariants_hold_after_compression(msgs, max_tokens, last_keep, threshol
         assert next(m for m in sent if m.id == msgs[lu].id).content == msgs[lu].content
     history = {e.id: e.message for e in store.iter_history("t")}
     for m in msgs:
-        assert history[m.id].content == m.content
-    for m in sent:
-        for oid in OFFLOAD_ID.findall(str(m.content)):
-            assert store.reload("t", oid).messages
+        assert history[m.id].type == m.type and history[m.id].content == m.content
+    # every offload the context names holds originals as they were (or a summary that
+    # names its own offload), and they reach every original the context no longer holds
+    originals = {m.id: m for m in msgs}
+    todo = [oid for m in sent for oid in OFFLOAD_ID.findall(str(m.content))]
+    todo += [info["offload_id"] for m in sent if (info := marker(m)) and info.get("offload_id")]
+    reached: set[str | None] = set()
+    done: set[str] = set()
+    while todo:
+        oid = todo.pop()
+        if oid in done:
+            continue
+        done.add(oid)
+        record = store.reload("t", oid)
+        assert record.messages
+        for held in record.messages:
+            info = marker(held)
+            if info is None:
+                m = originals[held.id]
+                assert (held.type, held.content) == (m.type, m.content), (oid, held.id)
+                reached.add(held.id)
+            else:
+                todo.append(info["offload_id"])
+    in_context = {m.id for m in sent if marker(m) is None}
+    unreachable = [m.id for m in msgs if m.id not in in_context | reached]
+    if unreachable:  # only the last resort drops the recursive summary of evicted messages
+        assert "fifo" in {e["strategy"] for e in res.events}, unreachable
+        assert not any((marker(m) or {}).get("kind") == KIND_RECURSIVE for m in sent)
 
 
 def _incompressible_tail(msgs, ac) -> int:
