@@ -162,12 +162,9 @@ class _ReadingSummarizer(ExtractiveSummarizer):
         return super().summarize(request)
 
 
-@pytest.mark.parametrize("long_args", [False, True])
-def test_the_summarizer_reads_the_calls_whose_arguments_did_not_parse(long_args: bool) -> None:
-    """An assistant turn with a valid call and one whose arguments did not parse: the
-    summarizer read the valid call alone (the malformed one dropped when the valid
-    call's long arguments were shortened, or when the call ids were renamed), and the
-    malformed call's result then answered a call it never saw."""
+def _tool_runs_read_by() -> tuple[AutoContext, _ReadingSummarizer]:
+    """An AutoContext that only compresses tool runs, and the summarizer that records
+    what it reads."""
     cfg = AutoContextConfig(
         max_tokens=8_000, last_keep=2, min_consecutive_tool_messages=2, target_ratio=0.1
     )
@@ -178,6 +175,16 @@ def test_the_summarizer_reads_the_calls_whose_arguments_did_not_parse(long_args:
         strategies=[ToolRunCompression()],
         summarizer=reader,
     )
+    return ac, reader
+
+
+@pytest.mark.parametrize("long_args", [False, True])
+def test_the_summarizer_reads_the_calls_whose_arguments_did_not_parse(long_args: bool) -> None:
+    """An assistant turn with a valid call and one whose arguments did not parse: the
+    summarizer read the valid call alone (the malformed one dropped when the valid
+    call's long arguments were shortened, or when the call ids were renamed), and the
+    malformed call's result then answered a call it never saw."""
+    ac, reader = _tool_runs_read_by()
     content = ("x = 1\n" * 400) if long_args else "x = 1"
     msgs: list[BaseMessage] = [SystemMessage("s", id=uid()), HumanMessage("task", id=uid())]
     for k in range(3):
@@ -217,16 +224,7 @@ def test_a_plan_tool_call_that_did_not_parse_is_no_plan_update_in_a_tool_run() -
     updated nothing (its result is an error), yet it was read that way too, the error
     left out: the summary told the model its plan was updated. It is read as the
     failed call it is, with its error."""
-    cfg = AutoContextConfig(
-        max_tokens=8_000, last_keep=2, min_consecutive_tool_messages=2, target_ratio=0.1
-    )
-    reader = _ReadingSummarizer()
-    ac = AutoContext(
-        cfg,
-        store=OffloadStore(InMemoryStore()),
-        strategies=[ToolRunCompression()],
-        summarizer=reader,
-    )
+    ac, reader = _tool_runs_read_by()
     bad = {"type": "invalid_tool_call", "id": "bad", "name": "write_todos", "error": "json"}
     msgs: list[BaseMessage] = [SystemMessage("s", id=uid()), HumanMessage("task", id=uid())]
     msgs += tool_group("write_todos", {"todos": ["the plan"]}, ["ok"])  # kept: the plan note
