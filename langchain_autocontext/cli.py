@@ -528,7 +528,8 @@ def _run(args: argparse.Namespace, setup: _Setup) -> list[ReplayReport]:
         for k, (trajectory, n) in enumerate(zip(setup.trajectories, calls, strict=True), 1):
             progress.start(k, trajectory, n)
             store = OffloadStore.wrap(new_store(), prefix=setup.config.store_prefix)
-            seed = _append_seed(args.seed, store, trajectory.id) if args.append else None
+            derived = _append_seed(args.seed, store, trajectory.id) if args.append else None
+            seed = args.seed if derived is None else derived
             try:
                 ac = AutoContext(
                     setup.config, setup.summarizer, store=store, token_counter=setup.counter
@@ -538,9 +539,9 @@ def _run(args: argparse.Namespace, setup: _Setup) -> list[ReplayReport]:
                     ac,
                     on_call=progress.call,
                     compare=args.compare,
-                    seed=args.seed if seed is None else seed,
+                    seed=seed,
                 )
-                if seed is not None:
+                if derived is not None:
                     report.notes.append(
                         f"its thread already held a replay: its ids were drawn with seed {seed} "
                         f"(derived from --seed {args.seed}; a fresh store gives the same figures "
@@ -554,6 +555,7 @@ def _run(args: argparse.Namespace, setup: _Setup) -> list[ReplayReport]:
                     _one_line(exc),
                     str(getattr(setup.summarizer, "name", type(setup.summarizer).__name__)),
                 )
+                report.seed = seed  # the seed its ids would have been drawn with
             except (ValueError, TypeError) as exc:  # a message the store or view cannot take
                 raise CliError(f"{trajectory.id}: cannot replay ({_one_line(exc)})") from None
             reports.append(report)

@@ -728,6 +728,10 @@ class ReplayReport:
     """Merged: the lowest and highest ``target_tokens``."""
     notes: list[str] = field(default_factory=list)
     """Warnings about the input (entries skipped, nothing to replay …)."""
+    seed: int | None = None
+    """The seed the package's ids were drawn with (:func:`replay`'s ``seed``: the same
+    seed gives the same report for the same input); ``None`` for random ids. Merged: the
+    trajectories' seed when they share one, else ``None``."""
 
     def __repr__(self) -> str:  # the default printed every call and event (~840 KB merged)
         failed = f", failed={self.failed}" if self.failed else ""
@@ -894,6 +898,7 @@ class ReplayReport:
             "overhead_ms_p50": round(median(self.overheads) * 1000, 3),
             "overhead_ms_p99": round(percentile(self.overheads, 0.99) * 1000, 3),
             "ok": self.ok,
+            "seed": self.seed,
         }
         if self.trigger_range is not None and self.target_range is not None:
             out["trigger_tokens_range"] = list(self.trigger_range)
@@ -959,6 +964,7 @@ def merge_reports(reports: Sequence[ReplayReport], trajectory_id: str = "total")
         trigger_range=(min(t[0] for t in triggers), max(t[1] for t in triggers)),
         target_range=(min(t[0] for t in targets), max(t[1] for t in targets)),
         notes=[f"{r.trajectory_id}: {n}" for r in reports for n in r.notes],
+        seed=seeds.pop() if len(seeds := {r.seed for r in reports}) == 1 else None,
     )
 
 
@@ -1198,7 +1204,9 @@ def replay(
             record = run.record(call_index, point, result, call, time.perf_counter() - started)
             if on_call is not None:
                 on_call(record)
-        return run.report(st, thread)
+        report = run.report(st, thread)
+    report.seed = seed
+    return report
 
 
 async def areplay(
@@ -1226,7 +1234,9 @@ async def areplay(
             record = run.record(call_index, point, result, call, time.perf_counter() - started)
             if on_call is not None:
                 on_call(record)
-        return await run.areport(st, thread)
+        report = await run.areport(st, thread)
+    report.seed = seed
+    return report
 
 
 def iter_reports(

@@ -314,6 +314,13 @@ def test_sqlite_store_used_twice_is_refused_unless_append(
         return {k: v for k, v in total.items() if "_ms" not in k and k != "notes"}
 
     assert figures("appended.json") == figures("fresh.json")
+    # The JSON says which seed each trajectory's ids came from: the top-level "seed" is
+    # the --seed passed, the trajectory's entry (and the total of one) the derived one.
+    appended = json.loads((tmp_path / "appended.json").read_text())
+    assert appended["seed"] == 0
+    assert appended["trajectories"][0]["seed"] == appended["total"]["seed"] == int(seed)
+    fresh_report = json.loads((tmp_path / "fresh.json").read_text())
+    assert fresh_report["seed"] == fresh_report["trajectories"][0]["seed"] == int(seed)
 
 
 @pytest.mark.parametrize(
