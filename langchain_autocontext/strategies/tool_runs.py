@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from langchain_core.messages import AIMessage, BaseMessage
 
-from langchain_autocontext.messages import atomic_groups, marker, tool_call_ids
+from langchain_autocontext.messages import atomic_groups, marker, text_of, tool_call_ids
 from langchain_autocontext.strategies.base import (
     KIND_TOOL_RUN,
     Job,
@@ -27,7 +27,10 @@ class ToolRunCompression:
 
     A run is a maximal sequence of complete tool-call groups (an AI message with
     tool calls plus its results) inside history. Plan-note tools (todo lists) are
-    passed to the summarizer as a one-line mention only.
+    passed to the summarizer as a one-line mention only (after the text the assistant
+    wrote beside the call; their results left out). The replacement's header counts
+    every call the run made: the one count of the run (the summarizer reads the plan
+    calls as mentions).
     """
 
     name = "tool_run"
@@ -75,7 +78,9 @@ class ToolRunCompression:
                 if parsed and all(tc["name"] in plan_tools for tc in calls_made):
                     skip_results.update(tool_call_ids(m))
                     listed = ", ".join(sorted({tc["name"] for tc in calls_made}))
-                    shown.append(AIMessage(content=f"(updated its plan notes with {listed})"))
+                    mention = f"(updated its plan notes with {listed})"
+                    said = text_of(m).strip()  # what the assistant wrote beside the call
+                    shown.append(AIMessage(content=f"{said}\n{mention}" if said else mention))
                     continue
             if getattr(m, "tool_call_id", None) in skip_results:
                 continue

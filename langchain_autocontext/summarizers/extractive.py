@@ -409,14 +409,15 @@ class ExtractiveSummarizer(Summarizer):
         n = len(msgs)
         names = tool_call_names(msgs)
         total_chars = sum(message_chars(m) for m in msgs)
-        calls = sum(len(tool_calls_of(m)) for m in msgs)  # unparsed ones too
         s = "" if n == 1 else "s"
         tag = "offline extractive summary"
         section: str | None = None
         prev_lines: list[str] = []
         prev_label: str | None = None
         if request.strategy == "tool_run":
-            title = f"Summary of a run of {calls} tool call{'' if calls == 1 else 's'} ({n} message{s}; {tag}):"
+            # no count of calls: the caller's header counts the run's calls (what is
+            # read here may mention some in one line: a plan update's, see ToolRunCompression)
+            title = f"Summary of a run of tool calls ({n} message{s}; {tag}):"
         elif request.strategy == "round":
             title = f"Summary of the agent's work in this round ({n} message{s}; {tag}):"
         elif request.strategy == "large_message":
