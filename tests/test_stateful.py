@@ -3,8 +3,10 @@
 Rules: append (user turns, tool calls with results of any size, answers), compress
 (as before every model call, and forced), update and delete (the model's edit
 operations, ``commands.update_op``/``delete_op``), reload (every offload id the
-context shows), search (the history, for words of any original) and restart (new
-engine and store objects, the SQLite connection closed and reopened).
+context shows), search (the history, for a word: each hit holds it or follows a
+message holding it, and every message holding it is found first, within the limit)
+and restart (new engine and store objects, the SQLite connection closed and
+reopened).
 
 After every step:
 
@@ -78,6 +80,8 @@ class ContextMachine(RuleBasedStateMachine):
         self.originals: dict[str, tuple[str, Any]] = {}
         #: (id, type, content) of every message the working list held, edits included
         self.held: set[tuple[str, str, str]] = set()
+        #: the searchable text (content and tool calls) of every original, in append order
+        self.said: dict[str, str] = {}
         self.latest_user: str | None = None
         self.n = 0
         self.open()
@@ -102,6 +106,8 @@ class ContextMachine(RuleBasedStateMachine):
     def add(self, *messages: BaseMessage) -> None:
         for m in messages:
             self.originals[m.id] = (m.type, m.content)  # type: ignore[index]
+            calls = " ".join(str(c["args"]) for c in getattr(m, "tool_calls", None) or [])
+            self.said[str(m.id)] = f"{text_of(m)} {calls}"
         self.working.extend(messages)
         self.compress()
 
@@ -206,14 +212,28 @@ class ContextMachine(RuleBasedStateMachine):
     def reload(self, data: st.DataObject) -> None:
         self.check_offload(data.draw(st.sampled_from(sorted(self.offloads_shown()))))
 
-    @rule(word=st.sampled_from(WORDS))
-    def search(self, word: str) -> None:
-        hits = search_history(self.store, THREAD, word, limit=50)
-        for hit in hits:
-            assert hit.id in self.originals
-        mentioned = {mid for mid, (_t, c) in self.originals.items() if word in str(c)}
-        if mentioned:
-            assert hits, f"{word!r} is in {len(mentioned)} originals but search found none"
+    @rule(word=st.sampled_from(WORDS), limit=st.sampled_from([50, 4]))
+    def search(self, word: str, limit: int) -> None:
+        """What docs/search.md promises for a one-word query: every hit holds the word or
+        follows a message holding it (the turn before is indexed with each message), the
+        messages holding it rank first, and every one of them is found when the limit
+        allows (more of them than the limit: the hits are all such messages)."""
+        hits = search_history(self.store, THREAD, word, limit=limit)
+        ids = [hit.id for hit in hits]
+        assert len(ids) == len(set(ids)) <= limit, ids
+        assert set(ids) <= set(self.originals), set(ids) - set(self.originals)
+        pattern = re.compile(rf"(?<!\w){re.escape(word)}(?!\w)", re.I)
+        holds = {mid for mid, text in self.said.items() if pattern.search(text)}
+        order = list(self.said)
+        before = {mid: order[i - 1] for i, mid in enumerate(order) if i}
+        for mid in ids:
+            assert mid in holds or before.get(mid) in holds, (word, mid, self.said[mid][:80])
+        holding = [mid in holds for mid in ids]
+        assert holding == sorted(holding, reverse=True), (word, ids)  # holders first
+        if len(holds) <= limit:
+            assert holds <= set(ids), (word, sorted(holds - set(ids)))
+        else:
+            assert all(holding) and len(ids) == limit, (word, ids)
 
     @rule()
     def restart(self) -> None:
