@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--examples", type=int, default=100, help="conversations (hypothesis examples)")
-    ap.add_argument("--steps", type=int, default=20, help="turns and restarts per conversation")
+    ap.add_argument("--steps", type=int, default=20, help="turns per conversation")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
 
