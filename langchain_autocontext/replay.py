@@ -1003,10 +1003,13 @@ class _Run:
     instructions, notices and tool schemas included.
     """
 
-    def __init__(self, trajectory: Trajectory, ac: ContextEngine, compare: bool) -> None:
+    def __init__(
+        self, trajectory: Trajectory, ac: ContextEngine, compare: bool, seed: int | None
+    ) -> None:
         self.trajectory = trajectory
         self.ac = ac
         self.compare = compare
+        self.seed = seed
         self.working: list[BaseMessage] = []
         self.state: dict[str, Any] = {}
         self.cursor = 0
@@ -1136,6 +1139,7 @@ class _Run:
             messages=len(self.trajectory.messages),
             offloads_reloadable=reloadable,
             notes=list(self.trajectory.notes),
+            seed=self.seed,
         )
 
 
@@ -1192,7 +1196,7 @@ def replay(
     """
     thread = thread_id or trajectory.id
     st = ac.resolve_store(store)
-    run = _Run(trajectory, ac, compare)
+    run = _Run(trajectory, ac, compare, seed)
     with _ids(seed):
         for call_index, point, working in run.steps():
             started = time.perf_counter()
@@ -1204,9 +1208,7 @@ def replay(
             record = run.record(call_index, point, result, call, time.perf_counter() - started)
             if on_call is not None:
                 on_call(record)
-        report = run.report(st, thread)
-    report.seed = seed
-    return report
+        return run.report(st, thread)
 
 
 async def areplay(
@@ -1222,7 +1224,7 @@ async def areplay(
     """Async twin of :func:`replay` (uses ``ac.acompress``; the same ids for ``seed``)."""
     thread = thread_id or trajectory.id
     st = ac.resolve_store(store)
-    run = _Run(trajectory, ac, compare)
+    run = _Run(trajectory, ac, compare, seed)
     with _ids(seed):
         for call_index, point, working in run.steps():
             started = time.perf_counter()
@@ -1234,9 +1236,7 @@ async def areplay(
             record = run.record(call_index, point, result, call, time.perf_counter() - started)
             if on_call is not None:
                 on_call(record)
-        report = await run.areport(st, thread)
-    report.seed = seed
-    return report
+        return await run.areport(st, thread)
 
 
 def iter_reports(
