@@ -106,6 +106,9 @@ PARALLEL_CALLS = False
 #: Set from --uuid-ids: every message id replaced by a uuid4, the ids LangGraph gives
 #: messages (:func:`uuid_ids`).
 UUID_IDS = False
+#: Set from --text-protocol: the data reshaped as an agent that talks to its environment
+#: in text records it (:func:`text_protocol`).
+TEXT_PROTOCOL = False
 
 
 def padded_system(message: SystemMessage, tokens: int, counter: Any) -> SystemMessage:
@@ -940,6 +943,33 @@ def parallel_calls(trajectory: Trajectory) -> Trajectory:
     return replace(trajectory, messages=out)
 
 
+def text_protocol(trajectory: Trajectory) -> Trajectory:
+    """``trajectory`` as an agent without tool calling records it: each assistant turn
+    writes its calls in its text, a fenced block per call (a ``bash`` block holding the
+    command when the call's only argument is ``command``, else the tool's name and its
+    arguments as JSON), and reads each result as a user message. This is
+    mini-swe-agent's own format (the data set's runs were recorded with tool calls),
+    and that of ReAct agents and of models without tool calling. Texts, commands,
+    outputs and ids are the recorded ones."""
+    out: list[BaseMessage] = []
+    for m in trajectory.messages:
+        if isinstance(m, AIMessage) and m.tool_calls:
+            blocks = []
+            for tc in m.tool_calls:
+                args = tc["args"]
+                if set(args) == {"command"} and isinstance(args["command"], str):
+                    blocks.append(f"```bash\n{args['command']}\n```")
+                else:
+                    blocks.append(f"```\n{tc['name']} {json.dumps(args, ensure_ascii=False)}\n```")
+            text = "\n\n".join(t for t in (text_of(m).strip(), *blocks) if t)
+            out.append(AIMessage(text, id=m.id))
+        elif isinstance(m, ToolMessage):
+            out.append(HumanMessage(text_of(m), id=m.id))
+        else:
+            out.append(m)
+    return replace(trajectory, messages=out)
+
+
 def replay_one(
     trajectory: Trajectory,
     runner: Runner,
@@ -1058,6 +1088,8 @@ def run(
     trajectories = load_trajectories(path, limit=limit)
     if PARALLEL_CALLS:
         trajectories = [parallel_calls(t) for t in trajectories]
+    if TEXT_PROTOCOL:
+        trajectories = [text_protocol(t) for t in trajectories]
     if UUID_IDS:
         trajectories = [uuid_ids(t) for t in trajectories]
     common = frequent_tokens(trajectories)
@@ -1809,6 +1841,13 @@ def main(argv: list[str] | None = None) -> int:
         "assistant turn making both calls (agents that call tools in parallel)",
     )
     ap.add_argument(
+        "--text-protocol",
+        action="store_true",
+        help="reshape the trajectories: every tool call written as a fenced block in the "
+        "assistant's text and every result read as a user message (agents without tool "
+        "calling; mini-swe-agent's own format)",
+    )
+    ap.add_argument(
         "--uuid-ids",
         action="store_true",
         help="replace every message id by a uuid4, the ids LangGraph gives messages",
@@ -1834,6 +1873,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = ap.parse_args(argv)
     global OURS_ORDER, TASK_STAND_IN, PAD_SYSTEM, IDS_SEED, PARALLEL_CALLS, UUID_IDS
+    global TEXT_PROTOCOL
     if not 0 < args.peer_trigger <= 1:
         ap.error(f"--peer-trigger must be in (0, 1], got {args.peer_trigger}")
     global TRIGGER_RATIO
@@ -1841,6 +1881,7 @@ def main(argv: list[str] | None = None) -> int:
     PAD_SYSTEM = max(0, args.pad_system)
     PARALLEL_CALLS = args.parallel_calls
     UUID_IDS = args.uuid_ids
+    TEXT_PROTOCOL = args.text_protocol
     IDS_SEED = args.ids_seed
     if args.task_stand_in:
         TASK_STAND_IN = "Fix the issue in the task statement given earlier."
@@ -1881,6 +1922,11 @@ def main(argv: list[str] | None = None) -> int:
         report.append(
             "Reshaped (--parallel-calls): each two consecutive one-call steps were replayed "
             "as one assistant turn making both calls, then both results."
+        )
+    if TEXT_PROTOCOL:
+        report.append(
+            "Reshaped (--text-protocol): every tool call was replayed as a fenced block in "
+            "the assistant's text and every result as a user message."
         )
     if UUID_IDS:
         report.append(

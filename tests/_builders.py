@@ -789,6 +789,24 @@ def strategies_fired(store: Any, thread: str) -> set[str]:
     return {e.strategy for e in OffloadStore.wrap(store).list_events(thread)}
 
 
+def compressions(store: Any, thread: str) -> list[list[Any]]:
+    """The thread's compression events grouped by the compression that recorded them: one
+    compression records an event per strategy that changed something, each starting
+    from the tokens the one before it left (a new compression starts from more, what was
+    added since)."""
+    from langchain_autocontext.store import OffloadStore
+
+    passes: list[list[Any]] = []
+    for event in OffloadStore.wrap(store).list_events(thread):
+        if event.kind != "compression":
+            continue
+        if passes and event.tokens_before == passes[-1][-1].tokens_after:
+            passes[-1].append(event)
+        else:
+            passes.append([event])
+    return passes
+
+
 # --- a model driven by a function of what it sees (self-management tests) -----------------
 class FunctionModel(BaseChatModel):
     """Answers ``respond(messages, n)`` for its ``n``-th call; records every input it saw

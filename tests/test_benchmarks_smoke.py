@@ -143,6 +143,35 @@ def test_padded_system_prompts_are_sent_and_counted(
     assert str(grown.content).startswith("You help.") and counter.count_message(grown) >= 500
 
 
+def test_text_protocol_reshapes_the_runs_as_an_agent_without_tool_calls(
+    cp: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--text-protocol replays each run as an agent without tool calling records it:
+    every command in a fenced block of the assistant's text, every result read as a
+    user message, in the recorded order; the package still holds the budget, keeps
+    every sequence valid and every original recoverable."""
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
+    from langchain_autocontext.messages import find_violations
+    from langchain_autocontext.replay import load_trajectories
+
+    (t,) = load_trajectories(_data(MINI), limit=1)
+    reshaped = cp.text_protocol(t)
+    assert not find_violations(reshaped.messages)
+    assert [m.id for m in reshaped.messages] == [m.id for m in t.messages]
+    assert not any(isinstance(m, ToolMessage) for m in reshaped.messages)
+    assert not any(isinstance(m, AIMessage) and m.tool_calls for m in reshaped.messages)
+    for before, after in zip(t.messages, reshaped.messages, strict=True):
+        if isinstance(before, ToolMessage):
+            assert isinstance(after, HumanMessage) and after.content == before.content
+        elif isinstance(before, AIMessage):
+            for tc in before.tool_calls:
+                assert f"```bash\n{tc['args']['command']}\n```" in after.content
+    monkeypatch.setattr(cp, "TEXT_PROTOCOL", True)
+    (row,) = cp.run(_data(MINI), ["ours"], [8_000], limit=1)
+    assert row.over_budget == 0 and row.invalid == 0 and row.recoverable_share == 1.0
+
+
 def test_parallel_calls_reshape_the_runs_validly(
     cp: ModuleType, monkeypatch: pytest.MonkeyPatch
 ) -> None:

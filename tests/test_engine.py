@@ -552,6 +552,72 @@ def test_round_summary_keeps_user_messages() -> None:
     assert_recoverable(store, "t", msgs, res.messages)
 
 
+def text_protocol_steps(n: int) -> list[BaseMessage]:
+    """An agent without tool calling: it writes each command in its text and reads the
+    output as a user message (mini-swe-agent's own format, ReAct agents)."""
+    msgs: list[BaseMessage] = [
+        SystemMessage("You run shell commands.", id=uid()),
+        HumanMessage("Fix the failing test in pkg/api.py.", id=uid()),
+    ]
+    for k in range(n):
+        thought = f"Look at module_{k}:\n{log_text(20, seed=100 + k)}"  # worth a summary
+        msgs.append(AIMessage(f"{thought}\n\n```bash\ncat pkg/m{k}.py\n```", id=uid()))
+        msgs.append(HumanMessage("<returncode>0</returncode>\n" + log_text(40, seed=k), id=uid()))
+    return msgs
+
+
+@pytest.mark.parametrize("budget", [6_000, 16_000])
+def test_an_agent_reading_outputs_as_user_messages_keeps_its_newest_commands(budget: int) -> None:
+    """Each output such an agent reads opens a "round" answered by one message. Outside
+    the working set the outputs are masked as tool results are (their first line and the
+    offload id, reloadable whole), and the agent's own commands stay verbatim until FIFO
+    eviction takes the oldest: no reply is summarized on its own (one summarizer call a
+    step, which took the newest commands out of view first)."""
+    msgs = text_protocol_steps(40)
+    cfg = AutoContextConfig(max_tokens=budget, metadata_tags=False)
+    ac, store = make(cfg)
+    with seeded_ids(3):
+        res = ac.compress(msgs, thread_id="t")
+    assert res.events and "round_summary" not in kinds(res.messages)
+    originals = {m.id: m for m in msgs}
+    kept = [m for m in res.messages if isinstance(m, AIMessage)]
+    commands = [m.id for m in msgs if isinstance(m, AIMessage)]
+    assert 0 < len(kept) < len(commands)
+    assert [m.id for m in kept] == commands[-len(kept) :]  # the newest, each verbatim
+    assert all(m.content == originals[m.id].content for m in kept)
+    masked = [m for m in res.messages if (marker(m) or {}).get("kind") == "offloaded"]
+    assert masked and all(isinstance(m, HumanMessage) for m in masked)
+    for m in masked:
+        head, note = text_of(m).split("\n")
+        assert head == "<returncode>0</returncode>…"
+        (again,) = store.reload("t", OFFLOAD_ID.search(note).group(1)).messages
+        assert again.content == originals[m.id].content
+    assert res.messages[-1].content == msgs[-1].content  # the latest output, verbatim
+    assert not find_violations(res.messages)
+    assert ac.prepare_model_call(res.messages).tokens <= cfg.max_tokens
+
+
+def test_a_round_of_work_is_still_summarized_a_one_message_answer_is_not() -> None:
+    """Strategy 4 summarizes a round the agent worked through (calls and results, then
+    its answer) and leaves a round answered by one message to FIFO eviction."""
+    msgs: list[BaseMessage] = [SystemMessage("s", id=uid())]
+    msgs += [HumanMessage("What is in a.log?", id=uid())]
+    msgs += tool_group("bash", {"command": "cat a.log"}, [log_text(60, seed=1)])
+    msgs += [AIMessage("a.log holds the build output: " + log_text(20, seed=2), id=uid())]
+    msgs += [HumanMessage("And in short?", id=uid())]
+    msgs += [AIMessage("In short: " + log_text(60, seed=3), id=uid())]
+    msgs += [HumanMessage("Thanks, now b.log.", id=uid())]
+    cfg = AutoContextConfig(max_tokens=100_000, target_ratio=0.01, token_ratio=0.5)
+    ac, store = make(cfg, [RoundSummary()])
+    res = ac.compress(msgs, thread_id="t", force=True)
+    (summary,) = [m for m in res.messages if (marker(m) or {}).get("kind") == "round_summary"]
+    assert [m.id for m in store.reload("t", marker(summary)["offload_id"]).messages] == [
+        m.id for m in msgs[2:5]
+    ]
+    assert [m.id for m in res.messages[-3:]] == [m.id for m in msgs[-3:]]  # one answer: kept
+    assert not find_violations(res.messages)
+
+
 def test_a_summary_of_summarization_middleware_opens_no_round() -> None:
     """LangChain's ``SummarizationMiddleware`` leaves its summary first, as a
     ``HumanMessage`` marked ``lc_source: summarization``; what follows it until the next

@@ -49,7 +49,7 @@ from langchain_autocontext import (
     OffloadStore,
 )
 from langchain_autocontext.history import surface_namespace
-from langchain_autocontext.messages import find_violations, text_of
+from langchain_autocontext.messages import find_violations, marker, text_of
 from langchain_autocontext.search import search_history
 from langchain_autocontext.store import offload_ref
 from langchain_autocontext.strategies.base import summary_offload_ids
@@ -855,8 +855,6 @@ def test_a_view_fitted_on_one_branch_is_not_applied_to_an_older_checkpoint_resum
     from langchain.agents.middleware import AgentMiddleware, HumanInTheLoopMiddleware
     from langgraph.types import Command
 
-    from langchain_autocontext.messages import marker
-
     @tool
     def delete_file(path: str) -> str:
         """Delete a file."""
@@ -1419,6 +1417,17 @@ async def test_a_request_only_message_of_an_outer_middleware_stays_out_of_the_st
     assert not find_violations(out["messages"])
 
 
+def shown_offload_ids(messages: Sequence[BaseMessage]) -> list[str]:
+    """The offload ids ``messages`` show: of the summaries standing for other messages
+    and of the messages masked behind a preview."""
+    masked = [
+        info["offload_id"]
+        for info in map(marker, messages)
+        if info and info.get("kind") == "offloaded" and info.get("offload_id")
+    ]
+    return [*summary_offload_ids(messages), *masked]
+
+
 def _retrieve(lines: int, where: str = "last") -> Any:
     """A middleware (listed before ours) that adds a retrieved document of ``lines``
     log lines to every model request as a user message, not to the state."""
@@ -1450,7 +1459,8 @@ async def test_request_only_messages_stay_out_of_the_history_when_a_view_is_fitt
     request archived the document as a user turn of the conversation, once per call
     under a new id, and a summary of the document alone reached the state (it was not
     part of the conversation). Neither happens; what the model was shown of it stays
-    readable in the offload of the summary it was folded into."""
+    readable in the offload it names: a summary it was folded into, or its own (first,
+    outside the working set, it is masked as any user message there is)."""
     ac, history, system = _fit_setup()
     store = InMemoryStore()
     model = ReplyModel(reply=steps_then_answer(6))
@@ -1469,13 +1479,13 @@ async def test_request_only_messages_stay_out_of_the_history_when_a_view_is_fitt
         for oid in summary_offload_ids([m]):
             record = offloads.reload("t", oid)
             assert [r for r in record.messages if "Retrieved:" not in text_of(r)]
-    shown = {oid for sent in model.seen for oid in summary_offload_ids(sent)}
+    shown = {oid for sent in model.seen for oid in shown_offload_ids(sent)}
     folded = [
         oid
         for oid in shown
         if any("Retrieved:" in text_of(r) for r in offloads.reload("t", oid).messages)
     ]
-    assert folded or where == "last"  # first: folded into a summary the model was shown
+    assert folded or where == "last"  # first: folded or masked, its offload id shown
     assert not find_violations(out["messages"])
 
 
@@ -1567,8 +1577,9 @@ async def test_a_request_only_document_folded_in_every_fitted_call_keeps_one_off
     """A middleware before ours puts the same document first in every request; each
     fitted call folded it into a summary of its own (kept out of the state) and wrote
     one more offload record of it: they piled up in list_offloads and the replay
-    report. The document keeps one record, whose id every such summary shows, and the
-    model still reloads it by that id in a later step of the conversation."""
+    report. The document keeps one record, whose id every call that folds or masks it
+    shows, and the model still reloads it by that id in a later step of the
+    conversation."""
     steps = 8
     tool_steps = steps_then_answer(steps)
 
@@ -1596,13 +1607,13 @@ async def test_a_request_only_document_folded_in_every_fitted_call_keeps_one_off
         if all("Retrieved:" in text_of(m) for m in r.messages)
     ]
     assert len(docs) == 1
-    folded = [sent for sent in model.seen if docs[0] in summary_offload_ids(sent)]
-    assert len(folded) > 2  # several fitted calls folded it, all under the one record
+    folded = [sent for sent in model.seen if docs[0] in shown_offload_ids(sent)]
+    assert len(folded) > 2  # several fitted calls folded or masked it, under the one record
     reloaded = [
         m for m in out["messages"] if isinstance(m, ToolMessage) and m.tool_call_id == f"c{steps}"
     ]
     assert len(reloaded) == 1 and "Retrieved: the build uses make." in text_of(reloaded[0])
-    assert not [m for m in out["messages"] if docs[0] in summary_offload_ids([m])]
+    assert not [m for m in out["messages"] if docs[0] in shown_offload_ids([m])]
     assert not find_violations(out["messages"])
 
 

@@ -9,6 +9,7 @@ from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolM
 
 from langchain_autocontext.messages import (
     LEADING_BLOCK_TYPES,
+    is_real_user,
     mark,
     marker,
     message_chars,
@@ -35,6 +36,16 @@ def _says_something(line: str) -> bool:
     rule of dashes or a fence says nothing of how a call went."""
     stripped = line.strip()
     return not stripped.startswith(("```", "~~~")) and any(c.isalnum() for c in stripped)
+
+
+def is_observation(message: BaseMessage) -> bool:
+    """What the agent read rather than wrote: a tool result, or a user's message. An
+    agent that talks to its environment in text (mini-swe-agent's own format, ReAct
+    agents, models without tool calling) reads each command's output as a user message,
+    and a user's pasted log or document is read the same way: outside the working set,
+    strategy 3 masks them as it masks tool results. (The latest user message and pins
+    are never masked; :meth:`PassContext.protected`.)"""
+    return isinstance(message, ToolMessage) or is_real_user(message)
 
 
 def preview_of(message: BaseMessage, size: int, *, first_line: bool = False) -> str:
@@ -70,12 +81,13 @@ class LargeMessageOffload:
     ``keep_last=True`` is strategy 2: messages over ``large_payload_threshold``
     characters, except the last ``last_keep`` messages; each keeps a preview of its
     first ``offload_single_preview`` characters plus the offload id. ``keep_last=False``
-    is strategy 3, which also masks tool results of any size outside the protected tail
-    ("observation masking"). A result masked only because it left the working set keeps
-    the first line of that preview and the offload id: the call before it, kept
-    verbatim, already says what it was, and its first line says how it went (an exit
-    status, a count, the head of a record; the first line that says something, see
-    :func:`preview_of`). On the coding runs of ``../shared/data``
+    is strategy 3, which also masks tool results and user messages of any size outside
+    the protected tail ("observation masking", :func:`is_observation`; one that frees
+    fewer than :data:`MIN_SAVING` tokens stays). An observation masked only because it
+    left the working set keeps the first line of that preview and the offload id: the
+    call or command before it, kept verbatim, already says what it was, and its first
+    line says how it went (an exit status, a count, the head of a record; the first line
+    that says something, see :func:`preview_of`). On the coding runs of ``../shared/data``
     at 16k (``benchmarks/composition.py``), 200-character previews took 279 tokens a
     call and were the only place left of 0.41% of the facts the next actions reused;
     the first lines take 112 and hold 0.09%. Both work oldest first and stop once the
@@ -92,7 +104,7 @@ class LargeMessageOffload:
         self.name = "offload_fresh" if fresh else "offload_history" if keep_last else "offload_all"
 
     def _maskable(self, ctx: PassContext, i: int) -> bool:
-        """Large messages (any role); for strategy 3 and the last resort, tool results too;
+        """Large messages (any role); for strategy 3 and the last resort, observations too;
         for the last resort anything whose offload frees tokens (a long tool-call
         argument is measured in tokens there: 4,900 characters of Japanese are ~4,700)."""
         m = ctx.messages[i]
@@ -102,7 +114,7 @@ class LargeMessageOffload:
             return True
         if i in ctx.kept_results:  # keep_tool_results: only the last resort (above) takes them
             return False
-        return ctx.is_large(i) or (not self.keep_last and isinstance(m, ToolMessage))
+        return ctx.is_large(i) or (not self.keep_last and is_observation(m))
 
     def plan(self, ctx: PassContext) -> list[Job]:
         if not ctx.over_tokens:
@@ -125,7 +137,7 @@ class LargeMessageOffload:
     def _job(self, ctx: PassContext, i: int) -> tuple[Job, int]:
         original = ctx.messages[i]
         size = ctx.config.offload_single_preview
-        aged_out = not self.fresh and isinstance(original, ToolMessage) and not ctx.is_large(i)
+        aged_out = not self.fresh and is_observation(original) and not ctx.is_large(i)
         preview = preview_of(original, size, first_line=aged_out)
         if self.fresh:
             # The last resort must fit: a preview of ``size`` characters is ~size/4
