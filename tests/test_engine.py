@@ -597,6 +597,34 @@ def test_an_agent_reading_outputs_as_user_messages_keeps_its_newest_commands(bud
     assert ac.prepare_model_call(res.messages).tokens <= cfg.max_tokens
 
 
+@pytest.mark.parametrize("system", [True, False])
+def test_the_opening_request_is_not_masked_when_a_later_user_message_follows(
+    system: bool,
+) -> None:
+    """A harness that adds a user message of its own (a reminder of the steps left) makes
+    the task statement an older user message: observation masking leaves it whole (a
+    round's request, which strategy 4 keeps too) and masks the later user messages and
+    the tool results outside the working set."""
+    task = HumanMessage("Fix the failing test.\n" + log_text(12, seed=5), id=uid())
+    msgs: list[BaseMessage] = [SystemMessage("s", id=uid())] if system else []
+    msgs.append(task)
+    for k in range(12):
+        msgs += tool_group("bash", {"command": f"cat f{k}"}, [log_text(40, seed=k)])
+        if k % 4 == 3:
+            msgs.append(
+                HumanMessage(f"Reminder: {11 - k} steps left.\n" + log_text(6, k), id=uid())
+            )
+    cfg = AutoContextConfig(max_tokens=100_000, target_ratio=0.01, token_ratio=0.5)
+    ac, store = make(cfg, [LargeMessageOffload(keep_last=False)])
+    res = ac.compress(msgs, thread_id="t", force=True)
+    assert res.messages[int(system)].content == task.content
+    masked = [m for m in res.messages if (marker(m) or {}).get("kind") == "offloaded"]
+    assert {type(m) for m in masked} == {HumanMessage, ToolMessage}  # reminders, results
+    assert task.id not in {m.id for m in masked}
+    assert not find_violations(res.messages)
+    assert_recoverable(store, "t", msgs, res.messages)
+
+
 def test_a_round_of_work_is_still_summarized_a_one_message_answer_is_not() -> None:
     """Strategy 4 summarizes a round the agent worked through (calls and results, then
     its answer) and leaves a round answered by one message to FIFO eviction."""

@@ -44,8 +44,22 @@ def is_observation(message: BaseMessage) -> bool:
     agents, models without tool calling) reads each command's output as a user message,
     and a user's pasted log or document is read the same way: outside the working set,
     strategy 3 masks them as it masks tool results. (The latest user message and pins
-    are never masked; :meth:`PassContext.protected`.)"""
+    are never masked, :meth:`PassContext.protected`; nor, for its age alone, is the
+    opening request, :func:`opens_the_conversation`.)"""
     return isinstance(message, ToolMessage) or is_real_user(message)
+
+
+def opens_the_conversation(ctx: PassContext, i: int) -> bool:
+    """Whether message ``i`` is the user's opening request: the first message after the
+    system prompt (nothing evicted before it). It states the task; when a harness adds
+    user messages later (a reminder, a step count) or the user follows up, it is no
+    longer the latest user message, and observation masking would have cut it to its
+    first line while strategy 4 keeps a round's request whole. FIFO eviction may still
+    take it, oldest first; a pin keeps it (see :func:`~langchain_autocontext.pin`). A
+    document a middleware adds to the request only is no request of the user's."""
+    m = ctx.messages[i]
+    opening = i == (0 if ctx.system_index is None else 1)
+    return opening and is_real_user(m) and m.id not in ctx.request_only
 
 
 def preview_of(message: BaseMessage, size: int, *, first_line: bool = False) -> str:
@@ -114,7 +128,8 @@ class LargeMessageOffload:
             return True
         if i in ctx.kept_results:  # keep_tool_results: only the last resort (above) takes them
             return False
-        return ctx.is_large(i) or (not self.keep_last and is_observation(m))
+        masked_for_age = is_observation(m) and not opens_the_conversation(ctx, i)
+        return ctx.is_large(i) or (not self.keep_last and masked_for_age)
 
     def plan(self, ctx: PassContext) -> list[Job]:
         if not ctx.over_tokens:
