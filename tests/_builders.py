@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import importlib.util
 import itertools
 import json
 import re
 import struct
+import sys
 import uuid
 import zlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -24,7 +27,22 @@ DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 if not DATA.is_dir():  # CI clones the repo with shared/ beside it
     DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+
 _ids = itertools.count()
+
+
+def benchmark(name: str) -> ModuleType:
+    """The module of ``benchmarks/{name}.py`` (the benchmarks are scripts, not a package),
+    loaded once."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def uid(prefix: str = "m") -> str:

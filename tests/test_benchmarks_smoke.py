@@ -9,9 +9,7 @@ baseline over budget), not timings. A peer that is not installed is skipped.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Annotated, Any
@@ -21,33 +19,21 @@ from langchain_core.messages import ToolMessage
 from langchain_core.tools import BaseTool, InjectedToolCallId
 from pydantic import BaseModel, ConfigDict
 
-from tests._builders import DATA, FunctionModel
+from tests._builders import DATA, FunctionModel, benchmark
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 MINI = DATA / "mini-swe-agent-dev.jsonl"
 TAU = DATA / "tau-bench-airline.jsonl"
 
 
-def _load(name: str) -> ModuleType:
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def cp() -> ModuleType:
-    return _load("compare_peers")
+    return benchmark("compare_peers")
 
 
 @pytest.fixture(scope="module")
 def scaling() -> ModuleType:
     pytest.importorskip("langgraph.checkpoint.sqlite", reason="needs the [sqlite] extra")
-    return _load("scaling")
+    return benchmark("scaling")
 
 
 def _data(path: Path) -> Path:
@@ -653,7 +639,10 @@ def test_scaling_checkpoints_stay_bounded_with_the_node(scaling: ModuleType) -> 
 def test_composition_runs_on_one_trajectory(capsys: pytest.CaptureFixture[str]) -> None:
     if not MINI.is_file():
         pytest.skip(f"{MINI} is absent")
-    assert _load("composition").main(["--budget", "8000", "--limit", "1", "--systems", "ours"]) == 0
+    assert (
+        benchmark("composition").main(["--budget", "8000", "--limit", "1", "--systems", "ours"])
+        == 0
+    )
     out = capsys.readouterr().out
     assert "average tokens per over-budget call" in out and "human" in out
 
@@ -663,7 +652,7 @@ def test_composition_splits_masked_messages_and_finds_what_only_their_previews_h
     next actions reuse that only a masked preview still holds are a part of those needed."""
     if not MINI.is_file():
         pytest.skip(f"{MINI} is absent")
-    parts, counts = _load("composition").composition("ours", 8_000, 8, MINI)
+    parts, counts = benchmark("composition").composition("ours", 8_000, 8, MINI)
     assert 0 < parts["offloaded: the notes (size, offload id)"] < parts["offloaded"]
     assert counts["facts needed"] > 0
     assert 0 <= counts.get("facts only in masked previews", 0) < counts["facts needed"]
@@ -678,7 +667,7 @@ def test_a_missed_fact_is_told_by_where_it_was_last_seen_and_what_became_of_it()
 
     from langchain_autocontext.messages import mark
 
-    kind = _load("composition").miss_kind
+    kind = benchmark("composition").miss_kind
     call = AIMessage(
         "I will look at widget_core.py",
         tool_calls=[{"name": "bash", "args": {"command": "cat util_x9.py"}, "id": "c1"}],
@@ -724,7 +713,7 @@ def test_fact_density_weighs_each_kind_and_size_of_message(tmp_path: Path) -> No
         )
     path = tmp_path / "runs.jsonl"
     path.write_text("\n".join(json.dumps({"messages": m}) for m in runs))
-    composition = _load("composition")
+    composition = benchmark("composition")
     density = composition.fact_density(composition.fact_walk(None, path))
     small, large = density["tool, up to 100 tokens"], density["tool, over 1,600 tokens"]
     assert density["ai, up to 100 tokens"] == 0.0  # its words are every run's
@@ -737,7 +726,7 @@ def test_composition_of_chats_at_session_ends(
 ) -> None:
     path = _locomo(tmp_path / "locomo.json", sessions=3, turns=8)
     args = ["--chats", "--data", str(path), "--budget", "1500", "--systems", "ours,middleware"]
-    assert _load("composition").main(args) == 0
+    assert benchmark("composition").main(args) == 0
     out = capsys.readouterr().out
     ours, middleware = out.split("middleware at 1,500")
     # the package's overhead is counted apart; the middleware has none of it
@@ -751,13 +740,13 @@ def test_composition_of_chats_at_session_ends(
 
 
 def test_search_scaling_runs_at_a_tiny_size(capsys: pytest.CaptureFixture[str]) -> None:
-    _load("search_scaling").main(["--sizes", "300", "--backends", "memory,sqlite"])
+    benchmark("search_scaling").main(["--sizes", "300", "--backends", "memory,sqlite"])
     out = capsys.readouterr().out
     assert "| memory | 300 |" in out and "| sqlite | 300 |" in out and "met" in out
 
 
 def test_adversarial_runs_a_few_conversations(capsys: pytest.CaptureFixture[str]) -> None:
-    assert _load("adversarial").main(["--examples", "2", "--steps", "3"]) == 0
+    assert benchmark("adversarial").main(["--examples", "2", "--steps", "3"]) == 0
     assert "no run died" in capsys.readouterr().out
 
 
@@ -771,7 +760,7 @@ def test_replay_bench_is_reproducible_and_its_summary_gets_no_names_note(
     adds no note that would take the place of the summary."""
     from langchain_autocontext.summarizers import SummaryRequest
 
-    bench = _load("replay_bench")
+    bench = benchmark("replay_bench")
     args = ["--limit", "1", "--budgets", "8000", "--data", str(_data(MINI).parent)]
 
     def figures() -> list[list[str]]:
@@ -943,7 +932,7 @@ def test_the_runner_sends_what_a_create_agent_graph_sends(
 def test_engine_memory_reports_what_engine_py_holds(capsys) -> None:
     """The engine's per-thread memo of a long thread (benchmarks/engine_memory.py): a
     row per turn count, and a memo that is not the thread's whole data."""
-    module = _load("engine_memory")
+    module = benchmark("engine_memory")
     size, history = module.engine_bytes(40)
     assert history == 81 and size > 0
     assert module.main(["--turns", "10"]) == 0

@@ -1,8 +1,9 @@
 """The engine's promises, checked as properties over the real trajectories of ../shared/data.
 
-Each example replays a real run (a coding agent, a customer-service agent) call by call
-through ``AutoContext.compress`` at a budget hypothesis picks, as a ``pre_model_hook``
-drives it, and checks what issue 11 asks of every strategy:
+Each example replays a real run (a coding agent, with tool calls or writing its commands
+in its text, or a customer-service agent) call by call through ``AutoContext.compress``
+at a budget hypothesis picks, as a ``pre_model_hook`` drives it, and checks what issue
+11 asks of every strategy:
 
 * the protected tail (the newest whole groups within ``keep_ratio`` of the room the
   target leaves beside what can never be compressed) reaches the model verbatim;
@@ -26,7 +27,7 @@ from functools import cache
 from typing import Any
 
 import pytest
-from _builders import DATA, log_text
+from _builders import DATA, benchmark, log_text
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import (
@@ -62,16 +63,22 @@ from langchain_autocontext.strategies.base import (
 from langchain_autocontext.strategies.pipeline import minimal_context
 from langchain_autocontext.summarizers import ExtractiveSummarizer, SummaryRequest, SummaryResult
 
-FILES = ("mini-swe-agent-dev.jsonl", "tau-bench-airline.jsonl")
+#: The data sets' runs as recorded, and the coding runs as an agent without tool calling
+#: records them (commands in its text, outputs as user messages: ``--text-protocol``).
+FILES = ("mini-swe-agent-dev.jsonl", "tau-bench-airline.jsonl", "mini-swe-agent-dev.jsonl text")
 LAST_RESORTS = {"offload_fresh"}
 
 
 @cache
 def _runs(name: str) -> list[list[BaseMessage]]:
-    path = DATA / name
+    file, _, shape = name.partition(" ")
+    path = DATA / file
     if not path.is_file():
         pytest.skip(f"{path} is absent (the shared real-trajectory data is not beside the repo)")
-    return [t.messages for t in load_trajectories(path, limit=12)]
+    trajectories = load_trajectories(path, limit=12)
+    if shape == "text":
+        trajectories = [benchmark("compare_peers").text_protocol(t) for t in trajectories]
+    return [t.messages for t in trajectories]
 
 
 class RecordingSummarizer(ExtractiveSummarizer):
