@@ -133,8 +133,8 @@ class AutoContextConfig(BaseModel):
         description="Share of the room under the target (beside what is never compressed) "
         "kept verbatim at the newest end (the working set): no strategy offloads or "
         "summarizes these messages unless nothing else fits. Older tool results and user "
-        "messages are masked (preview + offload id) before any summary, so the agent's own older messages stay "
-        "verbatim beyond this share until the target needs their room.",
+        "messages are masked (preview + offload id) before any summary, so the agent's own "
+        "older messages stay verbatim beyond this share until the target needs their room.",
     )
     last_keep: int = Field(
         default=50,
