@@ -44,6 +44,7 @@ from langchain_autocontext.messages import (
     atomic_groups,
     is_user_turn,
     marker,
+    message_chars,
     pin,
     seeded_ids,
     sent_calls,
@@ -191,6 +192,15 @@ def test_real_runs_keep_the_tail_stop_at_the_target_and_never_grow(run, budget) 
                 assert not isinstance(m, AIMessage), (marker(m), nxt.id)
         events = result.events
         strategies = {e["strategy"] for e in events}
+        # the agent's own messages stay verbatim: one is offloaded only when it is large
+        # or by the last resort (observation masking takes what it read, not what it wrote)
+        was = {m.id: m for m in before}
+        for m in out:
+            if isinstance(m, AIMessage) and (marker(m) or {}).get("kind") == "offloaded":
+                original = was.get(m.id)
+                if original is not None and not marker(original):
+                    large = message_chars(original) > ac.config.large_payload_threshold
+                    assert large or strategies & LAST_RESORTS, (m.id, strategies)
         for e in events:
             # each pass shrinks the context (a summary is never larger than its span)
             assert e["tokens_after"] <= e["tokens_before"], e
