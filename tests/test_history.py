@@ -593,7 +593,7 @@ def test_a_system_prompt_that_changes_per_call_does_not_restart_the_runnable(sys
         assert sent[0].content == system.format(n=turn)  # this call's system prompt
         assert not find_violations(sent) and ac.counter.count(sent) <= 1_500
         conversation.append(model.invoke(sent))
-    assert len(compressions(store, "d")) <= 7  # every other call at most (a restart: 10)
+    assert len(compressions(store, "d")) <= 5
 
 
 @pytest.mark.parametrize("use_async", [False, True])
@@ -677,7 +677,7 @@ def test_a_system_message_after_the_history_does_not_restart_the_runnable(remind
         assert not find_violations(sent) and ac.counter.count(sent) <= 1_500
         conversation.append(model.invoke(sent))
     offloads = OffloadStore.wrap(store)
-    assert len(compressions(store, "r")) <= 7  # every other call at most (a restart: 10)
+    assert len(compressions(store, "r")) <= 5
     originals = {e.message.content for e in offloads.iter_history("r")}
     assert all(m.content in originals for m in conversation)  # every turn archived
     if "{n}" not in reminder:  # a reminder that stays the same is archived once
@@ -753,7 +753,9 @@ def test_a_window_that_drops_the_oldest_messages_does_not_restart_the_runnable(
         last = last if isinstance(last, list) else last.to_messages()
         assert [text_of(m) for m in sent[-1]] == [text_of(m) for m in last]
     else:
-        assert len(compressions(store, "w")) <= 7  # every other call at most (a restart: 11)
+        # 6: user messages outside the working set are masked before FIFO evicts, and the
+        # compression lands at its target, where eviction alone went below it (4)
+        assert len(compressions(store, "w")) <= 6
     # each message sent archived once: the system prompt, all but the last reply
     assert offloads.history_count("w") == 1 + len(conversation) - 1
     full = keep // 2  # the first call whose input is a full window
@@ -790,7 +792,7 @@ def test_a_template_message_after_the_history_does_not_restart_the_runnable(role
     # question is the latest user message (taken for it, the small instruction brought
     # the trigger earlier: 7)
     passes = compressions(store, "w")
-    assert len(passes) <= 7  # every other call at most (a restart: 12)
+    assert len(passes) <= 6  # as the window's: masking first, landing at the target
     assert all(events[0].tokens_before >= ac.config.trigger_tokens for events in passes)
     # each message sent archived once: the system prompt and the instruction too
     assert offloads.history_count("w") == 2 + len(conversation) - 1
