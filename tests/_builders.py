@@ -807,6 +807,14 @@ def strategies_fired(store: Any, thread: str) -> set[str]:
     return {e.strategy for e in OffloadStore.wrap(store).list_events(thread)}
 
 
+def shown_offload_ids(messages: Sequence[BaseMessage]) -> list[str]:
+    """The offload ids ``messages`` carry in their markers: of every summary standing for
+    other messages and of every message masked or offloaded behind a preview."""
+    from langchain_autocontext.messages import marker
+
+    return [info["offload_id"] for info in map(marker, messages) if info and info.get("offload_id")]
+
+
 def compressions(store: Any, thread: str) -> list[list[Any]]:
     """The thread's compression events grouped by the compression that recorded them: one
     compression records an event per strategy that changed something, each starting

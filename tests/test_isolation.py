@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _builders import FunctionModel, call, log_text, self_managed_graph
+from _builders import FunctionModel, call, log_text, self_managed_graph, shown_offload_ids
 from conftest import _param, sync_backend, unique_prefix
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langgraph.store.base import BaseStore
@@ -31,7 +31,7 @@ from langchain_autocontext import (
     OffloadNotFoundError,
     OffloadStore,
 )
-from langchain_autocontext.messages import marker, text_of
+from langchain_autocontext.messages import text_of
 from langchain_autocontext.store import offload_ref
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -61,14 +61,6 @@ def secret_run(thread: str, n: int = 6) -> list[BaseMessage]:
     return msgs
 
 
-def offload_ids_of(result_messages: list[BaseMessage]) -> list[str]:
-    return [
-        (marker(m) or {})["offload_id"]
-        for m in result_messages
-        if (marker(m) or {}).get("offload_id")
-    ]
-
-
 # --- offload ids ------------------------------------------------------------------------------
 def test_offload_ids_are_uuid4_and_unpredictable() -> None:
     store = OffloadStore(InMemoryStore())
@@ -93,7 +85,7 @@ def test_another_threads_valid_ids_are_not_found(backend: BaseStore) -> None:
     assert store is not None
     res_a = ac.compress(secret_run("A"), thread_id="A", force=True)
     ac.compress([SystemMessage("sys", id="b-sys"), HumanMessage("hi", id="b-u")], thread_id="B")
-    a_offloads = offload_ids_of(res_a.messages)
+    a_offloads = shown_offload_ids(res_a.messages)
     assert a_offloads
     for ref in [*a_offloads, *map(offload_ref, a_offloads)]:  # whole, and as notes show them
         assert store.reload("A", ref).messages
@@ -149,7 +141,7 @@ def test_tools_never_read_another_threads_namespace(backend: BaseStore) -> None:
     cfg = CFG.model_copy(update={"store_prefix": unique_prefix()})
     ac = AutoContext(cfg)
     res_a = ac.compress(secret_run("A"), thread_id="A", force=True, store=backend)
-    oids = offload_ids_of(res_a.messages)[:2]
+    oids = shown_offload_ids(res_a.messages)[:2]
     refs = [
         *oids,
         offload_ref(oids[0]),
@@ -181,12 +173,12 @@ def test_store_prefix_separates_apps_on_one_database(backend: BaseStore) -> None
     assert s1 is not None and s2 is not None
     assert s1.history_count("shared") == len(secret_run("shared"))
     assert [e.id for e in s2.iter_history("shared")] == ["o-sys", "o-u"]
-    for oid in offload_ids_of(res1.messages):
+    for oid in shown_offload_ids(res1.messages):
         s1.reload("shared", oid)
         with pytest.raises(OffloadNotFoundError):
             s2.reload("shared", oid)
     # app2's tools, same thread id, cannot reach app1's data either
-    results = _probe(app2, backend, "shared", offload_ids_of(res1.messages)[:1])
+    results = _probe(app2, backend, "shared", shown_offload_ids(res1.messages)[:1])
     assert results[0].status == "error"
     assert all(f"shared {SECRET}" not in text_of(tm) for tm in results)
 
@@ -220,7 +212,7 @@ def test_an_offload_store_given_per_call_or_by_the_graph_keeps_its_prefix() -> N
     assert OffloadStore(backend).history_count("user-7") == 0
     assert app2.resolve_store(support).history_count("user-7") == 0
     # a graph compiled with the other app's store: its tools cannot reach app1's data
-    results = _probe(app2, support, "user-7", offload_ids_of(res.messages)[:1])
+    results = _probe(app2, support, "user-7", shown_offload_ids(res.messages)[:1])
     assert results[0].status == "error"
     assert all(f"user-7 {SECRET}" not in text_of(tm) for tm in results)
     # one engine, one thread, two prefixes on one backend: each gets the whole history

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Annotated, Any, get_args, get_origin
 
 import pytest
-from _builders import b64, log_text, pdf_document, png_image, sh, wav_audio
+from _builders import b64, log_text, pdf_document, png_image, sh, shown_offload_ids, wav_audio
 from langchain.agents import create_agent
 from langchain.agents.middleware import AgentState, before_model
 from langchain_core.language_models import BaseChatModel
@@ -1415,17 +1415,6 @@ async def test_a_request_only_message_of_an_outer_middleware_stays_out_of_the_st
     assert not any("Retrieved:" in text_of(m) for m in out["messages"])
     assert out["messages"][-1].content == "finished"
     assert not find_violations(out["messages"])
-
-
-def shown_offload_ids(messages: Sequence[BaseMessage]) -> list[str]:
-    """The offload ids ``messages`` show: of the summaries standing for other messages
-    and of the messages masked behind a preview."""
-    masked = [
-        info["offload_id"]
-        for info in map(marker, messages)
-        if info and info.get("kind") == "offloaded" and info.get("offload_id")
-    ]
-    return [*summary_offload_ids(messages), *masked]
 
 
 def _retrieve(lines: int, where: str = "last") -> Any:
