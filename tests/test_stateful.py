@@ -5,8 +5,10 @@ compressed as before every model call and sometimes followed by a forced compres
 or a restart (new engine and store objects, the SQLite connection closed and
 reopened); update and delete (the model's edit operations,
 ``commands.update_op``/``delete_op``), reload (every offload id the context shows),
-search (the history, for a word: each hit holds it or follows a message holding it,
-and every message holding it is found first, within the limit).
+fork (the application edits a message under its id, as a user editing what they sent;
+the latest user message included), search (the history, for a word: each hit holds it
+or follows a message holding it, and every message holding it is found first, within
+the limit; a fork's versions among them).
 
 After every step:
 
@@ -14,8 +16,9 @@ After every step:
   and count at most ``max_tokens``;
 * the system message is first and unchanged; the latest user message is kept;
 * no loss: every original ever appended is in the history store with its
-  original content, and every offload the context names reloads what the working
-  messages held (an original, or the model's edit of one) under the ids it names.
+  original content, every fork's version under its own key naming the message, and
+  every offload the context names reloads what the working messages held (an
+  original, or the model's edit of one) under the ids it names.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from langchain_autocontext.messages import (
     text_of,
 )
 from langchain_autocontext.search import search_history
+from langchain_autocontext.store import message_version_key
 
 CFG = AutoContextConfig(
     max_tokens=3_000,
@@ -90,6 +94,10 @@ class ContextMachine(RuleBasedStateMachine):
         #: the searchable text (content and tool calls) of every original, in append order
         self.said: dict[str, str] = {}
         self.latest_user: str | None = None
+        #: what the latest user message holds now (a fork may have edited it)
+        self.latest_content: Any = None
+        #: history key -> (message id, content) of every later version a fork made
+        self.versions: dict[str, tuple[str, Any]] = {}
         self.n = 0
         self.open()
 
@@ -149,11 +157,23 @@ class ContextMachine(RuleBasedStateMachine):
             if not isinstance(m, SystemMessage | ToolMessage) and m.id != self.latest_user
         ]
 
+    def forkable(self) -> list[str]:
+        """User and assistant messages the working list holds as they were said (not
+        rewritten by the package, the model or an earlier fork), the latest user
+        message included."""
+        return [
+            str(m.id)
+            for m in self.working
+            if isinstance(m, HumanMessage | AIMessage)
+            and marker(m) is None
+            and m.content == self.originals[str(m.id)][1]
+        ]
+
     # --- rules ----------------------------------------------------------------------------
     @initialize(text=texts)
     def start(self, text: str) -> None:
         user = HumanMessage(f"Task: {text}", id=self.nid("user"))
-        self.latest_user = user.id
+        self.latest_user, self.latest_content = user.id, user.content
         self.add(SYSTEM, user)
 
     @rule(text=texts, after=afters)
@@ -161,7 +181,7 @@ class ContextMachine(RuleBasedStateMachine):
         if self.working and isinstance(self.working[-1], AIMessage) and self.working[-1].tool_calls:
             return  # a pending call is answered by its tool first
         user = HumanMessage(text, id=self.nid("user"))
-        self.latest_user = user.id
+        self.latest_user, self.latest_content = user.id, user.content
         self.add(user)
         self.then(after)
 
@@ -223,6 +243,24 @@ class ContextMachine(RuleBasedStateMachine):
         self.working = edit.messages
         self.compress()
 
+    @precondition(lambda self: bool(self.forkable()))
+    @rule(data=st.data(), text=texts)
+    def fork(self, data: st.DataObject, text: str) -> None:
+        """A fork: the application edits a message under its id (a user editing what they
+        sent, as LangGraph's ``add_messages`` replaces a message with one of the same id).
+        The history keeps both versions; search finds each."""
+        target = data.draw(st.sampled_from(self.forkable()))
+        i = next(k for k, m in enumerate(self.working) if m.id == target)
+        edited = self.working[i].model_copy(update={"content": f"forked {text}"})
+        key = message_version_key(edited)
+        self.versions[key] = (target, edited.content)
+        calls = " ".join(str(c["args"]) for c in getattr(edited, "tool_calls", None) or [])
+        self.said[key] = f"{text_of(edited)} {calls}"
+        if target == self.latest_user:
+            self.latest_content = edited.content
+        self.working[i] = edited
+        self.compress()
+
     @precondition(lambda self: bool(self.offloads_shown()))
     @rule(data=st.data())
     def reload(self, data: st.DataObject) -> None:
@@ -237,7 +275,7 @@ class ContextMachine(RuleBasedStateMachine):
         hits = search_history(self.store, THREAD, word, limit=limit)
         ids = [hit.id for hit in hits]
         assert len(ids) == len(set(ids)) <= limit, ids
-        assert set(ids) <= set(self.originals), set(ids) - set(self.originals)
+        assert set(ids) <= set(self.said), set(ids) - set(self.said)
         pattern = re.compile(rf"(?<!\w){re.escape(word)}(?!\w)", re.I)
         holds = {mid for mid, text in self.said.items() if pattern.search(text)}
         order = list(self.said)
@@ -267,14 +305,19 @@ class ContextMachine(RuleBasedStateMachine):
         assert self.working[0] == SYSTEM
         lu = latest_user_index(self.working)
         assert lu is not None and self.working[lu].id == self.latest_user
-        assert self.working[lu].content == self.originals[self.latest_user][1]
+        assert self.working[lu].content == self.latest_content
 
     @invariant()
     def nothing_lost(self) -> None:
-        history = {e.id: e.message for e in self.store.iter_history(THREAD)}
+        entries = {e.id: e for e in self.store.iter_history(THREAD)}
+        history = {key: e.message for key, e in entries.items()}
         for mid, (kind, content) in self.originals.items():
             assert mid in history, f"original {mid} is not in the history"
             assert history[mid].type == kind and history[mid].content == content
+            assert entries[mid].version_of is None
+        for key, (mid, content) in self.versions.items():  # a fork's edit: a later version
+            assert key in history, f"the fork of {mid} is not in the history"
+            assert entries[key].version_of == mid and history[key].content == content
         for oid in self.offloads_shown():
             self.check_offload(oid)
 
